@@ -1,0 +1,53 @@
+"""jaxwebrl: asynchronous multi-step RL for visual web agents, in JAX.
+
+Install for development and tests:  pip install -e ".[test]"
+(torch, the test-time reference, comes from the CPU wheel: pip install torch==2.13.0)
+"""
+
+from setuptools import find_packages, setup
+
+INSTALL_REQUIRES = [
+    "jax[cpu]==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "tensorstore==0.1.86",
+    "ml-collections==1.1.0",
+    "absl-py==2.5.1",
+    "numpy>=2.0,<3",
+    "pillow==13.0.0",
+    "safetensors==0.8.0",
+    "tokenizers==0.23.3",
+    "selenium==4.51.0",
+    "miniwob==1.1.0",
+    "pyzmq==27.3.0",
+    "tensorboardX==2.6.5",
+    "rich==15.0.0",
+    "tqdm==4.70.1",
+    "psutil==7.2.2",
+]
+
+EXTRAS = {
+    "test": [
+        "pytest==9.0.3",
+        "hypothesis==6.155.2",
+        "torch==2.13.0",
+        "transformers==5.24.0",
+        "nbclient==0.11.0",
+        "nbformat==5.11.1",
+        "ipykernel==7.4.0",
+        "matplotlib==3.11.2",
+    ],
+    "notebooks": ["matplotlib==3.11.2", "nbclient==0.11.0", "nbformat==5.11.1", "ipykernel==7.4.0"],
+    "ray": ["ray==2.60.0"],
+}
+
+setup(
+    name="jaxwebrl",
+    version="0.1.0",
+    description="Fully asynchronous multi-step RL for visual web agents in JAX/Flax",
+    packages=find_packages(include=["jaxwebrl", "jaxwebrl.*"]),
+    python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+)
