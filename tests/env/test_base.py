@@ -1,0 +1,37 @@
+"""Environment interface: Observation validation and make_env dispatch errors (browser-free)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout, Observation, StepResult, make_env
+
+
+def test_observation_requires_uint8_rgb():
+    obs = Observation(goal="g", screenshot=np.zeros((4, 5, 3), np.uint8), url="about:blank")
+    assert obs.info == {}
+    for bad in (np.zeros((4, 5, 3), np.float32), np.zeros((4, 5), np.uint8), np.zeros((4, 5, 4), np.uint8), [1]):
+        with pytest.raises(ValueError, match=r"uint8 \[H, W, 3\]"):
+            Observation(goal="g", screenshot=bad)
+
+
+def test_step_result_done():
+    obs = Observation(goal="g", screenshot=np.zeros((1, 1, 3), np.uint8))
+    assert StepResult(obs, 0.0, False, True).done
+    assert not StepResult(obs, 0.0, False, False).done
+
+
+def test_failures_are_catchable_as_one_type():
+    assert issubclass(BrowserCrashed, EnvFailure) and issubclass(EnvTimeout, EnvFailure)
+
+
+def test_make_env_rejects_unknown_specs(tmp_path):
+    with pytest.raises(ValueError, match="miniwob/<task>"):
+        make_env("atari/pong")
+    with pytest.raises(TypeError, match="str or a dict"):
+        make_env(42)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        make_env(str(tmp_path / "missing.json"))
+    with pytest.raises(json.JSONDecodeError):
+        make_env("{not json")
