@@ -1,0 +1,134 @@
+"""Training metrics: one flat JSON object per train step in WORKDIR/metrics.jsonl, TensorBoard, optional wandb,
+and a live progress bar in the terminal.
+
+Keys are the paper's dashboard names, flat (`ppo_actor/update/actor_loss/avg`), so any tool reading the JSONL
+or the TensorBoard run sees the same curves the paper shows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+# Keys every train step's record carries (outside checks rely on them).
+DASHBOARD_KEYS = (
+    "rollout/reward",
+    "ppo_actor/final_reward/avg",
+    "ppo_actor/advantages/avg",
+    "ppo_actor/update/actor_loss/avg",
+    "ppo_actor/update/approx_kl_abs/avg",
+    "ppo_actor/update/behave_approx_kl_abs/avg",
+    "ppo_actor/behave_cap_ratio",
+    "ppo_actor/update/clip_ratio/avg",
+    "ppo_actor/update/dual_clip_ratio/avg",
+    "ppo_actor/update/grad_norm",
+    "ppo_actor/update/lr",
+    "throughput/trajectories_per_hour",
+    "throughput/tokens_per_s",
+    "trainer/idle_fraction",
+    "rollout/staleness/mean",
+    "rollout/steps_success/avg",
+    "rollout/steps_failure/avg",
+    "rollout/memory_chars/avg",
+    "rollout/env_failed",
+    "rollout/dropped_stale",
+    "rollout/dropped_uniform_groups",
+    "policy/version",
+)
+
+
+class MetricsWriter:
+    """Append train-step records to JSONL (+ TensorBoard, + wandb) and drive a terminal progress bar."""
+
+    def __init__(self, workdir: str, *, total_steps: int, tensorboard: bool = True, wandb_project: str | None = None,
+                 wandb_entity: str | None = None, progress_bar: bool = True, config: dict | None = None,
+                 start_step: int = 0):
+        os.makedirs(workdir, exist_ok=True)
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        self._wandb = None
+        if wandb_project:
+            import wandb
+
+            self._wandb = wandb.init(project=wandb_project, entity=wandb_entity, config=config, dir=workdir,
+                                     resume="allow")
+        self._bar = _ProgressBar(total_steps, start_step) if progress_bar and sys.stderr.isatty() else None
+
+    def write(self, step: int, scalars: dict[str, float], histograms: dict[str, list[float]] | None = None) -> None:
+        """Record train step `step`: scalars become flat keys; histograms are logged to TensorBoard and wandb."""
+        record: dict[str, Any] = {"step": int(step), "time": time.time()}
+        record.update({k: _finite_or_none(v) for k, v in scalars.items()})
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for key, value in scalars.items():
+                if value is not None and math.isfinite(float(value)):
+                    self._tb.add_scalar(key, float(value), step)
+            for key, values in (histograms or {}).items():
+                if len(values):
+                    self._tb.add_histogram(key, _as_array(values), step)
+            self._tb.flush()
+        if self._wandb is not None:
+            import wandb
+
+            logged = {k: v for k, v in record.items() if k not in ("step", "time") and v is not None}
+            logged.update({k: wandb.Histogram(list(v)) for k, v in (histograms or {}).items() if len(v)})
+            self._wandb.log(logged, step=step)
+        if self._bar is not None:
+            self._bar.update(step, scalars)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    """All records of WORKDIR/metrics.jsonl, oldest first."""
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _finite_or_none(value) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _as_array(values):
+    import numpy as np
+
+    return np.asarray(values, dtype=np.float64)
+
+
+class _ProgressBar:
+    """rich progress bar: train steps done, reward, loss, trajectories/hour."""
+
+    def __init__(self, total: int, start: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                  TextColumn("{task.fields[info]}"), transient=False)
+        self._task = self._progress.add_task("train", total=total, completed=start, info="")
+        self._progress.start()
+
+    def update(self, step: int, scalars: dict[str, float]) -> None:
+        info = (f"reward {scalars.get('rollout/reward', float('nan')):.3f}  "
+                f"loss {scalars.get('ppo_actor/update/actor_loss/avg', float('nan')):+.4f}  "
+                f"traj/h {scalars.get('throughput/trajectories_per_hour', float('nan')):.0f}")
+        self._progress.update(self._task, completed=step, info=info)
+
+    def close(self) -> None:
+        self._progress.stop()
