@@ -1,0 +1,87 @@
+"""Agent prompt: sliding window of (screenshot, response) rounds, text summaries, memory, think-stripping."""
+
+import pytest
+
+from jaxwebrl.env.actions import Action, parse_action
+from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, read_goal_and_step, summarize_action
+
+
+def history(n, feedback_at=()):
+    return [StepRecord(screenshot_ref=100 + i,
+                       response=f"<think>secret reasoning {i}</think>Memory: {{\"i\": {i}}}\nAction: click({i}, 7)",
+                       action_summary=f"click({i}, 7)", feedback="bad action" if i in feedback_at else None)
+            for i in range(n)]
+
+
+def images_in(messages):
+    return sum(item["type"] == "image" for m in messages for item in m["content"])
+
+
+def all_text(messages):
+    return "\n".join(item.get("text", "") for m in messages for item in m["content"])
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 7])
+def test_window_keeps_last_n_rounds_with_refs_in_image_order(steps):
+    config = PromptConfig(window=2)
+    prompt = build_prompt("Log in as bob.", history(steps), 999, {"i": 9}, config, max_steps=10)
+    kept = min(steps, 2)
+    assert prompt.image_refs == [100 + i for i in range(steps - kept, steps)] + [999]
+    assert images_in(prompt.messages) == len(prompt.image_refs) <= config.max_images
+    roles = [m["role"] for m in prompt.messages]
+    assert roles == ["system"] + ["user", "assistant"] * kept + ["user"]
+    assert read_goal_and_step(prompt.messages) == ("Log in as bob.", steps)
+    text = all_text(prompt.messages)
+    for i in range(steps - kept):  # older steps are text summaries only
+        assert f"Step {i + 1}: click({i}, 7)" in text
+    assert 'Memory: {"i": 9}' in prompt.messages[-1]["content"][-1]["text"]
+
+
+def test_think_spans_are_stripped_from_the_window():
+    prompt = build_prompt("g", history(3), 5, None, PromptConfig(window=3), max_steps=5)
+    text = all_text(prompt.messages)
+    assert "secret reasoning" not in text and "<think>" not in text
+    assert prompt.messages[2] == {"role": "assistant", "content": [{"type": "text",
+                                                                   "text": 'Memory: {"i": 0}\nAction: click(0, 7)'}]}
+
+
+def test_feedback_reaches_the_next_prompt_and_summaries():
+    prompt = build_prompt("g", history(2, feedback_at=(1,)), 5, {}, PromptConfig(window=1), max_steps=5)
+    assert prompt.messages[-1]["content"][0] == {"type": "text", "text": "Feedback: bad action"}
+    no_window = build_prompt("g", history(2, feedback_at=(0, 1)), 5, {}, PromptConfig(window=0), max_steps=5)
+    assert "Step 1: click(0, 7) (bad action)" in all_text(no_window.messages)
+    assert {"type": "text", "text": "Feedback: bad action"} in no_window.messages[-1]["content"]
+    assert no_window.image_refs == [5]
+
+
+def test_summary_is_bounded():
+    config = PromptConfig(window=1, max_summary_steps=3, max_summary_chars=20)
+    records = history(10)
+    records[7] = StepRecord(1, "r", "type('" + "x" * 200 + "')")
+    text = build_prompt("g", records, 5, {}, config, max_steps=20).messages[1]["content"][0]["text"]
+    assert "(6 earlier steps not shown)" in text and "Step 7:" in text and "Step 3:" not in text
+    lines = text.splitlines()
+    assert len(lines) == 6 and all(len(line) <= 20 for line in lines[3:]) and lines[4].endswith("...")
+
+
+def test_action_summaries_and_styles():
+    assert summarize_action(parse_action("click(250, 500)")) == "click(250, 500)"
+    assert summarize_action(parse_action('type(text="bob")')) == "type('bob')"
+    assert summarize_action(parse_action('key("ctrl+a")')) == "key('ctrl+a')"
+    assert summarize_action(Action("scroll", direction="down", amount=300)) == "scroll('down', 300)"
+    assert summarize_action(parse_action("gibberish")).startswith("invalid: ")
+    tool = build_prompt("g", [], 1, {}, PromptConfig(action_style="tool_call"), max_steps=3)
+    assert "<tool_call>" in tool.messages[0]["content"][0]["text"]
+    custom = build_prompt("g", [], 1, {}, PromptConfig(system_prompt="Press a button: {actions}"), max_steps=3)
+    assert custom.messages[0]["content"][0]["text"].startswith("Press a button: click(x, y)")
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(ValueError, match="window"):
+        PromptConfig(window=-1)
+    with pytest.raises(ValueError, match="action_style"):
+        PromptConfig(action_style="xml")
+    with pytest.raises(ValueError, match="unknown prompt option"):
+        PromptConfig.from_dict({"windw": 2})
+    with pytest.raises(ValueError, match="build_prompt"):
+        read_goal_and_step([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
