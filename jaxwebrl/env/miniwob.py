@@ -1,0 +1,232 @@
+"""MiniWoB++ tasks from the installed `miniwob` package, played in a real headless Chromium via file:// URLs.
+
+    env = MiniWobEnv("click-test")                 # or make_env("miniwob/click-test")
+    obs = env.reset(seed=3)                        # goal = the task's utterance, screenshot of the task area
+    res = env.step('<tool_call>{"name": "computer_use", "arguments": {"action": "click", "coordinate": [500, 400]}}</tool_call>')
+
+Episodes are reset by the page's own JavaScript (`core.endEpisode`, `Math.seedrandom`, `core.startEpisodeReal`)
+without reloading, with `core.EPISODE_MAX_TIME` raised to ~24 days so a slow policy is never timed out by the
+page (its 10 s default gives -1). The reward is read from `WOB_RAW_REWARD_GLOBAL` once `WOB_DONE_GLOBAL` is set:
+"binary" (default) gives 1.0 for a positive raw reward and 0.0 otherwise; "raw" passes the page's value through.
+Screenshots are the 160 x 210 task area (`#wrap`), resized to `screenshot_size` (W, H) when given; action
+coordinates (0..1000) refer to that area.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from jaxwebrl.env.actions import Action, from_viewport, parse_action
+from jaxwebrl.env.base import EnvFailure, EnvTimeout, Observation, StepResult
+from jaxwebrl.env.browser import Browser, BrowserConfig, UrlAllowlist
+
+TASK_AREA = (0, 0, 160, 210)  # x, y, width, height of #wrap in CSS pixels
+VIEWPORT = (320, 240)  # room for the task area; the reward display to its right is never captured
+MAX_EPISODE_TIME_MS = 2**31 - 1  # setTimeout's largest delay; larger values overflow and fire at once
+
+# Difficulty splits by how many actions a competent policy needs, each with its step horizon.
+SPLITS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "easy": (5, (
+        "click-test", "click-test-2", "click-button", "click-link", "click-dialog", "click-dialog-2",
+        "click-tab", "focus-text", "focus-text-2", "click-widget", "click-color", "identify-shape",
+    )),
+    "medium": (10, (
+        "click-option", "click-checkboxes", "enter-text", "enter-text-2", "enter-password", "login-user",
+        "click-button-sequence", "click-collapsible", "click-tab-2", "choose-list", "enter-date",
+        "use-spinner", "navigate-tree", "guess-number",
+    )),
+    "hard": (20, (
+        "click-checkboxes-large", "click-scroll-list", "email-inbox", "book-flight", "search-engine",
+        "social-media", "login-user-popup", "choose-date", "click-pie", "use-autocomplete",
+    )),
+}
+DEFAULT_HORIZON = 10
+
+
+def html_dir() -> str:
+    """The `html` directory of the installed miniwob package (holds core/, common/ and miniwob/<task>.html)."""
+    try:
+        import miniwob
+    except ImportError:
+        raise ImportError("the miniwob package is missing: pip install miniwob") from None
+    return os.path.join(os.path.dirname(miniwob.__file__), "html")
+
+
+def available_tasks() -> list[str]:
+    folder = os.path.join(html_dir(), "miniwob")
+    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".html"))
+
+
+def task_split(task: str) -> str | None:
+    for split, (_, tasks) in SPLITS.items():
+        if task in tasks:
+            return split
+    return None
+
+
+def split_tasks(split: str) -> tuple[str, ...]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown MiniWoB++ split {split!r}: use one of {list(SPLITS)}")
+    return SPLITS[split][1]
+
+
+def horizon(task: str) -> int:
+    split = task_split(task)
+    return SPLITS[split][0] if split else DEFAULT_HORIZON
+
+
+_STATE_JS = "return [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON];"
+_START_JS = """
+core.EPISODE_MAX_TIME = arguments[1];
+if (core.EP_TIMER !== null) { core.endEpisode(0, false, 'reset'); }
+Math.seedrandom(arguments[0]);
+core.startEpisodeReal();
+return [WOB_TASK_READY, core.getUtterance()];
+"""
+_CENTER_JS = """
+var el = arguments[0];
+if (typeof el === 'string') { el = document.querySelector(el); }
+if (!el) { return null; }
+var r = el.getBoundingClientRect();
+if (r.width === 0 && r.height === 0) { return null; }
+return [r.left + r.width / 2, r.top + r.height / 2];
+"""
+
+
+class MiniWobEnv:
+    """One MiniWoB++ task in one browser (owned, or shared via `browser=`; a shared one is not closed).
+
+    screenshot_size: (W, H) to resize the 160 x 210 task area to, or None for native pixels.
+    max_steps: horizon; defaults to the task's split horizon.
+    reward: "binary" (1.0 on positive raw reward, else 0.0) or "raw" (the page's value, in [-1, 1]).
+    """
+
+    def __init__(self, task: str, *, screenshot_size: tuple[int, int] | None = None, max_steps: int | None = None,
+                 reward: str = "binary", browser: Browser | None = None, browser_config: BrowserConfig | None = None,
+                 ready_timeout_s: float = 5.0):
+        path = os.path.join(html_dir(), "miniwob", f"{task}.html")
+        if not os.path.isfile(path):
+            near = [t for t in available_tasks() if task.split("-")[0] in t][:8]
+            raise ValueError(f"unknown MiniWoB++ task {task!r} (no {path}); similar: {near}")
+        if reward not in ("binary", "raw"):
+            raise ValueError(f"reward must be 'binary' or 'raw', got {reward!r}")
+        if screenshot_size is not None and (len(screenshot_size) != 2 or min(screenshot_size) <= 0):
+            raise ValueError(f"screenshot_size must be (width, height) > 0, got {screenshot_size!r}")
+        self.task = task
+        self.task_id = f"miniwob/{task}"
+        self.max_steps = int(max_steps) if max_steps is not None else horizon(task)
+        self.screenshot_size = tuple(screenshot_size) if screenshot_size is not None else None
+        self.reward_mode = reward
+        self.ready_timeout_s = ready_timeout_s
+        self._owns_browser = browser is None
+        self._browser_config = browser_config or BrowserConfig(viewport=VIEWPORT)
+        self.browser = browser
+        self._page_url: str | None = None
+        self._goal = ""
+        self._steps = 0
+        self._episode_over = True
+        self.timings: dict[str, list[float]] = {"reset": [], "screenshot": [], "action": []}
+
+    # ---- browser ----------------------------------------------------------------------------------------
+    def _ensure_browser(self) -> Browser:
+        if self.browser is None:
+            self.browser = Browser(self._browser_config)
+        elif not self.browser.alive:
+            self.browser.restart()
+        return self.browser
+
+    def _load_page(self, browser: Browser) -> None:
+        root = browser.expose_directory(html_dir())
+        browser.set_allowlist(UrlAllowlist.for_directory(root))
+        url = f"file://{root}/miniwob/{self.task}.html"
+        if self._page_url == url and browser.current_url().split("#")[0] == url:
+            return
+        browser.navigate(url)
+        self._page_url = url
+
+    # ---- Env interface ----------------------------------------------------------------------------------
+    def reset(self, seed: int) -> Observation:
+        """Start a new episode of the task with `seed` (same seed -> same instance). EnvFailure if broken."""
+        t0 = time.perf_counter()
+        browser = self._ensure_browser()
+        try:
+            self._load_page(browser)
+        except EnvFailure:
+            self._page_url = None
+            raise
+        ready, utterance = browser.run_js(_START_JS, str(seed), MAX_EPISODE_TIME_MS)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while not ready:
+            if time.monotonic() > deadline:
+                raise EnvTimeout(f"{self.task_id}: WOB_TASK_READY stayed false for {self.ready_timeout_s} s")
+            time.sleep(0.02)
+            ready, utterance = browser.run_js("return [WOB_TASK_READY, core.getUtterance()];")
+        self._goal = utterance
+        self._steps = 0
+        self._episode_over = False
+        self.timings["reset"].append(time.perf_counter() - t0)
+        return self._observe()
+
+    def step(self, action: Action | str) -> StepResult:
+        """Execute one action; answer ends the episode with the page's current verdict."""
+        if self._episode_over:
+            raise RuntimeError(f"{self.task_id}: step() after the episode ended; call reset(seed) first")
+        if isinstance(action, str):
+            action = parse_action(action)
+        browser = self._ensure_browser()
+        self._steps += 1
+        info: dict[str, Any] = {"step": self._steps, "invalid_action": not action.is_valid,
+                                "action_error": action.error, "navigation_blocked": None}
+        t0 = time.perf_counter()
+        if action.is_valid and action.kind != "answer":
+            outcome = browser.perform(action, TASK_AREA)
+            info["navigation_blocked"] = outcome["navigation_blocked"]
+            info["action_error"] = outcome["action_error"]
+        done, raw_reward, reason = browser.run_js(_STATE_JS)
+        self.timings["action"].append(time.perf_counter() - t0)
+        terminated = bool(done) or action.kind == "answer"
+        raw_reward = float(raw_reward) if done else 0.0
+        reward = raw_reward if self.reward_mode == "raw" else float(raw_reward > 0)
+        truncated = not terminated and self._steps >= self.max_steps
+        info.update(raw_reward=raw_reward, reason=reason, success=bool(done) and raw_reward > 0)
+        self._episode_over = terminated or truncated
+        return StepResult(self._observe(), reward, terminated, truncated, info)
+
+    def close(self) -> None:
+        if self._owns_browser and self.browser is not None:
+            self.browser.close()
+        self.browser = None if self._owns_browser else self.browser
+        self._page_url = None
+
+    # ---- observation and DOM access (for oracles and debugging) ------------------------------------------
+    def _observe(self) -> Observation:
+        t0 = time.perf_counter()
+        shot = self.browser.screenshot(TASK_AREA, self.screenshot_size)
+        self.timings["screenshot"].append(time.perf_counter() - t0)
+        return Observation(goal=self._goal, screenshot=shot, url=self._page_url or "",
+                           info={"task": self.task, "step": self._steps})
+
+    def run_js(self, script: str, *args) -> Any:
+        """Run JavaScript in the task page (`return ...` for a value)."""
+        return self._ensure_browser().run_js(script, *args)
+
+    def element_point(self, element: Any) -> tuple[int, int] | None:
+        """0..1000 action coordinates of an element's centre (a CSS selector or a WebElement), or None if absent
+        or not rendered. Coordinates are relative to the task area the screenshot shows."""
+        center = self.run_js(_CENTER_JS, element)
+        if center is None:
+            return None
+        x0, y0, width, height = TASK_AREA
+        return from_viewport(center[0] - x0, center[1] - y0, width, height)
+
+    @property
+    def goal(self) -> str:
+        return self._goal
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
