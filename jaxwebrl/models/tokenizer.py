@@ -21,7 +21,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-# Qwen special tokens in the order (and relative offsets) of the real Qwen2.5-VL / Qwen3-VL vocabularies.
+# The Qwen special tokens. In the tiny vocabulary the four vision tokens come last, in the order
+# image, video, vision start, vision end, so `tiny_config(vocab_size=270)` (whose vision ids default to the
+# last four ids: image, video, start, end) lines up with `tiny_tokenizer()` without extra arguments.
 QWEN_SPECIAL_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -32,11 +34,11 @@ QWEN_SPECIAL_TOKENS = (
     "<|box_end|>",
     "<|quad_start|>",
     "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
     "<|vision_pad|>",
     "<|image_pad|>",
     "<|video_pad|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
 )
 
 # Chat template of the tiny preset, written for this project in the Qwen3-VL conversation format:
@@ -247,7 +249,7 @@ def tiny_tokenizer() -> Tokenizer:
     """The `tiny` preset's tokenizer: 256 byte-level tokens (ids 0..255) then the Qwen special tokens.
 
     Deterministic and built without any download: `<|endoftext|>` = 256, `<|im_start|>` = 257, `<|im_end|>` = 258,
-    ..., `<|vision_start|>` = 265, `<|vision_end|>` = 266, `<|image_pad|>` = 268; 270 ids in all.
+    ..., `<|image_pad|>` = 266, `<|video_pad|>` = 267, `<|vision_start|>` = 268, `<|vision_end|>` = 269; 270 ids.
     """
     from tokenizers import AddedToken, Tokenizer as BackendTokenizer, decoders, models, pre_tokenizers
 

@@ -72,7 +72,8 @@ def test_tiny_tokenizer_layout_and_roundtrip():
     tok = tiny_tokenizer()
     assert tok.vocab_size == 256 + len(QWEN_SPECIAL_TOKENS) == 270
     assert list(tok.encode("AZ\n")) == [65, 90, 10]  # byte ids equal byte values
-    assert tok.token_to_id("<|im_start|>") == 257 and tok.token_to_id("<|image_pad|>") == 268
+    assert tok.token_to_id("<|im_start|>") == 257 and tok.token_to_id("<|image_pad|>") == 266
+    assert [tok.token_to_id(t) for t in ("<|video_pad|>", "<|vision_start|>", "<|vision_end|>")] == [267, 268, 269]
     assert tok.eos_token_id == 258 and tok.pad_token_id == 256
     text = "héllo <|im_start|>wörld 世界<|im_end|>"
     ids = tok.encode(text)
