@@ -1,0 +1,99 @@
+"""`python -m jaxwebrl.buffer.inspect DIR` prints a JSON summary of a ring buffer.
+
+Capacity, reserved heads, committed episodes still readable, cursor range, policy versions, reward
+mean, and slots that are reserved but not committed: `in_flight` (a live writer holds them) or
+`orphaned` (their writer died; the ring reuses them on its next lap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+
+from jaxwebrl.buffer.commit import read_leases
+from jaxwebrl.buffer.ring import RingBuffer
+
+REMOTE_LEASE_SECONDS = 600.0  # a lease from another host counts as live this long after its last write
+
+
+def _writer_alive(lease: dict) -> bool:
+    if lease.get("host") == socket.gethostname():
+        try:
+            os.kill(int(lease["pid"]), 0)
+            return True
+        except (ProcessLookupError, ValueError, KeyError):
+            return False
+        except PermissionError:
+            return True
+    return time.time() - float(lease.get("time", 0)) < REMOTE_LEASE_SECONDS
+
+
+def summarize(buf: RingBuffer) -> dict:
+    """JSON-able summary of `buf` (reads the commit log, not the rows)."""
+    cfg = buf.config
+    heads = buf.reservations.heads()
+    end = buf.log.end()
+    oldest = max(0, end - cfg.log_capacity)
+    records = [r for r in buf.log.read_range(oldest, end - oldest) if r is not None]
+    live = [r for r in records
+            if heads["steps"] <= int(r["first_step"]) + cfg.capacity_steps
+            and (r["oldest_ref"] < 0 or buf.screenshots.is_live([r["oldest_ref"]], heads)[0])]
+    window = np.arange(max(0, heads["steps"] - cfg.capacity_steps), heads["steps"])
+    covered = np.zeros(len(window), bool)
+    for r in records:
+        first, n = int(r["first_step"]), int(r["num_steps"])
+        covered |= (window >= first) & (window < first + n)
+    leases = read_leases(buf._kv)
+    held = np.zeros(len(window), bool)
+    for lease in leases:
+        steps = lease.get("steps")
+        if steps and _writer_alive(lease):
+            held |= (window >= steps[0]) & (window < steps[1])
+    uncommitted = ~covered
+    summary = {
+        "path": buf.where,
+        "capacity_steps": cfg.capacity_steps,
+        "capacity_screenshots": cfg.capacity_screenshots,
+        "max_seq_len": cfg.max_seq_len,
+        "screenshot_shape": list(cfg.screenshot_shape),
+        "max_images_per_step": cfg.max_images_per_step,
+        "log_capacity": cfg.log_capacity,
+        "fsync": cfg.fsync,
+        "reserved": heads,
+        "committed_episodes": len(live),
+        "committed_steps": int(sum(int(r["num_steps"]) for r in live)),
+        "cursor_range": {"oldest": int(live[0]["seq"]) if live else end, "next": end},
+        "versions": {"min": min((int(r["min_version"]) for r in live), default=None),
+                     "max": max((int(r["max_version"]) for r in live), default=None)},
+        "reward_mean": float(np.mean([r["reward"] for r in live])) if live else None,
+        "tasks": len({r["task_id"] for r in live}),
+        "groups": len({r["group_id"] for r in live}),
+        "in_flight_steps": int((uncommitted & held).sum()),
+        "orphaned_steps": int((uncommitted & ~held).sum()),
+        "writers": len(leases),
+    }
+    return summary
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxwebrl.buffer.inspect", description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="buffer directory, kvstore URL (memory://, gs://...) or JSON kvstore spec")
+    args = parser.parse_args(argv)
+    path = json.loads(args.path) if args.path.lstrip().startswith("{") else args.path
+    try:
+        buf = RingBuffer.open(path)
+    except ValueError as e:  # BufferFormatError is a ValueError
+        print(json.dumps({"error": str(e)}), file=sys.stderr)
+        return 2
+    print(json.dumps(summarize(buf), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

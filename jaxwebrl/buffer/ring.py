@@ -1,0 +1,307 @@
+"""RingBuffer: many writers append whole episodes, readers take new committed episodes since a cursor.
+
+    buf = RingBuffer.create(path, capacity_steps=4096, max_seq_len=2048, screenshot_shape=(720, 1280, 3))
+    ref = buf.screenshots.put(image)                 # worker, during the episode
+    episode_id = buf.append(episode)                 # visible all at once, or not at all
+    episodes, cursor = buf.read(since=cursor, min_version=current_version - max_head_offpolicyness)
+
+The cursor is a small JSON dict ({"next": log seq, "pending": [log seqs held back for their group]});
+store it in the trainer checkpoint and a restarted trainer neither re-trains nor skips episodes.
+See commit.py for the commit protocol and storage.py for which backends take several writers.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+
+import numpy as np
+import tensorstore as ts
+
+from jaxwebrl.buffer import storage
+from jaxwebrl.buffer.commit import CommitLog, Lease, Reservations
+from jaxwebrl.buffer.episodes import check_episode, EpisodeError, from_rows, to_rows
+from jaxwebrl.buffer.schema import META_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
+from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
+
+READ_STAT_KEYS = ("returned", "stale", "overwritten", "lost", "incomplete", "pending")
+
+
+class RingOverrun(RuntimeError):
+    """The ring wrapped over an episode before its writer could commit it (capacity too small)."""
+
+
+@dataclasses.dataclass
+class ReadResult:
+    """What `read` returns; unpacks as `episodes, cursor`.
+
+    episodes: committed episode dicts in commit order. cursor: JSON-able dict to pass as `since`.
+    stats: counts for this call: returned, stale (oldest token version < min_version), overwritten
+    (the ring reused their slots before they were read), lost (commit records lapped before being
+    read), incomplete (group never completed within `group_wait`), pending (held for their group).
+    """
+
+    episodes: list
+    cursor: dict
+    stats: dict
+
+    def __iter__(self):
+        return iter((self.episodes, self.cursor))
+
+    def __len__(self):
+        return 2
+
+
+def _normalise_cursor(since) -> dict | None:
+    if since is None:
+        return None
+    if isinstance(since, (int, np.integer)):
+        return {"next": int(since), "pending": []}
+    if isinstance(since, dict) and isinstance(since.get("next"), (int, np.integer)) and since["next"] >= 0:
+        pending = [int(p) for p in since.get("pending", [])]
+        return {"next": int(since["next"]), "pending": pending}
+    raise ValueError(f"cursor must be None, an int or a dict from a previous read(), got {since!r}")
+
+
+class RingBuffer:
+    """A TensorStore ring buffer of episodes; one instance per process (writers and readers alike)."""
+
+    def __init__(self, spec: dict, config: BufferConfig, kv: ts.KvStore, rows: ts.TensorStore,
+                 shots: ts.TensorStore):
+        self.spec = spec
+        self.where = storage.describe(spec)
+        self.config = config
+        self._kv = kv
+        self._rows = rows
+        self._row_dtype = row_dtype(config)
+        self.reservations = Reservations(kv, self.where)
+        self.log = CommitLog(kv, config.log_capacity, self.where)
+        self._lease = Lease(kv)
+        self.screenshots = ScreenshotStore(shots, self.reservations, self._lease, config)
+        self.stats = collections.Counter({k: 0 for k in READ_STAT_KEYS})
+        self.commit_seconds: list[float] = []  # per append: from rows durable to record published
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path, *, capacity_steps: int, max_seq_len: int, screenshot_shape, capacity_screenshots=None,
+               max_images_per_step: int = 8, log_capacity: int = 0, fsync: bool = False,
+               overwrite: bool = False) -> "RingBuffer":
+        """Creates an empty buffer at `path` (path, kvstore URL or spec; see storage.py).
+
+        capacity_screenshots defaults to capacity_steps. Refuses a location that already holds data
+        unless overwrite=True (which deletes everything under it).
+        """
+        config = BufferConfig(capacity_steps=capacity_steps, max_seq_len=max_seq_len,
+                              screenshot_shape=tuple(screenshot_shape),
+                              capacity_screenshots=capacity_screenshots or capacity_steps,
+                              max_images_per_step=max_images_per_step, log_capacity=log_capacity, fsync=fsync)
+        spec = storage.kvstore_spec(path)
+        kv = storage.open_kvstore(spec, fsync)
+        existing = kv.list().result()
+        if existing and not overwrite:
+            what = "a jaxwebrl buffer" if META_KEY.encode() in existing else f"{len(existing)} other keys"
+            raise FileExistsError(f"{storage.describe(spec)} already holds {what}; open it with RingBuffer.open, "
+                                  f"pick an empty location, or pass overwrite=True to erase it")
+        if existing:
+            kv.delete_range(ts.KvStore.KeyRange()).result()
+        rows = storage.open_records_array(kv, "rows/", config.capacity_steps, row_dtype(config).itemsize,
+                                          create=True, compress=True, fsync=fsync, driver=spec["driver"])
+        shots = storage.open_records_array(kv, "screenshots/", config.capacity_screenshots,
+                                           shot_dtype(config).itemsize, create=True, compress=False,
+                                           fsync=fsync, driver=spec["driver"])
+        Reservations(kv, storage.describe(spec)).initialise()
+        kv.write(META_KEY, config.to_json().encode()).result()  # last: a half-made buffer is not openable
+        return cls(spec, config, kv, rows, shots)
+
+    @classmethod
+    def open(cls, path) -> "RingBuffer":
+        """Opens an existing buffer; a missing, foreign or corrupt one raises BufferFormatError."""
+        spec = storage.kvstore_spec(path)
+        where = storage.describe(spec)
+        kv = storage.open_kvstore(spec, False)
+        meta = kv.read(META_KEY).result()
+        if meta.state != "value":
+            keys = kv.list().result()
+            if keys:
+                raise BufferFormatError(f"{where} is not a jaxwebrl ring buffer: it has {len(keys)} keys but no "
+                                        f"{META_KEY}; point at a directory made by RingBuffer.create")
+            raise BufferFormatError(f"no ring buffer at {where}; create one with RingBuffer.create")
+        config = BufferConfig.from_json(meta.value, where)
+        if config.fsync:
+            kv = storage.open_kvstore(spec, True)
+        arrays = []
+        for sub, itemsize, compress, records in (
+                ("rows/", row_dtype(config).itemsize, True, config.capacity_steps),
+                ("screenshots/", shot_dtype(config).itemsize, False, config.capacity_screenshots)):
+            try:
+                array = storage.open_records_array(kv, sub, records, itemsize, create=False, compress=compress,
+                                                   fsync=config.fsync, driver=spec["driver"])
+            except ValueError as e:
+                raise BufferFormatError(f"{where}/{sub} is missing or corrupt ({e}); recreate the buffer "
+                                        f"with RingBuffer.create") from None
+            arrays.append(array)
+        buf = cls(spec, config, kv, *arrays)
+        buf.reservations.heads()  # fails clearly when the control record is damaged
+        return buf
+
+    # -- writing ---------------------------------------------------------------------------------
+    def append(self, episode: dict) -> int:
+        """Validates, writes and commits one episode; returns its episode_id (a global int).
+
+        Raises EpisodeError (nothing written) when a trajectory invariant is broken.
+        """
+        ep = check_episode(episode, self.config)
+        S = ep.num_steps
+        refs = ep.screenshot_refs
+        if ep.screenshots is not None:
+            used = np.unique(refs[refs >= 0])
+            keep, index_map = dedup_images(ep.screenshots[used])
+            local_to_unique = np.full(len(ep.screenshots), -1, np.int64)
+            local_to_unique[used] = index_map
+            new_images = ep.screenshots[used][keep]
+        else:
+            new_images = None
+            given = refs[refs >= 0]
+            live = self.screenshots.is_live(given)
+            if not live.all():
+                raise EpisodeError(f"episode refused: screenshot refs {given[~live][:4].tolist()} are not live "
+                                   f"(never put, or overwritten); put() screenshots during the episode or pass "
+                                   f"them as 'screenshots' with local indices")
+        n_new = 0 if new_images is None else len(new_images)
+        step_start, shot_start = self.reservations.reserve(S, n_new)
+        self._lease.record(steps=[step_start, step_start + S], shots=[shot_start, shot_start + n_new])
+        if new_images is not None:
+            global_refs = np.where(refs >= 0, shot_start + local_to_unique[np.maximum(refs, 0)], -1)
+            futures = self.screenshots.write_reserved(new_images, shot_start + np.arange(n_new))
+        else:
+            global_refs, futures = refs, []
+        rows = to_rows(ep, self.config, step_start, global_refs)
+        futures += storage.write_records(self._rows, (step_start + np.arange(S)) % self.config.capacity_steps, rows)
+        for future in futures:
+            future.result()
+        t0 = time.perf_counter()
+        heads = self.reservations.heads()
+        valid = global_refs[global_refs >= 0]
+        oldest_ref = int(valid.min()) if valid.size else -1
+        if heads["steps"] > step_start + self.config.capacity_steps or (
+                oldest_ref >= 0 and not self.screenshots.is_live([oldest_ref], heads)[0]):
+            raise RingOverrun(f"the ring wrapped over episode {step_start} before it was committed; raise "
+                              f"capacity_steps/capacity_screenshots (now {self.config.capacity_steps}/"
+                              f"{self.config.capacity_screenshots}) so the ring holds many episodes in flight")
+        record = {"episode_id": step_start, "first_step": step_start, "num_steps": S,
+                  "oldest_ref": oldest_ref, "refs_width": int(refs.shape[1]),
+                  "task_id": ep.task_id, "group_id": ep.group_id,
+                  "min_version": ep.min_version, "max_version": ep.max_version,
+                  "reward": float(ep.per_step["reward"][-1]), "time": time.time(),
+                  "writer": self._lease.writer_id, "info": ep.info}
+        self.log.publish(record)
+        self.commit_seconds.append(time.perf_counter() - t0)
+        return step_start
+
+    # -- reading ---------------------------------------------------------------------------------
+    def oldest_cursor(self) -> dict:
+        """Cursor at the oldest commit record still in the log."""
+        return {"next": max(0, self.log.end() - self.config.log_capacity), "pending": []}
+
+    def latest_cursor(self) -> dict:
+        """Cursor past every committed episode (read only what comes next)."""
+        return {"next": self.log.end(), "pending": []}
+
+    def _scan_log(self, start: int, limit: int | None, stats: collections.Counter) -> tuple[list, int]:
+        """New commit records from log seq `start` on (at most `limit`); returns (records, next seq)."""
+        L = self.config.log_capacity
+        records, n = [], start
+        while limit is None or len(records) < limit:
+            batch = min(64, L) if limit is None else min(64, L, limit - len(records))
+            found_end = False
+            for rec in self.log.read_range(n, batch):
+                seq = None if rec is None else int(rec["seq"])
+                if seq is None or seq < n:
+                    found_end = True
+                    break
+                if seq > n:  # the log lapped this reader: records n .. seq - L are gone
+                    stats["lost"] += seq - L + 1 - n
+                    n = seq - L + 1
+                    break
+                records.append(rec)
+                n += 1
+            else:
+                continue
+            if found_end:
+                break
+        if not records and n > 0 and n == start:
+            before = self.log.read_slot(n - 1)
+            if before is None or int(before["seq"]) < n - 1:
+                raise ValueError(f"cursor next={n} is ahead of the commit log of {self.where} (was the buffer "
+                                 f"recreated?); start again with since=None")
+        return records, n
+
+    def read(self, since=None, min_version: int | None = None, *, group_size: int | None = None,
+             group_wait: int | None = None, max_episodes: int | None = None) -> ReadResult:
+        """Whole committed episodes since `since` (None: the oldest retained), as host arrays.
+
+        min_version: drop (and count as stale) episodes whose oldest policy-token version is lower.
+        group_size: return only groups (same group_id) with that many episodes; members of a group
+          still filling are held in the cursor's "pending" list, and given up as incomplete once
+          `group_wait` (default log_capacity // 2) newer commits have passed them.
+        max_episodes: read at most this many new commit records.
+        Returns a ReadResult (unpacks as `episodes, cursor`; counts in .stats and summed in self.stats).
+        """
+        cursor = _normalise_cursor(since) or self.oldest_cursor()
+        stats = collections.Counter({k: 0 for k in READ_STAT_KEYS})
+        new, next_seq = self._scan_log(cursor["next"], max_episodes, stats)
+        candidates = []
+        for seq in cursor["pending"]:
+            rec = self.log.read_slot(seq)
+            if rec is None or int(rec["seq"]) != seq:
+                stats["lost"] += 1
+            else:
+                candidates.append(rec)
+        candidates += new
+        kept = []
+        for rec in candidates:
+            if min_version is not None and int(rec["min_version"]) < min_version:
+                stats["stale"] += 1
+            else:
+                kept.append(rec)
+        pending = []
+        if group_size is not None:
+            wait = group_wait if group_wait is not None else max(1, self.config.log_capacity // 2)
+            groups = collections.defaultdict(list)
+            for rec in kept:
+                groups[rec["group_id"]].append(rec)
+            kept = []
+            for members in groups.values():
+                if len(members) >= group_size:
+                    kept += members
+                elif min(int(r["seq"]) for r in members) < next_seq - wait:
+                    stats["incomplete"] += len(members)
+                else:
+                    pending += members
+            kept.sort(key=lambda r: int(r["seq"]))
+            stats["pending"] = len(pending)
+        episodes = self._load(kept, stats)
+        stats["returned"] = len(episodes)
+        self.stats.update({k: v for k, v in stats.items() if k != "pending"})
+        self.stats["pending"] = stats["pending"]
+        new_cursor = {"next": next_seq, "pending": sorted(int(r["seq"]) for r in pending)}
+        return ReadResult(episodes, new_cursor, dict(stats))
+
+    def _load(self, records: list, stats: collections.Counter) -> list:
+        """Reads the rows of `records`, keeping episodes whose rows and screenshots are still theirs."""
+        C = self.config.capacity_steps
+        slots = [(int(r["first_step"]) + np.arange(int(r["num_steps"]))) % C for r in records]
+        futures = [[self._rows[int(s)].read() for s in ss] for ss in slots]
+        raws = [[f.result() for f in fs] for fs in futures]
+        heads = self.reservations.heads()  # read after the rows: a later reservation shows up here
+        episodes = []
+        for rec, raw in zip(records, raws):
+            rows = np.stack(raw).view(self._row_dtype)[:, 0]
+            expected = int(rec["first_step"]) + np.arange(int(rec["num_steps"]))
+            shots_ok = rec["oldest_ref"] < 0 or self.screenshots.is_live([rec["oldest_ref"]], heads)[0]
+            if not np.array_equal(rows["stamp"], expected) or not shots_ok:
+                stats["overwritten"] += 1
+                continue
+            episodes.append(from_rows(rows, rec))
+        return episodes

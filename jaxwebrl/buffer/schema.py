@@ -1,0 +1,131 @@
+"""On-disk layout of the ring buffer: configuration, metadata JSON and fixed-size row records.
+
+Everything the buffer stores is JSON or a plain array; nothing is pickled.
+
+Layout under the buffer root (any TensorStore kvstore):
+
+    buffer.json          BufferConfig + format marker (written once by `create`)
+    control/reserve      JSON {"steps": next step seq, "shots": next screenshot seq} (CAS counter)
+    log/<slot>           JSON commit record of one episode (ring of `log_capacity` slots)
+    writers/<id>         JSON lease of one writer: its current reservation (orphan diagnosis)
+    rows/                zarr3 uint8 [capacity_steps, row_itemsize], one chunk per step row
+    screenshots/         zarr3 uint8 [capacity_screenshots, shot_itemsize], one chunk per image
+
+A step row and a screenshot are each ONE chunk (= one kvstore key, written atomically) that starts
+with its own global sequence number (`stamp`). A reader that finds the stamp it expects knows the
+whole row is the one that was committed, never a mix with a later writer's row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+FORMAT_NAME = "jaxwebrl.buffer"
+FORMAT_VERSION = 1
+META_KEY = "buffer.json"
+SHOT_MAGIC = 0x6A57524C53484F54  # "jWRLSHOT"
+
+# Bits of the `flags` field of a step row.
+FLAG_TERMINATED = 1
+FLAG_TRUNCATED = 2
+FLAG_ENV_FAILED = 4
+FLAG_SCREENSHOT_CHANGED = 8
+FLAG_HAS_MEMORY = 16
+
+
+class BufferFormatError(ValueError):
+    """The directory is not a (readable) jaxwebrl ring buffer."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferConfig:
+    """Static shape of a ring buffer; stored as `buffer.json`.
+
+    capacity_steps: step rows in the ring (oldest episodes are overwritten).
+    max_seq_len: T, the longest step sequence (prompt + response tokens).
+    screenshot_shape: (H, W, 3) uint8 images.
+    capacity_screenshots: images in the screenshot ring.
+    max_images_per_step: K, the widest `screenshot_refs` row.
+    log_capacity: commit records kept (at most one live episode per step, so <= capacity_steps).
+    fsync: make each write durable against power loss (off: durable against process crashes only).
+    """
+
+    capacity_steps: int
+    max_seq_len: int
+    screenshot_shape: tuple[int, int, int]
+    capacity_screenshots: int
+    max_images_per_step: int = 8
+    log_capacity: int = 0
+    fsync: bool = False
+
+    def __post_init__(self):
+        shape = tuple(int(s) for s in self.screenshot_shape)
+        object.__setattr__(self, "screenshot_shape", shape)
+        if len(shape) != 3 or shape[2] != 3 or min(shape) < 1:
+            raise ValueError(f"screenshot_shape must be (H, W, 3) with H, W >= 1, got {shape}")
+        for name in ("capacity_steps", "max_seq_len", "capacity_screenshots", "max_images_per_step"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.log_capacity <= 0:
+            object.__setattr__(self, "log_capacity", int(self.capacity_steps))
+
+    def to_json(self) -> str:
+        body = dataclasses.asdict(self)
+        body["screenshot_shape"] = list(self.screenshot_shape)
+        return json.dumps({"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "config": body},
+                          indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> "BufferConfig":
+        """Parses `buffer.json`; a foreign or damaged file raises BufferFormatError naming `where`."""
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BufferFormatError(
+                f"{where}/{META_KEY} is not valid JSON ({e}); the buffer metadata is corrupt. "
+                f"Restore it or recreate the buffer with RingBuffer.create(..., overwrite=True).") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
+            raise BufferFormatError(
+                f"{where}/{META_KEY} does not describe a {FORMAT_NAME} ring buffer "
+                f"(format={doc.get('format') if isinstance(doc, dict) else type(doc).__name__!r}); "
+                f"point at a directory made by RingBuffer.create.")
+        if doc.get("format_version") != FORMAT_VERSION:
+            raise BufferFormatError(
+                f"{where} has buffer format version {doc.get('format_version')}, this code reads "
+                f"version {FORMAT_VERSION}; recreate the buffer or use a matching jaxwebrl.")
+        try:
+            return cls(**doc["config"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise BufferFormatError(f"{where}/{META_KEY} has a malformed config ({e}); "
+                                    f"recreate the buffer with RingBuffer.create.") from None
+
+
+def row_dtype(config: BufferConfig) -> np.dtype:
+    """Structured record of one step row (packed, little-endian); its bytes are one zarr chunk."""
+    T, K = config.max_seq_len, config.max_images_per_step
+    return np.dtype([
+        ("stamp", "<i8"),            # global step sequence number of the owner; -1 = never written
+        ("episode_id", "<i8"),       # global seq of the episode's first step
+        ("group_id", "<i8"),
+        ("seq_len", "<i4"),          # L_j <= T
+        ("step_index", "<i4"),
+        ("num_steps", "<i4"),
+        ("flags", "<u4"),            # FLAG_* bits
+        ("reward", "<f4"),
+        ("memory_chars", "<i4"),
+        ("memory_keys", "<i4"),
+        ("memory_generic_frac", "<f4"),
+        ("screenshot_refs", "<i8", (K,)),
+        ("input_ids", "<i4", (T,)),
+        ("versions", "<i4", (T,)),
+        ("behave_logprobs", "<f4", (T,)),
+        ("loss_mask", "i1", (T,)),
+    ])
+
+
+def shot_dtype(config: BufferConfig) -> np.dtype:
+    """Structured record of one screenshot: stamp (its global ref), magic, pixels [H, W, 3] uint8."""
+    return np.dtype([("stamp", "<i8"), ("magic", "<u8"), ("pixels", "u1", config.screenshot_shape)])
