@@ -1,0 +1,304 @@
+"""Frozen model configs for the Qwen-VL families, read from / written to HF `config.json`.
+
+One `ModelConfig` describes a whole vision-language policy: `text` (decoder), `vision` (tower), the special
+token ids, and the compute/param dtypes. `from_hf_dict` accepts both the current `rope_parameters` layout and
+the older `rope_scaling` + `rope_theta` layout that published Qwen checkpoints use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping
+
+SUPPORTED_MODEL_TYPES = ("qwen3_vl", "qwen2_5_vl")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+    """Decoder sizes and switches. `mrope_interleaved` picks Qwen3-VL (interleaved T/H/W frequencies)
+    over Qwen2.5-VL (contiguous T/H/W chunks); `qk_norm` is Qwen3's per-head RMSNorm on q and k."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 5_000_000.0
+    mrope_section: tuple[int, int, int] = (24, 20, 20)
+    mrope_interleaved: bool = True
+    qk_norm: bool = True
+    attention_bias: bool = False
+    max_position_embeddings: int = 128_000
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionConfig:
+    """Vision tower sizes. Qwen3-VL uses `num_position_embeddings` (learned, interpolated) and
+    `deepstack_visual_indexes`; Qwen2.5-VL uses `window_size` and `fullatt_block_indexes`."""
+
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    out_hidden_size: int
+    in_channels: int = 3
+    patch_size: int = 16
+    temporal_patch_size: int = 2
+    spatial_merge_size: int = 2
+    hidden_act: str = "gelu_pytorch_tanh"
+    rope_theta: float = 10000.0
+    num_position_embeddings: int = 0
+    deepstack_visual_indexes: tuple[int, ...] = ()
+    window_size: int = 0
+    fullatt_block_indexes: tuple[int, ...] = ()
+    tokens_per_second: int = 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def patch_dim(self) -> int:
+        """Length of one flattened pixel_values row: C * T * P * P."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A whole policy. `dtype` is the compute dtype, `param_dtype` the storage dtype of the weights."""
+
+    model_type: str
+    text: TextConfig
+    vision: VisionConfig
+    image_token_id: int
+    video_token_id: int
+    vision_start_token_id: int
+    vision_end_token_id: int
+    tie_word_embeddings: bool = False
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    remat: bool = False
+    hf_config_json: str = dataclasses.field(default="", compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(
+                f"unsupported model_type {self.model_type!r}: jaxwebrl supports {SUPPORTED_MODEL_TYPES}"
+            )
+        t = self.text
+        if t.num_heads % t.num_kv_heads:
+            raise ValueError(f"num_heads={t.num_heads} must be a multiple of num_kv_heads={t.num_kv_heads}")
+        if 2 * sum(t.mrope_section) != t.head_dim:
+            raise ValueError(f"mrope_section {t.mrope_section} must sum to head_dim/2 = {t.head_dim // 2}")
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def _rope(sub: Mapping[str, Any], default_theta: float) -> tuple[float, dict]:
+    params = dict(sub.get("rope_parameters") or {})
+    scaling = dict(sub.get("rope_scaling") or {})
+    merged = {**scaling, **params}
+    theta = merged.get("rope_theta", sub.get("rope_theta", default_theta))
+    rope_type = merged.get("rope_type", merged.get("type", "default"))
+    if rope_type not in ("default", "mrope", "axial"):
+        raise ValueError(f"rope_type {rope_type!r} is not supported (only default M-RoPE)")
+    return float(theta), merged
+
+
+def from_hf_dict(hf: Mapping[str, Any], *, dtype: str = "float32", param_dtype: str | None = None) -> ModelConfig:
+    """Build a `ModelConfig` from a parsed HF `config.json` (Qwen3-VL or Qwen2.5-VL)."""
+    model_type = hf.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"config.json model_type {model_type!r} is not supported; expected one of {SUPPORTED_MODEL_TYPES}"
+        )
+    text = dict(hf.get("text_config") or {})
+    if model_type == "qwen2_5_vl":  # older checkpoints keep the text fields at the top level
+        text = {**{k: v for k, v in hf.items() if k not in ("text_config", "vision_config")}, **text}
+    vis = dict(hf["vision_config"])
+    theta, rope = _rope(text, 1_000_000.0)
+    heads = text["num_attention_heads"]
+    qwen3 = model_type == "qwen3_vl"
+    text_cfg = TextConfig(
+        vocab_size=text["vocab_size"],
+        hidden_size=text["hidden_size"],
+        intermediate_size=text["intermediate_size"],
+        num_layers=text["num_hidden_layers"],
+        num_heads=heads,
+        num_kv_heads=text.get("num_key_value_heads") or heads,
+        head_dim=text.get("head_dim") or text["hidden_size"] // heads,
+        rms_norm_eps=text.get("rms_norm_eps", 1e-6),
+        rope_theta=theta,
+        mrope_section=tuple(rope.get("mrope_section", (24, 20, 20))),
+        mrope_interleaved=qwen3,
+        qk_norm=qwen3,
+        attention_bias=text.get("attention_bias", False) if qwen3 else True,
+        max_position_embeddings=text.get("max_position_embeddings", 128_000),
+    )
+    vtheta, _ = _rope(vis, 10000.0)
+    vision_cfg = VisionConfig(
+        depth=vis["depth"],
+        hidden_size=vis["hidden_size"],
+        intermediate_size=vis["intermediate_size"],
+        num_heads=vis["num_heads"],
+        out_hidden_size=vis.get("out_hidden_size", text["hidden_size"]),
+        in_channels=vis.get("in_channels", vis.get("in_chans", 3)),
+        patch_size=vis.get("patch_size", 14),
+        temporal_patch_size=vis.get("temporal_patch_size", 2),
+        spatial_merge_size=vis.get("spatial_merge_size", 2),
+        hidden_act=vis.get("hidden_act", "gelu_pytorch_tanh" if qwen3 else "silu"),
+        rope_theta=vtheta,
+        num_position_embeddings=vis.get("num_position_embeddings", 0) if qwen3 else 0,
+        deepstack_visual_indexes=tuple(vis.get("deepstack_visual_indexes", ())) if qwen3 else (),
+        window_size=0 if qwen3 else vis.get("window_size", 112),
+        fullatt_block_indexes=() if qwen3 else tuple(vis.get("fullatt_block_indexes", ())),
+        tokens_per_second=vis.get("tokens_per_second", 2),
+    )
+    tie = hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+    return ModelConfig(
+        model_type=model_type,
+        text=text_cfg,
+        vision=vision_cfg,
+        image_token_id=hf.get("image_token_id", 151655),
+        video_token_id=hf.get("video_token_id", 151656),
+        vision_start_token_id=hf.get("vision_start_token_id", 151652),
+        vision_end_token_id=hf.get("vision_end_token_id", 151653),
+        tie_word_embeddings=bool(tie),
+        dtype=dtype,
+        param_dtype=param_dtype or dtype,
+        hf_config_json=json.dumps(dict(hf), sort_keys=True),
+    )
+
+
+def to_hf_dict(config: ModelConfig) -> dict:
+    """HF `config.json` content for `config` (starts from the loaded config.json when there was one)."""
+    base = json.loads(config.hf_config_json) if config.hf_config_json else {}
+    t, v = config.text, config.vision
+    qwen3 = config.model_type == "qwen3_vl"
+    rope = {
+        "rope_type": "default",
+        "rope_theta": t.rope_theta,
+        "mrope_section": list(t.mrope_section),
+    }
+    if qwen3:
+        rope["mrope_interleaved"] = True
+    text = dict(base.get("text_config") or {})
+    for stale in ("rope_scaling", "rope_theta"):
+        text.pop(stale, None)
+    text.update(
+        model_type=f"{config.model_type}_text",
+        vocab_size=t.vocab_size,
+        hidden_size=t.hidden_size,
+        intermediate_size=t.intermediate_size,
+        num_hidden_layers=t.num_layers,
+        num_attention_heads=t.num_heads,
+        num_key_value_heads=t.num_kv_heads,
+        head_dim=t.head_dim,
+        hidden_act="silu",
+        rms_norm_eps=t.rms_norm_eps,
+        rope_parameters=rope,
+        max_position_embeddings=t.max_position_embeddings,
+        tie_word_embeddings=config.tie_word_embeddings,
+    )
+    if qwen3:
+        text["attention_bias"] = t.attention_bias
+    vision = dict(base.get("vision_config") or {})
+    vision.update(
+        model_type=f"{config.model_type}_vision" if qwen3 else vision.get("model_type", "qwen2_5_vl"),
+        depth=v.depth,
+        hidden_size=v.hidden_size,
+        intermediate_size=v.intermediate_size,
+        num_heads=v.num_heads,
+        out_hidden_size=v.out_hidden_size,
+        in_channels=v.in_channels,
+        patch_size=v.patch_size,
+        temporal_patch_size=v.temporal_patch_size,
+        spatial_merge_size=v.spatial_merge_size,
+        hidden_act=v.hidden_act,
+    )
+    if qwen3:
+        vision.update(
+            num_position_embeddings=v.num_position_embeddings,
+            deepstack_visual_indexes=list(v.deepstack_visual_indexes),
+            rope_parameters={"rope_type": "axial", "rope_theta": v.rope_theta},
+        )
+    else:
+        vision.update(
+            window_size=v.window_size,
+            fullatt_block_indexes=list(v.fullatt_block_indexes),
+            tokens_per_second=v.tokens_per_second,
+        )
+    out = {k: val for k, val in base.items() if k not in ("text_config", "vision_config")}
+    if not qwen3:  # Qwen2.5-VL keeps a copy of the text fields at the top level
+        for key in list(out):
+            if key in text and key != "model_type":
+                out[key] = text[key]
+        out.pop("rope_scaling", None)
+        out.pop("rope_theta", None)
+    out.update(
+        model_type=config.model_type,
+        architectures=["Qwen3VLForConditionalGeneration" if qwen3 else "Qwen2_5_VLForConditionalGeneration"],
+        text_config=text,
+        vision_config=vision,
+        image_token_id=config.image_token_id,
+        video_token_id=config.video_token_id,
+        vision_start_token_id=config.vision_start_token_id,
+        vision_end_token_id=config.vision_end_token_id,
+        tie_word_embeddings=config.tie_word_embeddings,
+        dtype=config.param_dtype,
+    )
+    out.pop("torch_dtype", None)
+    return out
+
+
+# Vision special-token ids of `jaxwebrl.models.tokenizer.tiny_tokenizer()` (270 ids: 256 bytes + 14 specials).
+TINY_VISION_TOKEN_IDS = {"vision_start": 265, "vision_end": 266, "image": 268, "video": 269}
+
+
+def tiny_config(vocab_size: int = 272, *, dtype: str = "float32", remat: bool = False) -> ModelConfig:
+    """The `tiny` Qwen3-VL preset: random-init on CPU, forward+backward on [8, 256] well under a second.
+
+    Vocabulary: the tiny tokenizer's 270 ids rounded up to 272 (a multiple of 8, for sharding), with the
+    tokenizer's vision token ids. Patch 14, merge 2, tied embeddings, DeepStack on the first vision block.
+    """
+    ids = TINY_VISION_TOKEN_IDS
+    return ModelConfig(
+        model_type="qwen3_vl",
+        text=TextConfig(
+            vocab_size=vocab_size,
+            hidden_size=64,
+            intermediate_size=172,
+            num_layers=2,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=16,
+            rope_theta=10000.0,
+            mrope_section=(2, 3, 3),
+            max_position_embeddings=4096,
+        ),
+        vision=VisionConfig(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=64,
+            patch_size=14,
+            temporal_patch_size=2,
+            spatial_merge_size=2,
+            num_position_embeddings=64,
+            deepstack_visual_indexes=(0,),
+        ),
+        image_token_id=ids["image"],
+        video_token_id=ids["video"],
+        vision_start_token_id=ids["vision_start"],
+        vision_end_token_id=ids["vision_end"],
+        tie_word_embeddings=True,
+        dtype=dtype,
+        param_dtype=dtype,
+        remat=remat,
+    )

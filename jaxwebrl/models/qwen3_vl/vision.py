@@ -1,0 +1,107 @@
+"""Qwen3-VL vision tower: linear patch embedding, interpolated learned positions, 2-D rotary blocks,
+a spatial patch merger, and DeepStack mergers on intermediate blocks."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxwebrl.models import vision_layout
+from jaxwebrl.models.config import VisionConfig
+from jaxwebrl.models.layers import dense, layer_norm
+from jaxwebrl.models.vision_blocks import VisionAttention, activation, vision_rotary
+
+
+class VisionMLP(nn.Module):
+    hidden: int
+    intermediate: int
+    act: str
+    dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        kw = dict(use_bias=True, dtype=self.dtype, param_dtype=self.param_dtype)
+        h = activation(self.act)(dense(self.intermediate, name="linear_fc1", **kw)(x))
+        return dense(self.hidden, name="linear_fc2", **kw)(h)
+
+
+class VisionBlock(nn.Module):
+    config: VisionConfig
+    dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, cos, sin, layout):
+        c = self.config
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", **kw)(
+            layer_norm("norm1", **kw)(x), cos, sin, layout
+        )
+        return x + VisionMLP(c.hidden_size, c.intermediate_size, c.hidden_act, name="mlp", **kw)(
+            layer_norm("norm2", **kw)(x)
+        )
+
+
+class PatchMerger(nn.Module):
+    """Concatenate each merge x merge block of patches and project to the text width.
+
+    `postshuffle_norm` (DeepStack mergers) normalises the concatenated vector instead of each patch.
+    """
+
+    config: VisionConfig
+    postshuffle_norm: bool = False
+    dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        c = self.config
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        width = c.hidden_size * c.spatial_merge_size**2
+        if self.postshuffle_norm:
+            x = layer_norm("norm", **kw)(x.reshape(-1, width))
+        else:
+            x = layer_norm("norm", **kw)(x).reshape(-1, width)
+        x = dense(width, use_bias=True, name="linear_fc1", **kw)(x)
+        x = jax.nn.gelu(x, approximate=False)
+        return dense(c.out_hidden_size, use_bias=True, name="linear_fc2", **kw)(x)
+
+
+class Qwen3VisionModel(nn.Module):
+    config: VisionConfig
+    dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, pixel_values: jax.Array, image_grid_thw):
+        """pixel_values [N, C*T*P*P] (HF layout); image_grid_thw [num_images, 3] concrete.
+
+        Returns (image_embeds [N / merge^2, out_hidden], deepstack: list of [N / merge^2, out_hidden]).
+        """
+        c = self.config
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        grid = vision_layout.concrete_grid(image_grid_thw)
+        expected = int(grid.prod(-1).sum())
+        if pixel_values.shape != (expected, c.patch_dim):
+            raise ValueError(
+                f"pixel_values has shape {tuple(pixel_values.shape)} but image_grid_thw implies "
+                f"[{expected}, {c.patch_dim}] (sum of t*h*w patches, C*T*P*P values each)"
+            )
+        x = dense(c.hidden_size, use_bias=True, name="patch_embed", **kw)(pixel_values.astype(self.dtype))
+        taps, weights = vision_layout.position_embedding_taps(grid, c.spatial_merge_size, c.num_position_embeddings)
+        table = self.param(
+            "pos_embed", nn.initializers.normal(0.02), (c.num_position_embeddings, c.hidden_size), self.param_dtype
+        )
+        pos = (table.astype(jnp.float32)[jnp.asarray(taps)] * jnp.asarray(weights)[..., None]).sum(1)
+        x = x + pos.astype(x.dtype)
+        cos, sin = vision_rotary(vision_layout.patch_positions(grid, c.spatial_merge_size), c.head_dim, c.rope_theta)
+        layout = vision_layout.segment_layout(vision_layout.frame_lengths(grid))
+        deepstack = []
+        for i in range(c.depth):
+            x = VisionBlock(c, name=f"blocks_{i}", **kw)(x, cos, sin, layout)
+            if i in c.deepstack_visual_indexes:
+                j = c.deepstack_visual_indexes.index(i)
+                deepstack.append(PatchMerger(c, True, name=f"deepstack_merger_list_{j}", **kw)(x))
+        return PatchMerger(c, False, name="merger", **kw)(x), deepstack

@@ -1,0 +1,71 @@
+"""Vision-tower pieces shared by the Qwen-VL families: 2-D rotary, segment (block-diagonal) attention."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwebrl.models.layers import apply_rotary, dense, inverse_frequencies, masked_attention
+
+
+def vision_rotary(positions: np.ndarray, head_dim: int, theta: float):
+    """2-D rotary tables for patches. positions [N, 2] (row, col) -> cos, sin [N, head_dim] float32.
+
+    Half of the frequencies rotate by the row, half by the column (same frequency set for both).
+    """
+    inv = inverse_frequencies(head_dim // 2, theta)  # [head_dim // 4]
+    freqs = jnp.asarray(positions, jnp.float32)[..., None] * inv  # [N, 2, head_dim // 4]
+    freqs = freqs.reshape(freqs.shape[0], -1)  # row freqs then col freqs
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def segment_attention(q, k, v, layout: dict, scale: float):
+    """Attention restricted to segments. q/k/v [N, H, D]; layout from `vision_layout.segment_layout`.
+
+    Returns [N, H, D]: each row attends only to the rows of its own segment.
+    """
+    gather = jnp.asarray(layout["gather"])
+    valid = jnp.asarray(layout["valid"])
+    qs, ks, vs = q[gather], k[gather], v[gather]  # [S, L, H, D]
+    mask = jnp.broadcast_to(valid[:, None, :], (valid.shape[0], valid.shape[1], valid.shape[1]))
+    out = masked_attention(qs, ks, vs, mask, scale)
+    out = out.reshape(-1, *out.shape[2:])
+    return out[jnp.asarray(layout["scatter"])]
+
+
+class VisionAttention(nn.Module):
+    """Fused-qkv self-attention over patches with 2-D rotary and segment masking."""
+
+    dim: int
+    num_heads: int
+    dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, cos, sin, layout):
+        """x [N, dim]; cos/sin [N, head_dim] f32 -> [N, dim]."""
+        n = x.shape[0]
+        head_dim = self.dim // self.num_heads
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        qkv = dense(3 * self.dim, use_bias=True, name="qkv", **kw)(x).reshape(n, 3, self.num_heads, head_dim)
+        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+        q = apply_rotary(q, cos[:, None, :], sin[:, None, :])
+        k = apply_rotary(k, cos[:, None, :], sin[:, None, :])
+        out = segment_attention(q, k, v, layout, head_dim**-0.5)
+        return dense(self.dim, use_bias=True, name="proj", **kw)(out.reshape(n, self.dim))
+
+
+def activation(name: str):
+    """transformers ACT2FN names used by Qwen-VL vision towers."""
+    table = {
+        "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+        "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+        "silu": jax.nn.silu,
+        "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
+    }
+    if name not in table:
+        raise ValueError(f"vision hidden_act {name!r} is not supported; expected one of {sorted(table)}")
+    return table[name]

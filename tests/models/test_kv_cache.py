@@ -1,0 +1,84 @@
+"""Prefill + step-by-step cached decode equals the full no-cache forward (left padding, images)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwebrl.models import init_cache, tiny_policy
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return tiny_policy(seed=3)
+
+
+def _image_prompt(config, rng, batch, length, image_at, grid_hw):
+    """input_ids [B, T] with one image (grid 1 x h x w patches) starting at `image_at` in every row."""
+    merge = config.vision.spatial_merge_size
+    n_image = grid_hw[0] * grid_hw[1] // merge**2
+    ids = rng.randint(0, 256, (batch, length))
+    ids[:, image_at - 1] = config.vision_start_token_id
+    ids[:, image_at : image_at + n_image] = config.image_token_id
+    ids[:, image_at + n_image] = config.vision_end_token_id
+    return ids
+
+
+def _decode_stepwise(policy, ids, mask, prefill_len, pixel_values=None, grid=None, capacity=None):
+    module, params = policy.module, policy.params
+    b, t = ids.shape
+    cache = init_cache(policy.config, b, capacity or t + 3)
+    prefill = jax.jit(
+        lambda p, x, m, px, c: module.apply(
+            {"params": p}, x, attention_mask=m, pixel_values=px, image_grid_thw=grid, cache=c
+        )
+    )
+    logits, cache = prefill(params, ids[:, :prefill_len], mask[:, :prefill_len], pixel_values, cache)
+    step = jax.jit(lambda p, x, m, c: module.apply({"params": p}, x, attention_mask=m, cache=c))
+    outs = [logits]
+    for i in range(prefill_len, t):
+        logit, cache = step(params, ids[:, i : i + 1], mask[:, i : i + 1], cache)
+        outs.append(logit)
+    return np.asarray(jnp.concatenate(outs, axis=1)), cache
+
+
+def test_cached_decode_equals_full_forward_with_left_padding(policy):
+    rng = np.random.RandomState(0)
+    ids = rng.randint(0, 256, (3, 14))
+    mask = np.ones((3, 14), np.int32)
+    mask[0, :4] = 0  # left padding
+    mask[1, :1] = 0
+    full = np.asarray(policy.logits(ids, attention_mask=mask))
+    stepped, cache = _decode_stepwise(policy, ids, mask, prefill_len=9)
+    real = mask.astype(bool)
+    assert np.abs(stepped - full)[real].max() <= 1e-5
+    np.testing.assert_array_equal(np.asarray(cache["index"]), [14, 14, 14])
+    np.testing.assert_array_equal(np.asarray(cache["valid"])[:, :14], real)
+    np.testing.assert_array_equal(np.asarray(cache["next_position"]), real.sum(1))
+
+
+def test_padded_row_matches_unpadded_row(policy):
+    rng = np.random.RandomState(1)
+    ids = rng.randint(0, 256, (1, 10))
+    padded = np.concatenate([np.zeros((1, 3), ids.dtype), ids], axis=1)
+    mask = np.concatenate([np.zeros((1, 3)), np.ones((1, 10))], axis=1).astype(np.int32)
+    alone = np.asarray(policy.logits(ids))
+    together = np.asarray(policy.logits(padded, attention_mask=mask))[:, 3:]
+    assert np.abs(alone - together).max() <= 1e-5
+
+
+def test_cached_decode_after_an_image_continues_mrope_positions(policy):
+    c = policy.config
+    rng = np.random.RandomState(2)
+    ids = _image_prompt(c, rng, batch=2, length=20, image_at=3, grid_hw=(4, 6))
+    mask = np.ones_like(ids)
+    mask[1, :2] = 0  # pads before the vision-start token of row 1
+    ids[1, :2] = 0
+    pixels = np.concatenate([rng.randn(24, c.vision.patch_dim)] * 2).astype(np.float32)
+    grid2 = np.array([[1, 4, 6], [1, 4, 6]])
+    full = np.asarray(policy.logits(ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid2))
+    stepped, cache = _decode_stepwise(policy, ids, mask, 15, pixels, grid2)
+    assert np.abs(stepped - full)[mask.astype(bool)].max() <= 1e-5
+    positions, deltas = policy.get_rope_index(ids, grid2, mask)
+    np.testing.assert_array_equal(np.asarray(cache["next_position"]), np.asarray(positions).max(axis=(0, 2)) + 1)
+    assert (np.asarray(deltas) < 0).all()  # 6 image tokens occupy only max(2, 3) = 3 positions
