@@ -85,12 +85,21 @@ Math.seedrandom(arguments[0]);
 core.startEpisodeReal();
 return [WOB_TASK_READY, core.getUtterance()];
 """
-_CENTER_JS = """
+_VISIBLE_POINT_JS = """
+// A point inside the element that really hits it (not covered by another element), centre first.
 var el = arguments[0];
 if (typeof el === 'string') { el = document.querySelector(el); }
 if (!el) { return null; }
 var r = el.getBoundingClientRect();
-if (r.width === 0 && r.height === 0) { return null; }
+if (r.width === 0 || r.height === 0) { return null; }
+var fractions = [0.5, 0.3, 0.7, 0.15, 0.85];
+for (var i = 0; i < fractions.length; i++) {
+  for (var j = 0; j < fractions.length; j++) {
+    var x = r.left + r.width * fractions[j], y = r.top + r.height * fractions[i];
+    var hit = document.elementFromPoint(x, y);
+    if (hit && (hit === el || el.contains(hit) || hit.contains(el) && hit.tagName === 'LABEL')) { return [x, y]; }
+  }
+}
 return [r.left + r.width / 2, r.top + r.height / 2];
 """
 
@@ -213,9 +222,9 @@ class MiniWobEnv:
         return self._ensure_browser().run_js(script, *args)
 
     def element_point(self, element: Any) -> tuple[int, int] | None:
-        """0..1000 action coordinates of an element's centre (a CSS selector or a WebElement), or None if absent
-        or not rendered. Coordinates are relative to the task area the screenshot shows."""
-        center = self.run_js(_CENTER_JS, element)
+        """0..1000 action coordinates of a visible point of an element (a CSS selector or a WebElement; its
+        centre unless covered), or None if absent or not rendered. Relative to the task area the screenshot shows."""
+        center = self.run_js(_VISIBLE_POINT_JS, element)
         if center is None:
             return None
         x0, y0, width, height = TASK_AREA

@@ -1,0 +1,230 @@
+"""Scripted oracle policies for MiniWoB++ tasks: they read the goal and the DOM and emit model-style text.
+
+An oracle is a function `oracle(env) -> Action` that looks at the current page of a `MiniWobEnv` (through
+`env.goal`, `env.run_js` and `env.element_point`) and returns the next action. `oracle_text` formats it with
+`format_action`, so driving the env through oracles also exercises the action parser end to end; the same text
+serves as supervised demonstrations.
+
+    result = run_episode(env, seed=0)   # {"success", "reward", "steps", "invalid_actions", "step_seconds"}
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable
+
+from jaxwebrl.env.actions import Action, format_action
+from jaxwebrl.env.miniwob import MiniWobEnv
+
+Oracle = Callable[[MiniWobEnv], Action]
+ORACLES: dict[str, Oracle] = {}
+
+
+class OracleError(RuntimeError):
+    """The page is not in a state the oracle understands (a changed task or a broken page)."""
+
+
+def register(*tasks: str):
+    def wrap(fn: Oracle) -> Oracle:
+        for task in tasks:
+            ORACLES[task] = fn
+        return fn
+
+    return wrap
+
+
+def oracle_tasks() -> list[str]:
+    return sorted(ORACLES)
+
+
+def get_oracle(task: str) -> Oracle:
+    if task not in ORACLES:
+        raise KeyError(f"no oracle for MiniWoB++ task {task!r}; oracles exist for {oracle_tasks()}")
+    return ORACLES[task]
+
+
+def oracle_text(env: MiniWobEnv) -> str:
+    """The oracle's next action for env's current page, as model text."""
+    return format_action(get_oracle(env.task)(env))
+
+
+def run_episode(env: MiniWobEnv, seed: int) -> dict:
+    """Reset env with seed and let its oracle act until the episode ends; returns the outcome and timings."""
+    env.reset(seed)
+    steps, invalid, reward, success, step_seconds = 0, 0, 0.0, False, []
+    while True:
+        text = oracle_text(env)
+        t0 = time.perf_counter()
+        result = env.step(text)
+        step_seconds.append(time.perf_counter() - t0)
+        steps += 1
+        invalid += int(result.info["invalid_action"])
+        if result.done:
+            reward, success = result.reward, bool(result.info.get("success"))
+            break
+    return {"success": success, "reward": reward, "steps": steps, "invalid_actions": invalid,
+            "truncated": result.truncated, "step_seconds": step_seconds}
+
+
+# ---- helpers --------------------------------------------------------------------------------------------
+def _quoted(goal: str) -> list[str]:
+    return re.findall(r'"([^"]*)"', goal)
+
+
+def _click(env: MiniWobEnv, element) -> Action:
+    point = env.element_point(element)
+    if point is None:
+        raise OracleError(f"{env.task}: element {element!r} is not on the page")
+    return Action("click", x=point[0], y=point[1])
+
+
+def _find(env: MiniWobEnv, selector: str, text: str | None = None, attr: str = "textContent"):
+    """First element matching selector (and whose trimmed `attr` equals text, when given)."""
+    element = env.run_js(
+        "var els = document.querySelectorAll(arguments[0]);"
+        "for (var i = 0; i < els.length; i++) {"
+        "  if (arguments[1] === null || (els[i][arguments[2]] || '').trim() === arguments[1]) { return els[i]; }"
+        "} return null;", selector, text, attr)
+    if element is None:
+        raise OracleError(f"{env.task}: no {selector!r} with {attr} {text!r}")
+    return element
+
+
+def _fill(env: MiniWobEnv, selector: str, target: str) -> Action | None:
+    """Next action to make input `selector` hold `target`, or None once it does."""
+    value, focused = env.run_js(
+        "var el = document.querySelector(arguments[0]); return [el.value, document.activeElement === el];", selector)
+    if value == target:
+        return None
+    if value and focused:
+        return Action("key", keys=("ctrl", "a"))  # select the wrong text, so typing replaces it
+    point = env.element_point(selector)
+    if value:
+        return Action("click", x=point[0], y=point[1])
+    return Action("type", x=point[0], y=point[1], text=target)
+
+
+# ---- oracles --------------------------------------------------------------------------------------------
+@register("click-test", "click-test-2")
+def click_test(env: MiniWobEnv) -> Action:
+    return _click(env, "#subbtn")
+
+
+@register("click-button-sequence")
+def click_button_sequence(env: MiniWobEnv) -> Action:
+    pushed = env.run_js("return buttonsPushed.length;")
+    return _click(env, "#subbtn" if pushed == 0 else "#subbtn2")
+
+
+@register("click-button")
+def click_button(env: MiniWobEnv) -> Action:
+    (label,) = _quoted(env.goal)[:1]
+    return _click(env, _find(env, "#area button", label))
+
+
+@register("click-link")
+def click_link(env: MiniWobEnv) -> Action:
+    (label,) = _quoted(env.goal)[:1]
+    return _click(env, _find(env, "#area .alink", label))
+
+
+@register("click-dialog")
+def click_dialog(env: MiniWobEnv) -> Action:
+    return _click(env, ".ui-dialog-titlebar button.ui-button")
+
+
+@register("click-dialog-2")
+def click_dialog_2(env: MiniWobEnv) -> Action:
+    (label,) = _quoted(env.goal)[:1]
+    if label == "x":
+        return _click(env, ".ui-dialog-titlebar button.ui-button")
+    return _click(env, _find(env, ".ui-dialog-buttonset button", label))
+
+
+@register("click-tab")
+def click_tab(env: MiniWobEnv) -> Action:
+    match = re.search(r"Tab #(\d+)", env.goal)
+    if not match:
+        raise OracleError(f"click-tab: cannot read the tab number from {env.goal!r}")
+    return _click(env, f'#area ul a[href="#tabs-{match.group(1)}"]')
+
+
+@register("click-widget")
+def click_widget(env: MiniWobEnv) -> Action:
+    (kind,) = _quoted(env.goal)[:1]
+    return _click(env, f'#area .widget [data-type="{kind}"]')
+
+
+@register("focus-text")
+def focus_text(env: MiniWobEnv) -> Action:
+    return _click(env, "#tt")
+
+
+@register("focus-text-2")
+def focus_text_2(env: MiniWobEnv) -> Action:
+    match = re.search(r"the (\d)(?:st|nd|rd|th) input", env.goal)
+    if not match:
+        raise OracleError(f"focus-text-2: cannot read the position from {env.goal!r}")
+    return _click(env, f"#tt{match.group(1)}")
+
+
+def _choose(env: MiniWobEnv, wanted: set[str]) -> Action:
+    """Toggle the first #boxes input whose checked state disagrees with `wanted` labels; else submit."""
+    labels = env.run_js(
+        "return Array.from(document.querySelectorAll('#boxes label')).map("
+        "  function (l) { return [l.textContent.trim(), l.querySelector('input').checked]; });")
+    for index, (name, checked) in enumerate(labels):
+        if (name in wanted) != checked:
+            return _click(env, f"#ch{index}")
+    return _click(env, "#subbtn")
+
+
+@register("click-option")
+def click_option(env: MiniWobEnv) -> Action:
+    match = re.match(r"Select (.*) and click Submit\.", env.goal)
+    if not match:
+        raise OracleError(f"click-option: cannot parse {env.goal!r}")
+    return _choose(env, {match.group(1)})
+
+
+@register("click-checkboxes")
+def click_checkboxes(env: MiniWobEnv) -> Action:
+    match = re.match(r"Select (.*) and click Submit\.", env.goal)
+    if not match:
+        raise OracleError(f"click-checkboxes: cannot parse {env.goal!r}")
+    names = match.group(1)
+    return _choose(env, set() if names == "nothing" else set(names.split(", ")))
+
+
+def _fill_then_submit(env: MiniWobEnv, fields: list[tuple[str, str]]) -> Action:
+    for selector, target in fields:
+        action = _fill(env, selector, target)
+        if action is not None:
+            return action
+    return _click(env, "#subbtn")
+
+
+@register("enter-text")
+def enter_text(env: MiniWobEnv) -> Action:
+    (text,) = _quoted(env.goal)[:1]
+    return _fill_then_submit(env, [("#tt", text)])
+
+
+@register("enter-text-2")
+def enter_text_2(env: MiniWobEnv) -> Action:
+    (text,) = _quoted(env.goal)[:1]
+    target = text.upper() if "upper case" in env.goal else text.lower()
+    return _fill_then_submit(env, [("#tt", target)])
+
+
+@register("enter-password")
+def enter_password(env: MiniWobEnv) -> Action:
+    (password,) = _quoted(env.goal)[:1]
+    return _fill_then_submit(env, [("#password", password), ("#verify", password)])
+
+
+@register("login-user")
+def login_user(env: MiniWobEnv) -> Action:
+    user, password = _quoted(env.goal)[:2]
+    return _fill_then_submit(env, [("#username", user), ("#password", password)])

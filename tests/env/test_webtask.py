@@ -1,0 +1,194 @@
+"""JSON web-task specs in real headless Chromium, served from a local http.server: every evaluator kind,
+the navigation allowlist (agent navigate and page-initiated), spec validation, file:// tasks."""
+
+import functools
+import http.server
+import json
+import re
+import threading
+
+import pytest
+
+from jaxwebrl.env.actions import Action, format_action
+from jaxwebrl.env.base import make_env
+from jaxwebrl.env.browser import Browser, BrowserConfig
+from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
+
+pytestmark = pytest.mark.browser
+VIEWPORT = (400, 300)
+
+INDEX = """<!doctype html><html><body style="margin:0">
+<button id="go" style="position:absolute;left:0;top:0;width:200px;height:100px"
+  onclick="document.getElementById('out').textContent='done'">Go</button>
+<a id="next" href="page2.html" style="position:absolute;left:200px;top:0;width:200px;height:100px;display:block">next</a>
+<input id="name" style="position:absolute;left:0;top:100px;width:200px;height:50px">
+<a id="away" href="http://127.0.0.2:9/evil.html"
+   style="position:absolute;left:200px;top:100px;width:200px;height:100px;display:block">away</a>
+<div id="out" style="position:absolute;left:0;top:200px">idle</div>
+</body></html>"""
+PAGE2 = "<!doctype html><html><body><h1>Second page</h1></body></html>"
+EVALUATOR_MODULE = '''
+def name_typed(ctx):
+    """A pluggable evaluator: succeeds once the name field holds ctx.args['name']."""
+    return ctx.run_js("return document.getElementById('name').value;") == ctx.args["name"]
+'''
+
+# 0..1000 coordinates over the 400 x 300 viewport
+GO = Action("click", x=250, y=166)
+NEXT = Action("click", x=750, y=166)
+NAME = Action("type", x=250, y=416, text="Ada")
+AWAY = Action("click", x=750, y=500)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    (root / "index.html").write_text(INDEX)
+    (root / "page2.html").write_text(PAGE2)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with Browser(BrowserConfig(viewport=VIEWPORT)) as b:
+        yield b
+
+
+def _env(site, browser, evaluator, **extra):
+    spec = {"task_id": "local/test", "start_url": f"{site[1]}/index.html", "goal": "do the thing",
+            "max_steps": 4, "difficulty": "easy", "evaluator": evaluator, "viewport": list(VIEWPORT), **extra}
+    return make_env(spec, browser=browser)
+
+
+def test_js_evaluator_succeeds_after_the_click(site, browser):
+    env = _env(site, browser, {"type": "js", "expression": "document.getElementById('out').textContent === 'done'"})
+    obs = env.reset(0)
+    assert obs.goal == "do the thing" and obs.screenshot.shape == (300, 400, 3)
+    assert obs.url.endswith("/index.html")
+    first = env.step(format_action(Action("wait", seconds=0.0)))
+    assert (first.reward, first.terminated, first.truncated) == (0.0, False, False)
+    res = env.step(format_action(GO))
+    assert (res.reward, res.terminated, res.info["success"]) == (1.0, True, True)
+    assert not (res.observation.screenshot == obs.screenshot).all()
+
+
+def test_url_match_evaluator_follows_a_link(site, browser):
+    env = _env(site, browser, {"type": "url_match", "pattern": "/page2.html", "mode": "contains"})
+    env.reset(0)
+    res = env.step(format_action(NEXT))
+    assert res.terminated and res.reward == 1.0 and res.observation.url.endswith("/page2.html")
+
+
+def test_text_match_evaluator_and_truncation(site, browser):
+    env = _env(site, browser, {"type": "text_match", "text": "DONE", "selector": "#out"}, max_steps=2)
+    env.reset(0)
+    res = env.step(format_action(NAME))  # typing alone does not satisfy the evaluator
+    assert not res.done and res.reward == 0.0
+    res = env.step(format_action(Action("scroll", direction="down", amount=100)))
+    assert res.truncated and not res.terminated and res.reward == 0.0
+    env.reset(1)
+    assert env.step(format_action(GO)).reward == 1.0  # case-insensitive by default
+
+
+def test_answer_match_evaluator_only_on_answer(site, browser):
+    env = _env(site, browser, {"type": "answer_match", "answer": "Second page", "mode": "exact"})
+    env.reset(0)
+    res = env.step(format_action(NEXT))
+    assert not res.done and res.reward == 0.0 and not res.info["evaluated"]
+    res = env.step(format_action(Action("answer", text="  second   PAGE ")))
+    assert res.terminated and res.reward == 1.0
+    env.reset(0)
+    res = env.step(format_action(Action("answer", text="first page")))
+    assert res.terminated and res.reward == 0.0
+
+
+def test_python_evaluator_by_dotted_name(site, browser, tmp_path, monkeypatch):
+    (tmp_path / "my_evaluators.py").write_text(EVALUATOR_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = _env(site, browser, {"type": "python", "function": "my_evaluators.name_typed", "args": {"name": "Ada"}})
+    env.reset(0)
+    res = env.step(format_action(NAME))
+    assert res.terminated and res.reward == 1.0
+    with pytest.raises(ValueError, match="cannot import"):
+        _env(site, browser, {"type": "python", "function": "no_such_module_xyz.fn"})
+    with pytest.raises(ValueError, match="not a function"):
+        _env(site, browser, {"type": "python", "function": "my_evaluators.missing"})
+
+
+def test_navigation_outside_allowlist_is_refused(site, browser):
+    env = _env(site, browser, {"type": "js", "expression": "false"}, max_steps=5)
+    env.reset(0)
+    # the agent's own navigate: refused before any request, fed back as an action error
+    res = env.step(format_action(Action("navigate", text="http://127.0.0.2:9/evil.html")))
+    assert "outside the task allowlist" in res.info["action_error"]
+    assert res.observation.url.endswith("/index.html") and not res.done
+    # a link on the page that leaves the allowlist: detected and undone
+    res = env.step(format_action(AWAY))
+    assert res.info["navigation_blocked"].startswith("http://127.0.0.2:9/")
+    assert res.observation.url.endswith("/index.html")
+    # navigation inside the allowlist works
+    res = env.step(format_action(Action("navigate", text=f"{site[1]}/page2.html")))
+    assert res.info["action_error"] is None and res.observation.url.endswith("/page2.html")
+    res = env.step(format_action(Action("go_back")))
+    assert res.observation.url.endswith("/index.html")
+
+
+def test_file_task_from_json_file_is_confined_to_its_folder(tmp_path, browser):
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    (task_dir / "index.html").write_text(INDEX)
+    (task_dir / "page2.html").write_text(PAGE2)
+    (tmp_path / "secret.html").write_text("<p>secret</p>")
+    spec = {"task_id": "file/test", "start_url": "index.html", "goal": "go to page 2", "max_steps": 3,
+            "difficulty": "easy", "viewport": list(VIEWPORT),
+            "evaluator": {"type": "text_match", "text": "Second page"}}
+    path = task_dir / "task.json"
+    path.write_text(json.dumps(spec))
+    env = make_env(str(path), browser=browser)
+    assert isinstance(env, WebTaskEnv) and env.max_steps == 3
+    obs = env.reset(0)
+    assert obs.url.startswith("file://") and obs.url.endswith("/index.html")
+    secret = "file://" + str(tmp_path / "secret.html")
+    res = env.step(format_action(Action("navigate", text=secret)))
+    assert "outside the task allowlist" in res.info["action_error"]
+    res = env.step(format_action(NEXT))
+    assert res.terminated and res.reward == 1.0
+
+
+@pytest.mark.parametrize(
+    "patch, message",
+    [
+        ({"colour": "red"}, "unknown keys"),
+        ({"goal": ""}, "'goal' must be a non-empty string"),
+        ({"max_steps": 0}, "'max_steps' must be a positive integer"),
+        ({"difficulty": "extreme"}, "'difficulty' must be one of"),
+        ({"evaluator": {"type": "vibes"}}, "type in"),
+        ({"evaluator": {"type": "js"}}, "needs ['expression']"),
+        ({"evaluator": {"type": "url_match", "pattern": "x", "mode": "fuzzy"}}, "mode must be one of"),
+        ({"evaluator": {"type": "js", "expression": "1", "extra": 1}}, "unknown keys ['extra']"),
+        ({"start_url": "ftp://example.org/"}, "http(s):// or file://"),
+        ({"viewport": [0, 10]}, "'viewport'"),
+        ({"allowlist": "http://x/*"}, "list of URL patterns"),
+    ],
+)
+def test_spec_validation_names_the_problem(patch, message):
+    spec = {"task_id": "t", "start_url": "http://127.0.0.1:1/", "goal": "g",
+            "evaluator": {"type": "js", "expression": "true"}, **patch}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        WebTaskSpec.from_dict(spec)
+
+
+def test_spec_validation_reports_missing_keys():
+    with pytest.raises(ValueError, match=r"missing \['goal'\]"):
+        WebTaskSpec.from_dict({"task_id": "t", "start_url": "http://127.0.0.1:1/", "evaluator": {"type": "js",
+                                                                                                "expression": "1"}})
