@@ -1,0 +1,26 @@
+"""Writer processes for the multi-process and crash tests (spawned: importable by module name)."""
+
+from __future__ import annotations
+
+from jaxwebrl.buffer import RingBuffer
+from tests.buffer.factory import make_episode
+
+KILL_SHAPE = (96, 128, 3)
+
+
+def append_seeds(path: str, seeds: list[int], num_steps: int) -> None:
+    """Appends make_episode(seed) for each seed, in order."""
+    buf = RingBuffer.open(path)
+    for seed in seeds:
+        buf.append(make_episode(seed, num_steps=num_steps, group_id=seed))
+
+
+def append_until_killed(path: str, first_seed: int, started, committed) -> None:
+    """Appends episodes first_seed, first_seed + 1, ... forever; `committed` counts returned appends."""
+    buf = RingBuffer.open(path)
+    started.set()
+    seed = first_seed
+    while True:
+        buf.append(make_episode(seed, num_steps=4, shape=KILL_SHAPE, group_id=seed))
+        committed.value += 1
+        seed += 1
