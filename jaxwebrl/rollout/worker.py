@@ -1,0 +1,381 @@
+"""The everlasting rollout worker: play episodes without pause and append each whole one to the ring buffer.
+
+One step: screenshot -> ``buffer.screenshots.put`` (pixels travel once) -> prompt with refs -> policy server
+-> memory + action parsed from the reply -> ``env.step`` -> ... until terminated/truncated; then the episode
+dict of docs/interfaces.md goes to ``buffer.append`` in one call. G episodes of one task instance (same
+task, same reset seed) share a ``group_id``. The worker never restarts between policy versions: it just
+keeps asking the server, whose replies carry the version of every token.
+
+Failures:
+- The environment breaks (``EnvFailure`` from reset/step, or a call that outlives ``step_timeout_s``): the
+  env is closed and rebuilt, and the partial episode is appended with ``env_failed=True`` (reward 0.0 as a
+  placeholder: the trainer excludes and counts env-failed episodes, it never scores them). It keeps its slot
+  in the group, so a group is always exactly G appended episodes (the trainer completes a group at its G-th).
+  A break before the first step leaves nothing to append: that slot is replayed (``max_env_retries``).
+- The policy server is unreachable or fails (``TransportError``): the partial episode is dropped (no env
+  fault, no data) and the worker retries after a pause; a wrong token (``TransportAuthError``) is fatal.
+- Malformed model output is an invalid action: counted, fed back in the next prompt, never a crash.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import secrets
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxwebrl.env.actions import parse_action
+from jaxwebrl.env.base import EnvFailure, EnvTimeout, make_env
+from jaxwebrl.env.memory import MemoryTracker, split_memory
+from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
+from jaxwebrl.rollout.transport import TransportAuthError, TransportError
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """tasks: env specs for ``make_env`` ("toy", "miniwob/click-test", a JSON task spec dict), sampled uniformly.
+    group_size: G episodes per task instance. env_options: keyword options for ``make_env``.
+    step_timeout_s: limit for each env reset/step (None: no limit). max_env_retries: env failures in a row
+    before the first step of one slot before the worker gives up (EnvGivenUp). max_open_envs: envs (browsers) kept open, least recently used
+    closed first. max_new_tokens / temperature / top_p: generation settings.
+    prompt: PromptConfig fields. server_retry_s: pause after a policy-server failure. seed: task sampling."""
+
+    tasks: tuple = ("toy",)
+    group_size: int = 8
+    env_options: dict = dataclasses.field(default_factory=dict)
+    step_timeout_s: float | None = 120.0
+    max_open_envs: int = 4
+    max_env_retries: int = 3
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    prompt: dict = dataclasses.field(default_factory=dict)
+    server_retry_s: float = 2.0
+    seed: int = 0
+
+    def __post_init__(self):
+        tasks = (self.tasks,) if isinstance(self.tasks, (str, dict)) else tuple(self.tasks)
+        object.__setattr__(self, "tasks", tasks)
+        if not tasks:
+            raise ValueError("WorkerConfig.tasks is empty: give at least one env spec, e.g. ['toy']")
+        if self.group_size < 1:
+            raise ValueError(f"WorkerConfig.group_size must be >= 1, got {self.group_size}")
+        if self.step_timeout_s is not None and self.step_timeout_s <= 0:
+            raise ValueError(f"WorkerConfig.step_timeout_s must be > 0 or None, got {self.step_timeout_s}")
+        if self.max_new_tokens < 1 or self.max_env_retries < 0 or self.max_open_envs < 1:
+            raise ValueError("WorkerConfig.max_new_tokens and max_open_envs must be >= 1, max_env_retries >= 0")
+        PromptConfig.from_dict(self.prompt)  # fail early on unknown prompt options
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "WorkerConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown worker option(s) {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(dataclasses.asdict(self), tasks=list(self.tasks))
+
+
+@dataclasses.dataclass
+class WorkerStats:
+    """Counters of one worker since it started (all plain ints/floats, JSON-able).
+
+    *_s fields: seconds spent in env calls, policy generation, buffer writes, and in total inside episodes;
+    ``total_s - env_s - generate_s`` is the worker's own overhead (prompting, parsing, assembly)."""
+
+    episodes: int = 0
+    steps: int = 0
+    successes: int = 0
+    env_failures: int = 0
+    dropped_episodes: int = 0
+    invalid_actions: int = 0
+    server_errors: int = 0
+    env_s: float = 0.0
+    generate_s: float = 0.0
+    buffer_s: float = 0.0
+    total_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class _EpisodeDropped(Exception):
+    """The episode cannot be finished for a reason outside the env (stop requested, policy server down)."""
+
+
+class EnvRunner:
+    """One environment plus the one thread that makes every call into it.
+
+    Browsers die with the thread that launched them (chromedriver gets PR_SET_PDEATHSIG, which follows the
+    launching *thread*), so all calls of an env run on one long-lived thread; ``call`` waits at most
+    ``timeout_s`` and raises EnvTimeout otherwise. After a timeout or a failure the runner is closed: the env
+    is closed (killing its browser, which also frees the hung thread) and a new runner is made next time.
+    """
+
+    def __init__(self, factory: Callable[[], Any], timeout_s: float | None, name: str):
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"env:{name}")
+        self.timeout_s = timeout_s
+        self.name = name
+        self.env = None
+        try:
+            self.env = self.call(factory, "create")
+        except BaseException:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            raise
+
+    def call(self, fn: Callable[[], Any], what: str) -> Any:
+        future = self._executor.submit(fn)
+        try:
+            return future.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise EnvTimeout(f"{self.name}: {what} did not return within {self.timeout_s:g} s "
+                             "(hung browser or page)") from None
+
+    def close(self) -> None:
+        """Close the env (never raises) and let the thread go."""
+        env, self.env = self.env, None
+        if env is not None:
+            try:
+                env.close()
+            except Exception:  # close must not stop the worker; the env is gone either way
+                log.exception("closing env %s failed", self.name)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class RolloutWorker:
+    """Plays groups of episodes forever (``run``) or one at a time (``run_group``).
+
+    client: has ``generate(messages, image_refs, *, max_new_tokens, temperature, top_p) -> Generation``.
+    buffer: has ``screenshots.put(image) -> ref`` and ``append(episode) -> episode_id`` (a RingBuffer).
+    env_factory: spec -> Env (default ``make_env`` with ``config.env_options``).
+    """
+
+    def __init__(self, config: WorkerConfig, client, buffer, *, worker_id: int = 0,
+                 env_factory: Callable[[Any], Any] | None = None):
+        self.config = config
+        self.prompt_config = PromptConfig.from_dict(config.prompt)
+        self.client = client
+        self.buffer = buffer
+        self.worker_id = int(worker_id)
+        self.stats = WorkerStats()
+        self._env_factory = env_factory or (lambda spec: make_env(spec, **config.env_options))
+        self._runners: collections.OrderedDict[str, EnvRunner] = collections.OrderedDict()
+        self._rng = np.random.default_rng([config.seed, self.worker_id])
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+    def stop(self) -> None:
+        """Ask ``run`` to return; an unfinished episode is dropped."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Close every environment (browsers included)."""
+        while self._runners:
+            self._runners.popitem()[1].close()
+
+    def run(self, max_groups: int | None = None) -> WorkerStats:
+        """Play groups until ``stop()`` (or ``max_groups``); returns the stats."""
+        groups = 0
+        while not self._stop.is_set() and (max_groups is None or groups < max_groups):
+            task = self.config.tasks[int(self._rng.integers(len(self.config.tasks)))]
+            self.run_group(task, int(self._rng.integers(2**31 - 1)))
+            groups += 1
+        return self.stats
+
+    def run_group(self, task: Any, instance_seed: int, group_id: int | None = None) -> list[int]:
+        """G episodes of one task instance, appended one by one; returns their buffer episode ids.
+
+        Exactly G episodes are appended per group (the trainer completes a group at its G-th episode): an
+        env-failed episode keeps its slot, flagged. Only an env that breaks before the first step (nothing to
+        append) has its slot played again, at most ``max_env_retries`` times; then EnvGivenUp is raised.
+        """
+        group_id = secrets.randbits(62) if group_id is None else int(group_id)
+        episode_ids: list[int] = []
+        empty_failures = 0
+        while len(episode_ids) < self.config.group_size and not self._stop.is_set():
+            try:
+                episode = self.run_episode(task, instance_seed, group_id)
+            except _EpisodeDropped:
+                continue
+            if episode is None:
+                empty_failures += 1
+                if empty_failures > self.config.max_env_retries:
+                    raise EnvGivenUp(f"{_task_name(task)} failed {empty_failures} times in a row before its first "
+                                     "step; check the browser installation (python -m jaxwebrl.env.check)")
+                continue
+            empty_failures = 0
+            episode_ids.append(self._append(episode))
+        return episode_ids
+
+    # ------------------------------------------------------------------ one episode
+    def run_episode(self, task: Any, seed: int, group_id: int) -> dict | None:
+        """One episode as a buffer episode dict (not yet appended); None when the env broke before step 0.
+
+        Raises _EpisodeDropped when stopped or when the policy server failed.
+        """
+        start = time.perf_counter()
+        steps: list[dict] = []
+        history: list[StepRecord] = []
+        tracker = MemoryTracker()
+        reward, terminated, truncated, env_failed = 0.0, False, False, False
+        failure = None
+        try:
+            runner = self._runner(task)
+            env = runner.env
+            obs = self._env_call(runner, lambda: env.reset(seed), "reset")
+            previous = None
+            while True:
+                if self._stop.is_set():
+                    raise _EpisodeDropped("stop requested")
+                step = self._play_step(runner, obs, previous, history, tracker)
+                steps.append(step)
+                result = step.pop("result")
+                previous = obs.screenshot
+                if result.terminated or result.truncated or len(steps) >= env.max_steps:
+                    reward, terminated = float(result.reward), bool(result.terminated)
+                    truncated = bool(result.truncated) or not terminated
+                    break
+                obs = result.observation
+        except (EnvFailure, _EnvBroken) as exc:
+            env_failed, failure = True, f"{type(exc).__name__}: {exc}"
+            self._discard_runner(task)
+            self.stats.env_failures += 1
+            log.warning("worker %d: env failure on %s (%s); env restarted", self.worker_id, _task_name(task), failure)
+        finally:
+            self.stats.total_s += time.perf_counter() - start
+        if not steps:
+            return None
+        self.stats.steps += len(steps)
+        if not env_failed:
+            self.stats.successes += int(reward > 0)
+        return self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed, failure)
+
+    def _play_step(self, runner: EnvRunner, obs, previous, history, tracker) -> dict:
+        env = runner.env
+        t0 = time.perf_counter()
+        ref = int(self.buffer.screenshots.put(obs.screenshot))
+        t1 = time.perf_counter()
+        prompt = build_prompt(obs.goal, history, ref, tracker.memory, self.prompt_config, max_steps=env.max_steps)
+        try:
+            generation = self.client.generate(prompt.messages, prompt.image_refs,
+                                              max_new_tokens=self.config.max_new_tokens,
+                                              temperature=self.config.temperature, top_p=self.config.top_p)
+        except TransportAuthError:
+            raise
+        except TransportError as exc:
+            self.stats.server_errors += 1
+            log.warning("worker %d: policy server failed (%s); retrying in %g s",
+                        self.worker_id, exc, self.config.server_retry_s)
+            self._stop.wait(self.config.server_retry_s)
+            raise _EpisodeDropped(str(exc)) from exc
+        t2 = time.perf_counter()
+        memory_stats = tracker.update(generation.text)
+        _, action_text = split_memory(generation.text)
+        action = parse_action(action_text)
+        result = self._env_call(runner, lambda: env.step(action), "step")
+        t3 = time.perf_counter()
+        invalid = (not action.is_valid) or bool(result.info.get("invalid_action", False))
+        error = action.error if not action.is_valid else result.info.get("action_error")
+        self.stats.invalid_actions += int(invalid)
+        feedback = None
+        if invalid:
+            feedback = f"invalid action: {error}"
+        elif error:
+            feedback = str(error)
+        history.append(StepRecord(ref, generation.text, summarize_action(action), feedback))
+        self.stats.buffer_s += t1 - t0
+        self.stats.generate_s += t2 - t1
+        return {"generation": generation, "image_refs": prompt.image_refs,
+                "changed": previous is None or not np.array_equal(previous, obs.screenshot),
+                "memory": memory_stats, "invalid": invalid, "result": result}
+
+    def _assemble(self, task_id, seed, group_id, steps, reward, terminated, truncated, env_failed, failure) -> dict:
+        S, K = len(steps), self.prompt_config.max_images
+        refs = np.full((S, K), -1, np.int64)
+        for j, step in enumerate(steps):
+            refs[j, : len(step["image_refs"])] = step["image_refs"]
+        generations = [s["generation"] for s in steps]
+        info = {"worker_id": self.worker_id, "instance_seed": int(seed),
+                "invalid_actions": [bool(s["invalid"]) for s in steps], "env_failure": failure}
+        return {
+            "input_ids": [g.input_ids for g in generations],
+            "loss_mask": [g.loss_mask for g in generations],
+            "behave_logprobs": [g.behave_logprobs for g in generations],
+            "versions": [g.versions for g in generations],
+            "screenshot_refs": refs,
+            "screenshot_changed": np.array([s["changed"] for s in steps], bool),
+            "step_index": np.arange(S, dtype=np.int32),
+            "num_steps": np.full(S, S, np.int32),
+            "group_id": np.int64(group_id),
+            "task_id": task_id,
+            "reward": np.float32(0.0 if env_failed else reward),
+            "terminated": bool(terminated and not env_failed),
+            "truncated": bool(truncated or env_failed),
+            "env_failed": bool(env_failed),
+            "memory_chars": np.array([s["memory"].chars for s in steps], np.int32),
+            "memory_keys": np.array([s["memory"].keys for s in steps], np.int32),
+            "memory_generic_frac": np.array([s["memory"].generic_frac for s in steps], np.float32),
+            "info": json.loads(json.dumps(info)),
+        }
+
+    def _append(self, episode: dict) -> int:
+        t0 = time.perf_counter()
+        episode_id = int(self.buffer.append(episode))
+        self.stats.buffer_s += time.perf_counter() - t0
+        self.stats.episodes += 1
+        return episode_id
+
+    # ------------------------------------------------------------------ environments
+    def _runner(self, task: Any) -> EnvRunner:
+        key = _task_name(task)
+        runner = self._runners.pop(key, None)
+        if runner is None:
+            while len(self._runners) >= self.config.max_open_envs:
+                _, oldest = self._runners.popitem(last=False)
+                oldest.close()
+            runner = EnvRunner(lambda: self._env_factory(task), self.config.step_timeout_s, key)
+        self._runners[key] = runner  # most recently used last
+        return runner
+
+    def _discard_runner(self, task: Any) -> None:
+        runner = self._runners.pop(_task_name(task), None)
+        if runner is not None:
+            runner.close()
+
+    def _env_call(self, runner: EnvRunner, fn, what: str):
+        t0 = time.perf_counter()
+        try:
+            return runner.call(fn, what)
+        except EnvFailure:
+            raise
+        except Exception as exc:  # an env bug (not a task-level problem) breaks the episode, not the worker
+            raise _EnvBroken(f"{what} raised {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.stats.env_s += time.perf_counter() - t0
+
+
+class EnvGivenUp(RuntimeError):
+    """The environment keeps breaking before any step: the worker cannot make progress."""
+
+
+class _EnvBroken(Exception):
+    """An env call raised something other than EnvFailure: handled like an env failure."""
+
+
+def _task_name(task: Any) -> str:
+    if isinstance(task, str):
+        return task
+    if isinstance(task, dict):
+        return str(task.get("task_id") or json.dumps(task, sort_keys=True))
+    return repr(task)

@@ -1,0 +1,201 @@
+"""Rollout worker on the toy env with the scripted backend, writing into a real TensorStore RingBuffer."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.env import toy
+from jaxwebrl.env.actions import parse_action
+from jaxwebrl.env.base import BrowserCrashed
+from jaxwebrl.env.memory import memory_stats, parse_memory, split_memory
+from jaxwebrl.models.processor import tiny_processor
+from jaxwebrl.rollout.client import InProcessClient
+from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder, toy_oracle_responder
+from jaxwebrl.rollout.transport import TransportError
+from jaxwebrl.rollout.worker import EnvGivenUp, RolloutWorker, WorkerConfig
+
+PROCESSOR = tiny_processor()
+
+
+def make_buffer(tmp_path, window=1):
+    return RingBuffer.create(str(tmp_path / "buf"), capacity_steps=256, max_seq_len=1024,
+                             screenshot_shape=(64, 64, 3), max_images_per_step=window + 1)
+
+
+def make_worker(buffer, responder, *, group_size=4, env_factory=None, client=None, **config):
+    backend = ScriptedBackend(responder, processor=PROCESSOR, fetch_image=buffer.screenshots.get, version=3, seed=1)
+    config = WorkerConfig(tasks=("toy",), group_size=group_size, max_new_tokens=64, prompt={"window": 1}, **config)
+    worker = RolloutWorker(config, client or InProcessClient(backend), buffer, env_factory=env_factory)
+    return worker, backend
+
+
+def replay(episode):
+    """Decode each step's policy tokens, re-play the parsed actions in a fresh ToyEnv, compare everything."""
+    env = toy.ToyEnv()
+    obs = env.reset(episode["info"]["instance_seed"])
+    for j in range(len(episode["input_ids"])):
+        ids, mask = episode["input_ids"][j], episode["loss_mask"][j].astype(bool)
+        text = PROCESSOR.decode(ids[mask], skip_special_tokens=True)
+        np.testing.assert_array_equal(
+            episode["_buffer"].screenshots.get(int(episode["screenshot_refs"][j][(episode["screenshot_refs"][j] >= 0)][-1])),
+            obs.screenshot)
+        stats = memory_stats(parse_memory(text))
+        assert (episode["memory_chars"][j], episode["memory_keys"][j]) == (stats.chars, stats.keys)
+        result = env.step(parse_action(split_memory(text)[1]))
+        obs = result.observation
+    assert result.terminated and float(episode["reward"][-1]) == result.reward
+    return result.reward
+
+
+def test_worker_writes_consistent_groups_into_the_ring_buffer(tmp_path):
+    buffer = make_buffer(tmp_path)
+    worker, _ = make_worker(buffer, toy_oracle_responder(epsilon=0.6))
+    worker.run(max_groups=3)
+    episodes, _ = buffer.read(group_size=4)
+    assert len(episodes) == 12 and worker.stats.episodes == 12
+    groups = {}
+    for episode in episodes:
+        groups.setdefault(episode["group_id"], []).append(episode)
+        assert episode["task_id"] == "toy" and not episode["env_failed"].any()
+        assert list(episode["step_index"]) == [0, 1, 2] and set(episode["num_steps"]) == {3}
+        assert episode["terminated"][-1] and not episode["truncated"].any()
+        assert episode["screenshot_changed"].all()  # every toy press changes the picture
+        refs = episode["screenshot_refs"]
+        assert refs.shape == (3, 2) and refs[0, 1] == -1 and (refs[1:] >= 0).all()
+        assert refs[1, 0] == refs[0, 0] and refs[2, 0] == refs[1, 1]  # the window slides over step refs
+        for versions, mask in zip(episode["versions"], episode["loss_mask"]):
+            assert set(versions[mask == 1]) == {3} and set(versions[mask == 0]) == {-1}
+        episode["_buffer"] = buffer
+        assert replay(episode) == float(episode["reward"][-1])
+    assert len(groups) == 3 and all(len(g) == 4 for g in groups.values())
+    for members in groups.values():  # G episodes of one task instance
+        assert len({m["info"]["instance_seed"] for m in members}) == 1
+    rewards = [float(e["reward"][-1]) for e in episodes]
+    assert 0 < sum(rewards) < 12  # epsilon-oracle: some succeed, some fail
+    assert worker.stats.successes == sum(rewards) and worker.stats.steps == 36
+
+
+def test_invalid_actions_are_counted_and_fed_back(tmp_path):
+    buffer = make_buffer(tmp_path)
+    worker, _ = make_worker(buffer, random_choice_responder(["I refuse to click", toy.ACTION_TEXTS[0]]),
+                            group_size=2)
+    worker.run(max_groups=2)
+    episodes, _ = buffer.read()
+    flags = [flag for e in episodes for flag in e["info"]["invalid_actions"]]
+    assert worker.stats.invalid_actions == sum(flags) > 0
+    fed_back = 0
+    for episode in episodes:
+        for j in range(1, 3):
+            if episode["info"]["invalid_actions"][j - 1]:
+                prompt = PROCESSOR.decode(episode["input_ids"][j][episode["loss_mask"][j] == 0])
+                assert "Feedback: invalid action: no action found" in prompt
+                fed_back += 1
+        assert float(episode["reward"][-1]) == 0.0 or not any(episode["info"]["invalid_actions"])
+    assert fed_back > 0
+
+
+class FlakyToy(toy.ToyEnv):
+    """ToyEnv whose `fail_on`-th step call (counted over the env's life) crashes or hangs."""
+
+    created = 0
+
+    def __init__(self, fail_on, mode):
+        super().__init__()
+        type(self).created += 1
+        self.calls, self.fail_on, self.mode = 0, fail_on, mode
+        self.closed = threading.Event()
+
+    def step(self, action):
+        self.calls += 1
+        if self.calls == self.fail_on:
+            if self.mode == "crash":
+                raise BrowserCrashed("chromium was killed")
+            self.closed.wait(30)  # hang until the worker gives up and closes us
+            raise BrowserCrashed("closed while hung")
+        return super().step(action)
+
+    def close(self):
+        self.closed.set()
+        super().close()
+
+
+@pytest.mark.parametrize("mode", ["crash", "hang"])
+def test_env_failure_is_flagged_env_restarted_and_the_group_stays_whole(tmp_path, mode):
+    buffer = make_buffer(tmp_path)
+    FlakyToy.created = 0
+    worker, _ = make_worker(buffer, toy_oracle_responder(), group_size=3, step_timeout_s=0.5,
+                            env_factory=lambda spec: FlakyToy(fail_on=5, mode=mode))
+    worker.run(max_groups=1)
+    episodes, _ = buffer.read(group_size=3)
+    assert len(episodes) == 3 and len({e["group_id"] for e in episodes}) == 1
+    failed = [e for e in episodes if e["env_failed"].any()]
+    assert len(failed) == 1 and worker.stats.env_failures == 1
+    bad = failed[0]
+    assert len(bad["input_ids"]) == 1  # step 1 of episode 2 ran, its step 2 broke (and is not kept)
+    assert bad["truncated"][-1] and not bad["terminated"].any() and float(bad["reward"][-1]) == 0.0
+    assert ("BrowserCrashed" if mode == "crash" else "EnvTimeout") in bad["info"]["env_failure"]
+    assert FlakyToy.created == 2  # a fresh env after the failure
+    healthy = [e for e in episodes if not e["env_failed"].any()]
+    assert all(float(e["reward"][-1]) == 1.0 for e in healthy)  # the oracle solves every healthy one
+
+
+def test_an_env_that_breaks_at_reset_is_replayed_then_given_up(tmp_path):
+    buffer = make_buffer(tmp_path)
+
+    class BrokenAtReset(toy.ToyEnv):
+        def reset(self, seed):
+            raise BrowserCrashed("no browser")
+
+    worker, _ = make_worker(buffer, toy_oracle_responder(), env_factory=lambda spec: BrokenAtReset(),
+                            max_env_retries=2)
+    with pytest.raises(EnvGivenUp, match="failed 3 times in a row before its first step"):
+        worker.run(max_groups=1)
+    assert worker.stats.env_failures == 3 and buffer.read().episodes == []
+
+
+def test_policy_server_failures_drop_the_partial_episode_and_retry(tmp_path):
+    buffer = make_buffer(tmp_path)
+    backend = ScriptedBackend(toy_oracle_responder(), processor=PROCESSOR, fetch_image=buffer.screenshots.get)
+    inner = InProcessClient(backend)
+
+    class FlakyServer:
+        calls = 0
+
+        def generate(self, *args, **kwargs):
+            FlakyServer.calls += 1
+            if FlakyServer.calls in (2, 3):
+                raise TransportError("policy server restarting")
+            return inner.generate(*args, **kwargs)
+
+    worker, _ = make_worker(buffer, toy_oracle_responder(), group_size=2, client=FlakyServer(), server_retry_s=0.01)
+    worker.run(max_groups=1)
+    episodes, _ = buffer.read()
+    assert len(episodes) == 2 and worker.stats.server_errors == 2
+    assert all(len(e["input_ids"]) == 3 and float(e["reward"][-1]) == 1.0 for e in episodes)
+
+
+def test_stop_ends_run_between_steps_without_appending_a_partial_episode(tmp_path):
+    buffer = make_buffer(tmp_path)
+    worker, backend = make_worker(buffer, toy_oracle_responder(), group_size=2)
+    backend.delay_s = 0.05
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    time.sleep(0.4)
+    worker.stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    episodes, _ = buffer.read()
+    assert all(len(e["input_ids"]) == 3 for e in episodes)
+    worker.close()
+
+
+def test_bad_worker_config_is_refused():
+    with pytest.raises(ValueError, match="unknown worker option"):
+        WorkerConfig.from_dict({"taks": ["toy"]})
+    with pytest.raises(ValueError, match="unknown prompt option"):
+        WorkerConfig(prompt={"widnow": 2})
+    with pytest.raises(ValueError, match="tasks is empty"):
+        WorkerConfig(tasks=())
