@@ -1,0 +1,328 @@
+"""A supervised pool of rollout worker processes (spawn context, JSON configuration, no orphans).
+
+    spec = {"worker": WorkerConfig fields, "buffer": {"path": DIR},
+            "policy": {"kind": "remote", "address": "tcp://127.0.0.1:5555", "token": TOKEN}
+                   or {"kind": "scripted", "responder": "toy_oracle", ...}   # test / diagnostic backend
+            "stats_dir": DIR (optional: each worker writes worker_<id>.json after every group)}
+    with WorkerPool(spec, num_workers=4) as pool:
+        ...                                   # workers play and append episodes to the ring buffer
+
+Supervision: a monitor thread restarts a worker that dies (immediately after a long life, with a growing pause
+when it keeps dying young); a worker that exits with EXIT_FATAL (wrong token, bad configuration) is not
+restarted and ``raise_if_failed`` reports why.
+
+No orphans: each worker leads its own process group and asks the kernel for SIGTERM when the pool's thread
+that started it dies (PR_SET_PDEATHSIG), so a crashed parent takes its workers along; a worker closes its
+browsers on SIGTERM. The monitor also records every descendant of every worker (chromedriver, Chromium) and
+kills those left behind by a worker that died or did not stop within the grace period.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
+PR_SET_PDEATHSIG = 1
+
+
+class WorkerPool:
+    """N supervised worker processes (see module docstring).
+
+    spec: JSON-able dict (checked by a JSON round trip). grace_s: time a worker gets to stop after SIGTERM.
+    poll_s: supervision period. min_uptime_s / max_backoff_s: crash-loop pause policy.
+    """
+
+    def __init__(self, spec: dict[str, Any], num_workers: int, *, grace_s: float = 10.0, poll_s: float = 0.2,
+                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0):
+        if int(num_workers) < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        try:
+            self._spec_json = json.dumps(spec)
+        except TypeError as exc:
+            raise TypeError(f"worker pool spec must be JSON-able (no objects, it crosses processes): {exc}") from None
+        _check_spec(json.loads(self._spec_json))
+        self.num_workers = int(num_workers)
+        self.grace_s, self.poll_s = float(grace_s), float(poll_s)
+        self.min_uptime_s, self.max_backoff_s = float(min_uptime_s), float(max_backoff_s)
+        self._context = multiprocessing.get_context("spawn")
+        self._procs: list[Any] = [None] * self.num_workers
+        self._started_at = [0.0] * self.num_workers
+        self._incarnation = [0] * self.num_workers
+        self._backoff = [0.0] * self.num_workers
+        self._next_start = [0.0] * self.num_workers
+        self._descendants: dict[int, dict[int, float]] = {}  # worker pid -> {descendant pid: create_time}
+        self.restarts = 0
+        self.fatal: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._monitor: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ public
+    def start(self) -> "WorkerPool":
+        if self._monitor is not None:
+            raise RuntimeError("WorkerPool already started")
+        started = threading.Event()
+        self._monitor = threading.Thread(target=self._supervise, args=(started,), name="worker-pool", daemon=True)
+        self._monitor.start()
+        started.wait()
+        return self
+
+    @property
+    def pids(self) -> list[int | None]:
+        with self._lock:
+            return [p.pid if p is not None and p.is_alive() else None for p in self._procs]
+
+    def alive(self) -> int:
+        return sum(pid is not None for pid in self.pids)
+
+    def raise_if_failed(self) -> None:
+        """RuntimeError naming the workers that exited with a fatal error (they are not restarted)."""
+        if self.fatal:
+            details = "; ".join(f"worker {w}: {why}" for w, why in sorted(self.fatal.items()))
+            raise RuntimeError(f"rollout workers stopped for good: {details}")
+
+    def close(self) -> None:
+        """SIGTERM every worker, SIGKILL what is left after ``grace_s``, kill leftover browsers. Idempotent."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        if self._monitor is not None:
+            self._monitor.join()
+
+    def __enter__(self) -> "WorkerPool":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ supervision (monitor thread)
+    def _supervise(self, started: threading.Event) -> None:
+        # Workers are started from this thread so their PR_SET_PDEATHSIG follows its life: it ends in close().
+        try:
+            for worker_id in range(self.num_workers):
+                self._start_worker(worker_id)
+        finally:
+            started.set()
+        while not self._closing.wait(self.poll_s):
+            for worker_id in range(self.num_workers):
+                self._check_worker(worker_id)
+        self._stop_all()
+
+    def _start_worker(self, worker_id: int) -> None:
+        proc = self._context.Process(
+            target=worker_process_main,
+            args=(self._spec_json, worker_id, self._incarnation[worker_id], os.getpid()),
+            name=f"rollout-worker-{worker_id}", daemon=False)
+        proc.start()
+        with self._lock:
+            self._procs[worker_id] = proc
+        self._started_at[worker_id] = time.monotonic()
+        self._descendants[proc.pid] = {}
+
+    def _check_worker(self, worker_id: int) -> None:
+        proc = self._procs[worker_id]
+        if proc is None:
+            if worker_id not in self.fatal and time.monotonic() >= self._next_start[worker_id]:
+                self._incarnation[worker_id] += 1
+                self.restarts += 1
+                self._start_worker(worker_id)
+            return
+        if proc.is_alive():
+            self._record_descendants(proc.pid)
+            return
+        code = proc.exitcode
+        self._kill_leftovers(proc.pid)
+        with self._lock:
+            self._procs[worker_id] = None
+        if code == EXIT_FATAL:
+            self.fatal[worker_id] = f"exited with a fatal error (code {code}); see its log above"
+            log.error("worker %d exited with a fatal error; not restarting it", worker_id)
+            return
+        lived = time.monotonic() - self._started_at[worker_id]
+        if lived < self.min_uptime_s:
+            self._backoff[worker_id] = min(self.max_backoff_s, max(0.5, 2 * self._backoff[worker_id]))
+        else:
+            self._backoff[worker_id] = 0.0
+        self._next_start[worker_id] = time.monotonic() + self._backoff[worker_id]
+        log.warning("worker %d (pid %d) died with exit code %s after %.1f s; restarting in %.1f s",
+                    worker_id, proc.pid, code, lived, self._backoff[worker_id])
+
+    def _record_descendants(self, pid: int) -> None:
+        known = self._descendants.setdefault(pid, {})
+        try:
+            for child in psutil.Process(pid).children(recursive=True):
+                known.setdefault(child.pid, child.create_time())
+        except psutil.Error:
+            pass
+
+    def _kill_leftovers(self, pid: int) -> None:
+        """Kill the worker's process group and every recorded descendant that is still the same process."""
+        self._record_descendants(pid)
+        for target, created in self._descendants.pop(pid, {}).items():
+            try:
+                process = psutil.Process(target)
+                if abs(process.create_time() - created) < 1e-3:
+                    process.kill()
+            except psutil.Error:
+                pass
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _stop_all(self) -> None:
+        procs = [p for p in self._procs if p is not None]
+        for proc in procs:
+            if proc.is_alive():
+                self._record_descendants(proc.pid)
+                try:
+                    os.kill(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + self.grace_s
+        for proc in procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in procs:
+            if proc.is_alive():
+                log.warning("worker pid %d did not stop within %.1f s; killing it", proc.pid, self.grace_s)
+                proc.kill()
+                proc.join(timeout=5)
+            self._kill_leftovers(proc.pid)
+        with self._lock:
+            self._procs = [None] * self.num_workers
+
+
+def _check_spec(spec: dict) -> None:
+    """Fail in the parent, with a clear message, on what would make every worker die at start."""
+    from jaxwebrl.rollout.worker import WorkerConfig
+
+    for key in ("worker", "policy", "buffer"):
+        if key not in spec:
+            raise ValueError(f"worker pool spec lacks {key!r}: give 'worker' (WorkerConfig fields), "
+                             "'policy' ({'kind': 'remote'|'scripted', ...}) and 'buffer' ({'path': DIR})")
+    unknown = set(spec) - {"worker", "policy", "buffer", "stats_dir"}
+    if unknown:
+        raise ValueError(f"unknown worker pool spec key(s) {sorted(unknown)}")
+    WorkerConfig.from_dict(spec["worker"])
+    kind = spec["policy"].get("kind")
+    if kind == "remote":
+        missing = {"address", "token"} - set(spec["policy"])
+        if missing:
+            raise ValueError(f"remote policy spec lacks {sorted(missing)}")
+    elif kind != "scripted":
+        raise ValueError(f"policy kind must be 'remote' or 'scripted', got {kind!r}")
+    if "path" not in spec["buffer"]:
+        raise ValueError("buffer spec lacks 'path' (the ring buffer made by RingBuffer.create)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worker process side
+
+
+def build_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0):
+    """(RolloutWorker, client) from a pool spec, in this process; also used by Ray actors and launch/rollout.py."""
+    from jaxwebrl.buffer import RingBuffer
+    from jaxwebrl.rollout.client import InProcessClient, PolicyClient
+    from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
+
+    config = WorkerConfig.from_dict(dict(spec["worker"], seed=int(spec["worker"].get("seed", 0)) * 1000003
+                                         + incarnation))
+    buffer = RingBuffer.open(spec["buffer"]["path"])
+    policy = dict(spec["policy"])
+    kind = policy.pop("kind")
+    if kind == "remote":
+        client = PolicyClient(policy["address"], token=policy["token"], timeout_s=policy.get("timeout_s", 600.0))
+    else:
+        from jaxwebrl.rollout.scripted import ScriptedBackend
+
+        client = InProcessClient(ScriptedBackend.from_config(policy, fetch_image=buffer.screenshots.get))
+    return RolloutWorker(config, client, buffer, worker_id=worker_id), client
+
+
+def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent_pid: int) -> None:
+    """Entry point of a worker process: own process group, die with the parent, close browsers on SIGTERM."""
+    os.setsid()
+    _set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(0)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s worker-{worker_id} %(levelname)s %(name)s: %(message)s")
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    spec = json.loads(spec_json)
+    from jaxwebrl.rollout.transport import TransportAuthError
+
+    worker = client = None
+    try:
+        try:
+            worker, client = build_worker(spec, worker_id, incarnation)
+        except (ValueError, OSError) as exc:  # bad configuration, missing buffer: restarting cannot help
+            logging.getLogger(__name__).error("worker %d cannot start: %s", worker_id, exc)
+            _close_quietly(worker, client)
+            os._exit(EXIT_FATAL)
+        stats_dir = spec.get("stats_dir")
+        while True:
+            worker.run(max_groups=1)
+            if stats_dir:
+                _write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
+    except TransportAuthError as exc:
+        logging.getLogger(__name__).error("worker %d stops for good: %s", worker_id, exc)
+        _close_quietly(worker, client)
+        os._exit(EXIT_FATAL)
+    finally:
+        _close_quietly(worker, client)
+
+
+def _close_quietly(worker, client) -> None:
+    for thing in (worker, client):
+        if thing is not None:
+            try:
+                thing.close()
+            except Exception:  # shutting down: nothing left to protect
+                pass
+
+
+def _write_stats(stats_dir: str, worker_id: int, incarnation: int, stats: dict) -> None:
+    os.makedirs(stats_dir, exist_ok=True)
+    path = os.path.join(stats_dir, f"worker_{worker_id}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(dict(stats, worker_id=worker_id, incarnation=incarnation, pid=os.getpid()), f)
+    os.replace(path + ".tmp", path)
+
+
+def read_stats(stats_dir: str) -> list[dict]:
+    """The latest stats JSON of every worker that wrote one (see the ``stats_dir`` spec key)."""
+    if not os.path.isdir(stats_dir):
+        return []
+    out = []
+    for name in sorted(os.listdir(stats_dir)):
+        if name.startswith("worker_") and name.endswith(".json"):
+            with open(os.path.join(stats_dir, name)) as f:
+                out.append(json.load(f))
+    return out
+
+
+def _set_parent_death_signal(sig: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig))
+    except (OSError, AttributeError):  # not Linux: the monitor's cleanup still applies
+        pass

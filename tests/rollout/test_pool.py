@@ -1,0 +1,128 @@
+"""Worker pool supervision: spawned workers write episodes, a SIGKILLed worker is replaced, shutdown and a
+crashed parent leave no process behind, fatal errors are reported instead of restarted forever."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.rollout.pool import EXIT_FATAL, WorkerPool, read_stats
+from jaxwebrl.rollout.transport import TransportServer, new_token
+
+
+def wait_for(predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def toy_spec(tmp_path, **policy):
+    path = str(tmp_path / "buf")
+    if not os.path.exists(path):
+        RingBuffer.create(path, capacity_steps=512, max_seq_len=1024, screenshot_shape=(64, 64, 3),
+                          max_images_per_step=2)
+    return {"worker": {"tasks": ["toy"], "group_size": 2, "max_new_tokens": 64, "prompt": {"window": 1}},
+            "policy": policy or {"kind": "scripted", "responder": "toy_oracle", "epsilon": 0.5},
+            "buffer": {"path": path}, "stats_dir": str(tmp_path / "stats")}
+
+
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_killed_worker_is_replaced_and_close_leaves_no_process(tmp_path):
+    spec = toy_spec(tmp_path)
+    buffer = RingBuffer.open(spec["buffer"]["path"])
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    with WorkerPool(spec, num_workers=2, grace_s=10) as pool:
+        wait_for(lambda: len(read_stats(spec["stats_dir"])) == 2, 120, "both workers to finish a group")
+        first = pool.pids
+        assert all(first) and len(set(first)) == 2
+        os.kill(first[0], signal.SIGKILL)
+        replaced = wait_for(lambda: (pool.pids[0] not in (None, first[0])) and pool.pids[0], 60, "a new worker 0")
+        assert pool.pids[1] == first[1] and pool.restarts == 1
+        wait_for(lambda: any(s["worker_id"] == 0 and s["incarnation"] == 1 for s in read_stats(spec["stats_dir"])),
+                 120, "the replacement to append a group")
+        spawned = {first[0], first[1], replaced}
+    assert not any(alive(pid) for pid in spawned)
+    leftovers = [p for p in me.children(recursive=True) if p.pid not in before and alive(p.pid)
+                 and "resource_tracker" not in " ".join(p.cmdline())]
+    assert leftovers == []
+    episodes, _ = buffer.read()
+    assert len(episodes) >= 6 and all(len(e["input_ids"]) == 3 for e in episodes)
+    per_group = {}
+    for e in episodes:
+        per_group.setdefault(e["group_id"], 0)
+        per_group[e["group_id"]] += 1
+    assert max(per_group.values()) <= 2  # a group never gets more than G episodes, even across a kill
+
+
+PARENT = textwrap.dedent("""
+    import json, sys, time
+    from jaxwebrl.rollout.pool import WorkerPool, read_stats
+    spec = json.loads(sys.argv[1])
+    pool = WorkerPool(spec, num_workers=1).start()
+    while not read_stats(spec["stats_dir"]):
+        time.sleep(0.1)
+    print(json.dumps(pool.pids), flush=True)
+    time.sleep(600)
+""")
+
+
+def test_workers_die_with_a_crashed_parent(tmp_path):
+    spec = toy_spec(tmp_path)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, json.dumps(spec)], stdout=subprocess.PIPE, text=True,
+                              cwd=os.getcwd())
+    try:
+        pids = json.loads(parent.stdout.readline())
+        assert pids and alive(pids[0])
+        parent.kill()  # SIGKILL: no cleanup code of the parent runs
+        parent.wait()
+        wait_for(lambda: not alive(pids[0]), 30, "the orphaned worker to exit")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_fatal_errors_are_reported_not_restarted(tmp_path):
+    spec = toy_spec(tmp_path)
+    spec["buffer"]["path"] = str(tmp_path / "missing")
+    with WorkerPool(spec, num_workers=1) as pool:
+        wait_for(lambda: pool.fatal, 120, "the worker to report a fatal error")
+        with pytest.raises(RuntimeError, match=f"worker 0: exited with a fatal error \\(code {EXIT_FATAL}\\)"):
+            pool.raise_if_failed()
+        assert pool.restarts == 0
+
+
+def test_a_worker_with_a_wrong_token_is_refused_and_stops(tmp_path):
+    with TransportServer(lambda request: {}, token=new_token()) as server:
+        spec = toy_spec(tmp_path, kind="remote", address=server.address, token="wrong-token")
+        with WorkerPool(spec, num_workers=1) as pool:
+            wait_for(lambda: pool.fatal, 120, "the worker to stop on the refused token")
+        assert server.requests_refused >= 1 and server.requests_served == 0
+
+
+def test_bad_specs_fail_in_the_parent():
+    with pytest.raises(ValueError, match="lacks 'policy'"):
+        WorkerPool({"worker": {}, "buffer": {"path": "x"}}, 1)
+    with pytest.raises(ValueError, match="unknown worker option"):
+        WorkerPool({"worker": {"taks": 1}, "policy": {"kind": "scripted"}, "buffer": {"path": "x"}}, 1)
+    with pytest.raises(ValueError, match="policy kind"):
+        WorkerPool({"worker": {}, "policy": {"kind": "ray"}, "buffer": {"path": "x"}}, 1)
+    with pytest.raises(TypeError, match="JSON-able"):
+        WorkerPool({"worker": {}, "policy": {"kind": "scripted", "x": object()}, "buffer": {"path": "x"}}, 1)
