@@ -78,18 +78,26 @@ class Policy:
         return dataclasses.replace(self, params=params)
 
 
-def init_params(config: ModelConfig, seed: int = 0):
-    """Random params for `config` (shapes from a 1-image dummy batch so the vision tower is built too)."""
+def _init_fn(config: ModelConfig):
+    """rng -> params, tracing a 1-image dummy batch so the vision tower is built too."""
     module = VisionLanguageModel(config)
     merge = config.vision.spatial_merge_size
-    n_tokens = 1
     grid = np.array([[1, merge, merge]])
-    ids = jnp.full((1, n_tokens + 2), config.image_token_id, jnp.int32).at[0, 0].set(0).at[0, -1].set(0)
+    ids = np.array([[0, config.image_token_id, 0]], np.int32)
     pixels = jnp.zeros((merge * merge, config.vision.patch_dim), jnp.float32)
-    variables = jax.jit(
-        lambda rng: module.init(rng, ids, pixel_values=pixels, image_grid_thw=grid)
-    )(jax.random.PRNGKey(seed))
-    return module, variables["params"]
+    return module, lambda rng: module.init(rng, ids, pixel_values=pixels, image_grid_thw=grid)["params"]
+
+
+def init_params(config: ModelConfig, seed: int = 0):
+    """(module, random params) for `config`."""
+    module, init = _init_fn(config)
+    return module, jax.jit(init)(jax.random.PRNGKey(seed))
+
+
+def init_params_shapes(config: ModelConfig):
+    """Pytree of jax.ShapeDtypeStruct of `config`'s params (nothing is allocated)."""
+    _, init = _init_fn(config)
+    return jax.eval_shape(init, jax.random.PRNGKey(0))
 
 
 def _tiny_processor_or_none():

@@ -1,0 +1,192 @@
+"""Hugging Face checkpoint import/export for Qwen3-VL and Qwen2.5-VL policies.
+
+`load_pretrained` reads config.json, then streams the (sharded) safetensors tensor by tensor: each tensor is
+read, transformed to its Flax layout, cast, and placed directly on its target sharding before the next one
+is read, so host memory holds about one tensor at a time. `save_pretrained` writes config.json and
+safetensors shards (5 GB each by default) that `transformers` loads, one parameter fetched at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxwebrl.models import param_map, safetensors_io
+from jaxwebrl.models.config import ModelConfig, from_hf_dict, to_hf_dict
+from jaxwebrl.models.policy import Policy, init_params_shapes
+from jaxwebrl.models.vl_model import VisionLanguageModel
+
+
+def read_config(hf_dir: str, dtype: str = "float32", param_dtype: str | None = None) -> ModelConfig:
+    path = os.path.join(hf_dir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: load_pretrained expects a Hugging Face checkpoint directory")
+    with open(path, encoding="utf-8") as f:
+        return from_hf_dict(json.load(f), dtype=dtype, param_dtype=param_dtype)
+
+
+def fsdp_shardings(shapes, mesh: Mesh, axis: str | tuple[str, ...] | None = None):
+    """Simple FSDP-style shardings: each leaf's largest dimension divisible by the axis size is split over
+    `axis` (default: all mesh axes together); other leaves are replicated. Returns a pytree of NamedSharding.
+    """
+    axis = tuple(mesh.axis_names) if axis is None else axis
+    names = (axis,) if isinstance(axis, str) else tuple(axis)
+    size = int(np.prod([mesh.shape[a] for a in names]))
+
+    def one(leaf):
+        spec = [None] * len(leaf.shape)
+        for dim in sorted(range(len(leaf.shape)), key=lambda d: -leaf.shape[d]):
+            if leaf.shape[dim] % size == 0 and leaf.shape[dim] >= size:
+                spec[dim] = names if len(names) > 1 else names[0]
+                break
+        return NamedSharding(mesh, PartitionSpec(*spec))
+
+    return jax.tree_util.tree_map(one, shapes)
+
+
+def _get(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def _set(tree: dict, path, value) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def _place(array: np.ndarray, sharding) -> jax.Array:
+    if sharding is None:
+        return jnp.asarray(array)
+    return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+
+def load_pretrained(
+    hf_dir: str,
+    dtype: str = "float32",
+    mesh: Mesh | None = None,
+    *,
+    shardings: Any = None,
+    param_dtype: str | None = None,
+    with_processor: bool = True,
+) -> Policy:
+    """Policy from a local HF checkpoint directory (model_type qwen3_vl or qwen2_5_vl in config.json).
+
+    dtype: compute dtype (and param dtype unless `param_dtype` is given). shardings: a pytree of
+    jax.sharding.Sharding matching the params, or a callable(shapes_pytree) -> such a pytree; with only
+    `mesh`, `fsdp_shardings` is used. Without either, params land on the default device.
+    """
+    config = read_config(hf_dir, dtype, param_dtype)
+    module = VisionLanguageModel(config)
+    shapes = init_params_shapes(config)
+    if shardings is None and mesh is not None:
+        shardings = fsdp_shardings(shapes, mesh)
+    elif callable(shardings):
+        shardings = shardings(shapes)
+    target_dtype = np.dtype(jnp.dtype(config.param_dtype))
+    by_name = {spec.hf_name: spec for spec in param_map.param_specs(config)}
+    params: dict = {}
+    loaded, unexpected = set(), []
+    for name, handle in safetensors_io.iter_tensors(hf_dir):
+        canonical = param_map.canonical_hf_name(name)
+        spec = by_name.get(canonical)
+        if spec is None:
+            if canonical == "lm_head.weight" and config.tie_word_embeddings:
+                continue  # tied head: the embedding serves as the head
+            unexpected.append(name)
+            continue
+        array = param_map.hf_to_flax(handle.read(name), spec.kind)
+        expected = _get(shapes, spec.path).shape
+        if array.shape != tuple(expected):
+            raise ValueError(
+                f"{name}: checkpoint shape {handle.shape(name)} does not match config.json "
+                f"(expects Flax {spec.path} of shape {tuple(expected)})"
+            )
+        array = np.ascontiguousarray(array.astype(target_dtype))
+        sharding = None if shardings is None else _get(shardings, spec.path)
+        _set(params, spec.path, _place(array, sharding))
+        loaded.add(canonical)
+        del array
+    missing = sorted(set(by_name) - loaded)
+    if missing or unexpected:
+        raise ValueError(
+            f"checkpoint {hf_dir} does not match its config.json: missing {missing[:8]}"
+            f"{'...' if len(missing) > 8 else ''}, unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
+        )
+    processor = _load_processor(hf_dir) if with_processor else None
+    return Policy(config, module, params, processor)
+
+
+def _load_processor(hf_dir: str):
+    """The HF-equal processor when the directory has tokenizer + preprocessor files, else None."""
+    if not (
+        os.path.exists(os.path.join(hf_dir, "tokenizer.json"))
+        and os.path.exists(os.path.join(hf_dir, "preprocessor_config.json"))
+    ):
+        return None
+    from jaxwebrl.models.processor import Processor
+
+    return Processor.from_pretrained(hf_dir)
+
+
+def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 2**30, dtype: str | None = None) -> None:
+    """Write config.json + safetensors (sharded past `max_shard_bytes`, with an index) that transformers loads.
+
+    dtype: storage dtype of the tensors (default: the params' dtype). The processor's files are written too
+    when the policy has one with `save_pretrained`.
+    """
+    config = policy.config
+    os.makedirs(out_dir, exist_ok=True)
+    store = np.dtype(jnp.dtype(dtype or config.param_dtype))
+    specs = param_map.param_specs(config)
+    conv_shape = param_map.conv_hf_shape(config)
+    rows = []
+    for spec in specs:
+        leaf = _get(policy.params, spec.path)
+        shape = tuple(leaf.shape)
+        if spec.kind == "linear":
+            shape = shape[::-1]
+        elif spec.kind == "conv":
+            shape = conv_shape
+        rows.append((spec, shape))
+    shards, current, size = [], [], 0
+    for spec, shape in rows:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * store.itemsize
+        if current and size + nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = [], 0
+        current.append((spec, shape))
+        size += nbytes
+    shards.append(current)
+    by_name = {spec.hf_name: spec for spec in specs}
+
+    def fetch(name: str) -> np.ndarray:
+        spec = by_name[name]
+        host = np.asarray(jax.device_get(_get(policy.params, spec.path)))
+        return param_map.flax_to_hf(host, spec.kind, conv_shape).astype(store)
+
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        file = "model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        safetensors_io.write_file(
+            os.path.join(out_dir, file), [(s.hf_name, shape, store) for s, shape in shard], fetch
+        )
+        weight_map.update({s.hf_name: file for s, _ in shard})
+    if len(shards) > 1:
+        total = sum(int(np.prod(shape, dtype=np.int64)) * store.itemsize for _, shape in rows)
+        with open(os.path.join(out_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    hf_config = to_hf_dict(config)
+    hf_config["dtype"] = store.name
+    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(hf_config, f, indent=2, sort_keys=True)
+    if policy.processor is not None and hasattr(policy.processor, "save_pretrained"):
+        policy.processor.save_pretrained(out_dir)
+
