@@ -261,6 +261,7 @@ class Browser:
             self.sandbox_note = "running as root without run_as_user: Chromium refuses its sandbox as root"
         attempts = [True, False] if sandbox_wanted == "auto" else [bool(sandbox_wanted)]
         errors = []
+        self.broken = False
         for sandbox in attempts:
             try:
                 self._launch(webdriver, profile, home, sandbox)
@@ -269,6 +270,7 @@ class Browser:
             except Exception as exc:  # noqa: BLE001 - we retry once without the sandbox, then re-raise
                 errors.append(f"sandbox={'on' if sandbox else 'off'}: {str(exc).splitlines()[0][:300]}")
                 self._kill_processes()
+                self.driver, self.broken = None, False
                 shutil.rmtree(profile, ignore_errors=True)
                 os.mkdir(profile, 0o700)
                 if self._uid is not None:

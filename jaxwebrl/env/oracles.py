@@ -93,16 +93,20 @@ def _find(env: MiniWobEnv, selector: str, text: str | None = None, attr: str = "
 
 def _fill(env: MiniWobEnv, selector: str, target: str) -> Action | None:
     """Next action to make input `selector` hold `target`, or None once it does."""
-    value, focused = env.run_js(
-        "var el = document.querySelector(arguments[0]); return [el.value, document.activeElement === el];", selector)
+    value, focused, all_selected = env.run_js(
+        "var el = document.querySelector(arguments[0]);"
+        "return [el.value, document.activeElement === el,"
+        "        el.selectionStart === 0 && el.selectionEnd === el.value.length];", selector)
     if value == target:
         return None
-    if value and focused:
+    if not focused:
+        point = env.element_point(selector)
+        if value:
+            return Action("click", x=point[0], y=point[1])
+        return Action("type", x=point[0], y=point[1], text=target)
+    if value and not all_selected:
         return Action("key", keys=("ctrl", "a"))  # select the wrong text, so typing replaces it
-    point = env.element_point(selector)
-    if value:
-        return Action("click", x=point[0], y=point[1])
-    return Action("type", x=point[0], y=point[1], text=target)
+    return Action("type", text=target)
 
 
 # ---- oracles --------------------------------------------------------------------------------------------

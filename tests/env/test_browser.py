@@ -1,0 +1,93 @@
+"""The browser layer: crash and hang -> catchable EnvFailure then a working restart, no orphan processes,
+non-root sandboxed Chromium when run as root, allowlist matching, install hints."""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from jaxwebrl.env.actions import Action, format_action
+from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout
+from jaxwebrl.env.browser import Browser, BrowserConfig, UrlAllowlist, check_installation
+from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
+from jaxwebrl.env.oracles import run_episode
+
+
+def _gone(pids, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_allowlist_matching():
+    allow = UrlAllowlist(["http://127.0.0.1:8000/*", "https://example.org/docs/", "http://exact.test/a.html"])
+    assert allow.allows("http://127.0.0.1:8000/index.html#frag")
+    assert allow.allows("HTTP://127.0.0.1:8000/a/b?q=1")
+    assert not allow.allows("http://127.0.0.1:8001/index.html")
+    assert allow.allows("https://example.org/docs/page") and not allow.allows("https://example.org/admin")
+    assert allow.allows("http://exact.test/a.html") and not allow.allows("http://exact.test/b.html")
+    assert allow.allows("about:blank") and not allow.allows("data:text/html,hi")
+    files = UrlAllowlist.for_directory("/tasks/shop")
+    assert files.allows("file:///tasks/shop/index.html")
+    assert not files.allows("file:///tasks/shop/../secret.html")
+    assert not files.allows("file:///tasks/shopping/index.html")
+    assert not files.allows("file:///etc/passwd")
+    with pytest.raises(TypeError):
+        UrlAllowlist("http://x/*")
+
+
+def test_missing_browser_says_how_to_install(tmp_path):
+    with pytest.raises(FileNotFoundError, match="apt-get install -y chromium chromium-driver"):
+        check_installation(BrowserConfig(chromium_path=str(tmp_path / "nope")))
+    with pytest.raises(FileNotFoundError, match="chromedriver not found"):
+        Browser(BrowserConfig(chromedriver_path=str(tmp_path / "nope")))
+
+
+@pytest.mark.browser
+def test_killed_chromium_raises_env_failure_and_reset_restarts():
+    env = MiniWobEnv("click-test")
+    try:
+        env.reset(0)
+        pids = env.browser.process_ids()
+        assert len(pids) >= 2
+        if os.geteuid() == 0:
+            users = {psutil.Process(p).username() for p in pids}
+            assert users == {"nobody"}, users
+            assert env.browser.sandboxed, env.browser.sandbox_note
+        os.kill(env.browser.chromium_pid(), signal.SIGKILL)
+        with pytest.raises(EnvFailure) as caught:
+            for _ in range(3):  # the first command may race the dying process
+                env.step(format_action(Action("click", x=500, y=500)))
+        assert isinstance(caught.value, (BrowserCrashed, EnvTimeout))
+        assert not env.browser.alive
+        # the next reset starts a fresh browser and the task is playable again
+        assert run_episode(env, seed=1)["success"]
+        assert _gone(pids), "processes of the crashed browser are still running"
+    finally:
+        env.close()
+
+
+@pytest.mark.browser
+def test_hung_page_times_out_and_close_leaves_no_process():
+    browser = Browser(BrowserConfig(viewport=VIEWPORT, command_timeout_s=2.0))
+    pids = browser.process_ids()
+    try:
+        with pytest.raises(EnvTimeout):
+            browser.run_js("while (true) {}")
+        assert not browser.alive
+        with pytest.raises(BrowserCrashed, match="not running"):
+            browser.screenshot()
+        browser.restart()
+        assert browser.alive and browser.run_js("return 1 + 1") == 2
+        assert _gone(pids)
+        pids = browser.process_ids()
+    finally:
+        browser.close()
+        browser.close()  # idempotent
+    assert _gone(pids), "close() left Chromium processes behind"

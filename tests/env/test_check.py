@@ -1,0 +1,33 @@
+"""The doctor command prints a JSON report and its exit code says whether the setup works."""
+
+import json
+
+import pytest
+
+from jaxwebrl.env import check
+
+
+@pytest.mark.browser
+def test_doctor_reports_success_and_timings(capsys):
+    rc = check.main(["--tasks", "click-test,enter-text", "--episodes", "2", "--screenshot-size", "80x105"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["ok"], report
+    assert set(report["tasks"]) == {"click-test", "enter-text"}
+    assert report["tasks"]["enter-text"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 2.0}
+    assert report["chromium"] and report["chromedriver"]
+    for key in ("reset", "screenshot", "action"):
+        assert report["timings_ms"][key]["count"] > 0 and report["timings_ms"][key]["mean"] > 0
+
+
+@pytest.mark.browser
+def test_doctor_fails_below_threshold(capsys):
+    assert check.main(["--tasks", "click-test", "--episodes", "1", "--threshold", "1.01"]) == 1
+    assert json.loads(capsys.readouterr().out)["ok"] is False
+
+
+@pytest.mark.parametrize("argv", [["--tasks", "book-flight"], ["--tasks", "no-such-task"], ["--episodes", "0"],
+                                  ["--screenshot-size", "big"]])
+def test_doctor_rejects_bad_arguments(argv):
+    with pytest.raises(SystemExit) as exit_info:
+        check.main(argv)
+    assert exit_info.value.code == 2
