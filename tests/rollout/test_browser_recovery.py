@@ -1,0 +1,110 @@
+"""Real headless Chromium: killing the browser mid-episode (in-process worker, and a SIGKILLed pool worker)."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.env.base import make_env
+from jaxwebrl.rollout.client import InProcessClient
+from jaxwebrl.rollout.pool import WorkerPool, read_stats
+from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder
+from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
+
+pytestmark = pytest.mark.browser
+
+MISSING_CLICK = "click(20, 980)"  # bottom-left corner of click-test: never the button, so episodes run long
+
+
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def make_buffer(path):
+    return RingBuffer.create(path, capacity_steps=256, max_seq_len=2048, screenshot_shape=(64, 64, 3),
+                             max_images_per_step=2)
+
+
+def test_killing_chromium_mid_episode_flags_the_episode_and_the_worker_recovers(tmp_path):
+    buffer = make_buffer(str(tmp_path / "buf"))
+    envs = []
+
+    def env_factory(spec):
+        env = make_env(spec, screenshot_size=(64, 64), max_steps=3)
+        envs.append(env)
+        return env
+
+    backend = ScriptedBackend(random_choice_responder([MISSING_CLICK]), fetch_image=buffer.screenshots.get)
+    inner = InProcessClient(backend)
+    killed = []
+
+    class KillChromiumOnSecondCall:
+        calls = 0
+
+        def generate(self, *args, **kwargs):
+            KillChromiumOnSecondCall.calls += 1
+            if KillChromiumOnSecondCall.calls == 2:  # episode 1, step 2: after its screenshot, before its action
+                browser = envs[0].browser
+                killed.extend(browser.process_ids())
+                os.kill(browser.chromium_pid(), signal.SIGKILL)
+            return inner.generate(*args, **kwargs)
+
+    config = WorkerConfig(tasks=("miniwob/click-test",), group_size=2, max_new_tokens=64, prompt={"window": 1},
+                          step_timeout_s=60)
+    worker = RolloutWorker(config, KillChromiumOnSecondCall(), buffer, env_factory=env_factory)
+    try:
+        worker.run(max_groups=1)
+    finally:
+        worker.close()
+    episodes, _ = RingBuffer.open(str(tmp_path / "buf")).read(group_size=2)
+    assert len(episodes) == 2 and len({e["group_id"] for e in episodes}) == 1
+    failed, healthy = episodes
+    assert failed["env_failed"].all() and len(failed["input_ids"]) == 1 and float(failed["reward"][-1]) == 0.0
+    assert "BrowserCrashed" in failed["info"]["env_failure"] or "EnvTimeout" in failed["info"]["env_failure"]
+    assert not healthy["env_failed"].any() and len(healthy["input_ids"]) == 3 and healthy["truncated"][-1]
+    assert worker.stats.env_failures == 1 and len(envs) == 2  # a fresh env (browser) after the crash
+    for episode in episodes:  # every stored screenshot ref still resolves to real pixels
+        for ref in episode["screenshot_refs"][episode["screenshot_refs"] >= 0]:
+            shot = buffer.screenshots.get(int(ref))
+            assert shot.shape == (64, 64, 3) and shot.std() > 0
+    time.sleep(0.5)
+    assert killed and not any(alive(pid) for pid in killed)
+    assert not any(alive(pid) for env in envs for pid in ([] if env.browser is None else env.browser.process_ids()))
+
+
+@pytest.mark.slow
+def test_sigkilled_pool_worker_takes_no_browser_with_it(tmp_path):
+    path = str(tmp_path / "buf")
+    make_buffer(path)
+    spec = {"worker": {"tasks": ["miniwob/click-test"], "group_size": 2, "max_new_tokens": 64,
+                       "prompt": {"window": 1}, "env_options": {"screenshot_size": [64, 64], "max_steps": 3}},
+            "policy": {"kind": "scripted", "responder": "random", "texts": [MISSING_CLICK]},
+            "buffer": {"path": path}, "stats_dir": str(tmp_path / "stats")}
+    with WorkerPool(spec, num_workers=1) as pool:
+        deadline = time.monotonic() + 120
+        while not read_stats(spec["stats_dir"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        worker_pid = pool.pids[0]
+        browsers = [p.pid for p in psutil.Process(worker_pid).children(recursive=True)]
+        assert any("chrom" in psutil.Process(pid).name() for pid in browsers)
+        os.kill(worker_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in browsers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in browsers)  # chromedriver and every Chromium process are gone
+        while pool.pids[0] in (None, worker_pid) and time.monotonic() < deadline + 30:
+            time.sleep(0.2)
+        replacement = pool.pids[0]
+        assert replacement not in (None, worker_pid)
+        time.sleep(3)  # let the replacement start its browser, then shut everything down
+        new_browsers = [p.pid for p in psutil.Process(replacement).children(recursive=True)]
+    assert not alive(replacement) and not any(alive(pid) for pid in new_browsers)
+    episodes, _ = RingBuffer.open(path).read()
+    assert episodes and all(np.asarray(e["num_steps"])[0] == len(e["input_ids"]) for e in episodes)
