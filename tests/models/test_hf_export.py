@@ -1,0 +1,95 @@
+"""Export to an HF directory that transformers loads with equal logits; streaming/sharded (re)loading."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+import torch
+from jax.sharding import Mesh
+
+from jaxwebrl.models import load_pretrained, save_pretrained, tiny_policy
+from jaxwebrl.models.safetensors_io import SafetensorsFile
+from tests.models import hf_reference as ref
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The tiny preset (tied head) exported, and transformers' model loaded from the export."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    policy = tiny_policy(seed=5)
+    out = str(tmp_path_factory.mktemp("tiny_export"))
+    save_pretrained(policy, out)
+    model = Qwen3VLForConditionalGeneration.from_pretrained(out, dtype=torch.float32).eval()
+    return policy, model, out
+
+
+def test_transformers_loads_export_with_equal_logits(exported):
+    policy, model, _ = exported
+    c = policy.config
+    rng = np.random.RandomState(0)
+    grid = [(1, 4, 4)]
+    ids = rng.randint(0, 256, (1, 14))
+    ids[0, 3] = c.vision_start_token_id
+    ids[0, 4:8] = c.image_token_id
+    ids[0, 8] = c.vision_end_token_id
+    pixels = rng.randn(16, c.vision.patch_dim).astype(np.float32)
+    mine = np.asarray(policy.logits(ids, pixel_values=pixels, image_grid_thw=grid))
+    with torch.no_grad():
+        theirs = model(
+            input_ids=torch.as_tensor(ids),
+            pixel_values=torch.as_tensor(pixels),
+            image_grid_thw=torch.as_tensor(grid),
+            mm_token_type_ids=torch.as_tensor((ids == c.image_token_id).astype(np.int64)),
+        ).logits.numpy()
+    assert np.abs(mine - theirs).max() <= 1e-4
+    assert model.config.tie_word_embeddings
+
+
+def test_export_round_trips_bit_exactly_and_keeps_processor(exported):
+    policy, _, out = exported
+    again = load_pretrained(out, dtype="float32")
+    assert again.config == policy.config
+    for a, b in zip(jax.tree_util.tree_leaves(policy.params), jax.tree_util.tree_leaves(again.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert again.processor is not None  # tokenizer + preprocessor files were written next to the weights
+
+
+def test_sharded_checkpoint_files_and_bf16_storage(exported, tmp_path):
+    policy, _, _ = exported
+    save_pretrained(policy, str(tmp_path), max_shard_bytes=20_000, dtype="bfloat16")
+    with open(tmp_path / "model.safetensors.index.json") as f:
+        files = set(json.load(f)["weight_map"].values())
+    assert len(files) > 2
+    first = SafetensorsFile(str(tmp_path / sorted(files)[0]))
+    assert {e["dtype"] for e in first.entries.values()} == {"BF16"}
+    loaded = load_pretrained(str(tmp_path), dtype="float32")
+    ids = np.arange(12)[None]
+    diff = np.abs(np.asarray(loaded.logits(ids)) - np.asarray(policy.logits(ids))).max()
+    assert 0 < diff < 0.05  # bf16 storage rounds the weights, nothing else changes
+
+
+def test_loading_onto_a_mesh_gives_the_same_logits(exported):
+    policy, _, out = exported
+    mesh = Mesh(np.asarray(jax.devices()[:8]).reshape(2, 4), ("data", "fsdp"))
+    sharded = load_pretrained(out, dtype="float32", mesh=mesh)
+    embedding = sharded.params["language_model"]["embed_tokens"]["embedding"]
+    assert len(embedding.sharding.device_set) == 8
+    assert embedding.addressable_shards[0].data.shape[0] == embedding.shape[0] // 8
+    rng = np.random.RandomState(1)
+    ids = rng.randint(0, 256, (2, 16))
+    mask = np.ones_like(ids)
+    mask[0, :5] = 0
+    a = np.asarray(sharded.logits(ids, attention_mask=mask))
+    b = np.asarray(policy.logits(ids, attention_mask=mask))
+    assert np.abs(a - b)[mask.astype(bool)].max() <= 1e-5
+
+
+def test_bad_checkpoint_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_pretrained(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ValueError, match="model_type 'llama'"):
+        load_pretrained(str(tmp_path))
