@@ -230,6 +230,7 @@ class Browser:
         self.broken = False
         self.sandboxed = False
         self.sandbox_note = ""
+        self.busy_s = 0.0  # seconds spent inside WebDriver/CDP calls (benchmarks split browser vs own time)
         self._service = None
         self._tmpdir: str | None = None
         self._uid: int | None = None
@@ -449,6 +450,7 @@ class Browser:
             raise BrowserCrashed(f"browser is not running (call restart()) before {what}")
         from selenium.common.exceptions import TimeoutException, WebDriverException
 
+        t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         except NavigationBlocked:
@@ -465,6 +467,8 @@ class Browser:
             if "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
                 raise EnvTimeout(f"{what}: chromedriver did not answer ({text})") from exc
             raise BrowserCrashed(f"{what}: chromedriver unreachable ({text})") from exc
+        finally:
+            self.busy_s += time.perf_counter() - t0
 
     def _cdp(self, cmd: str, params: dict | None = None) -> dict:
         return self._guard(cmd, self.driver.execute_cdp_cmd, cmd, params or {})

@@ -1,0 +1,124 @@
+"""Environment throughput: scripted-oracle MiniWoB++ steps/s with 1, 2, 4 and 8 worker processes, and the
+worker's own overhead (everything but browser and policy time) as a fraction of env step time.
+
+    python bench/env.py                       # prints one JSON object
+    python bench/env.py --workers 1,2 --seconds 5
+
+Each worker is a separate process with its own sandboxed Chromium playing oracle episodes round-robin over
+the oracle tasks. All workers of one setting start measuring together (a stdin barrier after warm-up) and
+run for --seconds. Time inside WebDriver/CDP calls made by env.reset/step is "browser"; the oracle (its DOM
+reads + formatting the action text) stands in for the policy and is "policy"; the rest of the loop
+(parsing, bookkeeping, numpy/PIL decode, Python) is the worker's own overhead. Workers report JSON on stdout
+(no pickle between processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child(seconds: float, worker_id: int) -> None:
+    sys.path.insert(0, ROOT)
+    from jaxwebrl.env.browser import Browser, BrowserConfig
+    from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
+    from jaxwebrl.env.oracles import oracle_tasks, oracle_text
+
+    browser = Browser(BrowserConfig(viewport=VIEWPORT))
+    tasks = oracle_tasks()
+    envs = {task: MiniWobEnv(task, browser=browser) for task in tasks}
+    for env in envs.values():  # warm-up: load every page once, outside the measured window
+        env.reset(0)
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+    steps = episodes = successes = 0
+    policy_s = env_s = policy_browser_s = 0.0
+    busy_start = browser.busy_s
+    seed = 1000 * worker_id
+    t_start = time.perf_counter()
+    while time.perf_counter() - t_start < seconds:
+        env = envs[tasks[(seed + worker_id) % len(tasks)]]
+        t0 = time.perf_counter()
+        env.reset(seed)
+        env_s += time.perf_counter() - t0
+        seed += 1
+        while True:
+            busy0, t0 = browser.busy_s, time.perf_counter()
+            text = oracle_text(env)
+            t1 = time.perf_counter()
+            policy_s += t1 - t0
+            policy_browser_s += browser.busy_s - busy0  # the oracle's DOM reads are policy, not env, time
+            result = env.step(text)
+            env_s += time.perf_counter() - t1
+            steps += 1
+            if result.done:
+                episodes += 1
+                successes += int(result.info.get("success", False))
+                break
+    wall = time.perf_counter() - t_start
+    env_browser_s = browser.busy_s - busy_start - policy_browser_s
+    browser.close()
+    print(json.dumps({"worker": worker_id, "wall_s": wall, "steps": steps, "episodes": episodes,
+                      "successes": successes, "policy_s": policy_s, "env_s": env_s,
+                      "browser_s": env_browser_s}), flush=True)
+
+
+def run_setting(num_workers: int, seconds: float) -> dict:
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", str(i), "--seconds", str(seconds)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+             for i in range(num_workers)]
+    try:
+        for proc in procs:
+            line = proc.stdout.readline()
+            if line.strip() != "ready":
+                raise RuntimeError(f"bench worker failed to start: {line!r} {proc.stdout.read()[-2000:]}")
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        reports = [json.loads(proc.stdout.readline()) for proc in procs]
+    finally:
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    steps = sum(r["steps"] for r in reports)
+    wall = max(r["wall_s"] for r in reports)
+    env_s = sum(r["env_s"] for r in reports)
+    browser_s = sum(r["browser_s"] for r in reports)
+    loop_s = sum(r["wall_s"] - r["policy_s"] for r in reports)  # env steps + resets + the loop itself
+    overhead_s = loop_s - browser_s
+    return {"workers": num_workers, "steps_per_s": round(steps / wall, 2),
+            "episodes_per_s": round(sum(r["episodes"] for r in reports) / wall, 2),
+            "success_rate": round(sum(r["successes"] for r in reports) / max(1, sum(r["episodes"] for r in reports)), 3),
+            "env_step_ms": round(1e3 * env_s / max(steps, 1), 2),
+            "policy_ms_per_step": round(1e3 * sum(r["policy_s"] for r in reports) / max(steps, 1), 2),
+            "worker_overhead_fraction": round(overhead_s / max(loop_s, 1e-9), 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="1,2,4,8")
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        child(args.seconds, args.child)
+        return
+    settings = [run_setting(int(n), args.seconds) for n in args.workers.split(",")]
+    base = settings[0]["steps_per_s"]
+    for s in settings:
+        s["speedup_vs_first"] = round(s["steps_per_s"] / base, 2) if base else None
+    print(json.dumps({"bench": "env", "cpu_count": os.cpu_count(), "seconds_per_setting": args.seconds,
+                      "settings": settings}))
+
+
+if __name__ == "__main__":
+    main()
