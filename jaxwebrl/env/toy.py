@@ -34,18 +34,18 @@ class ToyEnv:
     """The three-turn, two-button toy task (see module docstring).
 
     reset(seed) picks instruction ``seed % 4``; the instance is fully determined by the seed.
-    screenshot_size: (H, W) of the rendered screenshot, each at least 16.
+    screenshot_size: (W, H) of the rendered screenshot (the MiniWoB++ env's convention), each at least 16.
     """
 
     task_id = "toy"
 
     def __init__(self, screenshot_size: tuple[int, int] = (64, 64), max_steps: int = NUM_TURNS):
-        height, width = (int(v) for v in screenshot_size)
+        width, height = (int(v) for v in screenshot_size)
         if height < 16 or width < 16:
             raise ValueError(f"ToyEnv screenshot_size must be at least (16, 16), got {screenshot_size}")
         if int(max_steps) != NUM_TURNS:
             raise ValueError(f"ToyEnv has exactly {NUM_TURNS} turns; max_steps={max_steps} is not supported")
-        self.screenshot_size = (height, width)
+        self.screenshot_size = (width, height)
         self.max_steps = NUM_TURNS
         self._instruction: int | None = None
         self._presses: list[int] = []
@@ -91,7 +91,7 @@ class ToyEnv:
 
     def _render(self) -> np.ndarray:
         """uint8 [H, W, 3]: top quarter = one progress cell per turn; below, button 0 left, button 1 right."""
-        height, width = self.screenshot_size
+        width, height = self.screenshot_size
         image = np.full((height, width, 3), 245, np.uint8)
         strip = height // 4
         for turn in range(NUM_TURNS):

@@ -19,8 +19,6 @@ Failures:
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -32,9 +30,10 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxwebrl.env.actions import parse_action
-from jaxwebrl.env.base import EnvFailure, EnvTimeout, make_env
+from jaxwebrl.env.base import EnvFailure, make_env
 from jaxwebrl.env.memory import MemoryTracker, split_memory
 from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
+from jaxwebrl.rollout.env_host import EnvHost, task_name
 from jaxwebrl.rollout.transport import TransportAuthError, TransportError
 
 log = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ class WorkerConfig:
     group_size: G episodes per task instance. env_options: keyword options for ``make_env``.
     step_timeout_s: limit for each env reset/step (None: no limit). max_env_retries: env failures in a row
     before the first step of one slot before the worker gives up (EnvGivenUp). max_open_envs: envs (browsers) kept open, least recently used
-    closed first. max_new_tokens / temperature / top_p: generation settings.
+    closed first. share_browser: MiniWoB++ envs of a worker share one Chromium (see rollout/env_host.py). max_new_tokens / temperature / top_p: generation settings.
     prompt: PromptConfig fields. server_retry_s: pause after a policy-server failure. seed: task sampling."""
 
     tasks: tuple = ("toy",)
@@ -54,6 +53,7 @@ class WorkerConfig:
     env_options: dict = dataclasses.field(default_factory=dict)
     step_timeout_s: float | None = 120.0
     max_open_envs: int = 4
+    share_browser: bool = True
     max_env_retries: int = 3
     max_new_tokens: int = 256
     temperature: float = 1.0
@@ -98,7 +98,7 @@ class WorkerStats:
     steps: int = 0
     successes: int = 0
     env_failures: int = 0
-    dropped_episodes: int = 0
+    dropped_episodes: int = 0  # unfinished: stop requested or policy server failure
     invalid_actions: int = 0
     server_errors: int = 0
     env_s: float = 0.0
@@ -112,45 +112,6 @@ class WorkerStats:
 
 class _EpisodeDropped(Exception):
     """The episode cannot be finished for a reason outside the env (stop requested, policy server down)."""
-
-
-class EnvRunner:
-    """One environment plus the one thread that makes every call into it.
-
-    Browsers die with the thread that launched them (chromedriver gets PR_SET_PDEATHSIG, which follows the
-    launching *thread*), so all calls of an env run on one long-lived thread; ``call`` waits at most
-    ``timeout_s`` and raises EnvTimeout otherwise. After a timeout or a failure the runner is closed: the env
-    is closed (killing its browser, which also frees the hung thread) and a new runner is made next time.
-    """
-
-    def __init__(self, factory: Callable[[], Any], timeout_s: float | None, name: str):
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"env:{name}")
-        self.timeout_s = timeout_s
-        self.name = name
-        self.env = None
-        try:
-            self.env = self.call(factory, "create")
-        except BaseException:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            raise
-
-    def call(self, fn: Callable[[], Any], what: str) -> Any:
-        future = self._executor.submit(fn)
-        try:
-            return future.result(timeout=self.timeout_s)
-        except concurrent.futures.TimeoutError:
-            raise EnvTimeout(f"{self.name}: {what} did not return within {self.timeout_s:g} s "
-                             "(hung browser or page)") from None
-
-    def close(self) -> None:
-        """Close the env (never raises) and let the thread go."""
-        env, self.env = self.env, None
-        if env is not None:
-            try:
-                env.close()
-            except Exception:  # close must not stop the worker; the env is gone either way
-                log.exception("closing env %s failed", self.name)
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 class RolloutWorker:
@@ -169,8 +130,14 @@ class RolloutWorker:
         self.buffer = buffer
         self.worker_id = int(worker_id)
         self.stats = WorkerStats()
-        self._env_factory = env_factory or (lambda spec: make_env(spec, **config.env_options))
-        self._runners: collections.OrderedDict[str, EnvRunner] = collections.OrderedDict()
+
+        def factory(spec, browser):
+            if env_factory is not None:
+                return env_factory(spec)
+            return make_env(spec, **config.env_options, **({"browser": browser} if browser is not None else {}))
+
+        self._envs = EnvHost(factory, timeout_s=config.step_timeout_s, max_open_envs=config.max_open_envs,
+                             share_browser=config.share_browser and env_factory is None)
         self._rng = np.random.default_rng([config.seed, self.worker_id])
         self._stop = threading.Event()
 
@@ -181,8 +148,7 @@ class RolloutWorker:
 
     def close(self) -> None:
         """Close every environment (browsers included)."""
-        while self._runners:
-            self._runners.popitem()[1].close()
+        self._envs.close()
 
     def run(self, max_groups: int | None = None) -> WorkerStats:
         """Play groups until ``stop()`` (or ``max_groups``); returns the stats."""
@@ -207,11 +173,12 @@ class RolloutWorker:
             try:
                 episode = self.run_episode(task, instance_seed, group_id)
             except _EpisodeDropped:
+                self.stats.dropped_episodes += 1
                 continue
             if episode is None:
                 empty_failures += 1
                 if empty_failures > self.config.max_env_retries:
-                    raise EnvGivenUp(f"{_task_name(task)} failed {empty_failures} times in a row before its first "
+                    raise EnvGivenUp(f"{task_name(task)} failed {empty_failures} times in a row before its first "
                                      "step; check the browser installation (python -m jaxwebrl.env.check)")
                 continue
             empty_failures = 0
@@ -231,14 +198,13 @@ class RolloutWorker:
         reward, terminated, truncated, env_failed = 0.0, False, False, False
         failure = None
         try:
-            runner = self._runner(task)
-            env = runner.env
-            obs = self._env_call(runner, lambda: env.reset(seed), "reset")
+            env = self._envs.get(task)
+            obs = self._env_call(lambda: env.reset(seed), "reset")
             previous = None
             while True:
                 if self._stop.is_set():
                     raise _EpisodeDropped("stop requested")
-                step = self._play_step(runner, obs, previous, history, tracker)
+                step = self._play_step(env, obs, previous, history, tracker)
                 steps.append(step)
                 result = step.pop("result")
                 previous = obs.screenshot
@@ -249,9 +215,9 @@ class RolloutWorker:
                 obs = result.observation
         except (EnvFailure, _EnvBroken) as exc:
             env_failed, failure = True, f"{type(exc).__name__}: {exc}"
-            self._discard_runner(task)
+            self._envs.discard(task)
             self.stats.env_failures += 1
-            log.warning("worker %d: env failure on %s (%s); env restarted", self.worker_id, _task_name(task), failure)
+            log.warning("worker %d: env failure on %s (%s); env restarted", self.worker_id, task_name(task), failure)
         finally:
             self.stats.total_s += time.perf_counter() - start
         if not steps:
@@ -261,8 +227,7 @@ class RolloutWorker:
             self.stats.successes += int(reward > 0)
         return self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed, failure)
 
-    def _play_step(self, runner: EnvRunner, obs, previous, history, tracker) -> dict:
-        env = runner.env
+    def _play_step(self, env, obs, previous, history, tracker) -> dict:
         t0 = time.perf_counter()
         ref = int(self.buffer.screenshots.put(obs.screenshot))
         t1 = time.perf_counter()
@@ -283,7 +248,7 @@ class RolloutWorker:
         memory_stats = tracker.update(generation.text)
         _, action_text = split_memory(generation.text)
         action = parse_action(action_text)
-        result = self._env_call(runner, lambda: env.step(action), "step")
+        result = self._env_call(lambda: env.step(action), "step")
         t3 = time.perf_counter()
         invalid = (not action.is_valid) or bool(result.info.get("invalid_action", False))
         error = action.error if not action.is_valid else result.info.get("action_error")
@@ -337,26 +302,10 @@ class RolloutWorker:
         return episode_id
 
     # ------------------------------------------------------------------ environments
-    def _runner(self, task: Any) -> EnvRunner:
-        key = _task_name(task)
-        runner = self._runners.pop(key, None)
-        if runner is None:
-            while len(self._runners) >= self.config.max_open_envs:
-                _, oldest = self._runners.popitem(last=False)
-                oldest.close()
-            runner = EnvRunner(lambda: self._env_factory(task), self.config.step_timeout_s, key)
-        self._runners[key] = runner  # most recently used last
-        return runner
-
-    def _discard_runner(self, task: Any) -> None:
-        runner = self._runners.pop(_task_name(task), None)
-        if runner is not None:
-            runner.close()
-
-    def _env_call(self, runner: EnvRunner, fn, what: str):
+    def _env_call(self, fn, what: str):
         t0 = time.perf_counter()
         try:
-            return runner.call(fn, what)
+            return self._envs.call(fn, what)
         except EnvFailure:
             raise
         except Exception as exc:  # an env bug (not a task-level problem) breaks the episode, not the worker
@@ -371,11 +320,3 @@ class EnvGivenUp(RuntimeError):
 
 class _EnvBroken(Exception):
     """An env call raised something other than EnvFailure: handled like an env failure."""
-
-
-def _task_name(task: Any) -> str:
-    if isinstance(task, str):
-        return task
-    if isinstance(task, dict):
-        return str(task.get("task_id") or json.dumps(task, sort_keys=True))
-    return repr(task)

@@ -63,9 +63,9 @@ def test_invalid_and_non_click_actions_use_a_turn_and_fail():
 
 
 def test_screenshot_is_deterministic_and_shows_progress():
-    env = toy.ToyEnv(screenshot_size=(48, 40))
+    env = toy.ToyEnv(screenshot_size=(48, 40))  # (W, H), as MiniWoB++ envs take it
     first = env.reset(2).screenshot
-    assert first.dtype == np.uint8 and first.shape == (48, 40, 3)
+    assert first.dtype == np.uint8 and first.shape == (40, 48, 3)
     assert np.array_equal(first, toy.ToyEnv(screenshot_size=(48, 40)).reset(6).screenshot)
     after0 = env.step(toy.ACTION_TEXTS[0]).observation.screenshot
     after1 = env.step(toy.ACTION_TEXTS[1]).observation.screenshot

@@ -108,3 +108,24 @@ def test_sigkilled_pool_worker_takes_no_browser_with_it(tmp_path):
     assert not alive(replacement) and not any(alive(pid) for pid in new_browsers)
     episodes, _ = RingBuffer.open(path).read()
     assert episodes and all(np.asarray(e["num_steps"])[0] == len(e["input_ids"]) for e in episodes)
+
+
+def test_miniwob_tasks_of_a_worker_share_one_browser(tmp_path):
+    buffer = make_buffer(str(tmp_path / "buf"))
+    backend = ScriptedBackend(random_choice_responder([MISSING_CLICK]), fetch_image=buffer.screenshots.get)
+    config = WorkerConfig(tasks=("miniwob/click-test", "miniwob/click-button"), group_size=1, max_new_tokens=64,
+                          prompt={"window": 1}, env_options={"screenshot_size": [64, 64], "max_steps": 2})
+    worker = RolloutWorker(config, InProcessClient(backend), buffer)
+    try:
+        worker.run_group("miniwob/click-test", 1)
+        worker.run_group("miniwob/click-button", 2)
+        envs = list(worker._envs._envs.values())
+        assert [e.task_id for e in envs] == ["miniwob/click-test", "miniwob/click-button"]
+        assert envs[0].browser is envs[1].browser and envs[0].browser.alive
+        pids = envs[0].browser.process_ids()
+    finally:
+        worker.close()
+    episodes, _ = buffer.read()
+    assert [e["task_id"] for e in episodes] == ["miniwob/click-test", "miniwob/click-button"]
+    assert all(len(e["input_ids"]) == 2 and not e["env_failed"].any() for e in episodes)
+    assert pids and not any(alive(pid) for pid in pids)  # worker.close() closed the shared browser
