@@ -121,6 +121,8 @@ def from_hf_dict(hf: Mapping[str, Any], *, dtype: str = "float32", param_dtype: 
     if model_type == "qwen2_5_vl":  # older checkpoints keep the text fields at the top level
         text = {**{k: v for k, v in hf.items() if k not in ("text_config", "vision_config")}, **text}
     vis = dict(hf["vision_config"])
+    if text.get("use_sliding_window"):
+        raise ValueError("config.json enables use_sliding_window, which jaxwebrl does not implement; set it to false")
     theta, rope = _rope(text, 1_000_000.0)
     heads = text["num_attention_heads"]
     qwen3 = model_type == "qwen3_vl"
@@ -198,7 +200,6 @@ def to_hf_dict(config: ModelConfig) -> dict:
         num_hidden_layers=t.num_layers,
         num_attention_heads=t.num_heads,
         num_key_value_heads=t.num_kv_heads,
-        head_dim=t.head_dim,
         hidden_act="silu",
         rms_norm_eps=t.rms_norm_eps,
         rope_parameters=rope,
@@ -207,9 +208,12 @@ def to_hf_dict(config: ModelConfig) -> dict:
     )
     if qwen3:
         text["attention_bias"] = t.attention_bias
+        text["head_dim"] = t.head_dim
+    elif t.head_dim * t.num_heads != t.hidden_size:
+        raise ValueError("Qwen2.5-VL requires head_dim * num_heads == hidden_size")
     vision = dict(base.get("vision_config") or {})
     vision.update(
-        model_type=f"{config.model_type}_vision" if qwen3 else vision.get("model_type", "qwen2_5_vl"),
+        model_type=f"{config.model_type}_vision",
         depth=v.depth,
         hidden_size=v.hidden_size,
         intermediate_size=v.intermediate_size,

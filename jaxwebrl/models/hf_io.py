@@ -165,7 +165,9 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
         current.append((spec, shape))
         size += nbytes
     shards.append(current)
-    by_name = {spec.hf_name: spec for spec in specs}
+    # Qwen2.5-VL is written with the legacy names transformers itself writes for that family.
+    disk_name = param_map.legacy_hf_name if config.model_type == "qwen2_5_vl" else (lambda name: name)
+    by_name = {disk_name(spec.hf_name): spec for spec in specs}
 
     def fetch(name: str) -> np.ndarray:
         spec = by_name[name]
@@ -176,9 +178,9 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
     for i, shard in enumerate(shards):
         file = "model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         safetensors_io.write_file(
-            os.path.join(out_dir, file), [(s.hf_name, shape, store) for s, shape in shard], fetch
+            os.path.join(out_dir, file), [(disk_name(s.hf_name), shape, store) for s, shape in shard], fetch
         )
-        weight_map.update({s.hf_name: file for s, _ in shard})
+        weight_map.update({disk_name(s.hf_name): file for s, _ in shard})
     if len(shards) > 1:
         total = sum(int(np.prod(shape, dtype=np.int64)) * store.itemsize for _, shape in rows)
         with open(os.path.join(out_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as f:

@@ -73,6 +73,15 @@ def canonical_hf_name(name: str) -> str:
     return name
 
 
+def legacy_hf_name(name: str) -> str:
+    """The legacy key (`model.*` text, `visual.*` tower) that Qwen2.5-VL checkpoints use on disk."""
+    if name.startswith("model.visual."):
+        return name[len("model.") :]
+    if name.startswith("model.language_model."):
+        return "model." + name[len("model.language_model.") :]
+    return name
+
+
 def hf_to_flax(tensor: np.ndarray, kind: str) -> np.ndarray:
     if kind == "linear":
         return tensor.T

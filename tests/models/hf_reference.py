@@ -95,3 +95,45 @@ def hf_logits(model, ids, mask=None, pixels=None, grid=None, position_ids=None):
         kwargs["position_ids"] = torch.as_tensor(np.asarray(position_ids, np.int64))
     with torch.no_grad():
         return model(**kwargs).logits.numpy()
+
+
+def tiny_qwen2_5_vl(out_dir, *, seed=0):
+    """A 2-layer GQA Qwen2.5-VL (qkv bias, chunked M-RoPE) with 3 vision blocks: window attention
+    (2 x 2 merged tokens per window) except block 1 (full attention); saved to out_dir."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = Qwen2_5_VLConfig(
+        text_config=dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3]),
+            max_position_embeddings=1024,
+            bos_token_id=None,
+            eos_token_id=None,
+        ),
+        vision_config=dict(
+            depth=3,
+            hidden_size=32,
+            intermediate_size=48,
+            num_heads=2,
+            patch_size=4,
+            temporal_patch_size=2,
+            spatial_merge_size=2,
+            out_hidden_size=64,
+            window_size=16,
+            fullatt_block_indexes=[1],
+        ),
+        image_token_id=IMAGE_TOKEN,
+        video_token_id=VIDEO_TOKEN,
+        vision_start_token_id=VISION_START,
+        vision_end_token_id=VISION_END,
+    )
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    _perturb_norms(model)
+    model.save_pretrained(str(out_dir))
+    return model
