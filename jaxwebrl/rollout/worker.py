@@ -101,6 +101,7 @@ class WorkerStats:
     dropped_episodes: int = 0  # unfinished: stop requested or policy server failure
     invalid_actions: int = 0
     server_errors: int = 0
+    overlong_steps: int = 0  # prompt + response longer than the buffer's max_seq_len: episode truncated there
     env_s: float = 0.0
     generate_s: float = 0.0
     buffer_s: float = 0.0
@@ -140,6 +141,13 @@ class RolloutWorker:
                              share_browser=config.share_browser and env_factory is None)
         self._rng = np.random.default_rng([config.seed, self.worker_id])
         self._stop = threading.Event()
+        buffer_config = getattr(buffer, "config", None)
+        self._max_seq_len = getattr(buffer_config, "max_seq_len", None)
+        max_images = getattr(buffer_config, "max_images_per_step", None)
+        if max_images is not None and max_images < self.prompt_config.max_images:
+            raise ValueError(f"the prompt window shows up to {self.prompt_config.max_images} screenshots per step but "
+                             f"the ring buffer stores {max_images}: lower prompt.window or create the buffer with "
+                             f"max_images_per_step >= {self.prompt_config.max_images}")
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
@@ -205,6 +213,9 @@ class RolloutWorker:
                 if self._stop.is_set():
                     raise _EpisodeDropped("stop requested")
                 step = self._play_step(env, obs, previous, history, tracker)
+                if step is None:  # the step does not fit the buffer: the episode ends before it
+                    truncated = True
+                    break
                 steps.append(step)
                 result = step.pop("result")
                 previous = obs.screenshot
@@ -227,7 +238,8 @@ class RolloutWorker:
             self.stats.successes += int(reward > 0)
         return self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed, failure)
 
-    def _play_step(self, env, obs, previous, history, tracker) -> dict:
+    def _play_step(self, env, obs, previous, history, tracker) -> dict | None:
+        """One step; None when its tokens would not fit the buffer's max_seq_len (the action is not taken)."""
         t0 = time.perf_counter()
         ref = int(self.buffer.screenshots.put(obs.screenshot))
         t1 = time.perf_counter()
@@ -245,6 +257,15 @@ class RolloutWorker:
             self._stop.wait(self.config.server_retry_s)
             raise _EpisodeDropped(str(exc)) from exc
         t2 = time.perf_counter()
+        if self._max_seq_len is not None and len(generation.input_ids) > self._max_seq_len:
+            self.stats.overlong_steps += 1
+            if not history:
+                raise ValueError(f"the first prompt + response of {env.task_id} is "
+                                 f"{len(generation.input_ids)} tokens, more than the buffer's max_seq_len="
+                                 f"{self._max_seq_len}: create the buffer with a larger max_seq_len")
+            log.warning("worker %d: step of %d tokens exceeds max_seq_len=%d; episode truncated before it",
+                        self.worker_id, len(generation.input_ids), self._max_seq_len)
+            return None
         memory_stats = tracker.update(generation.text)
         _, action_text = split_memory(generation.text)
         action = parse_action(action_text)

@@ -199,3 +199,26 @@ def test_bad_worker_config_is_refused():
         WorkerConfig(prompt={"widnow": 2})
     with pytest.raises(ValueError, match="tasks is empty"):
         WorkerConfig(tasks=())
+
+
+def test_a_step_longer_than_max_seq_len_truncates_the_episode_before_it(tmp_path):
+    probe = make_buffer(tmp_path / "probe")
+    make_worker(probe, toy_oracle_responder(), group_size=1)[0].run(max_groups=1)
+    first_len = len(probe.read().episodes[0]["input_ids"][0])
+    buffer = RingBuffer.create(str(tmp_path / "short"), capacity_steps=64, max_seq_len=first_len + 5,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=2)
+    worker, _ = make_worker(buffer, toy_oracle_responder(), group_size=2)
+    worker.run(max_groups=1)
+    episodes = buffer.read().episodes
+    assert len(episodes) == 2 and worker.stats.overlong_steps == 2
+    for e in episodes:
+        assert len(e["input_ids"]) == 1 and e["truncated"][-1] and not e["terminated"].any()
+        assert float(e["reward"][-1]) == 0.0 and not e["env_failed"].any()
+    tiny = RingBuffer.create(str(tmp_path / "tiny"), capacity_steps=64, max_seq_len=16,
+                             screenshot_shape=(64, 64, 3), max_images_per_step=2)
+    with pytest.raises(ValueError, match="larger max_seq_len"):
+        make_worker(tiny, toy_oracle_responder())[0].run(max_groups=1)
+    narrow = RingBuffer.create(str(tmp_path / "narrow"), capacity_steps=64, max_seq_len=1024,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    with pytest.raises(ValueError, match="max_images_per_step >= 2"):
+        make_worker(narrow, toy_oracle_responder())
