@@ -8,9 +8,10 @@ One `Browser` is one Chromium with a fresh profile in its own temporary director
 Security (see `BrowserConfig`):
 - closed network flags (no background networking, component update, sync, first-run, extensions),
   downloads denied, a fresh profile per browser, deleted on close;
-- a navigation allowlist (`UrlAllowlist`): `navigate` outside it is refused before any request, and any page
-  that ends up outside it (a link, a script redirect) is detected after each action and replaced by the last
-  allowed page (`info["navigation_blocked"]`);
+- a navigation allowlist (`UrlAllowlist`): `navigate` outside it is refused before any request; every request
+  the page makes (navigation or subresource, http(s) or file://) outside it fails in the browser (CDP Fetch,
+  `RequestGuard`); and a page that still ends up outside it (an error page for a blocked link) is replaced by
+  the last allowed page after each action (`info["navigation_blocked"]`);
 - when this process is root, Chromium runs as an unprivileged user (`nobody`) with its own sandbox on; task
   files that user cannot read are copied into the browser's private directory (so file:// reaches only them);
   if the sandbox cannot start on this machine, it falls back to --no-sandbox and logs why.
@@ -42,6 +43,7 @@ import numpy as np
 
 from jaxwebrl.env.actions import Action, to_viewport
 from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout
+from jaxwebrl.env.request_guard import RequestGuard
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,8 @@ class BrowserConfig:
     sandbox: "auto" (on, with a logged fallback to off if it cannot start), True (on or fail), False (off).
     command_timeout_s: a WebDriver/CDP call slower than this raises EnvTimeout (a hung browser).
     page_load_timeout_s: limit for `navigate`.
+    guard_requests: enforce the allowlist on every request too (CDP Fetch, see request_guard.py), not only
+        on the page URL after each action.
     kill_with_parent: chromedriver and Chromium get SIGKILL when the creating thread's process dies
         (Linux PR_SET_PDEATHSIG), so a crashed worker leaves no orphan browser. Create the browser from a
         long-lived thread (the worker's main thread): the signal follows the creating thread.
@@ -94,6 +98,7 @@ class BrowserConfig:
     command_timeout_s: float = 30.0
     page_load_timeout_s: float = 30.0
     kill_with_parent: bool = True
+    guard_requests: bool = True
     extra_flags: tuple[str, ...] = ()
 
 
@@ -230,6 +235,7 @@ class Browser:
         self.broken = False
         self.sandboxed = False
         self.sandbox_note = ""
+        self.request_guard: RequestGuard | None = None
         self.busy_s = 0.0  # seconds spent inside WebDriver/CDP calls (benchmarks split browser vs own time)
         self._service = None
         self._tmpdir: str | None = None
@@ -338,6 +344,9 @@ class Browser:
             self._cdp("Browser.setDownloadBehavior", {"behavior": "deny"})
         except EnvFailure:
             pass  # older Chromium: the download_restrictions pref still blocks downloads
+        if self.config.guard_requests:
+            address = self.driver.capabilities["goog:chromeOptions"]["debuggerAddress"]
+            self.request_guard = RequestGuard(address, lambda url: self.allowlist.allows(url))
 
     def _chromium_launcher(self, sandbox: bool) -> str:
         """A tiny exec wrapper so Chromium dies with chromedriver (setpriv --pdeathsig), when available."""
@@ -370,6 +379,9 @@ class Browser:
     def close(self) -> None:
         """Quit Chromium, kill any leftover process, delete the profile. Never raises."""
         driver, self.driver = self.driver, None
+        guard, self.request_guard = self.request_guard, None
+        if guard is not None:
+            guard.close()
         if driver is not None and not self.broken:
             try:
                 self._set_command_timeout_on(driver, 5.0)

@@ -22,9 +22,10 @@ INDEX = """<!doctype html><html><body style="margin:0">
   onclick="document.getElementById('out').textContent='done'">Go</button>
 <a id="next" href="page2.html" style="position:absolute;left:200px;top:0;width:200px;height:100px;display:block">next</a>
 <input id="name" style="position:absolute;left:0;top:100px;width:200px;height:50px">
-<a id="away" href="http://127.0.0.2:9/evil.html"
+<a id="away" href="OUTSIDE/evil.html"
    style="position:absolute;left:200px;top:100px;width:200px;height:100px;display:block">away</a>
 <div id="out" style="position:absolute;left:0;top:200px">idle</div>
+<img src="OUTSIDE/tracker.png" width="1" height="1">
 </body></html>"""
 PAGE2 = "<!doctype html><html><body><h1>Second page</h1></body></html>"
 EVALUATOR_MODULE = '''
@@ -40,20 +41,40 @@ NAME = Action("type", x=250, y=416, text="Ada")
 AWAY = Action("click", x=750, y=500)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves a folder and records every path asked for (to prove blocked requests never arrive)."""
+
+    requests: list
+
     def log_message(self, *args):
-        pass
+        self.requests.append(self.path)
+
+
+def _serve(root):
+    handler = type("Handler", (_RecordingHandler,), {"requests": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, handler.requests, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def outside(tmp_path_factory):
+    """A second local server that no task allows: it must never see a request."""
+    root = tmp_path_factory.mktemp("outside")
+    (root / "evil.html").write_text("<p>evil</p>")
+    server, requests, url = _serve(root)
+    yield url, requests
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, outside):
     root = tmp_path_factory.mktemp("site")
-    (root / "index.html").write_text(INDEX)
+    (root / "index.html").write_text(INDEX.replace("OUTSIDE", outside[0]))
     (root / "page2.html").write_text(PAGE2)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server, _, url = _serve(root)
+    yield root, url
     server.shutdown()
     server.server_close()
 
@@ -125,17 +146,20 @@ def test_python_evaluator_by_dotted_name(site, browser, tmp_path, monkeypatch):
         _env(site, browser, {"type": "python", "function": "my_evaluators.missing"})
 
 
-def test_navigation_outside_allowlist_is_refused(site, browser):
+def test_navigation_outside_allowlist_is_refused(site, outside, browser):
     env = _env(site, browser, {"type": "js", "expression": "false"}, max_steps=5)
     env.reset(0)
+    # the page's subresource from another origin was failed inside the browser
+    assert f"{outside[0]}/tracker.png" in browser.request_guard.blocked
     # the agent's own navigate: refused before any request, fed back as an action error
-    res = env.step(format_action(Action("navigate", text="http://127.0.0.2:9/evil.html")))
+    res = env.step(format_action(Action("navigate", text=f"{outside[0]}/evil.html")))
     assert "outside the task allowlist" in res.info["action_error"]
     assert res.observation.url.endswith("/index.html") and not res.done
-    # a link on the page that leaves the allowlist: detected and undone
+    # a link on the page that leaves the allowlist: blocked in the browser, then the task page comes back
     res = env.step(format_action(AWAY))
-    assert res.info["navigation_blocked"].startswith("http://127.0.0.2:9/")
+    assert res.info["navigation_blocked"] == f"{outside[0]}/evil.html"
     assert res.observation.url.endswith("/index.html")
+    assert outside[1] == [], "a request outside the allowlist reached the network"
     # navigation inside the allowlist works
     res = env.step(format_action(Action("navigate", text=f"{site[1]}/page2.html")))
     assert res.info["action_error"] is None and res.observation.url.endswith("/page2.html")
