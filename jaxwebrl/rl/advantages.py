@@ -1,0 +1,375 @@
+"""From episode rewards on browser-step rows to per-token advantages (the paper's steps 1-4, plus adv_norm).
+
+Rows are browser steps. Each row carries its episode's raw reward, `episode_id`, `group_id` (G episodes
+of one task instance) and a `loss_mask` [T] over its tokens (1 on policy-generated tokens only).
+
+  1. shape:      r <- clip((r + reward_bias) * reward_scaling, ±reward_clip)  (+ DAPO overlong penalty)
+  2. normalise:  one r̂_e per episode by an estimator (GRPO group mean/std, RLOO, Dr.GRPO, ...)
+  3. step adv:   r̂_e / T_e (T_e = steps of the episode), or r̂_e / k with `step_adv_const_length = k`
+  4. place + GAE: the step advantage is the reward of the row's last policy token; masked GAE
+                 (γ, λ, optional critic, KL-in-reward) spreads it over the row's policy tokens
+  5. adv_norm:   optional batch/group normalisation of the token advantages (NormConfig)
+
+`compute_token_advantages` runs the whole path; the pieces are public for recipes that need one.
+Everything is pure jnp and jittable (configs are frozen dataclasses: pass them as static arguments);
+NumPy inputs work eagerly. Group ids of any values and any group sizes are fine; under jit the number of
+distinct ids is bounded statically by the row count (see `segments.dense_ids`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwebrl.rl import gae as gae_lib
+from jaxwebrl.rl import kl as kl_lib
+from jaxwebrl.rl import segments
+from jaxwebrl.rl.normalization import NormConfig, normalize
+
+# ------------------------------------------------------------------------------------ 1. shaping
+
+
+def shape_rewards(rewards, *, reward_bias: float = 0.0, reward_scaling: float = 1.0,
+                  reward_clip: float | None = 20.0):
+    """(r + bias) * scaling, clipped to ±reward_clip (None: no clip). [R] -> [R] float32."""
+    r = (jnp.asarray(rewards, jnp.float32) + reward_bias) * reward_scaling
+    if reward_clip is not None:
+        r = jnp.clip(r, -reward_clip, reward_clip)
+    return r
+
+
+def overlong_penalty(response_lengths, *, max_response_tokens: int, overlong_tokens: int,
+                     overlong_penalty_factor: float):
+    """DAPO soft overlong punishment: 0 up to max - overlong_tokens tokens, then linearly down to
+    -factor at max tokens (and beyond). response_lengths [R] -> [R] float32 (<= 0)."""
+    if overlong_tokens <= 0 or overlong_tokens > max_response_tokens:
+        raise ValueError(f"overlong_tokens must be in (0, max_response_tokens={max_response_tokens}], "
+                         f"got {overlong_tokens}")
+    lengths = jnp.asarray(response_lengths, jnp.float32)
+    exceed = lengths - (max_response_tokens - overlong_tokens)
+    return jnp.minimum(-exceed / overlong_tokens * overlong_penalty_factor, 0.0)
+
+
+# ------------------------------------------------------------------- 2. episode-level estimators
+
+
+def _check_rows(rewards, episode_ids, group_ids):
+    shapes = [jnp.shape(a) for a in (rewards, episode_ids, group_ids)]
+    if len(shapes[0]) != 1 or shapes[1] != shapes[0] or shapes[2] != shapes[0]:
+        raise ValueError("rewards, episode_ids and group_ids must all be [R] (one entry per step row); "
+                         f"got {shapes}")
+
+
+def _episode_table(rewards, episode_ids, group_ids):
+    """Collapse step rows to episodes. Returns dict of [R]-sized episode arrays (R = rows = static
+    bound on episodes) and the row -> episode index."""
+    rewards = jnp.asarray(rewards, jnp.float32)
+    episode_ids = jnp.asarray(episode_ids)
+    group_ids = jnp.asarray(group_ids)
+    _check_rows(rewards, episode_ids, group_ids)
+    ep_index, n_ep = segments.dense_ids(episode_ids)
+    g_index, _ = segments.dense_ids(group_ids)
+    steps = segments.segment_sum(jnp.ones_like(rewards), ep_index, n_ep)
+    ep_reward = segments.segment_sum(rewards, ep_index, n_ep) / jnp.maximum(steps, 1.0)
+    ep_group = segments.segment_max(g_index, ep_index, n_ep)
+    valid = steps > 0
+    ep_group = jnp.where(valid, ep_group, 0)
+    return dict(reward=ep_reward, group=ep_group, steps=steps, valid=valid), ep_index
+
+
+def _check_episode_rows(rewards, episode_ids, group_ids):
+    """Eager-only: every row of an episode carries the same reward and group id."""
+    r, e, g = (np.asarray(a) for a in (rewards, episode_ids, group_ids))
+    for ep in np.unique(e):
+        rows = e == ep
+        if np.ptp(r[rows].astype(np.float64)) > 0:
+            raise ValueError(f"episode {ep} has different rewards on its rows {r[rows]}; "
+                             "pass the episode reward on every step row")
+        if len(np.unique(g[rows])) > 1:
+            raise ValueError(f"episode {ep} spans several group ids {np.unique(g[rows])}; "
+                             "all rows of an episode must share its group_id")
+
+
+def normalized_episode_rewards(episode_rewards, group_index, valid, *, norm: NormConfig | None):
+    """Estimator core: NormConfig normalisation of episode rewards [E] within groups. [E] float32."""
+    return normalize(episode_rewards, norm, mask=valid, group_ids=group_index)
+
+
+def success_filter(episode_rewards, group_index, valid):
+    """RAFT++ / fbc: r̂_e = 1 for successful episodes (r > 0), 0 otherwise; no group baseline."""
+    del group_index
+    return jnp.where(valid & (jnp.asarray(episode_rewards) > 0), 1.0, 0.0).astype(jnp.float32)
+
+
+def _norm_estimator(mean_level, std_level, leave1out=False):
+    def estimator(episode_rewards, group_index, valid, *, std_unbiased=False, eps=1e-5):
+        cfg = NormConfig(mean_level=mean_level, std_level=std_level, mean_leave1out=leave1out,
+                         std_unbiased=std_unbiased, eps=eps)
+        return normalized_episode_rewards(episode_rewards, group_index, valid, norm=cfg)
+    estimator.__doc__ = (f"NormConfig(mean_level={mean_level!r}, std_level={std_level!r}, "
+                         f"mean_leave1out={leave1out}) on episode rewards [E] -> r̂ [E] float32.")
+    return estimator
+
+
+def _raw_estimator(episode_rewards, group_index, valid, **_):
+    """No normalisation (critic-based PPO, or rewards that are already advantages)."""
+    del group_index
+    return jnp.where(valid, jnp.asarray(episode_rewards, jnp.float32), 0.0)
+
+
+_ESTIMATORS = {
+    "grpo": _norm_estimator("group", "group"),             # the paper's reward_norm
+    "drgrpo": _norm_estimator("group", None),              # mean only
+    "rloo": _norm_estimator("group", None, leave1out=True),
+    "liteppo": _norm_estimator("group", "batch"),
+    "batch": _norm_estimator("batch", "batch"),
+    "raw": _raw_estimator,
+    "fbc": lambda r, g, v, **_: success_filter(r, g, v),
+}
+_ESTIMATORS["raft"] = _ESTIMATORS["fbc"]
+_ESTIMATORS["ppo"] = _ESTIMATORS["raw"]
+
+
+def get_estimator(name: str):
+    """Episode-level advantage estimator by name:
+    f(episode_rewards [E], group_index [E], valid [E], **kw) -> r̂ [E] float32."""
+    if name not in _ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(_ESTIMATORS)}")
+    return _ESTIMATORS[name]
+
+
+def estimator_names():
+    return sorted(_ESTIMATORS)
+
+
+# --------------------------------------------------------------------------- 3. step advantages
+
+
+def _step_values(r_hat, table, ep_index, const_length):
+    if const_length is None:
+        denom = table["steps"]
+    else:
+        if not const_length > 0:
+            raise ValueError(f"const_length (step_adv_const_length) must be > 0, got {const_length}")
+        denom = jnp.full_like(table["steps"], float(const_length))
+    per_episode = jnp.where(table["valid"], r_hat / jnp.maximum(denom, 1e-30), 0.0)
+    return per_episode[ep_index]
+
+
+def step_advantages(rewards, episode_ids, group_ids, *, const_length=None, std_unbiased=False, eps=1e-5):
+    """The paper's steps 1-2 on step rows: group-normalise one reward per episode, then divide.
+
+    Args:
+      rewards: [R] float episode reward on every step row of the episode (all rows equal).
+      episode_ids: [R] int episode id per row.
+      group_ids: [R] int group id per row (groups may have any size).
+      const_length: None -> r̂_e / T_e (T_e = rows of episode e); k > 0 -> r̂_e / k (constT10: k = 10).
+      std_unbiased: population std (False, the paper's) or sample std.
+      eps: added to the group std.
+
+    Returns:
+      [R] float32 step advantage per row. Zero-variance groups give exactly 0.
+    """
+    _check_rows(rewards, episode_ids, group_ids)
+    if segments.is_concrete(rewards, episode_ids, group_ids):
+        _check_episode_rows(rewards, episode_ids, group_ids)
+    if const_length is not None and not const_length > 0:
+        raise ValueError(f"const_length (step_adv_const_length) must be > 0, got {const_length}")
+    return _step_advantages(rewards, episode_ids, group_ids, const_length=const_length,
+                            std_unbiased=std_unbiased, eps=eps)
+
+
+@functools.partial(jax.jit, static_argnames=("const_length", "std_unbiased", "eps"))
+def _step_advantages(rewards, episode_ids, group_ids, *, const_length, std_unbiased, eps):
+    table, ep_index = _episode_table(rewards, episode_ids, group_ids)
+    r_hat = get_estimator("grpo")(table["reward"], table["group"], table["valid"],
+                                  std_unbiased=std_unbiased, eps=eps)
+    return _step_values(r_hat, table, ep_index, const_length)
+
+
+def dynamic_sampling_mask(rewards, group_ids):
+    """DAPO dynamic sampling: [R] bool, True on rows whose group has non-constant rewards."""
+    rewards = jnp.asarray(rewards, jnp.float32)
+    index, n = segments.dense_ids(jnp.asarray(group_ids))
+    gmax = segments.segment_max(rewards, index, n)[index]
+    gmin = segments.segment_min(rewards, index, n)[index]
+    return gmax > gmin
+
+
+# -------------------------------------------------------------------- 4. placement and KL reward
+
+
+def last_token_index(loss_mask):
+    """[B] int32 index of the last policy token of each row, -1 when the row has none."""
+    mask = jnp.asarray(loss_mask).astype(bool)
+    time = mask.shape[-1]
+    idx = jnp.where(mask, jnp.arange(time, dtype=jnp.int32), -1)
+    return idx.max(axis=-1)
+
+
+def place_on_last_token(step_values, loss_mask):
+    """Token reward [B, T] float32 holding `step_values` [B] on each row's last policy token, 0 elsewhere.
+    A row without policy tokens gets nothing (it has no token to carry the reward)."""
+    mask = jnp.asarray(loss_mask).astype(bool)
+    if mask.ndim != 2:
+        raise ValueError(f"loss_mask must be [B, T], got shape {mask.shape}")
+    step_values = jnp.asarray(step_values, jnp.float32)
+    if step_values.shape != mask.shape[:1]:
+        raise ValueError(f"step values shape {step_values.shape} must be [B] = {mask.shape[:1]}")
+    last = last_token_index(mask)
+    hit = jnp.arange(mask.shape[1], dtype=jnp.int32)[None, :] == last[:, None]
+    return jnp.where(hit & mask, step_values[:, None], 0.0)
+
+
+def kl_penalty_rewards(logprobs, ref_logprobs, loss_mask, *, kl_ctl: float, estimator: str = "k1"):
+    """Per-token KL-in-reward term -kl_ctl * KL_est(logprobs || ref) on policy tokens. [B, T] float32."""
+    kl = kl_lib.kl_estimate(logprobs, ref_logprobs, estimator)
+    return jnp.where(jnp.asarray(loss_mask).astype(bool), -kl_ctl * kl, 0.0)
+
+
+def adv_norm(advantages, loss_mask, config: NormConfig | None, group_ids=None):
+    """Step 5: normalise token advantages [B, T] over policy tokens, batch- or group-wise by row."""
+    return normalize(advantages, config, mask=loss_mask, group_ids=group_ids)
+
+
+# ----------------------------------------------------------------------------- the whole path
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageConfig:
+    """Every knob of the advantage path (hashable: pass as a static jit argument)."""
+
+    estimator: str = "grpo"
+    std_unbiased: bool = False
+    eps: float = 1e-5
+    reward_bias: float = 0.0
+    reward_scaling: float = 1.0
+    reward_clip: float | None = 20.0
+    overlong_tokens: int | None = None
+    overlong_penalty_factor: float | None = None
+    max_response_tokens: int | None = None
+    step_adv_const_length: float | None = None
+    discount: float = 1.0
+    gae_lambda: float | str = 1.0
+    gae_lambda_kwargs: tuple = ()
+    gae_timestep_unit: str = "token"
+    max_turns: int | None = None
+    kl_ctl: float = 0.0
+    kl_estimator: str = "k1"
+    adv_norm: NormConfig | None = None
+
+    def __post_init__(self):
+        get_estimator(self.estimator)
+        if self.gae_timestep_unit not in ("token", "turn"):
+            raise ValueError(f"gae_timestep_unit must be 'token' or 'turn', got {self.gae_timestep_unit!r}")
+        if self.gae_timestep_unit == "turn" and not self.max_turns:
+            raise ValueError("gae_timestep_unit='turn' needs max_turns (static bound on turns per row)")
+        if self.overlong_tokens is not None and (self.max_response_tokens is None
+                                                 or self.overlong_penalty_factor is None):
+            raise ValueError("overlong_tokens needs max_response_tokens and overlong_penalty_factor too")
+        if self.kl_estimator not in kl_lib.KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {kl_lib.KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.step_adv_const_length is not None and not self.step_adv_const_length > 0:
+            raise ValueError(f"step_adv_const_length must be > 0 or None, got {self.step_adv_const_length}")
+        if not isinstance(self.gae_lambda_kwargs, tuple):
+            raise ValueError("gae_lambda_kwargs must be a tuple of (name, value) pairs (hashable)")
+
+
+class AdvantageTrace(NamedTuple):
+    """Every intermediate of the path (for the trainer's logs and the loss-analysis notebook)."""
+
+    shaped_rewards: jnp.ndarray    # [R] step 1, per row
+    episode_rewards: jnp.ndarray   # [R] step 2, r̂_e broadcast to the episode's rows
+    step_advantages: jnp.ndarray   # [R] step 3, r̂_e / (k or T_e)
+    token_rewards: jnp.ndarray     # [B, T] step 4a, placed step advantage (+ KL reward)
+    advantages: jnp.ndarray        # [B, T] step 4b/5, after GAE and adv_norm; 0 off the mask
+    returns: jnp.ndarray           # [B, T] GAE returns (critic targets)
+
+
+def compute_token_advantages(rewards, episode_ids, group_ids, loss_mask, *,
+                             config: AdvantageConfig = AdvantageConfig(), values=None, logprobs=None,
+                             ref_logprobs=None, bootstrap_values=None, terminated=None,
+                             turn_ids=None) -> AdvantageTrace:
+    """Paper path 1-4 (+ adv_norm) on step rows; what the trainer calls.
+
+    Args:
+      rewards: [R] raw episode reward on each step row.
+      episode_ids, group_ids: [R] ints.
+      loss_mask: [R, T] 1 on policy tokens of each row.
+      config: AdvantageConfig (static under jit: `jax.jit(f, static_argnames="config")`).
+      values: [R, T] critic values (PPO with a critic), or None.
+      logprobs, ref_logprobs: [R, T] for KL-in-reward when config.kl_ctl > 0.
+      bootstrap_values / terminated: [R] per-row truncation semantics for GAE (default: terminal).
+      turn_ids: [R, T] ints (-1 off-turn) when config.gae_timestep_unit == "turn".
+
+    Returns:
+      AdvantageTrace; `.advantages` [R, T] float32 is the loss input.
+    """
+    _check_rows(rewards, episode_ids, group_ids)
+    shape = jnp.shape(loss_mask)
+    if len(shape) != 2 or shape[0] != jnp.shape(rewards)[0]:
+        raise ValueError(f"loss_mask must be [R, T] with R = len(rewards) = {jnp.shape(rewards)[0]}, "
+                         f"got {shape}")
+    for name, arr in dict(values=values, logprobs=logprobs, ref_logprobs=ref_logprobs, turn_ids=turn_ids).items():
+        if arr is not None and jnp.shape(arr) != shape:
+            raise ValueError(f"{name} shape {jnp.shape(arr)} must equal loss_mask shape {shape}")
+    if config.kl_ctl and (logprobs is None or ref_logprobs is None):
+        raise ValueError("kl_ctl > 0 needs logprobs and ref_logprobs [R, T]")
+    if config.gae_timestep_unit == "turn":
+        if turn_ids is None:
+            raise ValueError("gae_timestep_unit='turn' needs turn_ids [R, T]")
+        if segments.is_concrete(turn_ids) and int(np.max(np.asarray(turn_ids), initial=-1)) >= config.max_turns:
+            raise ValueError(f"turn id {int(np.max(np.asarray(turn_ids)))} >= max_turns={config.max_turns}")
+    return _token_advantages(rewards, episode_ids, group_ids, loss_mask, config, values, logprobs,
+                             ref_logprobs, bootstrap_values, terminated, turn_ids)
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def _token_advantages(rewards, episode_ids, group_ids, loss_mask, config, values, logprobs, ref_logprobs,
+                      bootstrap_values, terminated, turn_ids):
+    mask = jnp.asarray(loss_mask).astype(bool)
+    shaped = shape_rewards(rewards, reward_bias=config.reward_bias, reward_scaling=config.reward_scaling,
+                           reward_clip=config.reward_clip)
+    if config.overlong_tokens is not None:
+        shaped = shaped + overlong_penalty(mask.sum(-1), max_response_tokens=config.max_response_tokens,
+                                           overlong_tokens=config.overlong_tokens,
+                                           overlong_penalty_factor=config.overlong_penalty_factor)
+    table, ep_index = _episode_table(shaped, episode_ids, group_ids)
+    estimator = get_estimator(config.estimator)
+    r_hat = estimator(table["reward"], table["group"], table["valid"],
+                      std_unbiased=config.std_unbiased, eps=config.eps)
+    step_adv = _step_values(r_hat, table, ep_index, config.step_adv_const_length)
+    token_rewards = place_on_last_token(step_adv, mask)
+    kl_reward = None
+    if config.kl_ctl:
+        kl_reward = kl_penalty_rewards(logprobs, ref_logprobs, mask, kl_ctl=config.kl_ctl,
+                                       estimator=config.kl_estimator)
+    if config.gae_timestep_unit == "token":
+        if kl_reward is not None:
+            token_rewards = token_rewards + kl_reward
+        lam = gae_lib.resolve_lambda(config.gae_lambda, mask.sum(-1), config.gae_lambda_kwargs)
+        adv, returns = gae_lib.masked_gae(token_rewards, mask, values, gamma=config.discount, lam=lam,
+                                          bootstrap_values=bootstrap_values, terminated=terminated)
+    else:
+        turn_ids = jnp.where(mask, jnp.asarray(turn_ids), -1)
+        n_turns = jnp.maximum(turn_ids.max(axis=-1) + 1, 0)  # turns are numbered 0.. in time order
+        lam = gae_lib.resolve_lambda(config.gae_lambda, n_turns, config.gae_lambda_kwargs)
+        adv, returns = gae_lib.turn_gae(token_rewards, turn_ids, values, max_turns=config.max_turns,
+                                        gamma=config.discount, lam=lam,
+                                        bootstrap_values=bootstrap_values, terminated=terminated)
+        if kl_reward is not None:  # token-local: not part of the turn recursion or the critic target
+            adv = adv + kl_reward
+    adv = adv_norm(adv, mask, config.adv_norm, group_ids=group_ids)
+    return AdvantageTrace(shaped_rewards=shaped, episode_rewards=r_hat[ep_index], step_advantages=step_adv,
+                          token_rewards=token_rewards, advantages=adv, returns=returns)
+
+
+def jitted_token_advantages(config: AdvantageConfig):
+    """`compute_token_advantages` bound to one config; the body is jitted (config static), so the
+    result can be called eagerly on NumPy arrays or inside another jit."""
+    return functools.partial(compute_token_advantages, config=config)
