@@ -1,0 +1,80 @@
+"""Episodes from the ring buffer -> one `UpdateBatch` of padded step rows with their images.
+
+Rows come from the buffer's batch assembly (`episodes_to_rows`, `pad_batch`); screenshots are fetched by
+reference once per distinct image and run through the policy's image processor, so the trainer sees exactly
+the pixels the policy server saw. Row count and length are rounded up to a few buckets so the jitted update
+compiles a handful of shapes, not one per batch.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from jaxwebrl.buffer import batching
+
+
+class UpdateBatch(NamedTuple):
+    """Step rows of one train step, host arrays. B rows (real rows first), T tokens.
+
+    input_ids [B, T] int32; attention_mask [B, T] int32 (1 = real token); loss_mask [B, T] int32 (1 on policy
+    tokens); behave_logprobs [B, T] float32; rewards [B] float32 raw episode reward; episode_ids, group_ids [B]
+    int64; num_real_rows: rows before the padding rows (padding has loss_mask 0); pixel_values [P, D] float32
+    (patches of every image, row-major), image_grid_thw [N, 3] int64 and images_per_row [B] int32 (or None
+    when no row has images). A minibatch compiles once per (rows, T, image grid) shape.
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    loss_mask: np.ndarray
+    behave_logprobs: np.ndarray
+    rewards: np.ndarray
+    episode_ids: np.ndarray
+    group_ids: np.ndarray
+    num_real_rows: int
+    pixel_values: np.ndarray | None = None
+    image_grid_thw: np.ndarray | None = None
+    images_per_row: np.ndarray | None = None
+
+
+def row_bucket(num_rows: int, n_minibatches: int) -> int:
+    """Rows padded to n_minibatches × a power of two (≥ 1 row per minibatch)."""
+    per = max(1, -(-num_rows // n_minibatches))
+    return n_minibatches * (1 << (per - 1).bit_length())
+
+
+def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatches: int, max_seq_len: int,
+             pad_id: int = 0) -> tuple[UpdateBatch, list[dict]]:
+    """(UpdateBatch, rows) for `episodes`; rows are the buffer's step-row dicts, in batch order."""
+    rows = batching.episodes_to_rows(episodes)
+    if not rows:
+        raise ValueError("assemble needs at least one episode with at least one step")
+    longest = max(len(r["input_ids"]) for r in rows)
+    buckets = batching.default_buckets(max_seq_len)
+    seq_len = next(b for b in buckets if b >= longest)
+    B = row_bucket(len(rows), n_minibatches)
+    padded = batching.pad_batch(rows, seq_len=seq_len, batch_size=B, pad_id=pad_id)
+    attention = padded["attention_mask"].astype(np.int32)
+    attention[len(rows):, 0] = 1  # padding rows attend to one token: finite logits, no NaN through the mask
+
+    pixel_values = grid = images_per_row = None
+    refs = padded["screenshot_refs"]
+    if (refs >= 0).any():
+        images, index = batching.gather_screenshots(screenshots, refs)
+        processed = [image_processor([image]) for image in images]   # per distinct image: (pixels, grid)
+        order = [int(i) for row in index for i in row if i >= 0]    # row-major, prompt order
+        pixel_values = np.concatenate([processed[i][0] for i in order], axis=0).astype(np.float32)
+        grid = np.concatenate([np.asarray(processed[i][1]).reshape(-1, 3) for i in order], axis=0).astype(np.int64)
+        images_per_row = (index >= 0).sum(axis=1).astype(np.int32)
+    batch = UpdateBatch(
+        input_ids=padded["input_ids"].astype(np.int32),
+        attention_mask=attention,
+        loss_mask=padded["loss_mask"].astype(np.int32),
+        behave_logprobs=padded["behave_logprobs"].astype(np.float32),
+        rewards=padded["reward"][:len(rows)].astype(np.float32),
+        episode_ids=padded["episode_id"][:len(rows)].astype(np.int64),
+        group_ids=padded["group_id"][:len(rows)].astype(np.int64),
+        num_real_rows=len(rows),
+        pixel_values=pixel_values, image_grid_thw=grid, images_per_row=images_per_row)
+    return batch, rows

@@ -1,0 +1,38 @@
+"""Exactly-once reading of the ring buffer across trainer restarts.
+
+The trainer checkpoints `ReadLedger.resume_point(pending)`: a buffer cursor from which re-reading yields every
+episode not yet trained or dropped, plus the ids already consumed after that cursor. A restarted trainer builds
+`ReadLedger(cursor, consumed)` and skips the consumed ones, so no episode is trained twice and none is skipped.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from jaxwebrl.train.dynamic_sampling import episode_scalar
+
+
+class ReadLedger:
+    """Which buffer reads delivered which episodes, to checkpoint an exactly-once resume point."""
+
+    def __init__(self, cursor, consumed: list[int] | None = None):
+        self.cursor = cursor                         # next read starts here
+        self._reads: collections.deque = collections.deque()   # (cursor before read, [episode ids])
+        self._skip = set(consumed or ())             # consumed before a restart: ignore when re-read
+
+    def record(self, cursor_before, cursor_after, episodes: list[dict]) -> list[dict]:
+        """Note one read; returns its episodes minus those a previous run already consumed."""
+        fresh = [e for e in episodes if int(episode_scalar(e, "episode_id")) not in self._skip]
+        self._reads.append((cursor_before, [int(episode_scalar(e, "episode_id")) for e in fresh]))
+        self.cursor = cursor_after
+        return fresh
+
+    def resume_point(self, pending_ids: set[int]) -> dict:
+        """{"cursor": ..., "consumed": [...]}: re-reading from cursor and skipping consumed = the pending episodes."""
+        while self._reads and not (set(self._reads[0][1]) & pending_ids):
+            self._reads.popleft()  # every episode of the oldest read is consumed: no need to re-read it
+            self._skip.clear()     # the restored cursor is behind us now, and with it the old consumed ids
+        if not self._reads:
+            return {"cursor": self.cursor, "consumed": []}
+        delivered = {i for _, ids in self._reads for i in ids}
+        return {"cursor": self._reads[0][0], "consumed": sorted((delivered - pending_ids) | self._skip)}
