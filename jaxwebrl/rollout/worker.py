@@ -91,8 +91,9 @@ class WorkerConfig:
 class WorkerStats:
     """Counters of one worker since it started (all plain ints/floats, JSON-able).
 
-    *_s fields: seconds spent in env calls, policy generation, buffer writes, and in total inside episodes;
-    ``total_s - env_s - generate_s`` is the worker's own overhead (prompting, parsing, assembly)."""
+    *_s fields: seconds spent in env calls, policy generation, buffer writes (screenshots and appends), and in
+    total playing and appending episodes; ``total_s - env_s - generate_s - buffer_s`` is the worker's own
+    overhead (prompting, parsing, assembly)."""
 
     episodes: int = 0
     steps: int = 0
@@ -178,11 +179,16 @@ class RolloutWorker:
         episode_ids: list[int] = []
         empty_failures = 0
         while len(episode_ids) < self.config.group_size and not self._stop.is_set():
+            start = time.perf_counter()
             try:
                 episode = self.run_episode(task, instance_seed, group_id)
+                if episode is not None:
+                    episode_ids.append(self._append(episode))
             except _EpisodeDropped:
                 self.stats.dropped_episodes += 1
                 continue
+            finally:
+                self.stats.total_s += time.perf_counter() - start
             if episode is None:
                 empty_failures += 1
                 if empty_failures > self.config.max_env_retries:
@@ -190,7 +196,6 @@ class RolloutWorker:
                                      "step; check the browser installation (python -m jaxwebrl.env.check)")
                 continue
             empty_failures = 0
-            episode_ids.append(self._append(episode))
         return episode_ids
 
     # ------------------------------------------------------------------ one episode
@@ -199,7 +204,6 @@ class RolloutWorker:
 
         Raises _EpisodeDropped when stopped or when the policy server failed.
         """
-        start = time.perf_counter()
         steps: list[dict] = []
         history: list[StepRecord] = []
         tracker = MemoryTracker()
@@ -229,8 +233,6 @@ class RolloutWorker:
             self._envs.discard(task)
             self.stats.env_failures += 1
             log.warning("worker %d: env failure on %s (%s); env restarted", self.worker_id, task_name(task), failure)
-        finally:
-            self.stats.total_s += time.perf_counter() - start
         if not steps:
             return None
         self.stats.steps += len(steps)

@@ -76,6 +76,8 @@ def test_worker_writes_consistent_groups_into_the_ring_buffer(tmp_path):
     rewards = [float(e["reward"][-1]) for e in episodes]
     assert 0 < sum(rewards) < 12  # epsilon-oracle: some succeed, some fail
     assert worker.stats.successes == sum(rewards) and worker.stats.steps == 36
+    s = worker.stats
+    assert 0 < s.env_s and 0 < s.generate_s and 0 < s.buffer_s and s.env_s + s.generate_s + s.buffer_s < s.total_s
 
 
 def test_invalid_actions_are_counted_and_fed_back(tmp_path):
