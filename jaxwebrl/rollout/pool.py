@@ -90,6 +90,8 @@ class WorkerPool:
 
     def raise_if_failed(self) -> None:
         """RuntimeError naming the workers that exited with a fatal error (they are not restarted)."""
+        if self._monitor is not None and not self._monitor.is_alive() and not self._closing.is_set():
+            raise RuntimeError("the worker pool's supervisor thread died; rollout workers are not supervised")
         if self.fatal:
             details = "; ".join(f"worker {w}: {why}" for w, why in sorted(self.fatal.items()))
             raise RuntimeError(f"rollout workers stopped for good: {details}")
@@ -113,12 +115,19 @@ class WorkerPool:
         # Workers are started from this thread so their PR_SET_PDEATHSIG follows its life: it ends in close().
         try:
             for worker_id in range(self.num_workers):
-                self._start_worker(worker_id)
+                try:
+                    self._start_worker(worker_id)
+                except Exception:  # e.g. out of processes: the loop below retries
+                    log.exception("worker pool: starting worker %d failed", worker_id)
         finally:
             started.set()
         while not self._closing.wait(self.poll_s):
             for worker_id in range(self.num_workers):
-                self._check_worker(worker_id)
+                try:
+                    self._check_worker(worker_id)
+                except Exception:  # supervision must go on (a failed fork is retried after the backoff)
+                    log.exception("worker pool: supervising worker %d failed", worker_id)
+                    self._next_start[worker_id] = time.monotonic() + self.max_backoff_s
         self._stop_all()
 
     def _start_worker(self, worker_id: int) -> None:
