@@ -10,11 +10,11 @@
 """
 
 from jaxwebrl.rollout.client import Generation, InProcessClient, PolicyClient
-from jaxwebrl.rollout.pool import WorkerPool, build_worker
+from jaxwebrl.rollout.pool import WorkerPool, build_worker, serve_worker
 from jaxwebrl.rollout.transport import (TransportAuthError, TransportClient, TransportError, TransportServer,
                                         TransportTimeout, new_token)
 from jaxwebrl.rollout.worker import EnvGivenUp, RolloutWorker, WorkerConfig, WorkerStats
 
 __all__ = ["EnvGivenUp", "Generation", "InProcessClient", "PolicyClient", "RolloutWorker", "TransportAuthError",
            "TransportClient", "TransportError", "TransportServer", "TransportTimeout", "WorkerConfig",
-           "WorkerPool", "WorkerStats", "build_worker", "new_token"]
+           "WorkerPool", "WorkerStats", "build_worker", "new_token", "serve_worker"]

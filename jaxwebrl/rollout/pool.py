@@ -276,7 +276,12 @@ def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent
 
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
-    spec = json.loads(spec_json)
+    serve_worker(json.loads(spec_json), worker_id, incarnation)
+
+
+def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0) -> None:
+    """Run one worker of a pool spec in this process until SIGTERM/SystemExit (also for hand-started workers,
+    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration or a refused token."""
     from jaxwebrl.rollout.transport import TransportAuthError
 
     worker = client = None

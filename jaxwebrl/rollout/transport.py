@@ -222,6 +222,9 @@ class TransportServer:
             else:
                 socket.bind(f"tcp://{self._host}:*")
             self.address = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+            if not self._host.startswith("127.") and self._host not in ("localhost", "::1"):
+                log.warning("policy server listens on %s: the token and prompts travel unencrypted, so keep this "
+                            "port on a private network (or reach it through an SSH tunnel)", self.address)
         except zmq.ZMQError as exc:
             self._start_error = OSError(f"policy server cannot bind tcp://{self._host}:{self._port or '*'}: {exc}")
             socket.close()
