@@ -518,9 +518,10 @@ class Browser:
     def current_url(self) -> str:
         return self._guard("current_url", lambda: self.driver.current_url)
 
-    def enforce_allowlist(self) -> str | None:
-        """If the page left the allowlist, return to the last allowed page; returns the refused URL or None."""
-        url = self.current_url()
+    def enforce_allowlist(self, url: str | None = None) -> str | None:
+        """If the page (at `url`, read from the browser when None) left the allowlist, return to the last allowed
+        page; returns the refused URL or None."""
+        url = self.current_url() if url is None else url
         if self.allowlist.allows(url):
             self._last_allowed_url = url
             return None
@@ -602,11 +603,13 @@ class Browser:
         self._mouse("mouseWheel", x, y, deltaX=dx, deltaY=dy)
 
     # ---- agent actions ----------------------------------------------------------------------------------
-    def perform(self, action: Action, area: tuple[int, int, int, int]) -> dict:
+    def perform(self, action: Action, area: tuple[int, int, int, int], check_url: bool = True) -> dict:
         """Execute a valid non-answer action whose 0..1000 coordinates refer to `area` = (x, y, w, h) CSS px.
 
         Returns info: `navigation_blocked` (refused URL or None) and `action_error` (a task-level refusal such
         as an unknown key or a navigate outside the allowlist, fed back to the agent) or None.
+        check_url=False skips the page-URL check (the caller then runs `enforce_allowlist(url)` itself, e.g. with
+        a URL it read in the same JavaScript call as the task state).
         """
         ax, ay, aw, ah = area
 
@@ -644,10 +647,14 @@ class Browser:
                 error = str(exc)
         else:
             raise ValueError(f"Browser.perform cannot execute a {kind!r} action")
-        blocked = self.enforce_allowlist()
+        blocked = self.enforce_allowlist() if check_url else None
         if blocked and error is None:
-            error = f"navigation to {blocked!r} is outside the task allowlist; returned to the task page"
+            error = blocked_message(blocked)
         return {"navigation_blocked": blocked, "action_error": error}
+
+
+def blocked_message(url: str) -> str:
+    return f"navigation to {url!r} is outside the task allowlist; returned to the task page"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -18,9 +18,10 @@ import os
 import time
 from typing import Any
 
-from jaxwebrl.env.actions import Action, from_viewport, parse_action
-from jaxwebrl.env.base import EnvFailure, EnvTimeout, Observation, StepResult
-from jaxwebrl.env.browser import Browser, BrowserConfig, UrlAllowlist
+from jaxwebrl.env.actions import Action, from_viewport
+from jaxwebrl.env.base import EnvTimeout
+from jaxwebrl.env.browser import Browser, BrowserConfig, UrlAllowlist, blocked_message
+from jaxwebrl.env.browser_env import BrowserEnv
 
 TASK_AREA = (0, 0, 160, 210)  # x, y, width, height of #wrap in CSS pixels
 VIEWPORT = (320, 240)  # room for the task area; the reward display to its right is never captured
@@ -77,7 +78,10 @@ def horizon(task: str) -> int:
     return SPLITS[split][0] if split else DEFAULT_HORIZON
 
 
-_STATE_JS = "return [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON];"
+_STATE_JS = """
+if (typeof WOB_DONE_GLOBAL === 'undefined') { return [false, 0, null, location.href]; }  // not a task page
+return [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON, location.href];
+"""
 _START_JS = """
 core.EPISODE_MAX_TIME = arguments[1];
 if (core.EP_TIMER !== null) { core.endEpisode(0, false, 'reset'); }
@@ -104,13 +108,16 @@ return [r.left + r.width / 2, r.top + r.height / 2];
 """
 
 
-class MiniWobEnv:
+class MiniWobEnv(BrowserEnv):
     """One MiniWoB++ task in one browser (owned, or shared via `browser=`; a shared one is not closed).
 
     screenshot_size: (W, H) to resize the 160 x 210 task area to, or None for native pixels.
     max_steps: horizon; defaults to the task's split horizon.
     reward: "binary" (1.0 on positive raw reward, else 0.0) or "raw" (the page's value, in [-1, 1]).
     """
+
+    area = TASK_AREA
+    judge_checks_url = True
 
     def __init__(self, task: str, *, screenshot_size: tuple[int, int] | None = None, max_steps: int | None = None,
                  reward: str = "binary", browser: Browser | None = None, browser_config: BrowserConfig | None = None,
@@ -121,50 +128,27 @@ class MiniWobEnv:
             raise ValueError(f"unknown MiniWoB++ task {task!r} (no {path}); similar: {near}")
         if reward not in ("binary", "raw"):
             raise ValueError(f"reward must be 'binary' or 'raw', got {reward!r}")
-        if screenshot_size is not None and (len(screenshot_size) != 2 or min(screenshot_size) <= 0):
-            raise ValueError(f"screenshot_size must be (width, height) > 0, got {screenshot_size!r}")
+        super().__init__(max_steps=max_steps if max_steps is not None else horizon(task),
+                         screenshot_size=screenshot_size, browser=browser,
+                         browser_config=browser_config or BrowserConfig(viewport=VIEWPORT))
         self.task = task
         self.task_id = f"miniwob/{task}"
-        self.max_steps = int(max_steps) if max_steps is not None else horizon(task)
-        self.screenshot_size = tuple(screenshot_size) if screenshot_size is not None else None
         self.reward_mode = reward
         self.ready_timeout_s = ready_timeout_s
-        self._owns_browser = browser is None
-        self._browser_config = browser_config or BrowserConfig(viewport=VIEWPORT)
-        self.browser = browser
-        self._page_url: str | None = None
-        self._goal = ""
-        self._steps = 0
-        self._episode_over = True
-        self.timings: dict[str, list[float]] = {"reset": [], "screenshot": [], "action": []}
+        self._url: str | None = None
 
-    # ---- browser ----------------------------------------------------------------------------------------
-    def _ensure_browser(self) -> Browser:
-        if self.browser is None:
-            self.browser = Browser(self._browser_config)
-        elif not self.browser.alive:
-            self.browser.restart()
-        return self.browser
+    def _page_url(self) -> str:
+        return self._url or ""
 
-    def _load_page(self, browser: Browser) -> None:
+    def _start_episode(self, browser: Browser, seed: int) -> str:
+        """Load the page once per browser, then reset by the page's own JS (same seed -> same instance)."""
         root = browser.expose_directory(html_dir())
         browser.set_allowlist(UrlAllowlist.for_directory(root))
         url = f"file://{root}/miniwob/{self.task}.html"
-        if self._page_url == url and browser.current_url().split("#")[0] == url:
-            return
-        browser.navigate(url)
-        self._page_url = url
-
-    # ---- Env interface ----------------------------------------------------------------------------------
-    def reset(self, seed: int) -> Observation:
-        """Start a new episode of the task with `seed` (same seed -> same instance). EnvFailure if broken."""
-        t0 = time.perf_counter()
-        browser = self._ensure_browser()
-        try:
-            self._load_page(browser)
-        except EnvFailure:
-            self._page_url = None
-            raise
+        if self._url != url or browser.current_url().split("#")[0] != url:
+            self._url = None
+            browser.navigate(url)
+            self._url = url
         ready, utterance = browser.run_js(_START_JS, str(seed), MAX_EPISODE_TIME_MS)
         deadline = time.monotonic() + self.ready_timeout_s
         while not ready:
@@ -172,54 +156,19 @@ class MiniWobEnv:
                 raise EnvTimeout(f"{self.task_id}: WOB_TASK_READY stayed false for {self.ready_timeout_s} s")
             time.sleep(0.02)
             ready, utterance = browser.run_js("return [WOB_TASK_READY, core.getUtterance()];")
-        self._goal = utterance
-        self._steps = 0
-        self._episode_over = False
-        self.timings["reset"].append(time.perf_counter() - t0)
-        return self._observe()
+        return utterance
 
-    def step(self, action: Action | str) -> StepResult:
-        """Execute one action; answer ends the episode with the page's current verdict."""
-        if self._episode_over:
-            raise RuntimeError(f"{self.task_id}: step() after the episode ended; call reset(seed) first")
-        if isinstance(action, str):
-            action = parse_action(action)
-        browser = self._ensure_browser()
-        self._steps += 1
-        info: dict[str, Any] = {"step": self._steps, "invalid_action": not action.is_valid,
-                                "action_error": action.error, "navigation_blocked": None}
-        t0 = time.perf_counter()
-        if action.is_valid and action.kind != "answer":
-            outcome = browser.perform(action, TASK_AREA)
-            info["navigation_blocked"] = outcome["navigation_blocked"]
-            info["action_error"] = outcome["action_error"]
-        done, raw_reward, reason = browser.run_js(_STATE_JS)
-        self.timings["action"].append(time.perf_counter() - t0)
-        terminated = bool(done) or action.kind == "answer"
+    def _judge(self, action: Action, last_step: bool) -> tuple[float, bool, dict]:
+        """The page's verdict (one JS call that also returns the URL for the allowlist check)."""
+        done, raw_reward, reason, href = self.browser.run_js(_STATE_JS)
+        info: dict = {}
+        blocked = self.browser.enforce_allowlist(href)
+        if blocked:
+            info.update(navigation_blocked=blocked, action_error=blocked_message(blocked))
         raw_reward = float(raw_reward) if done else 0.0
         reward = raw_reward if self.reward_mode == "raw" else float(raw_reward > 0)
-        truncated = not terminated and self._steps >= self.max_steps
         info.update(raw_reward=raw_reward, reason=reason, success=bool(done) and raw_reward > 0)
-        self._episode_over = terminated or truncated
-        return StepResult(self._observe(), reward, terminated, truncated, info)
-
-    def close(self) -> None:
-        if self._owns_browser and self.browser is not None:
-            self.browser.close()
-        self.browser = None if self._owns_browser else self.browser
-        self._page_url = None
-
-    # ---- observation and DOM access (for oracles and debugging) ------------------------------------------
-    def _observe(self) -> Observation:
-        t0 = time.perf_counter()
-        shot = self.browser.screenshot(TASK_AREA, self.screenshot_size)
-        self.timings["screenshot"].append(time.perf_counter() - t0)
-        return Observation(goal=self._goal, screenshot=shot, url=self._page_url or "",
-                           info={"task": self.task, "step": self._steps})
-
-    def run_js(self, script: str, *args) -> Any:
-        """Run JavaScript in the task page (`return ...` for a value)."""
-        return self._ensure_browser().run_js(script, *args)
+        return reward, bool(done) or action.kind == "answer", info
 
     def element_point(self, element: Any) -> tuple[int, int] | None:
         """0..1000 action coordinates of a visible point of an element (a CSS selector or a WebElement; its
@@ -229,13 +178,3 @@ class MiniWobEnv:
             return None
         x0, y0, width, height = TASK_AREA
         return from_viewport(center[0] - x0, center[1] - y0, width, height)
-
-    @property
-    def goal(self) -> str:
-        return self._goal
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -23,13 +23,13 @@ import fnmatch
 import importlib
 import os
 import re
-import time
 import urllib.parse
 from typing import Any, Callable
 
-from jaxwebrl.env.actions import Action, parse_action
-from jaxwebrl.env.base import EnvFailure, Observation, StepResult
+from jaxwebrl.env.actions import Action
+from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.browser import Browser, BrowserConfig, UrlAllowlist
+from jaxwebrl.env.browser_env import BrowserEnv
 
 SPEC_KEYS = {"task_id", "start_url", "goal", "max_steps", "difficulty", "evaluator", "allowlist", "viewport"}
 REQUIRED_KEYS = ("task_id", "start_url", "goal", "evaluator")
@@ -165,31 +165,20 @@ def _text_matches(value: str, target: str, mode: str, case_sensitive: bool) -> b
     return re.search(target, value, 0 if case_sensitive else re.IGNORECASE) is not None
 
 
-class WebTaskEnv:
+class WebTaskEnv(BrowserEnv):
     """A JSON-spec web task in its own (or a shared) browser; screenshots show the whole pinned viewport."""
 
     def __init__(self, spec: WebTaskSpec, *, screenshot_size: tuple[int, int] | None = None,
                  max_steps: int | None = None, browser: Browser | None = None,
                  browser_config: BrowserConfig | None = None):
+        super().__init__(max_steps=max_steps if max_steps is not None else spec.max_steps,
+                         screenshot_size=screenshot_size, browser=browser,
+                         browser_config=browser_config or BrowserConfig(viewport=spec.viewport))
         self.spec = spec
         self.task_id = spec.task_id
-        self.max_steps = int(max_steps) if max_steps is not None else spec.max_steps
-        self.screenshot_size = tuple(screenshot_size) if screenshot_size is not None else None
-        self._owns_browser = browser is None
-        self._browser_config = browser_config or BrowserConfig(viewport=spec.viewport)
-        self.browser = browser
+        self.area = (0, 0, *spec.viewport)
         self._python_eval = load_function(spec.evaluator["function"]) if spec.evaluator["type"] == "python" else None
-        self._steps = 0
-        self._episode_over = True
         self._start_url = spec.start_url
-        self.timings: dict[str, list[float]] = {"reset": [], "screenshot": [], "action": []}
-
-    def _ensure_browser(self) -> Browser:
-        if self.browser is None:
-            self.browser = Browser(self._browser_config)
-        elif not self.browser.alive:
-            self.browser.restart()
-        return self.browser
 
     def _allowlist(self, browser: Browser) -> UrlAllowlist:
         parts = urllib.parse.urlsplit(self.spec.start_url)
@@ -203,44 +192,20 @@ class WebTaskEnv:
         default = () if self.spec.allowlist else (f"{parts.scheme}://{parts.netloc}/*",)
         return UrlAllowlist([*default, *self.spec.allowlist])
 
-    def reset(self, seed: int) -> Observation:
-        """Load the start page (web tasks are deterministic; `seed` is recorded in info)."""
-        t0 = time.perf_counter()
-        browser = self._ensure_browser()
+    def _start_episode(self, browser: Browser, seed: int) -> str:
+        """Load the start page (web tasks are deterministic; `seed` only names the episode)."""
         browser.set_allowlist(self._allowlist(browser))
         browser.navigate(self._start_url)
-        self._steps, self._episode_over, self._seed = 0, False, seed
-        self.timings["reset"].append(time.perf_counter() - t0)
-        return self._observe()
+        return self.spec.goal
 
-    def step(self, action: Action | str) -> StepResult:
-        if self._episode_over:
-            raise RuntimeError(f"{self.task_id}: step() after the episode ended; call reset(seed) first")
-        if isinstance(action, str):
-            action = parse_action(action)
-        browser = self._ensure_browser()
-        self._steps += 1
-        info: dict[str, Any] = {"step": self._steps, "invalid_action": not action.is_valid,
-                                "action_error": action.error, "navigation_blocked": None}
-        t0 = time.perf_counter()
-        if action.is_valid and action.kind != "answer":
-            outcome = browser.perform(action, (0, 0, *self.spec.viewport))
-            info["navigation_blocked"] = outcome["navigation_blocked"]
-            info["action_error"] = outcome["action_error"]
+    def _judge(self, action: Action, last_step: bool) -> tuple[float, bool, dict]:
+        """Evaluate after every step (when="step"), or only on answer / the last step (when="answer")."""
         answered = action.kind == "answer"
-        last_step = self._steps >= self.max_steps
         when = self.spec.evaluator["when"]
-        reward = 0.0
         evaluated = when == "step" or answered or last_step
-        if evaluated:
-            reward = self.evaluate(action.text if answered else None)
-        self.timings["action"].append(time.perf_counter() - t0)
+        reward = self.evaluate(action.text if answered else None) if evaluated else 0.0
         success = reward > 0
-        terminated = answered or (when == "step" and success)
-        truncated = not terminated and last_step
-        info.update(success=success, evaluated=evaluated)
-        self._episode_over = terminated or truncated
-        return StepResult(self._observe(), reward, terminated, truncated, info)
+        return reward, answered or (when == "step" and success), {"success": success, "evaluated": evaluated}
 
     def evaluate(self, answer: str | None) -> float:
         """The evaluator's reward for the current page (and the agent's answer, when given)."""
@@ -269,21 +234,3 @@ class WebTaskEnv:
             raise
         except Exception as exc:
             raise RuntimeError(f"{self.task_id}: python evaluator {ev['function']!r} failed: {exc}") from exc
-
-    def _observe(self) -> Observation:
-        t0 = time.perf_counter()
-        shot = self.browser.screenshot(None, self.screenshot_size)
-        self.timings["screenshot"].append(time.perf_counter() - t0)
-        return Observation(goal=self.spec.goal, screenshot=shot, url=self.browser.current_url(),
-                           info={"task": self.task_id, "step": self._steps, "difficulty": self.spec.difficulty})
-
-    def close(self) -> None:
-        if self._owns_browser and self.browser is not None:
-            self.browser.close()
-            self.browser = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
