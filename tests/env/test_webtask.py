@@ -170,21 +170,24 @@ def test_navigation_outside_allowlist_is_refused(site, outside, browser):
 def test_file_task_from_json_file_is_confined_to_its_folder(tmp_path, browser):
     task_dir = tmp_path / "task"
     task_dir.mkdir()
-    (task_dir / "index.html").write_text(INDEX)
+    (task_dir / "index.html").write_text(INDEX.replace("OUTSIDE", f"file://{tmp_path}"))  # links out of the folder
     (task_dir / "page2.html").write_text(PAGE2)
     (tmp_path / "secret.html").write_text("<p>secret</p>")
-    spec = {"task_id": "file/test", "start_url": "index.html", "goal": "go to page 2", "max_steps": 3,
+    spec = {"task_id": "file/test", "start_url": "index.html", "goal": "go to page 2", "max_steps": 4,
             "difficulty": "easy", "viewport": list(VIEWPORT),
             "evaluator": {"type": "text_match", "text": "Second page"}}
     path = task_dir / "task.json"
     path.write_text(json.dumps(spec))
     env = make_env(str(path), browser=browser)
-    assert isinstance(env, WebTaskEnv) and env.max_steps == 3
+    assert isinstance(env, WebTaskEnv) and env.max_steps == 4
     obs = env.reset(0)
     assert obs.url.startswith("file://") and obs.url.endswith("/index.html")
+    assert f"file://{tmp_path}/tracker.png" in browser.request_guard.blocked  # a file:// subresource outside
     secret = "file://" + str(tmp_path / "secret.html")
     res = env.step(format_action(Action("navigate", text=secret)))
     assert "outside the task allowlist" in res.info["action_error"]
+    res = env.step(format_action(AWAY))  # a file:// link out of the folder
+    assert res.info["navigation_blocked"] == f"file://{tmp_path}/evil.html" and res.observation.url == obs.url
     res = env.step(format_action(NEXT))
     assert res.terminated and res.reward == 1.0
 
