@@ -49,7 +49,7 @@ def summarize(buf: RingBuffer) -> dict:
     for r in records:
         first, n = int(r["first_step"]), int(r["num_steps"])
         covered |= (window >= first) & (window < first + n)
-    leases = read_leases(buf._kv)
+    leases = read_leases(buf.control)
     held = np.zeros(len(window), bool)
     for lease in leases:
         steps = lease.get("steps")

@@ -25,6 +25,7 @@ from jaxwebrl.buffer.episodes import check_episode, EpisodeError, from_rows, to_
 from jaxwebrl.buffer.schema import META_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
 from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
 
+ROW_WRITES_IN_FLIGHT = 8  # step rows are small chunks: a few concurrent writes help
 READ_STAT_KEYS = ("returned", "stale", "overwritten", "lost", "incomplete", "pending")
 
 
@@ -67,35 +68,47 @@ def _normalise_cursor(since) -> dict | None:
 class RingBuffer:
     """A TensorStore ring buffer of episodes; one instance per process (writers and readers alike)."""
 
-    def __init__(self, spec: dict, config: BufferConfig, kv: ts.KvStore, rows: ts.TensorStore,
-                 shots: ts.TensorStore):
+    def __init__(self, spec: dict, config: BufferConfig, kv: ts.KvStore, *, create: bool):
+        """Use RingBuffer.create / RingBuffer.open."""
         self.spec = spec
         self.where = storage.describe(spec)
         self.config = config
         self._kv = kv
-        self._rows = rows
+        direct, driver = config.direct_file_io, spec["driver"]
+        self.control = storage.open_control(kv, spec, config.fsync, direct)
+        self.reservations = Reservations(self.control, self.where)
+        self.log = CommitLog(self.control, config.log_capacity, self.where)
+        self._lease = Lease(self.control)
+        arrays = []
+        for sub, itemsize, records in (("rows/", row_dtype(config).itemsize, config.capacity_steps),
+                                       ("screenshots/", shot_dtype(config).itemsize, config.capacity_screenshots)):
+            try:
+                arrays.append(storage.open_records_array(kv, sub, records, itemsize, create=create,
+                                                         fsync=config.fsync, driver=driver, direct=direct))
+            except ValueError as e:
+                raise BufferFormatError(f"{self.where}/{sub} is missing or corrupt ({e}); recreate the buffer "
+                                        f"with RingBuffer.create") from None
+        self._rows, shots = arrays
         self._row_dtype = row_dtype(config)
-        self.reservations = Reservations(kv, self.where)
-        self.log = CommitLog(kv, config.log_capacity, self.where)
-        self._lease = Lease(kv)
         self.screenshots = ScreenshotStore(shots, self.reservations, self._lease, config)
         self.stats = collections.Counter({k: 0 for k in READ_STAT_KEYS})
-        self.commit_seconds: list[float] = []  # per append: from rows durable to record published
+        self.commit_seconds: list[float] = []  # per append: publishing the commit record
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
     def create(cls, path, *, capacity_steps: int, max_seq_len: int, screenshot_shape, capacity_screenshots=None,
                max_images_per_step: int = 8, log_capacity: int = 0, fsync: bool = False,
-               overwrite: bool = False) -> "RingBuffer":
+               direct_file_io: bool = True, overwrite: bool = False) -> "RingBuffer":
         """Creates an empty buffer at `path` (path, kvstore URL or spec; see storage.py).
 
-        capacity_screenshots defaults to capacity_steps. Refuses a location that already holds data
-        unless overwrite=True (which deletes everything under it).
+        capacity_screenshots defaults to capacity_steps; see BufferConfig for the other fields.
+        Refuses a location that already holds data unless overwrite=True (which erases it).
         """
         config = BufferConfig(capacity_steps=capacity_steps, max_seq_len=max_seq_len,
                               screenshot_shape=tuple(screenshot_shape),
                               capacity_screenshots=capacity_screenshots or capacity_steps,
-                              max_images_per_step=max_images_per_step, log_capacity=log_capacity, fsync=fsync)
+                              max_images_per_step=max_images_per_step, log_capacity=log_capacity, fsync=fsync,
+                              direct_file_io=direct_file_io)
         spec = storage.kvstore_spec(path)
         kv = storage.open_kvstore(spec, fsync)
         existing = kv.list().result()
@@ -105,14 +118,10 @@ class RingBuffer:
                                   f"pick an empty location, or pass overwrite=True to erase it")
         if existing:
             kv.delete_range(ts.KvStore.KeyRange()).result()
-        rows = storage.open_records_array(kv, "rows/", config.capacity_steps, row_dtype(config).itemsize,
-                                          create=True, compress=True, fsync=fsync, driver=spec["driver"])
-        shots = storage.open_records_array(kv, "screenshots/", config.capacity_screenshots,
-                                           shot_dtype(config).itemsize, create=True, compress=False,
-                                           fsync=fsync, driver=spec["driver"])
-        Reservations(kv, storage.describe(spec)).initialise()
+        buf = cls(spec, config, kv, create=True)
+        buf.reservations.initialise()
         kv.write(META_KEY, config.to_json().encode()).result()  # last: a half-made buffer is not openable
-        return cls(spec, config, kv, rows, shots)
+        return buf
 
     @classmethod
     def open(cls, path) -> "RingBuffer":
@@ -130,18 +139,7 @@ class RingBuffer:
         config = BufferConfig.from_json(meta.value, where)
         if config.fsync:
             kv = storage.open_kvstore(spec, True)
-        arrays = []
-        for sub, itemsize, compress, records in (
-                ("rows/", row_dtype(config).itemsize, True, config.capacity_steps),
-                ("screenshots/", shot_dtype(config).itemsize, False, config.capacity_screenshots)):
-            try:
-                array = storage.open_records_array(kv, sub, records, itemsize, create=False, compress=compress,
-                                                   fsync=config.fsync, driver=spec["driver"])
-            except ValueError as e:
-                raise BufferFormatError(f"{where}/{sub} is missing or corrupt ({e}); recreate the buffer "
-                                        f"with RingBuffer.create") from None
-            arrays.append(array)
-        buf = cls(spec, config, kv, *arrays)
+        buf = cls(spec, config, kv, create=False)
         buf.reservations.heads()  # fails clearly when the control record is damaged
         return buf
 
@@ -156,30 +154,27 @@ class RingBuffer:
         refs = ep.screenshot_refs
         if ep.screenshots is not None:
             used = np.unique(refs[refs >= 0])
-            keep, index_map = dedup_images(ep.screenshots[used])
+            keep, index_map = dedup_images(ep.screenshots, used)
             local_to_unique = np.full(len(ep.screenshots), -1, np.int64)
             local_to_unique[used] = index_map
-            new_images = ep.screenshots[used][keep]
+            n_new = len(keep)
         else:
-            new_images = None
+            n_new = 0
             given = refs[refs >= 0]
             live = self.screenshots.is_live(given)
             if not live.all():
                 raise EpisodeError(f"episode refused: screenshot refs {given[~live][:4].tolist()} are not live "
                                    f"(never put, or overwritten); put() screenshots during the episode or pass "
                                    f"them as 'screenshots' with local indices")
-        n_new = 0 if new_images is None else len(new_images)
         step_start, shot_start = self.reservations.reserve(S, n_new)
         self._lease.record(steps=[step_start, step_start + S], shots=[shot_start, shot_start + n_new])
-        if new_images is not None:
+        global_refs = refs
+        if ep.screenshots is not None:
             global_refs = np.where(refs >= 0, shot_start + local_to_unique[np.maximum(refs, 0)], -1)
-            futures = self.screenshots.write_reserved(new_images, shot_start + np.arange(n_new))
-        else:
-            global_refs, futures = refs, []
+            self.screenshots.write_reserved(ep.screenshots, shot_start + np.arange(n_new), index=used[keep])
         rows = to_rows(ep, self.config, step_start, global_refs)
-        futures += storage.write_records(self._rows, (step_start + np.arange(S)) % self.config.capacity_steps, rows)
-        for future in futures:
-            future.result()
+        self._rows.write_many((step_start + np.arange(S)) % self.config.capacity_steps, rows,
+                              in_flight=ROW_WRITES_IN_FLIGHT)
         t0 = time.perf_counter()
         heads = self.reservations.heads()
         valid = global_refs[global_refs >= 0]
@@ -292,8 +287,9 @@ class RingBuffer:
         """Reads the rows of `records`, keeping episodes whose rows and screenshots are still theirs."""
         C = self.config.capacity_steps
         slots = [(int(r["first_step"]) + np.arange(int(r["num_steps"]))) % C for r in records]
-        futures = [[self._rows[int(s)].read() for s in ss] for ss in slots]
-        raws = [[f.result() for f in fs] for fs in futures]
+        flat = self._rows.read_many(np.concatenate(slots) if slots else [], ROW_WRITES_IN_FLIGHT)
+        bounds = np.cumsum([0] + [len(ss) for ss in slots])
+        raws = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         heads = self.reservations.heads()  # read after the rows: a later reservation shows up here
         episodes = []
         for rec, raw in zip(records, raws):

@@ -51,6 +51,9 @@ class BufferConfig:
     max_images_per_step: K, the widest `screenshot_refs` row.
     log_capacity: commit records kept (at most one live episode per step, so <= capacity_steps).
     fsync: make each write durable against power loss (off: durable against process crashes only).
+    direct_file_io: on the `file` driver, write chunks and control keys from the calling thread with
+      POSIX I/O (same keys and bytes; flock for atomic updates) instead of TensorStore's kvstore.
+      Stored in buffer.json so that every process of a buffer uses the same locking.
     """
 
     capacity_steps: int
@@ -60,6 +63,7 @@ class BufferConfig:
     max_images_per_step: int = 8
     log_capacity: int = 0
     fsync: bool = False
+    direct_file_io: bool = True
 
     def __post_init__(self):
         shape = tuple(int(s) for s in self.screenshot_shape)

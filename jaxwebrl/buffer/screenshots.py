@@ -12,11 +12,10 @@ import collections
 import hashlib
 
 import numpy as np
-import tensorstore as ts
 
-from jaxwebrl.buffer import storage
 from jaxwebrl.buffer.commit import Lease, Reservations
-from jaxwebrl.buffer.schema import SHOT_MAGIC, BufferConfig, shot_dtype
+from jaxwebrl.buffer.storage import RecordArray
+from jaxwebrl.buffer.schema import SHOT_MAGIC, BufferConfig
 
 
 class ScreenshotOverwritten(KeyError):
@@ -30,22 +29,23 @@ def fingerprint(image: np.ndarray) -> bytes:
     return hashlib.blake2b(sample.tobytes(), digest_size=16).digest()
 
 
-def dedup_images(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique images of `images` uint8 [N, H, W, 3].
+def dedup_images(images: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct images among images[candidates] (images uint8 [N, H, W, 3], candidates [n] int64); no copies.
 
-    Returns (keep [U] int64 indices of the first occurrence of each distinct image,
-    index_map [N] int64 mapping every input image to its position in `keep`).
+    Returns (keep [U] int64 positions in `candidates` of each distinct image's first occurrence,
+    index_map [n] int64 mapping every candidate to its position in `keep`).
     """
     keep: list[int] = []
     by_print: dict[bytes, list[int]] = collections.defaultdict(list)
-    index_map = np.empty(len(images), np.int64)
-    for i, image in enumerate(images):
-        candidates = by_print[fingerprint(image)]
-        match = next((u for u in candidates if np.array_equal(images[keep[u]], image)), None)
+    index_map = np.empty(len(candidates), np.int64)
+    for i, c in enumerate(candidates):
+        image = images[c]
+        matches = by_print[fingerprint(image)]
+        match = next((u for u in matches if np.array_equal(images[candidates[keep[u]]], image)), None)
         if match is None:
             match = len(keep)
             keep.append(i)
-            candidates.append(match)
+            matches.append(match)
         index_map[i] = match
     return np.asarray(keep, np.int64), index_map
 
@@ -53,14 +53,13 @@ def dedup_images(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class ScreenshotStore:
     """Put / get images by reference. One instance per process; safe for many processes at once."""
 
-    def __init__(self, array: ts.TensorStore, reservations: Reservations, lease: Lease,
+    def __init__(self, array: RecordArray, reservations: Reservations, lease: Lease,
                  config: BufferConfig, *, put_block: int = 16, recent: int = 8):
         self._array = array
         self._reservations = reservations
         self._lease = lease
         self.config = config
         self.capacity = config.capacity_screenshots
-        self._dtype = shot_dtype(config)
         self._block = (0, 0)  # [next, end) refs reserved for put() but not used yet
         self._put_block = max(1, min(put_block, self.capacity // 4))
         self._recent: collections.OrderedDict[bytes, tuple[int, np.ndarray]] = collections.OrderedDict()
@@ -75,18 +74,16 @@ class ScreenshotStore:
                              f"create the buffer with screenshot_shape={image.shape}")
         return image
 
-    def _records(self, images: np.ndarray, refs: np.ndarray) -> np.ndarray:
-        """uint8 [n, itemsize] chunk bytes: stamp + magic + pixels."""
-        records = np.zeros(len(refs), self._dtype)
-        records["stamp"] = refs
-        records["magic"] = SHOT_MAGIC
-        records["pixels"] = images
-        return records.view(np.uint8).reshape(len(refs), self._dtype.itemsize)
+    def write_reserved(self, images: np.ndarray, refs, index=None) -> None:
+        """Writes images[index] (uint8 [N, H, W, 3], index [n] or all) at already-reserved `refs` [n], durably.
 
-    def write_reserved(self, images: np.ndarray, refs: np.ndarray) -> list:
-        """Starts writing `images` [n, H, W, 3] at already-reserved `refs` [n]; returns futures."""
-        return storage.write_records(self._array, np.asarray(refs) % self.capacity,
-                                     self._records(images, np.asarray(refs, np.int64)))
+        Each image becomes one chunk: a 16-byte header (stamp = its ref, magic) followed by the pixels.
+        """
+        refs = np.asarray(refs, np.int64)
+        index = np.arange(len(refs)) if index is None else np.asarray(index)
+        for ref, i in zip(refs, index):
+            header = np.array([ref, SHOT_MAGIC], "<i8")  # stamp, magic (< 2**63)
+            self._array.write(int(ref) % self.capacity, [header, np.ascontiguousarray(images[i])])
 
     def put(self, image) -> int:
         """Writes one uint8 [H, W, 3] image (durably) and returns its ref.
@@ -106,8 +103,7 @@ class ScreenshotStore:
             self._lease.record(shots=[start, start + self._put_block])
         ref = self._block[0]
         self._block = (ref + 1, self._block[1])
-        for future in self.write_reserved(image[None], np.asarray([ref])):
-            future.result()
+        self.write_reserved(image[None], [ref])
         self._recent[key] = (ref, image.copy())
         if len(self._recent) > self._recent_size:
             self._recent.popitem(last=False)
@@ -125,17 +121,16 @@ class ScreenshotStore:
         refs = np.asarray(refs, np.int64).reshape(-1)
         if (refs < 0).any():
             raise ValueError(f"screenshot refs must be >= 0 (-1 is padding), got {refs[refs < 0][:4]}")
-        raws = storage.read_records(self._array, refs % self.capacity)
         out = np.empty((len(refs),) + self.config.screenshot_shape, np.uint8)
-        for i, (ref, raw) in enumerate(zip(refs, raws)):
-            record = raw.view(self._dtype)[0]
-            if int(record["stamp"]) != ref or int(record["magic"]) != SHOT_MAGIC:
-                owner = int(record["stamp"]) if int(record["magic"]) == SHOT_MAGIC else None
+        header = np.empty(2, "<i8")  # stamp, magic
+        for i, ref in enumerate(refs):
+            self._array.read_into(int(ref) % self.capacity, [header, out[i]])
+            stamp, magic = int(header[0]), int(header[1])
+            if stamp != ref or magic != SHOT_MAGIC:
+                owner = f"ref {stamp}" if magic == SHOT_MAGIC else "no image"
                 raise ScreenshotOverwritten(
-                    f"screenshot ref {ref} is gone: its slot {ref % self.capacity} holds "
-                    f"{'ref ' + str(owner) if owner is not None else 'no image'} (the ring keeps the "
-                    f"last {self.capacity} images; raise capacity_screenshots or consume episodes sooner)")
-            out[i] = record["pixels"]
+                    f"screenshot ref {ref} is gone: its slot {ref % self.capacity} holds {owner} (the ring "
+                    f"keeps the last {self.capacity} images; raise capacity_screenshots or consume episodes sooner)")
         return out
 
     def get(self, ref: int) -> np.ndarray:

@@ -1,8 +1,10 @@
 """TensorStore plumbing: where a buffer lives (file / memory / any kvstore) and its two zarr3 arrays.
 
 Backends and multi-writer support (the commit protocol needs atomic conditional writes, `if_equal`):
-- `file` (a plain path or file://): many processes on one host or on a POSIX shared filesystem whose
-  rename is atomic; TensorStore implements `if_equal` with lock files. Default.
+- `file` (a plain path or file://): many processes on one host, or on a shared POSIX filesystem with
+  atomic rename and working locks (NFS with lockd). Default. By default (`direct_file_io`) it is
+  driven with POSIX calls and flock from the calling thread; otherwise TensorStore's file kvstore,
+  which implements `if_equal` with its own lock files.
 - `memory` (memory://name): one process only (tests, notebooks). All handles share one context.
 - `gcs` (gs://): many hosts; generation preconditions are native to GCS.
 - `s3` and others: readers always work; several concurrent writers only where the driver supports
@@ -11,11 +13,14 @@ Backends and multi-writer support (the commit protocol needs atomic conditional 
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Any
 
 import numpy as np
 import tensorstore as ts
+
+from jaxwebrl.buffer.control import KvControl, LocalControl
 
 _CONTEXTS: dict[tuple[str, bool], ts.Context] = {}
 
@@ -64,17 +69,141 @@ def open_kvstore(spec: dict, fsync: bool) -> ts.KvStore:
     return ts.KvStore.open(spec, context=_context(spec["driver"], fsync)).result()
 
 
+def open_control(kv: ts.KvStore, spec: dict, fsync: bool, direct: bool):
+    """Control-key store of the buffer: flock'd local files or TensorStore CAS (control.py)."""
+    if direct and spec["driver"] == "file":
+        return LocalControl(spec["path"], fsync)
+    return KvControl(kv)
+
+
+class RecordArray:
+    """zarr3 uint8 [records, itemsize], one chunk (= one kvstore key, written atomically) per record.
+
+    Writes and reads go through TensorStore, except that with `direct_file_io` on the local `file`
+    driver the chunk files are written and read directly (the same bytes at the same keys, temp file +
+    atomic rename like TensorStore's own file driver): this skips two copies of every multi-MB
+    screenshot and TensorStore's per-write lock file, and TensorStore still reads the array as ordinary zarr3.
+    """
+
+    def __init__(self, array: ts.TensorStore, local_dir: str | None, itemsize: int, fsync: bool):
+        self.array = array
+        self.itemsize = itemsize
+        self._local_dir = local_dir
+        self._fsync = fsync
+
+    def _chunk_path(self, slot: int) -> str:
+        return os.path.join(self._local_dir, f"c.{int(slot)}.0")  # chunk_key_encoding separator "."
+
+    def write(self, slot: int, parts: list) -> None:
+        """Writes one record, given as byte buffers whose concatenation is itemsize bytes; durable on return."""
+        if self._local_dir is None:
+            self.array[int(slot)].write(np.concatenate([np.frombuffer(p, np.uint8) for p in parts])).result()
+            return
+        path = self._chunk_path(slot)
+        tmp = f"{path}.__tmp{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            views = [memoryview(p).cast("B") for p in parts]
+            while views:
+                written = os.writev(fd, views)
+                while views and written >= len(views[0]):
+                    written -= len(views[0])
+                    views.pop(0)
+                if views and written:
+                    views[0] = views[0][written:]
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        if self._fsync:  # make the rename itself durable
+            dir_fd = os.open(self._local_dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def write_many(self, slots, records: np.ndarray, in_flight: int) -> None:
+        """Writes `records` [n, itemsize] uint8 at `slots` [n], at most `in_flight` at a time; durable on return."""
+        if self._local_dir is not None:
+            for slot, record in zip(slots, records):
+                self.write(slot, [record])
+            return
+        pending = collections.deque()
+        for i, slot in enumerate(slots):
+            if len(pending) >= in_flight:
+                pending.popleft().result()
+            pending.append(self.array[int(slot)].write(records[i]))
+        for future in pending:
+            future.result()
+
+    def read_into(self, slot: int, parts: list) -> None:
+        """Reads one record into writable buffers whose sizes add up to itemsize (zeros if never written)."""
+        views = [memoryview(p).cast("B") for p in parts]
+        if self._local_dir is None:
+            record = self.array[int(slot)].read().result()
+            offset = 0
+            for view in views:
+                view[:] = record[offset:offset + len(view)]
+                offset += len(view)
+            return
+        try:
+            fd = os.open(self._chunk_path(slot), os.O_RDONLY)
+        except FileNotFoundError:
+            for view in views:
+                view[:] = bytes(len(view))
+            return
+        try:
+            got = os.preadv(fd, views, 0)
+            total = sum(len(v) for v in views)
+            while got < total:  # short reads are legal; finish the rest
+                offset, rest = got, []
+                for view in views:
+                    if offset >= len(view):
+                        offset -= len(view)
+                        continue
+                    rest.append(view[offset:])
+                    offset = 0
+                more = os.preadv(fd, rest, got)
+                if more == 0:
+                    raise ValueError(f"chunk {self._chunk_path(slot)} has {got} bytes, expected {total}; "
+                                     f"the buffer is corrupt")
+                got += more
+        finally:
+            os.close(fd)
+
+    def read_many(self, slots, in_flight: int) -> list[np.ndarray]:
+        """The records at `slots`, each uint8 [itemsize] (zeros where never written)."""
+        if self._local_dir is not None:
+            out = []
+            for slot in slots:
+                try:
+                    record = np.fromfile(self._chunk_path(slot), np.uint8)
+                except FileNotFoundError:
+                    record = np.zeros(self.itemsize, np.uint8)
+                if record.size != self.itemsize:
+                    raise ValueError(f"chunk {self._chunk_path(slot)} has {record.size} bytes, expected "
+                                     f"{self.itemsize}; the buffer is corrupt")
+                out.append(record)
+            return out
+        out, pending = [], collections.deque()
+        for slot in slots:
+            if len(pending) >= in_flight:
+                out.append(pending.popleft().result())
+            pending.append(self.array[int(slot)].read())
+        return out + [future.result() for future in pending]
+
+
 def open_records_array(kv: ts.KvStore, subdir: str, records: int, itemsize: int, *, create: bool,
-                       compress: bool, fsync: bool, driver: str) -> ts.TensorStore:
-    """zarr3 uint8 [records, itemsize], one chunk (one kvstore key) per record."""
+                       fsync: bool, driver: str, direct: bool) -> RecordArray:
+    """Creates or opens the zarr3 record array under `subdir` of the buffer root (raw bytes codec)."""
     codecs = [{"name": "bytes"}]
-    if compress:
-        codecs.append({"name": "zstd", "configuration": {"level": 1}})
     spec = {
         "driver": "zarr3",
         "metadata": {
             "shape": [records, itemsize],
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, itemsize]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
             "data_type": "uint8",
             "codecs": codecs,
             "fill_value": 0,
@@ -85,15 +214,8 @@ def open_records_array(kv: ts.KvStore, subdir: str, records: int, itemsize: int,
         spec["delete_existing"] = True
     else:
         spec["open"] = True
-    return ts.open(spec, kvstore=kv / subdir, context=_context(driver, fsync)).result()
-
-
-def write_records(array: ts.TensorStore, slots: np.ndarray, records: np.ndarray) -> list:
-    """Starts one write per record (`records` [n, itemsize] uint8); returns the futures."""
-    return [array[int(s)].write(records[i]) for i, s in enumerate(slots)]
-
-
-def read_records(array: ts.TensorStore, slots) -> list[np.ndarray]:
-    """Reads records at `slots` concurrently; each comes back uint8 [itemsize]."""
-    futures = [array[int(s)].read() for s in slots]
-    return [f.result() for f in futures]
+    array = ts.open(spec, kvstore=kv / subdir, context=_context(driver, fsync)).result()
+    local = None
+    if direct and driver == "file" and array.chunk_layout.read_chunk.shape == (1, itemsize):
+        local = os.path.join(kv.spec().to_json()["path"], subdir)
+    return RecordArray(array, local, itemsize, fsync)

@@ -25,10 +25,11 @@ def inspect_json(path) -> dict:
     return json.loads(out.stdout)
 
 
-def test_concurrent_writers_with_live_reader(tmp_path):
+@pytest.mark.parametrize("direct_file_io", [True, False], ids=["flock", "tensorstore_cas"])
+def test_concurrent_writers_with_live_reader(tmp_path, direct_file_io):
     path = str(tmp_path / "buf")
     buf = RingBuffer.create(path, capacity_steps=512, max_seq_len=48, screenshot_shape=SHAPE,
-                            capacity_screenshots=512, max_images_per_step=2)
+                            capacity_screenshots=512, max_images_per_step=2, direct_file_io=direct_file_io)
     seed_sets = [list(range(w * 100, w * 100 + 12)) for w in range(3)]
     procs = [SPAWN.Process(target=workers.append_seeds, args=(path, seeds, 3)) for seeds in seed_sets]
     for p in procs:

@@ -131,7 +131,7 @@ def test_late_writer_clobber_is_detected_not_mixed(tmp_path):
     from jaxwebrl.buffer.schema import row_dtype
     row = np.zeros(1, row_dtype(buf.config))
     row["stamp"] = victim["episode_id"] + 1 + buf.config.capacity_steps
-    buf._rows[victim["episode_id"] + 1].write(row.view(np.uint8)).result()
+    buf._rows.array[victim["episode_id"] + 1].write(row.view(np.uint8)).result()
     result = buf.read(since=0)
     assert result.episodes == [] and result.stats["overwritten"] == 1
 
