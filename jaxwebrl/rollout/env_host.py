@@ -21,6 +21,8 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
+import queue
+import threading
 from typing import Any, Callable
 
 from jaxwebrl.env.base import MINIWOB_PREFIX, EnvTimeout
@@ -41,6 +43,39 @@ def task_name(task: Any) -> str:
     return repr(task)
 
 
+class _EnvThread:
+    """A single daemon thread running submitted calls in order (a hung call never blocks interpreter exit,
+    unlike ThreadPoolExecutor's threads, which are joined at exit)."""
+
+    def __init__(self):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="env-thread", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((fn, future))
+        return future
+
+    def shutdown(self, wait: bool = False, cancel_futures: bool = True) -> None:
+        self._queue.put(None)
+        if wait:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # delivered to the caller
+                future.set_exception(exc)
+
+
 class EnvHost:
     """See module docstring. ``factory(spec, browser)`` builds an env; browser is the shared Browser or None."""
 
@@ -57,8 +92,8 @@ class EnvHost:
         self._executor = self._new_executor()
 
     @staticmethod
-    def _new_executor() -> concurrent.futures.ThreadPoolExecutor:
-        return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="env-thread")
+    def _new_executor() -> "_EnvThread":
+        return _EnvThread()
 
     def call(self, fn: Callable[[], Any], what: str) -> Any:
         """``fn()`` on the env thread; EnvTimeout (and a full reset of the host) past ``timeout_s``."""

@@ -13,16 +13,18 @@ class RecordingToy(ToyEnv):
     def __init__(self, log, name):
         super().__init__()
         self.log, self.name = log, name
+        self.closed = threading.Event()
         log.append(("create", name, threading.get_ident()))
 
     def reset(self, seed):
         self.log.append(("reset", self.name, threading.get_ident()))
         if seed == -1:
-            threading.Event().wait(30)  # hang
+            self.closed.wait(30)  # hang until closed (as a killed browser would end the call)
         return super().reset(seed)
 
     def close(self):
         self.log.append(("close", self.name, threading.get_ident()))
+        self.closed.set()
 
 
 def test_every_call_runs_on_one_thread_and_lru_envs_are_closed_there():
