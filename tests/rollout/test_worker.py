@@ -224,3 +224,20 @@ def test_a_step_longer_than_max_seq_len_truncates_the_episode_before_it(tmp_path
                                screenshot_shape=(64, 64, 3), max_images_per_step=1)
     with pytest.raises(ValueError, match="max_images_per_step >= 2"):
         make_worker(narrow, toy_oracle_responder())
+
+
+def test_the_worker_lives_across_policy_versions_without_rebuilding_its_env(tmp_path):
+    buffer = make_buffer(tmp_path)
+    created = []
+
+    def factory(spec):
+        created.append(toy.ToyEnv())
+        return created[-1]
+
+    worker, backend = make_worker(buffer, toy_oracle_responder(), group_size=2, env_factory=factory)
+    worker.run(max_groups=1)
+    backend.set_version(4)  # a publish between groups
+    worker.run(max_groups=1)
+    episodes = buffer.read().episodes
+    seen = [sorted({int(v) for versions in e["versions"] for v in versions if v >= 0}) for e in episodes]
+    assert seen == [[3], [3], [4], [4]] and len(created) == 1
