@@ -122,10 +122,14 @@ def test_miniwob_tasks_of_a_worker_share_one_browser(tmp_path):
         envs = list(worker._envs._envs.values())
         assert [e.task_id for e in envs] == ["miniwob/click-test", "miniwob/click-button"]
         assert envs[0].browser is envs[1].browser and envs[0].browser.alive
-        pids = envs[0].browser.process_ids()
+        shared = envs[0].browser
+        os.kill(shared.chromium_pid(), signal.SIGKILL)  # the shared browser dies between groups
+        worker.run_group("miniwob/click-test", 3)  # reset fails once, then the shared browser restarts
+        assert worker.stats.env_failures == 1 and shared.alive
+        pids = shared.process_ids()
     finally:
         worker.close()
     episodes, _ = buffer.read()
-    assert [e["task_id"] for e in episodes] == ["miniwob/click-test", "miniwob/click-button"]
+    assert [e["task_id"] for e in episodes] == ["miniwob/click-test", "miniwob/click-button", "miniwob/click-test"]
     assert all(len(e["input_ids"]) == 2 and not e["env_failed"].any() for e in episodes)
     assert pids and not any(alive(pid) for pid in pids)  # worker.close() closed the shared browser
