@@ -41,7 +41,7 @@ class CheckedEpisode:
     group_id: int
     task_id: str
     per_step: dict
-    has_memory: bool
+    memory_keys: list  # which of MEMORY_KEYS the episode carried
     info: dict
     min_version: int
     max_version: int
@@ -95,13 +95,9 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
     if num_steps.shape not in ((), (S,)) or not np.all(num_steps == S):
         _fail(f"num_steps must equal the number of steps {S} on every step, got {num_steps.tolist()}")
 
-    tokens = []
-    min_version, max_version = None, None
+    tokens, lengths = [], []
     for j in range(S):
-        ids = np.asarray(episode["input_ids"][j])
-        mask = np.asarray(episode["loss_mask"][j])
-        logp = np.asarray(episode["behave_logprobs"][j])
-        vers = np.asarray(episode["versions"][j])
+        ids, mask, logp, vers = (np.asarray(episode[k][j]) for k in TOKEN_KEYS)
         L = ids.shape[0] if ids.ndim == 1 else -1
         if L < 1 or any(a.shape != (L,) for a in (mask, logp, vers)):
             _fail(f"step {j}: input_ids, loss_mask, behave_logprobs, versions must be 1-D of one length, got "
@@ -111,26 +107,37 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
                   f"create the buffer with a larger max_seq_len")
         if not np.issubdtype(ids.dtype, np.integer) or not np.issubdtype(vers.dtype, np.integer):
             _fail(f"step {j}: input_ids and versions must be integer arrays, got {ids.dtype}, {vers.dtype}")
-        if not np.isin(mask, (0, 1)).all():
-            _fail(f"step {j}: loss_mask must be 0/1, got values {np.unique(mask)[:8].tolist()}")
-        policy = mask.astype(bool)
-        if not policy.any():
-            _fail(f"step {j}: no policy tokens (loss_mask is all 0); every step is one action the policy produced")
-        logp = logp.astype(np.float32)
-        if not np.isfinite(logp[policy]).all() or (logp[policy] > LOGPROB_TOLERANCE).any():
-            _fail(f"step {j}: behaviour log-probs on policy tokens must be finite and <= 0 (one per token)")
-        if (logp[~policy] != 0).any():
-            _fail(f"step {j}: behave_logprobs must be 0 on prompt tokens (loss_mask == 0)")
-        if (vers[policy] < 0).any():
-            _fail(f"step {j}: every policy token needs its policy version (>= 0), found "
-                  f"{int((vers[policy] < 0).sum())} without one")
-        if (vers[~policy] != -1).any():
-            _fail(f"step {j}: versions must be -1 on prompt tokens (loss_mask == 0)")
-        lo, hi = int(vers[policy].min()), int(vers[policy].max())
-        min_version = lo if min_version is None else min(min_version, lo)
-        max_version = hi if max_version is None else max(max_version, hi)
-        tokens.append({"input_ids": ids.astype(np.int32), "loss_mask": mask.astype(np.int8),
-                       "behave_logprobs": logp, "versions": vers.astype(np.int32)})
+        tokens.append({"input_ids": ids.astype(np.int32, copy=False), "loss_mask": mask.astype(np.int8, copy=False),
+                       "behave_logprobs": logp.astype(np.float32, copy=False),
+                       "versions": vers.astype(np.int32, copy=False)})
+        lengths.append(L)
+    # value checks on all steps at once; a failure names the first offending step
+    ends = np.cumsum(lengths)
+    flat = {k: np.concatenate([t[k] for t in tokens]) for k in ("loss_mask", "behave_logprobs", "versions")}
+    mask, logp, vers = flat["loss_mask"], flat["behave_logprobs"], flat["versions"]
+    first_step = lambda bad: int(np.searchsorted(ends, int(np.argmax(bad)), side="right"))
+    bad = (mask != 0) & (mask != 1)
+    if bad.any():
+        _fail(f"step {first_step(bad)}: loss_mask must be 0/1, got values {np.unique(mask)[:8].tolist()}")
+    policy = mask == 1
+    per_step_policy = np.add.reduceat(policy.astype(np.int64), ends - np.asarray(lengths))
+    if (per_step_policy == 0).any():
+        _fail(f"step {int(np.argmin(per_step_policy))}: no policy tokens (loss_mask is all 0); every step is one "
+              f"action the policy produced")
+    bad = policy & ~(np.isfinite(logp) & (logp <= LOGPROB_TOLERANCE))
+    if bad.any():
+        _fail(f"step {first_step(bad)}: behaviour log-probs on policy tokens must be finite and <= 0 (one per token)")
+    bad = ~policy & (logp != 0)
+    if bad.any():
+        _fail(f"step {first_step(bad)}: behave_logprobs must be 0 on prompt tokens (loss_mask == 0)")
+    bad = policy & (vers < 0)
+    if bad.any():
+        _fail(f"step {first_step(bad)}: every policy token needs its policy version (>= 0), found "
+              f"{int(bad.sum())} without one")
+    bad = ~policy & (vers != -1)
+    if bad.any():
+        _fail(f"step {first_step(bad)}: versions must be -1 on prompt tokens (loss_mask == 0)")
+    min_version, max_version = int(vers[policy].min()), int(vers[policy].max())
 
     terminated = _per_step(episode, "terminated", S, bool, scalar_at_last=True)
     truncated = _per_step(episode, "truncated", S, bool, scalar_at_last=True)
@@ -175,16 +182,14 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
                 "screenshot_changed": (_per_step(episode, "screenshot_changed", S, bool)
                                        if "screenshot_changed" in episode else np.ones(S, bool))}
     present = [k for k in MEMORY_KEYS if k in episode]
-    if present and len(present) != len(MEMORY_KEYS):
-        _fail(f"memory diagnostics come together: got {present}, expected all of {list(MEMORY_KEYS)}")
     for key, dtype in zip(MEMORY_KEYS, (np.int32, np.int32, np.float32)):
-        per_step[key] = _per_step(episode, key, S, dtype) if present else np.zeros(S, dtype)
+        per_step[key] = _per_step(episode, key, S, dtype) if key in present else np.zeros(S, dtype)
     info = episode.get("info") or {}
     if not isinstance(info, dict):
         _fail(f"'info' must be a JSON-able dict, got {type(info).__name__}")
     return CheckedEpisode(tokens=tokens, screenshot_refs=refs, screenshots=screenshots,
                           group_id=int(group_ids[0]), task_id=task_id, per_step=per_step,
-                          has_memory=bool(present), info=info, min_version=min_version, max_version=max_version)
+                          memory_keys=present, info=info, min_version=min_version, max_version=max_version)
 
 
 def to_rows(ep: CheckedEpisode, config: BufferConfig, first_seq: int, global_refs: np.ndarray) -> np.ndarray:
@@ -199,7 +204,7 @@ def to_rows(ep: CheckedEpisode, config: BufferConfig, first_seq: int, global_ref
     p = ep.per_step
     rows["flags"] = (p["terminated"] * FLAG_TERMINATED | p["truncated"] * FLAG_TRUNCATED
                      | p["env_failed"] * FLAG_ENV_FAILED | p["screenshot_changed"] * FLAG_SCREENSHOT_CHANGED
-                     | (FLAG_HAS_MEMORY if ep.has_memory else 0))
+                     | sum(FLAG_HAS_MEMORY[k] for k in ep.memory_keys))
     rows["reward"] = p["reward"]
     for key in ("memory_chars", "memory_keys", "memory_generic_frac"):
         rows[key] = p[key]
@@ -234,7 +239,7 @@ def from_rows(rows: np.ndarray, record: dict) -> dict:
     }
     for key in TOKEN_KEYS:
         episode[key] = [np.array(rows[key][j, :int(rows["seq_len"][j])]) for j in range(len(rows))]
-    if (flags & FLAG_HAS_MEMORY).any():
-        for key in ("memory_chars", "memory_keys", "memory_generic_frac"):
+    for key, bit in FLAG_HAS_MEMORY.items():
+        if (flags & bit).any():
             episode[key] = np.array(rows[key])
     return episode

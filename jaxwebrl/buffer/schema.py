@@ -33,7 +33,7 @@ FLAG_TERMINATED = 1
 FLAG_TRUNCATED = 2
 FLAG_ENV_FAILED = 4
 FLAG_SCREENSHOT_CHANGED = 8
-FLAG_HAS_MEMORY = 16
+FLAG_HAS_MEMORY = {"memory_chars": 16, "memory_keys": 32, "memory_generic_frac": 64}  # key was given
 
 
 class BufferFormatError(ValueError):

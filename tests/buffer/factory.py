@@ -9,7 +9,7 @@ SHAPE = (12, 16, 3)
 
 
 def make_episode(seed: int, *, num_steps: int | None = None, shape=SHAPE, max_len: int = 48,
-                 version: int = 5, group_id: int | None = None, with_memory: bool = True,
+                 version: int = 5, group_id: int | None = None, with_memory=True,
                  images_per_step: int = 2) -> dict:
     """An episode with local screenshots (repeats included, to exercise dedup) and every optional key."""
     rng = np.random.default_rng(seed)
@@ -41,10 +41,11 @@ def make_episode(seed: int, *, num_steps: int | None = None, shape=SHAPE, max_le
         "reward": np.float32(rng.random()), "terminated": bool(seed % 2), "truncated": not bool(seed % 2),
         "env_failed": False, "info": {"seed": int(seed)},
     }
-    if with_memory:
-        episode["memory_chars"] = rng.integers(0, 500, S).astype(np.int32)
-        episode["memory_keys"] = rng.integers(0, 9, S).astype(np.int32)
-        episode["memory_generic_frac"] = rng.random(S).astype(np.float32)
+    memory = {"memory_chars": rng.integers(0, 500, S).astype(np.int32),
+              "memory_keys": rng.integers(0, 9, S).astype(np.int32),
+              "memory_generic_frac": rng.random(S).astype(np.float32)}
+    for key in (memory if with_memory is True else with_memory or ()):
+        episode[key] = memory[key]
     return episode
 
 

@@ -22,6 +22,7 @@ def test_round_trip_every_field(tmp_path, backend):
     buf = create(path)
     sent = [make_episode(seed) for seed in range(6)]
     sent.append(make_episode(99, with_memory=False, num_steps=3))
+    sent.append(make_episode(98, with_memory=("memory_chars",), num_steps=1))
     ids = [buf.append(ep) for ep in sent]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     episodes, cursor = RingBuffer.open(path).read()
@@ -78,13 +79,13 @@ def _bad(mutate):
 BAD_EPISODES = {
     "step gap": (lambda ep: ep.__setitem__("step_index", np.array([0, 2, 3])), "step_index"),
     "after terminal": (lambda ep: ep.__setitem__("terminated", np.array([False, True, False])), "terminal"),
-    "logprob count": (lambda ep: ep["behave_logprobs"][1].__setitem__(0, -0.5), "prompt tokens"),
-    "missing logprob": (lambda ep: ep["behave_logprobs"][0].__setitem__(-1, np.nan), "finite"),
-    "missing version": (lambda ep: ep["versions"][2].__setitem__(-1, -1), "policy version"),
+    "logprob count": (lambda ep: ep["behave_logprobs"][1].__setitem__(0, -0.5), "step 1: .*prompt tokens"),
+    "missing logprob": (lambda ep: ep["behave_logprobs"][0].__setitem__(-1, np.nan), "step 0: .*finite"),
+    "missing version": (lambda ep: ep["versions"][2].__setitem__(-1, -1), "step 2: .*policy version"),
     "ragged step": (lambda ep: ep["loss_mask"].__setitem__(0, ep["loss_mask"][0][:-1]), "one length"),
     "too long": (lambda ep: [ep[k].__setitem__(0, np.concatenate([ep[k][0]] * 9)) for k in
                              ("input_ids", "loss_mask", "behave_logprobs", "versions")], "max_seq_len"),
-    "no action": (lambda ep: ep["loss_mask"].__setitem__(1, np.zeros_like(ep["loss_mask"][1])), "no policy"),
+    "no action": (lambda ep: ep["loss_mask"].__setitem__(1, np.zeros_like(ep["loss_mask"][1])), "step 1: no policy"),
     "num_steps": (lambda ep: ep.__setitem__("num_steps", np.array([3, 3, 4])), "num_steps"),
     "unknown key": (lambda ep: ep.__setitem__("actions", ["click"]), "unknown keys"),
     "image shape": (lambda ep: ep.__setitem__("screenshots", ep["screenshots"][:, :4]), "screenshots must be"),
