@@ -4,6 +4,7 @@ worker's own overhead (everything but browser and policy time) as a fraction of 
     python bench/env.py                       # prints one JSON object
     python bench/env.py --workers 1,2 --seconds 5
 
+A last setting repeats 1 worker with BrowserConfig.unthrottled_frames (no 60 fps cap) for comparison.
 Each worker is a separate process with its own sandboxed Chromium playing oracle episodes round-robin over
 the oracle tasks. All workers of one setting start measuring together (a stdin barrier after warm-up) and
 run for --seconds. Time inside WebDriver/CDP calls made by env.reset/step is "browser"; the oracle (its DOM
@@ -24,13 +25,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def child(seconds: float, worker_id: int) -> None:
+def child(seconds: float, worker_id: int, unthrottled_frames: bool) -> None:
     sys.path.insert(0, ROOT)
     from jaxwebrl.env.browser import Browser, BrowserConfig
     from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
     from jaxwebrl.env.oracles import oracle_tasks, oracle_text
 
-    browser = Browser(BrowserConfig(viewport=VIEWPORT))
+    browser = Browser(BrowserConfig(viewport=VIEWPORT, unthrottled_frames=unthrottled_frames))
     tasks = oracle_tasks()
     envs = {task: MiniWobEnv(task, browser=browser) for task in tasks}
     for env in envs.values():  # warm-up: load every page once, outside the measured window
@@ -70,8 +71,10 @@ def child(seconds: float, worker_id: int) -> None:
                       "browser_s": env_browser_s}), flush=True)
 
 
-def run_setting(num_workers: int, seconds: float) -> dict:
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", str(i), "--seconds", str(seconds)],
+def run_setting(num_workers: int, seconds: float, unthrottled_frames: bool = False) -> dict:
+    extra = ["--unthrottled-frames"] if unthrottled_frames else []
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", str(i), "--seconds", str(seconds),
+                               *extra],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
              for i in range(num_workers)]
     try:
@@ -95,7 +98,7 @@ def run_setting(num_workers: int, seconds: float) -> dict:
     browser_s = sum(r["browser_s"] for r in reports)
     loop_s = sum(r["wall_s"] - r["policy_s"] for r in reports)  # env steps + resets + the loop itself
     overhead_s = loop_s - browser_s
-    return {"workers": num_workers, "steps_per_s": round(steps / wall, 2),
+    return {"workers": num_workers, "unthrottled_frames": unthrottled_frames, "steps_per_s": round(steps / wall, 2),
             "episodes_per_s": round(sum(r["episodes"] for r in reports) / wall, 2),
             "success_rate": round(sum(r["successes"] for r in reports) / max(1, sum(r["episodes"] for r in reports)), 3),
             "env_step_ms": round(1e3 * env_s / max(steps, 1), 2),
@@ -107,12 +110,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--unthrottled-frames", action="store_true",
+                        help="in --child: BrowserConfig.unthrottled_frames (the main run adds a 1-worker setting with it)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        child(args.seconds, args.child)
+        child(args.seconds, args.child, args.unthrottled_frames)
         return
     settings = [run_setting(int(n), args.seconds) for n in args.workers.split(",")]
+    settings.append(run_setting(1, args.seconds, unthrottled_frames=True))
     base = settings[0]["steps_per_s"]
     for s in settings:
         s["speedup_vs_first"] = round(s["steps_per_s"] / base, 2) if base else None

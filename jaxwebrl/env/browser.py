@@ -84,6 +84,8 @@ class BrowserConfig:
     page_load_timeout_s: limit for `navigate`.
     guard_requests: enforce the allowlist on every request too (CDP Fetch, see request_guard.py), not only
         on the page URL after each action.
+    unthrottled_frames: lift the 60 fps frame cap (--disable-frame-rate-limit): screenshots of static pages such as
+        MiniWoB++ come about twice as fast, but a page with a running animation then spins a whole CPU core.
     kill_with_parent: chromedriver and Chromium get SIGKILL when the creating thread's process dies
         (Linux PR_SET_PDEATHSIG), so a crashed worker leaves no orphan browser. Create the browser from a
         long-lived thread (the worker's main thread): the signal follows the creating thread.
@@ -99,6 +101,7 @@ class BrowserConfig:
     page_load_timeout_s: float = 30.0
     kill_with_parent: bool = True
     guard_requests: bool = True
+    unthrottled_frames: bool = False
     extra_flags: tuple[str, ...] = ()
 
 
@@ -316,6 +319,8 @@ class Browser:
             flags.append("--headless=new")
         if not sandbox:
             flags.append("--no-sandbox")
+        if self.config.unthrottled_frames:
+            flags.append("--disable-frame-rate-limit")
         for flag in flags:
             options.add_argument(flag)
         options.add_experimental_option("prefs", {
