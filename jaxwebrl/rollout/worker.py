@@ -15,6 +15,9 @@ Failures:
 - The policy server is unreachable or fails (``TransportError``): the partial episode is dropped (no env
   fault, no data) and the worker retries after a pause; a wrong token (``TransportAuthError``) is fatal.
 - Malformed model output is an invalid action: counted, fed back in the next prompt, never a crash.
+
+Per step the episode records ``screenshot_changed`` (step 0 counts as changed) and the memory-bloat stats of
+the memory the agent holds after that step's response; ``info`` carries the per-step invalid-action flags.
 """
 
 from __future__ import annotations
