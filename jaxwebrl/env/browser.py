@@ -253,10 +253,10 @@ class Browser:
         """Launch chromedriver + Chromium with a fresh profile (the sandbox decision is made here)."""
         from selenium import webdriver  # selenium only where a browser is really used
 
+        self._uid, self._gid = self._target_user()
         self._tmpdir = tempfile.mkdtemp(prefix="jaxwebrl-chromium-")
         os.chmod(self._tmpdir, 0o711)
         self._exposed = {}
-        self._uid, self._gid = self._target_user()
         profile, home = os.path.join(self._tmpdir, "profile"), os.path.join(self._tmpdir, "home")
         for path in (profile, home):
             os.mkdir(path, 0o700)
@@ -311,7 +311,7 @@ class Browser:
 
         width, height = self.config.viewport
         options = webdriver.ChromeOptions()
-        options.binary_location = self._chromium_launcher(sandbox)
+        options.binary_location = self._chromium_launcher()
         options.page_load_strategy = "normal"
         flags = [*CLOSED_NETWORK_FLAGS, *RENDERING_FLAGS, f"--user-data-dir={profile}",
                  f"--window-size={width},{height}", *self.config.extra_flags]
@@ -353,7 +353,7 @@ class Browser:
             address = self.driver.capabilities["goog:chromeOptions"]["debuggerAddress"]
             self.request_guard = RequestGuard(address, lambda url: self.allowlist.allows(url))
 
-    def _chromium_launcher(self, sandbox: bool) -> str:
+    def _chromium_launcher(self) -> str:
         """A tiny exec wrapper so Chromium dies with chromedriver (setpriv --pdeathsig), when available."""
         setpriv = shutil.which("setpriv")
         if not (self.config.kill_with_parent and setpriv):
