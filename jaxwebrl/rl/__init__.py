@@ -2,11 +2,22 @@
 
   advantages     reward shaping, episode estimators (GRPO/RLOO/Dr.GRPO/...), step advantages r̂/(k or T_e),
                  last-token placement, masked GAE, adv_norm; `compute_token_advantages` runs the whole path
-  losses         decoupled PPO and its family (GSPO, SAPO, CISPO, SAO, fbc, ...), registry `get_loss(name)`
+  losses         decoupled PPO and its family (GSPO, SAPO, CISPO, SAO, fbc, IcePop/KPop), `get_loss(name)`
+  aggregation    token-mean / seq-mean-token-mean / Dr.GRPO constant-normaliser reductions
+  rejection      behaviour weight, dropping cap, IcePop/KPop rejection sampling
   normalization  NormConfig and `normalize` for variable-size groups
   gae            masked / turn-unit / skip-observation GAE and λ functions
   kl             k1/k2/k3 and binary-KL estimators
   segments       dense group ids under jit (static segment counts)
 """
 
-from jaxwebrl.rl import advantages, gae, kl, normalization, segments  # noqa: F401
+from jaxwebrl.rl import (  # noqa: F401
+    advantages,
+    aggregation,
+    gae,
+    kl,
+    losses,
+    normalization,
+    rejection,
+    segments,
+)
