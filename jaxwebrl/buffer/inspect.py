@@ -2,7 +2,8 @@
 
 Capacity, reserved heads, committed episodes still readable, cursor range, policy versions, reward
 mean, and slots that are reserved but not committed: `in_flight` (a live writer holds them) or
-`orphaned` (their writer died; the ring reuses them on its next lap).
+`orphaned` (their writer died; the ring reuses them on its next lap), and on local files the
+temp files such writers left behind (`temp_files`, safe to delete).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 import numpy as np
 
 from jaxwebrl.buffer.commit import read_leases
+from jaxwebrl.buffer.control import LocalControl
 from jaxwebrl.buffer.ring import RingBuffer
 
 REMOTE_LEASE_SECONDS = 600.0  # a lease from another host counts as live this long after its last write
@@ -78,6 +80,11 @@ def summarize(buf: RingBuffer) -> dict:
         "orphaned_steps": int((uncommitted & ~held).sum()),
         "writers": len(leases),
     }
+    if isinstance(buf.control, LocalControl):  # temp files left by writers killed mid-write (safe to delete)
+        root = buf.spec["path"]
+        summary["temp_files"] = sum(
+            sum(1 for entry in os.scandir(os.path.join(root, sub)) if ".__tmp" in entry.name)
+            for sub in ("rows", "screenshots", "control", "log", "writers") if os.path.isdir(os.path.join(root, sub)))
     return summary
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import threading
 
 import numpy as np
 
@@ -64,6 +65,7 @@ class ScreenshotStore:
         self._put_block = max(1, min(put_block, self.capacity // 4))
         self._recent: collections.OrderedDict[bytes, tuple[int, np.ndarray]] = collections.OrderedDict()
         self._recent_size = recent
+        self._lock = threading.Lock()
 
     # -- writing ---------------------------------------------------------------------------------
     def _check_image(self, image) -> np.ndarray:
@@ -93,20 +95,22 @@ class ScreenshotStore:
         """
         image = self._check_image(image)
         key = fingerprint(image)
-        hit = self._recent.get(key)
-        if hit is not None and np.array_equal(hit[1], image) and self.is_live([hit[0]])[0]:
-            self._recent.move_to_end(key)
-            return hit[0]
-        if self._block[0] >= self._block[1]:
-            _, start = self._reservations.reserve(0, self._put_block)
-            self._block = (start, start + self._put_block)
-            self._lease.record(shots=[start, start + self._put_block])
-        ref = self._block[0]
-        self._block = (ref + 1, self._block[1])
+        with self._lock:  # puts may come from several threads (e.g. one per browser)
+            hit = self._recent.get(key)
+            if hit is not None and np.array_equal(hit[1], image) and self.is_live([hit[0]])[0]:
+                self._recent.move_to_end(key)
+                return hit[0]
+            if self._block[0] >= self._block[1]:
+                _, start = self._reservations.reserve(0, self._put_block)
+                self._block = (start, start + self._put_block)
+                self._lease.record(shots=[start, start + self._put_block])
+            ref = self._block[0]
+            self._block = (ref + 1, self._block[1])
         self.write_reserved(image[None], [ref])
-        self._recent[key] = (ref, image.copy())
-        if len(self._recent) > self._recent_size:
-            self._recent.popitem(last=False)
+        with self._lock:
+            self._recent[key] = (ref, image.copy())
+            if len(self._recent) > self._recent_size:
+                self._recent.popitem(last=False)
         return ref
 
     # -- reading ---------------------------------------------------------------------------------

@@ -215,3 +215,13 @@ def test_corrupt_and_foreign_locations(tmp_path):
     log_key.write_text("{broken")
     with pytest.raises(BufferFormatError, match="not a valid commit record"):
         RingBuffer.open(path).read()
+
+
+def test_put_from_threads_gives_unique_live_refs(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    buf = create(tmp_path / "buf", capacity_screenshots=128)
+    images = np.random.default_rng(0).integers(0, 256, (40,) + SHAPE).astype(np.uint8)
+    with ThreadPoolExecutor(4) as pool:
+        refs = list(pool.map(buf.screenshots.put, images))
+    assert len(set(refs)) == 40
+    np.testing.assert_array_equal(buf.screenshots.get_many(refs), images)
