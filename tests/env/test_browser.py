@@ -95,7 +95,10 @@ def test_hung_page_times_out_and_close_leaves_no_process():
         assert browser.alive and browser.run_js("return 1 + 1") == 2
         assert _gone(pids)
         pids = browser.process_ids()
+        profile_dir = browser._tmpdir
+        assert os.path.isdir(os.path.join(profile_dir, "profile"))
     finally:
         browser.close()
         browser.close()  # idempotent
     assert _gone(pids), "close() left Chromium processes behind"
+    assert not os.path.exists(profile_dir), "the fresh profile outlived its browser"

@@ -4,8 +4,10 @@ the navigation allowlist (agent navigate and page-initiated), spec validation, f
 import functools
 import http.server
 import json
+import os
 import re
 import threading
+import time
 
 import pytest
 
@@ -165,6 +167,17 @@ def test_navigation_outside_allowlist_is_refused(site, outside, browser):
     assert res.info["action_error"] is None and res.observation.url.endswith("/page2.html")
     res = env.step(format_action(Action("go_back")))
     assert res.observation.url.endswith("/index.html")
+
+
+def test_downloads_are_denied(site, browser):
+    env = _env(site, browser, {"type": "js", "expression": "false"})
+    env.reset(0)
+    env.run_js("var a = document.createElement('a'); a.href = 'page2.html'; a.download = 'got-it.html';"
+               "document.body.appendChild(a); a.click();")
+    time.sleep(1.0)
+    written = [name for _, _, files in os.walk(browser._tmpdir) for name in files if name.startswith("got-it")]
+    assert written == [] and not os.path.exists(os.path.expanduser("~/Downloads/got-it.html"))
+    assert env.step(format_action(Action("wait", seconds=0.0))).observation.url.endswith("/index.html")
 
 
 def test_file_task_from_json_file_is_confined_to_its_folder(tmp_path, browser):
