@@ -21,6 +21,7 @@ import numpy as np
 import tensorstore as ts
 
 from jaxwebrl.buffer.control import KvControl, LocalControl
+from jaxwebrl.buffer.schema import BufferFormatError
 
 _CONTEXTS: dict[tuple[str, bool], ts.Context] = {}
 
@@ -166,8 +167,8 @@ class RecordArray:
                     offset = 0
                 more = os.preadv(fd, rest, got)
                 if more == 0:
-                    raise ValueError(f"chunk {self._chunk_path(slot)} has {got} bytes, expected {total}; "
-                                     f"the buffer is corrupt")
+                    raise BufferFormatError(f"chunk {self._chunk_path(slot)} has {got} bytes, expected {total}; "
+                                            f"the buffer is corrupt (recreate it)")
                 got += more
         finally:
             os.close(fd)
@@ -182,8 +183,8 @@ class RecordArray:
                 except FileNotFoundError:
                     record = np.zeros(self.itemsize, np.uint8)
                 if record.size != self.itemsize:
-                    raise ValueError(f"chunk {self._chunk_path(slot)} has {record.size} bytes, expected "
-                                     f"{self.itemsize}; the buffer is corrupt")
+                    raise BufferFormatError(f"chunk {self._chunk_path(slot)} has {record.size} bytes, expected "
+                                            f"{self.itemsize}; the buffer is corrupt (recreate it)")
                 out.append(record)
             return out
         out, pending = [], collections.deque()

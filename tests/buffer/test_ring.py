@@ -16,10 +16,10 @@ def create(path, **kw):
     return RingBuffer.create(path, **args)
 
 
-@pytest.mark.parametrize("backend", ["file", "memory"])
+@pytest.mark.parametrize("backend", ["file", "file_fsync", "file_tensorstore", "memory"])
 def test_round_trip_every_field(tmp_path, backend):
-    path = tmp_path / "buf" if backend == "file" else f"memory://{tmp_path.name}"
-    buf = create(path)
+    path = f"memory://{tmp_path.name}" if backend == "memory" else tmp_path / "buf"
+    buf = create(path, fsync=backend == "file_fsync", direct_file_io=backend != "file_tensorstore")
     sent = [make_episode(seed) for seed in range(6)]
     sent.append(make_episode(99, with_memory=False, num_steps=3))
     sent.append(make_episode(98, with_memory=("memory_chars",), num_steps=1))
@@ -210,11 +210,18 @@ def test_corrupt_and_foreign_locations(tmp_path):
     (path / "control" / "reserve").write_bytes(b"\x00garbage")
     with pytest.raises(BufferFormatError, match="reserve is corrupt"):
         RingBuffer.open(path)
-    create(path, overwrite=True).append(make_episode(2))
-    log_key = next((path / "log").iterdir())
-    log_key.write_text("{broken")
+    buf = create(path, overwrite=True)
+    buf.append(make_episode(2))
+    row_chunk = next(p for p in (path / "rows").iterdir() if p.name.startswith("c."))
+    row_chunk.write_bytes(row_chunk.read_bytes()[:100])
+    with pytest.raises(BufferFormatError, match="corrupt"):
+        RingBuffer.open(path).read()
+    next((path / "log").iterdir()).write_text("{broken")
     with pytest.raises(BufferFormatError, match="not a valid commit record"):
         RingBuffer.open(path).read()
+    (path / "screenshots" / "zarr.json").write_text("[]")
+    with pytest.raises(BufferFormatError, match="screenshots/ is missing or corrupt"):
+        RingBuffer.open(path)
 
 
 def test_put_from_threads_gives_unique_live_refs(tmp_path):
