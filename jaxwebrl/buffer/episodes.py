@@ -7,6 +7,7 @@ with an EpisodeError naming the key, the step and the fix, before anything is wr
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 
@@ -185,8 +186,12 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
     for key, dtype in zip(MEMORY_KEYS, (np.int32, np.int32, np.float32)):
         per_step[key] = _per_step(episode, key, S, dtype) if key in present else np.zeros(S, dtype)
     info = episode.get("info") or {}
-    if not isinstance(info, dict):
-        _fail(f"'info' must be a JSON-able dict, got {type(info).__name__}")
+    try:
+        if not isinstance(info, dict):
+            raise TypeError(type(info).__name__)
+        json.dumps(info)
+    except (TypeError, ValueError) as e:
+        _fail(f"'info' must be a JSON-serialisable dict (it is stored in the commit record), got: {e}")
     return CheckedEpisode(tokens=tokens, screenshot_refs=refs, screenshots=screenshots,
                           group_id=int(group_ids[0]), task_id=task_id, per_step=per_step,
                           memory_keys=present, info=info, min_version=min_version, max_version=max_version)

@@ -25,7 +25,7 @@ from jaxwebrl.buffer.episodes import check_episode, EpisodeError, from_rows, to_
 from jaxwebrl.buffer.schema import META_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
 from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
 
-ROW_WRITES_IN_FLIGHT = 8  # step rows are small chunks: a few concurrent writes help
+ROW_IO_IN_FLIGHT = 8  # step rows are small chunks: a few concurrent TensorStore reads/writes help
 READ_STAT_KEYS = ("returned", "stale", "overwritten", "lost", "incomplete", "pending")
 
 
@@ -174,7 +174,7 @@ class RingBuffer:
             self.screenshots.write_reserved(ep.screenshots, shot_start + np.arange(n_new), index=used[keep])
         rows = to_rows(ep, self.config, step_start, global_refs)
         self._rows.write_many((step_start + np.arange(S)) % self.config.capacity_steps, rows,
-                              in_flight=ROW_WRITES_IN_FLIGHT)
+                              in_flight=ROW_IO_IN_FLIGHT)
         t0 = time.perf_counter()
         heads = self.reservations.heads()
         valid = global_refs[global_refs >= 0]
@@ -287,7 +287,7 @@ class RingBuffer:
         """Reads the rows of `records`, keeping episodes whose rows and screenshots are still theirs."""
         C = self.config.capacity_steps
         slots = [(int(r["first_step"]) + np.arange(int(r["num_steps"]))) % C for r in records]
-        flat = self._rows.read_many(np.concatenate(slots) if slots else [], ROW_WRITES_IN_FLIGHT)
+        flat = self._rows.read_many(np.concatenate(slots) if slots else [], ROW_IO_IN_FLIGHT)
         bounds = np.cumsum([0] + [len(ss) for ss in slots])
         raws = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         heads = self.reservations.heads()  # read after the rows: a later reservation shows up here

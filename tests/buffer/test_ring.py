@@ -90,6 +90,7 @@ BAD_EPISODES = {
     "unknown key": (lambda ep: ep.__setitem__("actions", ["click"]), "unknown keys"),
     "image shape": (lambda ep: ep.__setitem__("screenshots", ep["screenshots"][:, :4]), "screenshots must be"),
     "missing key": (lambda ep: ep.pop("versions"), "missing keys"),
+    "info not json": (lambda ep: ep.__setitem__("info", {"array": np.zeros(2)}), "JSON-serialisable"),
 }
 
 
