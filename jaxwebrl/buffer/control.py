@@ -30,6 +30,33 @@ class Abort(Exception):
         self.value = value
 
 
+def write_file_atomically(path: str, parts: list, fsync: bool) -> None:
+    """Replaces `path` by the concatenation of byte buffers `parts`: temp file + rename, so a reader
+    sees the old or the new content, never a mix, and a writer killed midway leaves only a temp file."""
+    tmp = f"{path}.__tmp{os.getpid()}.{threading.get_ident()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        views = [memoryview(p).cast("B") for p in parts]
+        while views:
+            written = os.writev(fd, views)
+            while views and written >= len(views[0]):
+                written -= len(views[0])
+                views.pop(0)
+            if views and written:
+                views[0] = views[0][written:]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if fsync:  # make the rename itself durable
+        dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
 def _backoff(attempt: int) -> None:
     time.sleep(min(0.02, 0.0002 * (2 ** min(attempt, 7))) * random.random())
 
@@ -95,13 +122,7 @@ class LocalControl:
     def write(self, key: str, value: bytes) -> None:
         path = self._path(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.__tmp{os.getpid()}.{threading.get_ident()}"
-        with open(tmp, "wb") as f:
-            f.write(value)
-            if self._fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_file_atomically(path, [value], self._fsync)
 
     def update(self, key: str, fn: Callable[[bytes | None], bytes], lock: str) -> bytes:
         """Atomically replaces key's value v by fn(v) under the named lock; fn may raise Abort."""

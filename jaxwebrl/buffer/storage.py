@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
-from jaxwebrl.buffer.control import KvControl, LocalControl
+from jaxwebrl.buffer.control import KvControl, LocalControl, write_file_atomically
 from jaxwebrl.buffer.schema import BufferFormatError
 
 _CONTEXTS: dict[tuple[str, bool], ts.Context] = {}
@@ -100,29 +100,7 @@ class RecordArray:
         if self._local_dir is None:
             self.array[int(slot)].write(np.concatenate([np.frombuffer(p, np.uint8) for p in parts])).result()
             return
-        path = self._chunk_path(slot)
-        tmp = f"{path}.__tmp{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            views = [memoryview(p).cast("B") for p in parts]
-            while views:
-                written = os.writev(fd, views)
-                while views and written >= len(views[0]):
-                    written -= len(views[0])
-                    views.pop(0)
-                if views and written:
-                    views[0] = views[0][written:]
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        if self._fsync:  # make the rename itself durable
-            dir_fd = os.open(self._local_dir, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        write_file_atomically(self._chunk_path(slot), parts, self._fsync)
 
     def write_many(self, slots, records: np.ndarray, in_flight: int) -> None:
         """Writes `records` [n, itemsize] uint8 at `slots` [n], at most `in_flight` at a time; durable on return."""
