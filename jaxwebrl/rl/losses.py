@@ -221,28 +221,6 @@ def ppo_actor_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_ma
                               behav_imp_weight_cap=behav_imp_weight_cap)
 
 
-def gspo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *, eps_clip=3e-4,
-              eps_clip_higher=4e-4, c_clip=None, behav_imp_weight_cap=None, rejection=None,
-              agg_mode="seq-mean-token-mean", agg_normalizer=None, segment_ids=None):
-    """GSPO: clip the geometric-mean sequence ratio; every sequence has equal outer weight by default."""
-    return decoupled_ppo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask,
-                              eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, c_clip=c_clip,
-                              behav_imp_weight_cap=behav_imp_weight_cap, rejection=rejection, agg_mode=agg_mode,
-                              agg_normalizer=agg_normalizer, importance_sampling_level="sequence",
-                              segment_ids=segment_ids)
-
-
-def gspo_token_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *, eps_clip=3e-4,
-                    eps_clip_higher=4e-4, c_clip=None, behav_imp_weight_cap=None, rejection=None,
-                    agg_mode="seq-mean-token-mean", agg_normalizer=None, segment_ids=None):
-    """GSPO-token: ratio_t = sg(s_i) · exp(lp_t - sg(lp_t)), so token advantages keep local credit."""
-    return decoupled_ppo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask,
-                              eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, c_clip=c_clip,
-                              behav_imp_weight_cap=behav_imp_weight_cap, rejection=rejection, agg_mode=agg_mode,
-                              agg_normalizer=agg_normalizer, importance_sampling_level="sequence-token",
-                              segment_ids=segment_ids)
-
-
 def fbc_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *, success_mask=None,
              eps_clip=0.2, eps_clip_higher=None, c_clip=None, behav_imp_weight_cap=None, rejection=None,
              agg_mode="token-mean", agg_normalizer=None):
@@ -386,6 +364,8 @@ def kl_loss(logprobs, base_logprobs, loss_mask, *, estimator="k3", agg_mode="tok
 
 # ----------------------------------------------------------------------------------- registry
 
+_GSPO = dict(eps_clip=3e-4, eps_clip_higher=4e-4, agg_mode="seq-mean-token-mean")
+
 _REGISTRY = {
     "ppo": (decoupled_ppo_loss, {}),
     "grpo": (decoupled_ppo_loss, {}),
@@ -393,8 +373,10 @@ _REGISTRY = {
     "drgrpo": (decoupled_ppo_loss, {"agg_mode": "seq-mean-token-sum-norm"}),
     "icepop": (decoupled_ppo_loss, {"rejection": rejection_lib.icepop()}),
     "kpop": (decoupled_ppo_loss, {"rejection": rejection_lib.kpop()}),
-    "gspo": (gspo_loss, {}),
-    "gspo_token": (gspo_token_loss, {}),
+    # GSPO: clip the geometric-mean sequence ratio (tight clip); every sequence has equal outer weight
+    "gspo": (decoupled_ppo_loss, dict(_GSPO, importance_sampling_level="sequence")),
+    # GSPO-token: ratio_t = sg(s_i)·exp(lp_t - sg(lp_t)), so token advantages keep local credit
+    "gspo_token": (decoupled_ppo_loss, dict(_GSPO, importance_sampling_level="sequence-token")),
     "sapo": (sapo_loss, {}),
     "cispo": (cispo_loss, {}),
     "sao": (sao_loss, {}),

@@ -95,11 +95,11 @@ def test_gspo_and_gspo_token_agree_under_uniform_advantages():
     adv = np.repeat(np.array([[1.5], [-0.5], [2.0]], np.float32), lp.shape[1], axis=1)
     for agg in ("seq-mean-token-mean", "token-mean"):
         kw = dict(eps_clip=0.2, eps_clip_higher=0.2, agg_mode=agg)
-        l1, _ = losses.gspo_loss(lp, prox, behave, adv, mask, **kw)
-        l2, _ = losses.gspo_token_loss(lp, prox, behave, adv, mask, **kw)
+        l1, _ = losses.get_loss("gspo")(lp, prox, behave, adv, mask, **kw)
+        l2, _ = losses.get_loss("gspo_token")(lp, prox, behave, adv, mask, **kw)
         np.testing.assert_allclose(l1, l2, rtol=1e-5)
-        g1 = _grad_lp(losses.gspo_loss, lp, prox, behave, adv, mask, **kw)
-        g2 = _grad_lp(losses.gspo_token_loss, lp, prox, behave, adv, mask, **kw)
+        g1 = _grad_lp(losses.get_loss("gspo"), lp, prox, behave, adv, mask, **kw)
+        g2 = _grad_lp(losses.get_loss("gspo_token"), lp, prox, behave, adv, mask, **kw)
         np.testing.assert_allclose(g1, g2, rtol=1e-4, atol=1e-7)
         assert np.abs(g1).max() > 0
 
@@ -107,7 +107,7 @@ def test_gspo_and_gspo_token_agree_under_uniform_advantages():
 def test_gspo_token_keeps_local_credit():
     zeros = np.zeros((1, 2))
     adv = np.array([[1.0, -2.0]])
-    g = _grad_lp(losses.gspo_token_loss, zeros, zeros, zeros, adv, np.ones((1, 2)))
+    g = _grad_lp(losses.get_loss("gspo_token"), zeros, zeros, zeros, adv, np.ones((1, 2)))
     np.testing.assert_allclose(g, [[-0.5, 1.0]], rtol=1e-6)
 
 
