@@ -1,0 +1,22 @@
+r"""cispo — CISPO: clipped, stop-gradient importance weight times the log-prob (every token keeps a gradient).
+
+CPU (tiny random Qwen3-VL policy, bundled MiniWoB++ tasks in headless Chromium):
+  python launch/train.py --config=configs/cispo.py --workdir=/tmp/cispo --config.train.max_steps=20
+Browser-free toy environment:
+  python launch/train.py --config=configs/cispo.py:toy --workdir=/tmp/cispo_toy
+Paper scale (TPU/GPU host, local HF checkpoint directory):
+  python launch/train.py --config=configs/cispo.py:qwen3vl_8b --workdir=/ckpt/cispo \
+      --config.model.checkpoint=/models/Qwen3-VL-8B-Instruct
+"""
+
+from configs.common import base_config
+
+
+def get_config(arg=None):
+    c = base_config(arg)
+    c.actor.loss = "cispo"
+    c.actor.c_clip = None
+    c.actor.eps_clip = None              # CISPO: no lower bound on the clipped weight
+    c.actor.eps_clip_higher = 0.28
+    c.actor.step_adv_const_length = None
+    return c

@@ -1,0 +1,169 @@
+"""Shared base of every recipe in configs/: one place that names every field and its default.
+
+A recipe file (constT10.py, grpo.py, ...) calls `base_config(arg)` and changes only what makes it that
+recipe. `arg` is the string after ':' in `--config=configs/X.py:arg` and picks a variant:
+
+  tiny        (default) tiny random Qwen3-VL policy on the CPU, bundled MiniWoB++ tasks in headless Chromium
+  toy         tiny policy on the browser-free toy environment (seconds per update; tests, quick checks)
+  qwen3vl_8b  the paper's scale: Qwen3-VL-8B from a local HF directory (--config.model.checkpoint=DIR)
+
+Every field has a default here, so any of them can be overridden with `--config.a.b=value`; optional fields
+are `config_dict.placeholder(type)` (None until set, but still typed and overridable).
+"""
+
+from ml_collections import config_dict
+
+VARIANTS = ("tiny", "toy", "qwen3vl_8b")
+
+# The Easy split of MiniWoB++ tasks the tiny default trains on: one or two clicks each, solvable by a small policy.
+TINY_MINIWOB_TASKS = ("miniwob/click-test", "miniwob/click-button", "miniwob/focus-text")
+
+
+def base_config(arg: str | None = None) -> config_dict.ConfigDict:
+    """The paper's recipe (constT10) at the scale the variant `arg` names; recipes edit fields on top."""
+    variant = arg or "tiny"
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown config variant {variant!r}: use one of {', '.join(VARIANTS)} "
+                         f"(e.g. --config=configs/constT10.py:tiny)")
+    c = config_dict.ConfigDict()
+    c.variant = variant
+    c.seed = 0
+
+    c.model = config_dict.ConfigDict()
+    c.model.name = "tiny"                          # "tiny" (random init) or "pretrained" (load model.checkpoint)
+    c.model.checkpoint = config_dict.placeholder(str)   # local HF directory with config.json + safetensors
+    c.model.dtype = "float32"
+    c.model.max_new_tokens = 48                    # byte-level tiny tokenizer: 'Memory: {}\nAction: click(x, y)'
+    c.model.temperature = 1.0
+    c.model.top_p = 1.0
+    c.model.top_k = 0                              # 0 = no top-k truncation
+    c.model.constrained_actions = True             # token mask that admits only well-formed actions (tiny policy)
+
+    c.env = config_dict.ConfigDict()
+    c.env.tasks = ",".join(TINY_MINIWOB_TASKS)     # comma-separated env specs: "toy", "miniwob/<task>", JSON paths
+    c.env.group_size = 4                           # G: episodes per task instance
+    c.env.max_episode_steps = 5                    # horizon per episode
+    c.env.screenshot_height = 64
+    c.env.screenshot_width = 64
+    c.env.prompt_window = 0                        # past rounds kept with their screenshots (K = window + 1)
+    c.env.action_style = "call"                    # "call": click(x, y); "tool_call": Qwen3-VL tool calls
+    c.env.system_prompt = config_dict.placeholder(str)   # None: the default agent prompt listing the actions
+    c.env.step_timeout_s = 30.0
+    c.env.chromium = "chromium"                    # binary name or path
+    c.env.chromedriver = "chromedriver"
+
+    c.rollout = config_dict.ConfigDict()
+    c.rollout.mode = "async"                       # "async" (the paper) or "sync" (rollout round, then train)
+    c.rollout.num_workers = 2
+    c.rollout.launcher = "local"                   # worker processes on this host
+    c.rollout.max_head_offpolicyness = 2           # η: drop episodes with tokens older than version − η
+    c.rollout.server_max_batch = 8                 # generation requests decoded together
+    c.rollout.server_deadline_ms = 20.0            # wait at most this long to fill a batch
+    c.rollout.decode_chunk = 8                     # decode steps between weight-swap checks
+    c.rollout.host = "127.0.0.1"
+
+    c.buffer = config_dict.ConfigDict()
+    c.buffer.path = config_dict.placeholder(str)   # default: WORKDIR/buffer
+    c.buffer.capacity_steps = 4096
+    c.buffer.max_seq_len = 1024
+
+    c.train = config_dict.ConfigDict()
+    c.train.max_steps = 200                        # optimizer updates (train steps) before the run stops
+    c.train.consumer_batch_size = 8                # trajectories per train step (= groups × G)
+    c.train.ppo_n_minibatches = 2
+    c.train.ppo_n_epochs = 3
+    c.train.dynamic_sampling = True                # drop groups whose episodes all succeed or all fail
+    c.train.lr = 5e-6
+    c.train.lr_schedule = "constant"               # "constant" or "cosine"
+    c.train.warmup_steps = 0
+    c.train.weight_decay = 0.05
+    c.train.adam_b1 = 0.9
+    c.train.adam_b2 = 0.999
+    c.train.adam_eps = 1e-8
+    c.train.max_grad_norm = 1.0
+    c.train.idle_sleep_s = 0.05                    # trainer poll interval while the batch fills
+
+    c.actor = config_dict.ConfigDict()
+    c.actor.loss = "ppo"                           # name in jaxwebrl.rl.losses registry
+    c.actor.use_decoupled_loss = True              # behaviour weight w = exp(prox − behave)
+    c.actor.eps_clip = config_dict.placeholder(float)          # None only for CISPO (unbounded below)
+    c.actor.eps_clip = 0.2
+    c.actor.eps_clip_higher = config_dict.placeholder(float)   # DAPO asymmetric upper clip
+    c.actor.c_clip = config_dict.placeholder(float)            # dual clip, must be > 1 when set
+    c.actor.c_clip = 3.0
+    c.actor.behav_imp_weight_cap = config_dict.placeholder(float)
+    c.actor.behav_imp_weight_cap = 5.0
+    c.actor.kl_ctl = 0.0
+    c.actor.agg_mode = config_dict.placeholder(str)            # None: the loss's own aggregation (token-mean)
+    c.actor.sapo_tau_pos = config_dict.placeholder(float)      # SAPO gate temperatures (None: loss defaults)
+    c.actor.sapo_tau_neg = config_dict.placeholder(float)
+    c.actor.step_adv_const_length = config_dict.placeholder(float)   # k of 1/k; None → 1/|τ|
+    c.actor.step_adv_const_length = 10.0
+    c.actor.discount = 1.0
+    c.actor.gae_lambda = 1.0
+    c.actor.reward_bias = 0.0
+    c.actor.reward_scaling = 1.0
+    c.actor.reward_clip = 20.0
+    c.actor.success_filter = False                 # RAFT++: only episodes with reward > 0 contribute
+    c.actor.overlong_tokens = config_dict.placeholder(int)           # DAPO soft overlong penalty window
+    c.actor.overlong_penalty_factor = config_dict.placeholder(float)
+    c.actor.reward_norm = _norm_config("group", "group")
+    c.actor.adv_norm = _norm_config(None, None)
+
+    c.checkpoint = config_dict.ConfigDict()
+    c.checkpoint.save_every_steps = 1
+    c.checkpoint.keep = 3                          # last K checkpoints
+    c.checkpoint.keep_best = True                  # also keep the best by best_metric
+    c.checkpoint.best_metric = "rollout/reward"
+    c.checkpoint.async_save = True
+    c.checkpoint.restore_from = config_dict.placeholder(str)   # another run's checkpoints/ dir to start from
+
+    c.metrics = config_dict.ConfigDict()
+    c.metrics.tensorboard = True
+    c.metrics.wandb_project = config_dict.placeholder(str)
+    c.metrics.wandb_entity = config_dict.placeholder(str)
+    c.metrics.progress_bar = True
+
+    _apply_variant(c, variant)
+    return c
+
+
+def _norm_config(mean_level, std_level) -> config_dict.ConfigDict:
+    """AReaL NormConfig: levels are "group", "batch" or None; the paper's text uses the population std."""
+    n = config_dict.ConfigDict()
+    n.mean_level = config_dict.placeholder(str)
+    n.mean_level = mean_level
+    n.std_level = config_dict.placeholder(str)
+    n.std_level = std_level
+    n.mean_leave1out = False
+    n.std_unbiased = False      # the reference code used True; the paper's text states the population std
+    n.eps = 1e-5
+    return n
+
+
+def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
+    if variant == "toy":
+        c.env.tasks = "toy"
+        c.env.max_episode_steps = 3
+        c.rollout.num_workers = 2
+        c.train.lr = 1e-3
+    elif variant == "tiny":
+        c.train.lr = 1e-4                          # a random tiny policy needs a larger step than 8B
+    elif variant == "qwen3vl_8b":
+        c.model.name = "pretrained"
+        c.model.dtype = "bfloat16"
+        c.model.max_new_tokens = 512
+        c.model.constrained_actions = False
+        c.env.tasks = "miniwob"                    # all bundled MiniWoB++ tasks; JSON specs for WebGym-style sets
+        c.env.group_size = 8
+        c.env.max_episode_steps = 30
+        c.env.screenshot_height = 720
+        c.env.screenshot_width = 1280
+        c.env.prompt_window = 2
+        c.env.action_style = "tool_call"
+        c.rollout.num_workers = 64
+        c.rollout.server_max_batch = 64
+        c.buffer.capacity_steps = 262144
+        c.buffer.max_seq_len = 16384
+        c.train.consumer_batch_size = 128
+        c.train.max_steps = 1000

@@ -1,0 +1,20 @@
+r"""rloo — REINFORCE leave-one-out: each episode's baseline is the mean reward of the other G − 1.
+
+CPU (tiny random Qwen3-VL policy, bundled MiniWoB++ tasks in headless Chromium):
+  python launch/train.py --config=configs/rloo.py --workdir=/tmp/rloo --config.train.max_steps=20
+Browser-free toy environment:
+  python launch/train.py --config=configs/rloo.py:toy --workdir=/tmp/rloo_toy
+Paper scale (TPU/GPU host, local HF checkpoint directory):
+  python launch/train.py --config=configs/rloo.py:qwen3vl_8b --workdir=/ckpt/rloo \
+      --config.model.checkpoint=/models/Qwen3-VL-8B-Instruct
+"""
+
+from configs.common import base_config
+
+
+def get_config(arg=None):
+    c = base_config(arg)
+    c.actor.reward_norm.mean_leave1out = True
+    c.actor.reward_norm.std_level = None
+    c.actor.step_adv_const_length = None
+    return c

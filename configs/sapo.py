@@ -1,0 +1,22 @@
+r"""sapo — SAPO: soft, temperature-gated surrogate instead of the hard clip (coupled ratio only).
+
+CPU (tiny random Qwen3-VL policy, bundled MiniWoB++ tasks in headless Chromium):
+  python launch/train.py --config=configs/sapo.py --workdir=/tmp/sapo --config.train.max_steps=20
+Browser-free toy environment:
+  python launch/train.py --config=configs/sapo.py:toy --workdir=/tmp/sapo_toy
+Paper scale (TPU/GPU host, local HF checkpoint directory):
+  python launch/train.py --config=configs/sapo.py:qwen3vl_8b --workdir=/ckpt/sapo \
+      --config.model.checkpoint=/models/Qwen3-VL-8B-Instruct
+"""
+
+from configs.common import base_config
+
+
+def get_config(arg=None):
+    c = base_config(arg)
+    c.actor.loss = "sapo"
+    c.actor.use_decoupled_loss = False
+    c.actor.behav_imp_weight_cap = None
+    c.actor.c_clip = None
+    c.actor.step_adv_const_length = None
+    return c

@@ -1,0 +1,237 @@
+"""Check a run's ConfigDict before any browser, process or device work starts.
+
+Every problem becomes one `ConfigError` whose message is a single line naming the key (or file) and the fix,
+e.g. `actor.c_clip=0.5: the dual clip must be > 1 (e.g. 3.0) or None to disable it`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from ml_collections import config_dict
+
+MODES = ("async", "sync")
+LAUNCHERS = ("local",)
+MODEL_NAMES = ("tiny", "pretrained")
+NORM_LEVELS = ("group", "batch", None)
+LR_SCHEDULES = ("constant", "cosine")
+# Losses whose objective is built on the plain (coupled) ratio and must not be reweighted by w.
+COUPLED_ONLY_LOSSES = ("sapo",)
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message is one line that names the key and the fix."""
+
+
+def validate(config: config_dict.ConfigDict, workdir: str | None = None) -> None:
+    """Raise ConfigError on the first problem found; return None when the config can run."""
+    _check_rollout(config)
+    _check_train(config)
+    _check_actor(config)
+    _check_model(config)
+    _check_env(config)
+    _check_paths(config, workdir)
+
+
+def env_specs(config: config_dict.ConfigDict) -> list[str]:
+    """`env.tasks` as a list of env specs; "miniwob" alone expands to every bundled MiniWoB++ task."""
+    specs = [s.strip() for s in str(config.env.tasks).split(",") if s.strip()]
+    out: list[str] = []
+    for spec in specs:
+        if spec == "miniwob":
+            out.extend(f"miniwob/{name}" for name in _miniwob_task_names())
+        else:
+            out.append(spec)
+    return out
+
+
+def needs_browser(config: config_dict.ConfigDict) -> bool:
+    return any(spec != "toy" for spec in env_specs(config))
+
+
+def _fail(key: str, value, fix: str) -> None:
+    raise ConfigError(f"{key}={value!r}: {fix}")
+
+
+def _check_rollout(c) -> None:
+    r = c.rollout
+    if r.mode not in MODES:
+        _fail("rollout.mode", r.mode, f"use one of {MODES}")
+    if r.launcher not in LAUNCHERS:
+        _fail("rollout.launcher", r.launcher, f"use one of {LAUNCHERS}")
+    if r.num_workers < 1:
+        _fail("rollout.num_workers", r.num_workers, "need at least 1 rollout worker")
+    if r.max_head_offpolicyness < 0:
+        _fail("rollout.max_head_offpolicyness", r.max_head_offpolicyness,
+              "the staleness bound η must be >= 0 (0 = on-policy only; the paper uses 2)")
+    if r.server_max_batch < 1:
+        _fail("rollout.server_max_batch", r.server_max_batch, "must be >= 1")
+    if r.server_deadline_ms < 0:
+        _fail("rollout.server_deadline_ms", r.server_deadline_ms, "must be >= 0 milliseconds")
+    if r.decode_chunk < 1:
+        _fail("rollout.decode_chunk", r.decode_chunk, "must be >= 1 decode step")
+
+
+def _check_train(c) -> None:
+    t, g = c.train, c.env.group_size
+    for key in ("max_steps", "consumer_batch_size", "ppo_n_minibatches", "ppo_n_epochs"):
+        if getattr(t, key) < 1:
+            _fail(f"train.{key}", getattr(t, key), "must be >= 1")
+    if g < 1:
+        _fail("env.group_size", g, "must be >= 1 episode per task instance")
+    if t.consumer_batch_size % g:
+        _fail("train.consumer_batch_size", t.consumer_batch_size,
+              f"must be a multiple of env.group_size={g} (whole groups are trained together)")
+    if not t.lr > 0:
+        _fail("train.lr", t.lr, "the learning rate must be > 0 (the paper uses 5e-6)")
+    if t.lr_schedule not in LR_SCHEDULES:
+        _fail("train.lr_schedule", t.lr_schedule, f"use one of {LR_SCHEDULES}")
+    if t.warmup_steps < 0:
+        _fail("train.warmup_steps", t.warmup_steps, "must be >= 0")
+    if t.max_grad_norm is not None and not t.max_grad_norm > 0:
+        _fail("train.max_grad_norm", t.max_grad_norm, "must be > 0 (e.g. 1.0)")
+    if c.checkpoint.keep < 1:
+        _fail("checkpoint.keep", c.checkpoint.keep, "keep at least the last checkpoint (>= 1)")
+    if c.checkpoint.save_every_steps < 1:
+        _fail("checkpoint.save_every_steps", c.checkpoint.save_every_steps, "must be >= 1")
+
+
+def _check_actor(c) -> None:
+    a = c.actor
+    from jaxwebrl.rl import losses  # the registry is the source of truth for names
+
+    try:
+        losses.get_loss(a.loss)
+    except (KeyError, ValueError) as err:
+        _fail("actor.loss", a.loss, f"not a registered loss ({_one_line(err)})")
+    if a.loss in COUPLED_ONLY_LOSSES and a.use_decoupled_loss:
+        _fail("actor.use_decoupled_loss", True,
+              f"{a.loss} uses the coupled ratio: set --config.actor.use_decoupled_loss=False")
+    if a.eps_clip is None and a.loss != "cispo":
+        _fail("actor.eps_clip", None, "only CISPO runs without a lower clip: set it in (0, 1), e.g. 0.2")
+    if a.eps_clip is not None and not 0 < a.eps_clip < 1:
+        _fail("actor.eps_clip", a.eps_clip, "the PPO clip must be in (0, 1), e.g. 0.2")
+    if a.eps_clip_higher is not None and a.eps_clip is not None and a.eps_clip_higher < a.eps_clip:
+        _fail("actor.eps_clip_higher", a.eps_clip_higher, f"must be >= actor.eps_clip={a.eps_clip} (DAPO: 0.28)")
+    if a.c_clip is not None and not a.c_clip > 1:
+        _fail("actor.c_clip", a.c_clip, "the dual clip must be > 1 (e.g. 3.0) or None to disable it")
+    if a.behav_imp_weight_cap is not None and not a.behav_imp_weight_cap > 1:
+        _fail("actor.behav_imp_weight_cap", a.behav_imp_weight_cap, "the behaviour-weight cap must be > 1 (e.g. 5.0) or None")
+    if a.behav_imp_weight_cap is not None and not a.use_decoupled_loss:
+        _fail("actor.behav_imp_weight_cap", a.behav_imp_weight_cap,
+              "the cap applies to the decoupled loss only: set it to None or use_decoupled_loss=True")
+    from jaxwebrl.train import rl_config
+
+    ignored = rl_config.ignored_knobs(a)
+    if ignored:
+        _fail(f"actor.{ignored[0]}", a[ignored[0]], f"loss {a.loss!r} does not use it: set it to None")
+    if a.agg_mode is not None:
+        from jaxwebrl.rl import aggregation
+
+        if a.agg_mode not in aggregation.AGG_MODES:
+            _fail("actor.agg_mode", a.agg_mode, f"use one of {aggregation.AGG_MODES} or None")
+    if a.step_adv_const_length is not None and not a.step_adv_const_length > 0:
+        _fail("actor.step_adv_const_length", a.step_adv_const_length, "k must be > 0 (the paper uses 10) or None for 1/|τ|")
+    if a.kl_ctl < 0:
+        _fail("actor.kl_ctl", a.kl_ctl, "must be >= 0")
+    if not (0 < a.discount <= 1 and 0 <= a.gae_lambda <= 1):
+        _fail("actor.discount", (a.discount, a.gae_lambda), "need 0 < discount <= 1 and 0 <= gae_lambda <= 1")
+    for name in ("reward_norm", "adv_norm"):
+        n = a[name]
+        for level in ("mean_level", "std_level"):
+            if n[level] not in NORM_LEVELS:
+                _fail(f"actor.{name}.{level}", n[level], "use 'group', 'batch' or None")
+        if n.mean_leave1out and n.mean_level is None:
+            _fail(f"actor.{name}.mean_leave1out", True, f"leave-one-out needs actor.{name}.mean_level set")
+        if not n.eps > 0:
+            _fail(f"actor.{name}.eps", n.eps, "must be > 0 (e.g. 1e-5)")
+    try:
+        rl_config.estimator_name(a)
+    except ValueError as err:
+        _fail("actor.reward_norm", (a.reward_norm.mean_level, a.reward_norm.std_level), _one_line(err))
+    if c.env.group_size < 2 and "group" in (a.reward_norm.mean_level, a.reward_norm.std_level):
+        _fail("env.group_size", c.env.group_size, "group reward normalisation needs G >= 2 episodes per group")
+
+
+def _check_model(c) -> None:
+    m = c.model
+    if m.name not in MODEL_NAMES:
+        _fail("model.name", m.name, f"use one of {MODEL_NAMES}")
+    if m.dtype not in ("float32", "bfloat16"):
+        _fail("model.dtype", m.dtype, "use 'float32' or 'bfloat16'")
+    if m.max_new_tokens < 1:
+        _fail("model.max_new_tokens", m.max_new_tokens, "must be >= 1")
+    if not m.temperature > 0:
+        _fail("model.temperature", m.temperature, "must be > 0 (sampling needs it; behaviour log-probs use it)")
+    if not 0 < m.top_p <= 1:
+        _fail("model.top_p", m.top_p, "must be in (0, 1]")
+    if m.name == "pretrained":
+        if m.checkpoint is None:
+            _fail("model.checkpoint", None, "name a local HF directory: --config.model.checkpoint=/path/to/Qwen3-VL-8B")
+        if not os.path.isdir(m.checkpoint):
+            _fail("model.checkpoint", m.checkpoint, "directory not found: give an existing local HF checkpoint directory")
+        if not os.path.isfile(os.path.join(m.checkpoint, "config.json")):
+            _fail("model.checkpoint", m.checkpoint, "no config.json inside: point at the HF model directory itself")
+
+
+def _check_env(c) -> None:
+    e = c.env
+    specs = env_specs(c)
+    if not specs:
+        _fail("env.tasks", e.tasks, "name at least one env spec, e.g. 'toy' or 'miniwob/click-test'")
+    known = set(_miniwob_task_names())
+    for spec in specs:
+        if spec == "toy":
+            continue
+        if spec.startswith("miniwob/"):
+            if spec.split("/", 1)[1] not in known:
+                _fail("env.tasks", spec, "unknown MiniWoB++ task: see the miniwob package's html/miniwob/*.html")
+        elif spec.endswith(".json"):
+            if not os.path.isfile(spec):
+                _fail("env.tasks", spec, "JSON task spec file not found")
+        else:
+            _fail("env.tasks", spec, "use 'toy', 'miniwob', 'miniwob/<task>' or a path to a JSON task spec")
+    if e.max_episode_steps < 1:
+        _fail("env.max_episode_steps", e.max_episode_steps, "must be >= 1")
+    if e.prompt_window < 0:
+        _fail("env.prompt_window", e.prompt_window, "must be >= 0 past rounds")
+    if e.action_style not in ("call", "tool_call"):
+        _fail("env.action_style", e.action_style, "use 'call' or 'tool_call'")
+    if e.screenshot_height < 8 or e.screenshot_width < 8:
+        _fail("env.screenshot_height", (e.screenshot_height, e.screenshot_width), "screenshots must be at least 8×8")
+    if needs_browser(c):
+        if _which(e.chromium) is None:
+            _fail("env.chromium", e.chromium, "Chromium not found: apt-get install -y chromium (or set the path)")
+        if _which(e.chromedriver) is None:
+            _fail("env.chromedriver", e.chromedriver, "chromedriver not found: apt-get install -y chromium-driver")
+
+
+def _check_paths(c, workdir) -> None:
+    if workdir is not None and os.path.exists(workdir) and not os.path.isdir(workdir):
+        _fail("--workdir", workdir, "exists and is not a directory: choose a directory path")
+    ckpt = c.checkpoint.restore_from
+    if ckpt is not None and not os.path.isdir(ckpt):
+        _fail("checkpoint.restore_from", ckpt, "checkpoint directory not found: give an existing checkpoints/ dir")
+    if c.metrics.wandb_project is not None:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            _fail("metrics.wandb_project", c.metrics.wandb_project, "wandb is not installed: pip install wandb, or unset it")
+
+
+def _which(name: str) -> str | None:
+    if os.path.sep in name:
+        return name if os.access(name, os.X_OK) else None
+    return shutil.which(name)
+
+
+def _miniwob_task_names() -> list[str]:
+    import miniwob
+
+    html = os.path.join(os.path.dirname(miniwob.__file__), "html", "miniwob")
+    return sorted(f[: -len(".html")] for f in os.listdir(html) if f.endswith(".html"))
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
