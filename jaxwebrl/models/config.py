@@ -260,17 +260,19 @@ def to_hf_dict(config: ModelConfig) -> dict:
     return out
 
 
-# Vision special-token ids of `jaxwebrl.models.tokenizer.tiny_tokenizer()` (270 ids: 256 bytes + 14 specials).
-TINY_VISION_TOKEN_IDS = {"vision_start": 265, "vision_end": 266, "image": 268, "video": 269}
-
-
-def tiny_config(vocab_size: int = 272, *, dtype: str = "float32", remat: bool = False) -> ModelConfig:
+def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat: bool = False) -> ModelConfig:
     """The `tiny` Qwen3-VL preset: random-init on CPU, forward+backward on [8, 256] well under a second.
 
-    Vocabulary: the tiny tokenizer's 270 ids rounded up to 272 (a multiple of 8, for sharding), with the
-    tokenizer's vision token ids. Patch 14, merge 2, tied embeddings, DeepStack on the first vision block.
+    Vocabulary and vision token ids come from `jaxwebrl.models.tokenizer.tiny_tokenizer()` (vocab_size
+    defaults to its size). Patch 14, merge 2, tied embeddings, DeepStack on the first vision block.
     """
-    ids = TINY_VISION_TOKEN_IDS
+    from jaxwebrl.models.tokenizer import VisionTokenIds, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    vocab_size = tokenizer.vocab_size if vocab_size is None else vocab_size
+    if vocab_size < tokenizer.vocab_size:
+        raise ValueError(f"vocab_size={vocab_size} is smaller than the tiny tokenizer's {tokenizer.vocab_size}")
+    vision_ids = VisionTokenIds.of(tokenizer)
     return ModelConfig(
         model_type="qwen3_vl",
         text=TextConfig(
@@ -297,10 +299,10 @@ def tiny_config(vocab_size: int = 272, *, dtype: str = "float32", remat: bool = 
             num_position_embeddings=64,
             deepstack_visual_indexes=(0,),
         ),
-        image_token_id=ids["image"],
-        video_token_id=ids["video"],
-        vision_start_token_id=ids["vision_start"],
-        vision_end_token_id=ids["vision_end"],
+        image_token_id=vision_ids.image_pad,
+        video_token_id=vision_ids.video_pad,
+        vision_start_token_id=vision_ids.vision_start,
+        vision_end_token_id=vision_ids.vision_end,
         tie_word_embeddings=True,
         dtype=dtype,
         param_dtype=dtype,

@@ -109,7 +109,7 @@ def load_pretrained(
                 f"{name}: checkpoint shape {handle.shape(name)} does not match config.json "
                 f"(expects Flax {spec.path} of shape {tuple(expected)})"
             )
-        array = np.ascontiguousarray(array.astype(target_dtype))
+        array = array.astype(target_dtype, copy=False)  # transposes stay views: placing copies once
         sharding = None if shardings is None else _get(shardings, spec.path)
         _set(params, spec.path, _place(array, sharding))
         loaded.add(canonical)

@@ -13,7 +13,7 @@ import numpy as np
 from jaxwebrl.models import kv_cache
 from jaxwebrl.models.config import ModelConfig, tiny_config
 from jaxwebrl.models.rope_index import get_rope_index
-from jaxwebrl.models.vl_model import VisionLanguageModel
+from jaxwebrl.models.vl_model import VisionLanguageModel, check_image_tokens
 
 
 def _grid_key(image_grid_thw):
@@ -57,6 +57,8 @@ class Policy:
         pixels = None if pixel_values is None else jnp.asarray(pixel_values, jnp.dtype(self.config.dtype))
         if (pixels is None) != (image_grid_thw is None):
             raise ValueError("pass pixel_values and image_grid_thw together (or neither)")
+        if image_grid_thw is not None:
+            check_image_tokens(np.asarray(input_ids).reshape(ids.shape), np.asarray(image_grid_thw).reshape(-1, 3), self.config)
         pos = None if position_ids is None else jnp.asarray(position_ids, jnp.int32)
         return _forward(self.module, self.params, ids, mask, pos, pixels, _grid_key(image_grid_thw))
 
@@ -88,10 +90,16 @@ def _init_fn(config: ModelConfig):
     return module, lambda rng: module.init(rng, ids, pixel_values=pixels, image_grid_thw=grid)["params"]
 
 
-def init_params(config: ModelConfig, seed: int = 0):
-    """(module, random params) for `config`."""
+@functools.lru_cache(maxsize=8)
+def _jitted_init(config: ModelConfig):
     module, init = _init_fn(config)
-    return module, jax.jit(init)(jax.random.PRNGKey(seed))
+    return module, jax.jit(init)
+
+
+def init_params(config: ModelConfig, seed: int = 0):
+    """(module, random params) for `config`; the init program compiles once per config."""
+    module, init = _jitted_init(config)
+    return module, init(jax.random.PRNGKey(seed))
 
 
 def init_params_shapes(config: ModelConfig):

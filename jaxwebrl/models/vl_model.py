@@ -90,7 +90,7 @@ class VisionLanguageModel(nn.Module):
             if image_grid_thw is None:
                 raise ValueError("pixel_values was given without image_grid_thw; pass both (transformers layout)")
             grid = vision_layout.concrete_grid(image_grid_thw)
-            _check_image_tokens(input_ids, grid, c)
+            check_image_tokens(input_ids, grid, c)
             image_embeds, deepstack_features = self.encode_images(pixel_values, grid)
             is_image = input_ids == c.image_token_id
             embeds = scatter_image_features(is_image, image_embeds, embeds)
@@ -114,7 +114,7 @@ class VisionLanguageModel(nn.Module):
         return logits.astype(jnp.float32), new_cache
 
 
-def _check_image_tokens(input_ids, grid: np.ndarray, config: ModelConfig) -> None:
+def check_image_tokens(input_ids, grid: np.ndarray, config: ModelConfig) -> None:
     """When input_ids are concrete, the image-token count must equal the merged patch count."""
     try:
         ids = np.asarray(input_ids)

@@ -137,3 +137,12 @@ def tiny_qwen2_5_vl(out_dir, *, seed=0):
     _perturb_norms(model)
     model.save_pretrained(str(out_dir))
     return model
+
+
+def encode_images(policy, pixels, grids):
+    """The policy's vision tower output (jitted, grid closed over as a constant)."""
+    import jax
+
+    grid = np.asarray(grids)
+    run = jax.jit(lambda params, px: policy.module.apply({"params": params}, px, grid, method="encode_images"))
+    return run(policy.params, pixels)

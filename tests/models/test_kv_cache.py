@@ -1,5 +1,7 @@
 """Prefill + step-by-step cached decode equals the full no-cache forward (left padding, images)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,36 +26,40 @@ def _image_prompt(config, rng, batch, length, image_at, grid_hw):
     return ids
 
 
-def _decode_stepwise(policy, ids, mask, prefill_len, pixel_values=None, grid=None, capacity=None):
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _apply(module, grid_key, params, ids, mask, pixel_values, cache):
+    grid = None if grid_key is None else np.asarray(grid_key)
+    return module.apply(
+        {"params": params}, ids, attention_mask=mask, pixel_values=pixel_values, image_grid_thw=grid, cache=cache
+    )
+
+
+def _decode_stepwise(policy, ids, mask, prefill_len, pixel_values=None, grid=None):
+    """Prefill ids[:, :prefill_len] into a fresh cache, then feed the rest one token at a time."""
     module, params = policy.module, policy.params
     b, t = ids.shape
-    cache = init_cache(policy.config, b, capacity or t + 3)
-    prefill = jax.jit(
-        lambda p, x, m, px, c: module.apply(
-            {"params": p}, x, attention_mask=m, pixel_values=px, image_grid_thw=grid, cache=c
-        )
-    )
-    logits, cache = prefill(params, ids[:, :prefill_len], mask[:, :prefill_len], pixel_values, cache)
-    step = jax.jit(lambda p, x, m, c: module.apply({"params": p}, x, attention_mask=m, cache=c))
+    cache = init_cache(policy.config, b, t + 3)
+    grid_key = None if grid is None else tuple(map(tuple, np.asarray(grid).tolist()))
+    logits, cache = _apply(module, grid_key, params, ids[:, :prefill_len], mask[:, :prefill_len], pixel_values, cache)
     outs = [logits]
     for i in range(prefill_len, t):
-        logit, cache = step(params, ids[:, i : i + 1], mask[:, i : i + 1], cache)
+        logit, cache = _apply(module, None, params, ids[:, i : i + 1], mask[:, i : i + 1], None, cache)
         outs.append(logit)
     return np.asarray(jnp.concatenate(outs, axis=1)), cache
 
 
 def test_cached_decode_equals_full_forward_with_left_padding(policy):
     rng = np.random.RandomState(0)
-    ids = rng.randint(0, 256, (3, 14))
-    mask = np.ones((3, 14), np.int32)
+    ids = rng.randint(0, 256, (2, 20))
+    mask = np.ones((2, 20), np.int32)
     mask[0, :4] = 0  # left padding
     mask[1, :1] = 0
     full = np.asarray(policy.logits(ids, attention_mask=mask))
-    stepped, cache = _decode_stepwise(policy, ids, mask, prefill_len=9)
+    stepped, cache = _decode_stepwise(policy, ids, mask, prefill_len=15)
     real = mask.astype(bool)
     assert np.abs(stepped - full)[real].max() <= 1e-5
-    np.testing.assert_array_equal(np.asarray(cache["index"]), [14, 14, 14])
-    np.testing.assert_array_equal(np.asarray(cache["valid"])[:, :14], real)
+    np.testing.assert_array_equal(np.asarray(cache["index"]), [20, 20])
+    np.testing.assert_array_equal(np.asarray(cache["valid"])[:, :20], real)
     np.testing.assert_array_equal(np.asarray(cache["next_position"]), real.sum(1))
 
 

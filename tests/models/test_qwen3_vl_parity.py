@@ -41,9 +41,7 @@ def test_vision_tower_and_deepstack_features(pair):
     pixels = ref.pixels_for(np.random.RandomState(1), grids, policy.config.vision.patch_dim)
     with torch.no_grad():
         out = model.model.visual(torch.as_tensor(pixels), grid_thw=torch.as_tensor(grids))
-    embeds, deepstack = policy.module.apply(
-        {"params": policy.params}, pixels, np.asarray(grids), method=lambda m, p, g: m.encode_images(p, g)
-    )
+    embeds, deepstack = ref.encode_images(policy, pixels, grids)
     assert _max_diff(embeds, out.pooler_output.numpy()) <= 1e-5
     assert len(deepstack) == 2
     for mine, theirs in zip(deepstack, out.deepstack_features):
