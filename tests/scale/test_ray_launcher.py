@@ -1,0 +1,118 @@
+"""Ray-launched rollout workers on a local Ray cluster: real toy episodes over the pyzmq transport into a real
+ring buffer, a refused token stops the fleet for good, a killed actor is replaced, close leaves no actor."""
+
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason='the Ray launcher tests need Ray: pip install "ray==2.60.0"')
+
+from jaxwebrl.buffer import RingBuffer  # noqa: E402
+from jaxwebrl.rollout.ray_launcher import RayWorkerPool, pool_for  # noqa: E402
+from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder  # noqa: E402
+from jaxwebrl.rollout.transport import TransportServer, new_token  # noqa: E402
+
+GROUP = 2
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, log_to_driver=False,
+             configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def wait_for(predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def toy_spec(tmp_path, address, token):
+    path = str(tmp_path / "buffer")
+    RingBuffer.create(path, capacity_steps=512, max_seq_len=1024, screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    return {"worker": {"tasks": ["toy"], "group_size": GROUP, "max_new_tokens": 64, "prompt": {"window": 0}},
+            "policy": {"kind": "remote", "address": address, "token": token, "timeout_s": 60.0},
+            "buffer": {"path": path}}
+
+
+def count_episodes(path):
+    episodes, _ = RingBuffer.open(path).read()
+    return len(episodes)
+
+
+def test_ray_workers_play_real_episodes_over_the_transport(tmp_path, local_ray):
+    token = new_token()
+    buffer_path = str(tmp_path / "buffer")
+    backend = ScriptedBackend(toy_oracle_responder(epsilon=0.5), version=5,
+                              fetch_image=lambda ref: RingBuffer.open(buffer_path).screenshots.get(ref))
+    with TransportServer(backend, token=token) as server:
+        spec = toy_spec(tmp_path, server.address, token)
+        with RayWorkerPool(spec, num_workers=2, num_cpus_per_worker=1, grace_s=20) as pool:
+            wait_for(lambda: count_episodes(buffer_path) >= 2 * GROUP, 150, "two groups from the Ray workers")
+            pool.raise_if_failed()
+            live = pool.stats()
+            assert len(live) == 2 and all(s["episodes"] >= 0 for s in live)
+            assert pool.alive() == 2
+        assert pool.alive() == 0
+    assert backend.requests > 0
+    episodes, _ = RingBuffer.open(buffer_path).read()
+    assert len(episodes) >= 2 * GROUP
+    for episode in episodes:
+        assert len(episode["input_ids"]) == 3  # the toy task has three turns
+        for ids, mask, versions in zip(episode["input_ids"], episode["loss_mask"], episode["versions"]):
+            assert mask.sum() > 0 and np.all(versions[mask == 1] == 5) and np.all(versions[mask == 0] == -1)
+            assert len(ids) == len(mask)
+    groups = {}
+    for episode in episodes:
+        groups.setdefault(episode["group_id"], []).append(episode)
+    assert all(len(members) <= GROUP for members in groups.values())
+    assert {e["info"]["worker_id"] for e in episodes} <= {0, 1}
+    wait_for(lambda: ray.available_resources().get("CPU", 0) == 2, 30, "the actors' CPUs to be released")
+
+
+def test_wrong_token_is_refused_and_never_restarted(tmp_path, local_ray):
+    with TransportServer(ScriptedBackend(toy_oracle_responder()), token=new_token()) as server:
+        spec = toy_spec(tmp_path, server.address, new_token())  # not the server's token
+        with RayWorkerPool(spec, num_workers=1, grace_s=10) as pool:
+            wait_for(lambda: pool.fatal, 120, "the refused worker to report")
+            with pytest.raises(RuntimeError, match="refused"):
+                pool.raise_if_failed()
+            time.sleep(1.0)
+            assert pool.restarts == 0 and pool.alive() == 0
+    assert count_episodes(spec["buffer"]["path"]) == 0
+
+
+def test_killed_actor_is_replaced(tmp_path, local_ray):
+    token = new_token()
+    with TransportServer(ScriptedBackend(toy_oracle_responder()), token=token) as server:
+        spec = toy_spec(tmp_path, server.address, token)
+        with RayWorkerPool(spec, num_workers=1, grace_s=10, min_uptime_s=0.0) as pool:
+            wait_for(lambda: count_episodes(spec["buffer"]["path"]) >= GROUP, 120, "a first group")
+            ray.kill(pool._actors[0], no_restart=True)
+            wait_for(lambda: pool.restarts == 1 and pool.alive() == 1, 60, "the replacement actor")
+            before = count_episodes(spec["buffer"]["path"])
+            wait_for(lambda: count_episodes(spec["buffer"]["path"]) >= before + GROUP, 120,
+                     "the replacement to append a group")
+            assert not pool.fatal
+
+
+def test_config_picks_the_launcher():
+    from configs.common import base_config
+
+    config = base_config("toy")
+    spec = {"worker": {"tasks": ["toy"]}, "policy": {"kind": "scripted", "responder": "toy_oracle"},
+            "buffer": {"path": "/nonexistent"}}
+    assert type(pool_for(config, spec)).__name__ == "WorkerPool"
+    config.rollout.launcher = "ray"
+    pool = pool_for(config, spec)
+    assert isinstance(pool, RayWorkerPool) and pool.num_workers == config.rollout.num_workers
+    config.rollout.launcher = "slurm"
+    with pytest.raises(ValueError, match="rollout.launcher='slurm'"):
+        pool_for(config, spec)
