@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer import RingBuffer, RingOverrun
 from tests.buffer.factory import make_episode
 
 KILL_SHAPE = (96, 128, 3)
@@ -24,3 +24,14 @@ def append_until_killed(path: str, first_seed: int, started, committed) -> None:
         buf.append(make_episode(seed, num_steps=4, shape=KILL_SHAPE, group_id=seed))
         committed.value += 1
         seed += 1
+
+
+def append_seeds_counting_overruns(path: str, seeds: list[int], num_steps: int, overruns) -> None:
+    """Like append_seeds, but an episode the ring wrapped over before its commit is counted, not fatal."""
+    buf = RingBuffer.open(path)
+    for seed in seeds:
+        try:
+            buf.append(make_episode(seed, num_steps=num_steps, group_id=seed))
+        except RingOverrun:
+            with overruns.get_lock():
+                overruns.value += 1
