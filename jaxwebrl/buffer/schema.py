@@ -8,8 +8,10 @@ Layout under the buffer root (any TensorStore kvstore):
     control/reserve      JSON {"steps": next step seq, "shots": next screenshot seq} (CAS counter)
     log/<slot>           JSON commit record of one episode (ring of `log_capacity` slots)
     writers/<id>         JSON lease of one writer: its current reservation (orphan diagnosis)
-    rows/                zarr3 uint8 [capacity_steps, row_itemsize], one chunk per step row
-    screenshots/         zarr3 uint8 [capacity_screenshots, shot_itemsize], one chunk per image
+    locks/               flock files (local `file` driver with direct_file_io only)
+    rows/                zarr3 uint8 [capacity_steps, row_itemsize], one chunk per step row (key c.<slot>.0)
+    screenshots/         zarr3 uint8 [capacity_screenshots, shot_itemsize], one chunk per image (16-byte
+                         header: stamp, magic; then H*W*3 pixels)
 
 A step row and a screenshot are each ONE chunk (= one kvstore key, written atomically) that starts
 with its own global sequence number (`stamp`). A reader that finds the stamp it expects knows the
