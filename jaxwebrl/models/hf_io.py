@@ -84,6 +84,7 @@ def load_pretrained(
     `mesh`, `fsdp_shardings` is used. Without either, params land on the default device.
     """
     config = read_config(hf_dir, dtype, param_dtype)
+    safetensors_io.return_freed_buffers_to_os()
     module = VisionLanguageModel(config)
     shapes = init_params_shapes(config)
     if shardings is None and mesh is not None:
@@ -109,7 +110,9 @@ def load_pretrained(
                 f"{name}: checkpoint shape {handle.shape(name)} does not match config.json "
                 f"(expects Flax {spec.path} of shape {tuple(expected)})"
             )
-        array = array.astype(target_dtype, copy=False)  # transposes stay views: placing copies once
+        # One transformed host copy, and the raw read buffer is dropped before placing: at most two
+        # copies of this tensor exist at any moment (raw + transformed, then transformed + placed).
+        array = np.ascontiguousarray(array.astype(target_dtype, copy=False))
         sharding = None if shardings is None else _get(shardings, spec.path)
         _set(params, spec.path, _place(array, sharding))
         loaded.add(canonical)

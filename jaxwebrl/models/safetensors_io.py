@@ -103,12 +103,37 @@ def checkpoint_files(hf_dir: str) -> dict[str, str]:
     return {name: single for name in SafetensorsFile(single).keys()}
 
 
+def _entry_nbytes(entry: dict) -> int:
+    begin, end = entry["data_offsets"]
+    return end - begin
+
+
 def iter_tensors(hf_dir: str) -> Iterator[tuple[str, SafetensorsFile]]:
-    """(tensor name, open file) for every tensor, grouped by file."""
-    by_file: dict[str, list[str]] = {}
+    """(tensor name, open file) for every tensor, largest first.
+
+    Largest first keeps peak host memory near the checkpoint size: the big transient copies happen while
+    little else is loaded, and the tensors read last are small.
+    """
+    handles: dict[str, SafetensorsFile] = {}
+    rows = []
     for name, path in checkpoint_files(hf_dir).items():
-        by_file.setdefault(path, []).append(name)
-    for path, names in sorted(by_file.items()):
-        handle = SafetensorsFile(path)
-        for name in names:
-            yield name, handle
+        handle = handles.setdefault(path, SafetensorsFile(path))
+        if name not in handle.entries:
+            raise ValueError(f"{path}: index lists tensor {name} but the file does not hold it")
+        rows.append((_entry_nbytes(handle.entries[name]), name, handle))
+    for _, name, handle in sorted(rows, key=lambda row: (-row[0], row[1])):
+        yield name, handle
+
+
+def return_freed_buffers_to_os() -> None:
+    """Make glibc hand large freed buffers back to the OS at once (fixed 1 MiB mmap threshold).
+
+    Without it, glibc's adaptive threshold keeps freed tensor-sized buffers on the heap, and the resident
+    size after a streamed load stays well above the checkpoint size. No-op off glibc.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
