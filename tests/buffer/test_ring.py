@@ -233,3 +233,9 @@ def test_put_from_threads_gives_unique_live_refs(tmp_path):
         refs = list(pool.map(buf.screenshots.put, images))
     assert len(set(refs)) == 40
     np.testing.assert_array_equal(buf.screenshots.get_many(refs), images)
+
+
+def test_same_buffer_through_path_url_and_spec(tmp_path):
+    create(f"file://{tmp_path}/buf").append(make_episode(4))
+    for location in (tmp_path / "buf", str(tmp_path / "buf"), {"driver": "file", "path": str(tmp_path / "buf")}):
+        assert [e["info"]["seed"] for e in RingBuffer.open(location).read().episodes] == [4]
