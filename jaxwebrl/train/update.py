@@ -1,0 +1,185 @@
+"""One train step of the policy: proximal log-probs, the advantage path, then minibatch × epoch optax updates.
+
+A train step takes a batch of step rows (padded `[B, T]` arrays, see `UpdateBatch`) and:
+  1. recomputes the proximal log-probs log π_prox with the current params (no gradient) — the decoupled
+     loss's anchor, distinct from the behaviour log-probs the sampler recorded;
+  2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → masked GAE);
+  3. splits the rows into `ppo_n_minibatches` and runs `ppo_n_epochs` passes of AdamW (grad-norm clip,
+     schedule) on the registered loss, each minibatch a jitted update with donated params and optimizer state.
+Log-probs, ratios and the loss are fp32 whatever the compute dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxwebrl.rl import advantages as adv_lib
+from jaxwebrl.rl import losses
+from jaxwebrl.train.assembly import UpdateBatch
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateSettings:
+    """Static knobs of the update (hashable)."""
+
+    loss: str = "ppo"
+    loss_kwargs: tuple = ()            # (name, value) pairs for the registered loss
+    use_decoupled_loss: bool = True
+    n_minibatches: int = 2
+    n_epochs: int = 3
+    temperature: float = 1.0
+    advantage: adv_lib.AdvantageConfig = adv_lib.AdvantageConfig()
+
+
+def make_optimizer(*, lr: float, total_steps: int, schedule: str = "constant", warmup_steps: int = 0,
+                   weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                   max_grad_norm: float | None = 1.0, updates_per_step: int = 1):
+    """AdamW with global grad-norm clipping; the schedule counts train steps (`updates_per_step` optax updates each).
+
+    Returns (optax.GradientTransformation, schedule_fn(optax_count) -> lr).
+    """
+    total_updates = max(1, total_steps * updates_per_step)
+    warmup = warmup_steps * updates_per_step
+    if schedule == "constant":
+        body = optax.constant_schedule(lr)
+    elif schedule == "cosine":
+        body = optax.cosine_decay_schedule(lr, max(1, total_updates - warmup))
+    else:
+        raise ValueError(f"train.lr_schedule={schedule!r}: use 'constant' or 'cosine'")
+    lr_fn = optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), body], [warmup]) if warmup else body
+    chain = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
+    chain.append(optax.adamw(lr_fn, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+    return optax.chain(*chain), lr_fn
+
+
+def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float) -> jax.Array:
+    """log π(x_t | x_<t) at every position t ≥ 1 (position 0 gets 0): [B, T, V] logits -> [B, T] float32."""
+    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32) / temperature, axis=-1)
+    picked = jnp.take_along_axis(logp, input_ids[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
+    return jnp.pad(picked, ((0, 0), (1, 0)))
+
+
+def _masked_mean(x, mask):
+    mask = mask.astype(jnp.float32)
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+class Updater:
+    """`updater(params, opt_state, batch) -> (params, opt_state, stats)`; params and opt state are donated."""
+
+    def __init__(self, module, settings: UpdateSettings, optimizer: optax.GradientTransformation, lr_fn=None):
+        self.module = module
+        self.settings = settings
+        self.optimizer = optimizer
+        self.lr_fn = lr_fn
+        self._loss_fn = losses.get_loss(settings.loss)
+        self._logprobs = jax.jit(self._logprobs_impl, static_argnames=("grid",))
+        self._step = jax.jit(self._step_impl, static_argnames=("grid",), donate_argnums=(0, 1))
+        self._advantages = adv_lib.jitted_token_advantages(settings.advantage)
+
+    # ------------------------------------------------------------------ jitted pieces
+    def _forward_logprobs(self, params, mb, grid):
+        logits, _ = self.module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
+                                      pixel_values=mb.get("pixel_values"),
+                                      image_grid_thw=None if grid is None else np.asarray(grid, np.int64))
+        return token_logprobs(logits, mb["input_ids"], self.settings.temperature)
+
+    def _logprobs_impl(self, params, mb, grid):
+        return self._forward_logprobs(params, mb, grid)
+
+    def _step_impl(self, params, opt_state, mb, grid):
+        s = self.settings
+        mask = mb["loss_mask"]
+        behave = mb["behave_logprobs"] if s.use_decoupled_loss else mb["prox_logprobs"]
+
+        def objective(p):
+            logprobs = self._forward_logprobs(p, mb, grid)
+            loss, stats = self._loss_fn(logprobs, mb["prox_logprobs"], behave, mb["advantages"], mask,
+                                        **dict(s.loss_kwargs))
+            return loss, (stats, logprobs)
+
+        (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        grad_norm = optax.global_norm(grads)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        logprobs = jax.lax.stop_gradient(logprobs)
+        out = {f"loss_stats/{k}": jnp.asarray(v, jnp.float32).mean() for k, v in stats.items()}
+        out.update(actor_loss=loss.astype(jnp.float32), grad_norm=grad_norm,
+                   approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb["prox_logprobs"]), mask),
+                   behave_approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb["behave_logprobs"]), mask),
+                   policy_tokens=mask.sum().astype(jnp.float32))
+        return params, opt_state, out
+
+    # ------------------------------------------------------------------ host driver
+    def __call__(self, params, opt_state, batch: UpdateBatch):
+        s = self.settings
+        rows = batch.input_ids.shape[0]
+        if rows % s.n_minibatches:
+            raise ValueError(f"batch of {rows} rows does not split into ppo_n_minibatches={s.n_minibatches}; "
+                             "pad rows to a multiple (see trainer.assemble)")
+        n_real = batch.num_real_rows
+        real_mask = batch.loss_mask[:n_real]
+        trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
+                                 real_mask)
+        advantages = np.zeros(batch.loss_mask.shape, np.float32)
+        advantages[:n_real] = np.asarray(trace.advantages)
+        token_rewards = np.asarray(trace.token_rewards)
+
+        minibatches = self._split(batch, advantages)
+        for mb, grid in minibatches:  # proximal log-probs, all before the first update of this step
+            mb["prox_logprobs"] = self._logprobs(params, mb, grid)
+        per_update: list[dict[str, Any]] = []
+        for _ in range(s.n_epochs):
+            for mb, grid in minibatches:
+                params, opt_state, stats = self._step(params, opt_state, mb, grid)
+                per_update.append(stats)
+        stats = {k: float(np.mean([float(u[k]) for u in per_update])) for k in per_update[0]}
+        bool_mask = real_mask.astype(bool)
+        stats["final_reward"] = float(token_rewards[bool_mask].mean()) if bool_mask.any() else 0.0
+        stats["advantages"] = float(advantages[:n_real][bool_mask].mean()) if bool_mask.any() else 0.0
+        stats["optimizer_updates"] = len(per_update)
+        return params, opt_state, stats
+
+    def proximal_logprobs(self, params, batch: UpdateBatch) -> np.ndarray:
+        """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them)."""
+        out = [np.asarray(self._logprobs(params, mb, grid)) for mb, grid in self._split(batch, None)]
+        return np.concatenate(out, axis=0)
+
+    def _split(self, batch: UpdateBatch, advantages):
+        """Contiguous row chunks, each with its rows' images (static grid per chunk)."""
+        s = self.settings
+        rows = batch.input_ids.shape[0]
+        per = rows // s.n_minibatches
+        if batch.pixel_values is not None:
+            image_end = np.cumsum(batch.images_per_row)                      # [B] images up to each row
+            patch_end = np.cumsum(np.prod(batch.image_grid_thw, axis=-1))    # [N] patches up to each image
+        out = []
+        for i in range(s.n_minibatches):
+            sl = slice(i * per, (i + 1) * per)
+            mb = {"input_ids": jnp.asarray(batch.input_ids[sl], jnp.int32),
+                  "attention_mask": jnp.asarray(batch.attention_mask[sl], jnp.int32),
+                  "loss_mask": jnp.asarray(batch.loss_mask[sl], jnp.int32),
+                  "behave_logprobs": jnp.asarray(batch.behave_logprobs[sl], jnp.float32)}
+            if advantages is not None:
+                mb["advantages"] = jnp.asarray(advantages[sl], jnp.float32)
+            grid = None
+            if batch.pixel_values is not None:
+                first_img = int(image_end[i * per - 1]) if i else 0
+                last_img = int(image_end[(i + 1) * per - 1])
+                if last_img > first_img:
+                    first_patch = int(patch_end[first_img - 1]) if first_img else 0
+                    mb["pixel_values"] = jnp.asarray(batch.pixel_values[first_patch:int(patch_end[last_img - 1])])
+                    grid = _grid_key(batch.image_grid_thw[first_img:last_img])
+            out.append((mb, grid))
+        return out
+
+
+def _grid_key(grid) -> tuple:
+    """Hashable static form of a concrete image grid [N, 3]."""
+    return tuple(tuple(int(v) for v in row) for row in np.asarray(grid).reshape(-1, 3))

@@ -1,0 +1,29 @@
+"""Real episodes for trainer tests: a real RolloutWorker plays the toy env into a real ring buffer.
+
+The scripted backend (test-only, jaxwebrl.rollout.scripted) picks the toy task's oracle action with noise, and
+makes the token fields the way the policy server does (real chat template and tokenizer of the tiny processor).
+"""
+
+import pytest
+
+from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.models.processor import tiny_processor
+from jaxwebrl.rollout.client import InProcessClient
+from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
+from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
+
+SHORT_SYSTEM_PROMPT = "Press the buttons of the pattern. Answer: Memory: {...} then Action: click(x, y)."
+
+
+def play_toy(buffer, *, groups: int, group_size: int = 4, epsilon: float = 0.5, seed: int = 0, version: int = 0):
+    backend = ScriptedBackend(toy_oracle_responder(epsilon), processor=tiny_processor(),
+                              fetch_image=buffer.screenshots.get, seed=seed, version=version)
+    config = WorkerConfig(tasks=("toy",), group_size=group_size, max_new_tokens=64, seed=seed,
+                          prompt={"window": 0, "system_prompt": SHORT_SYSTEM_PROMPT})
+    RolloutWorker(config, InProcessClient(backend), buffer).run(max_groups=groups)
+
+
+@pytest.fixture
+def toy_buffer(tmp_path):
+    return RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=2048, max_seq_len=512,
+                             screenshot_shape=(64, 64, 3), max_images_per_step=1)
