@@ -2,7 +2,8 @@
 
     python bench/rl_core.py [--rows 256] [--tokens 4096] [--repeats 5]
 
-Prints one JSON object: median seconds per call for both, their ratio, and the max deviation between them.
+Prints one JSON object: seconds per call for both (min and median over interleaved repeats, so machine load
+hits both alike), their ratio, and the max deviation between the two results.
 The NumPy reference is tests/rl/numpy_reference.py (float64, loop over time vectorised over rows).
 """
 
@@ -79,20 +80,23 @@ def numpy_step(rewards, episode_ids, group_ids, loss_mask, logprobs, prox, behav
     return adv, loss, grad
 
 
-def timed(fn, repeats):
-    times, out = [], None
+def interleaved(fns, repeats):
+    """Run the contenders alternately (so machine load hits both alike); per contender: times and last output."""
+    times = [[] for _ in fns]
+    outs = [None] * len(fns)
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            outs[i] = jax.block_until_ready(fn())
+            times[i].append(time.perf_counter() - t0)
+    return times, outs
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     inputs = make_inputs(args.rows, args.tokens)
     device_inputs = [jnp.asarray(a) for a in inputs]
@@ -100,12 +104,15 @@ def main():
     t0 = time.perf_counter()
     jax.block_until_ready(step(*device_inputs))
     compile_s = time.perf_counter() - t0
-    jax_s, (adv_j, loss_j, grad_j) = timed(lambda: step(*device_inputs), args.repeats)
-    np_s, (adv_n, loss_n, grad_n) = timed(lambda: numpy_step(*inputs), max(1, args.repeats // 2))
+    (jax_t, np_t), ((adv_j, loss_j, grad_j), (adv_n, loss_n, grad_n)) = interleaved(
+        [lambda: step(*device_inputs), lambda: numpy_step(*inputs)], args.repeats)
     print(json.dumps({
         "benchmark": "rl_core: advantages (paper path, k=10) + decoupled PPO loss + grad",
-        "rows": args.rows, "tokens": args.tokens, "policy_tokens": int(inputs[3].sum()),
-        "jax_jit_s": round(jax_s, 5), "numpy_s": round(np_s, 5), "speedup_vs_numpy": round(np_s / jax_s, 2),
+        "rows": args.rows, "tokens": args.tokens, "policy_tokens": int(inputs[3].sum()), "repeats": args.repeats,
+        "jax_jit_s_min": round(min(jax_t), 5), "numpy_s_min": round(min(np_t), 5),
+        "speedup_vs_numpy": round(min(np_t) / min(jax_t), 2),
+        "jax_jit_s_median": round(statistics.median(jax_t), 5), "numpy_s_median": round(statistics.median(np_t), 5),
+        "speedup_vs_numpy_median": round(statistics.median(np_t) / statistics.median(jax_t), 2),
         "jax_compile_s": round(compile_s, 2),
         "max_abs_diff_advantages": float(np.abs(np.asarray(adv_j) - adv_n).max()),
         "abs_diff_loss": float(abs(float(loss_j) - loss_n)),

@@ -72,7 +72,13 @@ def _gae_core(rewards, valid, current_values, next_candidate_values, dones, *, g
     terminated = jnp.broadcast_to(jnp.asarray(terminated).astype(bool), (batch,))
     end = jnp.where(terminated, 0.0, end)
     not_done = 1.0 - dones
-    next_value = _next_valid(next_candidate_values, valid, end)
+    if next_candidate_values is None:  # no critic (V = 0): only the last valid step sees the end value
+        time = valid.shape[1]
+        last = jnp.where(valid, jnp.arange(time, dtype=jnp.int32)[None, :], -1).max(axis=1)
+        is_last = jnp.arange(time, dtype=jnp.int32)[None, :] == last[:, None]
+        next_value = jnp.where(is_last, end[:, None], 0.0)
+    else:
+        next_value = _next_valid(next_candidate_values, valid, end)
     delta = rewards + gamma * not_done * next_value - current_values
     delta = jnp.where(valid, delta, 0.0)
     coef = jnp.where(valid, gamma * lam * not_done, 1.0)
@@ -128,8 +134,10 @@ def masked_gae(rewards, loss_mask, values=None, *, gamma=1.0, lam=1.0, bootstrap
 
 @jax.jit
 def _masked_gae(rewards, loss_mask, values, gamma, lam, bootstrap_values, terminated):
+    no_critic = values is None
     rewards, valid, values = _prep(rewards, loss_mask, values)
-    return _gae_core(rewards, valid, values, values, jnp.zeros_like(rewards), gamma=gamma, lam=lam,
+    return _gae_core(rewards, valid, values, None if no_critic else values, jnp.zeros_like(rewards),
+                     gamma=gamma, lam=lam,
                      bootstrap_values=bootstrap_values, terminated=terminated)
 
 

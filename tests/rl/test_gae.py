@@ -54,16 +54,18 @@ _jit_gae = jax.jit(gae.masked_gae, static_argnames=())
 
 @settings(max_examples=30, deadline=None)
 @given(data=st.data(), batch=st.integers(1, 4), time=st.integers(1, 9),
-       gamma=st.sampled_from([1.0, 0.9, 0.5]), lam=st.sampled_from([1.0, 0.95, 0.0]))
-def test_masked_gae_matches_numpy_reference(data, batch, time, gamma, lam):
+       gamma=st.sampled_from([1.0, 0.9, 0.5]), lam=st.sampled_from([1.0, 0.95, 0.0]), critic=st.booleans())
+def test_masked_gae_matches_numpy_reference(data, batch, time, gamma, lam, critic):
     """Random rows embedded in a fixed [4, 9] padded block (one compile): padding must not matter."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     r, v = rng.normal(size=(batch, time)), rng.normal(size=(batch, time))
+    if not critic:
+        v = np.zeros_like(v)
     mask = rng.random((batch, time)) < 0.7
     boot = rng.normal(size=batch)
     term = rng.random(batch) < 0.5
     pad = lambda a, fill=0.0: np.pad(a, [(0, 4 - batch), (0, 9 - time)][: a.ndim], constant_values=fill)  # noqa: E731
-    got = _jit_gae(pad(r, 5.0), pad(mask, False), pad(v, -3.0), gamma=gamma, lam=lam,
+    got = _jit_gae(pad(r, 5.0), pad(mask, False), pad(v, -3.0) if critic else None, gamma=gamma, lam=lam,
                    bootstrap_values=pad(boot), terminated=pad(term, True))
     want = ref.masked_gae(r, mask, v, gamma=gamma, lam=lam, bootstrap_values=boot, terminated=term)
     for g, w in zip(got, want):

@@ -313,3 +313,30 @@ def test_entropy_kl_and_combined_objective():
                                                   kl_coef=1.0, kl_estimator="k1", kl_to="reference")[0])(
         jnp.asarray(lp, jnp.float32))
     np.testing.assert_allclose(g, [[0.5, 0.5]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["gspo", "gspo_token", "ppo"])
+def test_repacking_two_sequences_into_one_row_with_segment_ids(name):
+    lp, prox, behave, adv, mask = _random_batch(7, batch=2, time=5, spread=0.05)
+    mask[:] = True
+    fn = losses.get_loss(name)
+    kw = dict(agg_mode="seq-mean-token-mean", eps_clip=0.2, eps_clip_higher=0.2)
+    base, _ = fn(lp, prox, behave, adv, mask, **kw)
+    packed = [np.concatenate([a[0], a[1]])[None] for a in (lp, prox, behave, adv, mask)]
+    segs = np.repeat([0, 1], 5)[None]
+    repacked, _ = fn(*packed, segment_ids=segs, **kw)
+    np.testing.assert_allclose(repacked, base, rtol=1e-5)
+    g_base = _grad_lp(fn, lp, prox, behave, adv, mask, **kw)
+    g_packed = _grad_lp(fn, packed[0], *packed[1:], segment_ids=segs, **kw)
+    np.testing.assert_allclose(g_packed[0], np.concatenate([g_base[0], g_base[1]]), rtol=1e-5, atol=1e-8)
+
+
+def test_sequence_level_kl_rejection_with_max_aggregation():
+    prox = np.log(np.array([[0.5, 0.5], [0.5, 0.5]]))
+    behave = np.log(np.array([[0.5, 0.05], [0.5, 0.4]]))   # row 0 has one very stale token
+    adv = np.ones((2, 2))
+    mask = np.ones((2, 2))
+    cfg = RejectionConfig(metric="kl_k3", level="sequence", agg="max", upper=0.5)
+    loss, stats = losses.decoupled_ppo_loss(prox, prox, behave, adv, mask, rejection=cfg)
+    np.testing.assert_allclose(stats["rejection_ratio"], 0.5)          # the whole first row goes
+    np.testing.assert_allclose(loss, -(1.0 + 0.5 / 0.4) / 4, rtol=1e-5)
