@@ -349,6 +349,8 @@ class Browser:
             self._cdp("Browser.setDownloadBehavior", {"behavior": "deny"})
         except EnvFailure:
             pass  # older Chromium: the download_restrictions pref still blocks downloads
+        self._main_window = self.driver.current_window_handle
+        self._popups_handled = 0
         if self.config.guard_requests:
             address = self.driver.capabilities["goog:chromeOptions"]["debuggerAddress"]
             self.request_guard = RequestGuard(address, lambda url: self.allowlist.allows(url))
@@ -534,6 +536,26 @@ class Browser:
         self._guard("navigate", self.driver.get, self._last_allowed_url)
         return url
 
+    def close_popups(self) -> list[str]:
+        """Close every tab but the task's own (agents see one tab); returns the closed tabs' URLs.
+
+        With the request guard this costs nothing unless it saw a new tab; without it, one WebDriver call.
+        """
+        guard = self.request_guard
+        if guard is not None and guard.popups_opened == self._popups_handled:
+            return []
+        if guard is not None:
+            self._popups_handled = guard.popups_opened
+        urls = []
+        for handle in self._guard("window_handles", lambda: self.driver.window_handles):
+            if handle != self._main_window:
+                self._guard("switch_to.window", self.driver.switch_to.window, handle)
+                urls.append(self.current_url())
+                self._guard("close", self.driver.close)
+        if urls:
+            self._guard("switch_to.window", self.driver.switch_to.window, self._main_window)
+        return urls
+
     def go_back(self) -> None:
         self._guard("back", self.driver.back)
 
@@ -543,6 +565,7 @@ class Browser:
         """uint8 [H, W, 3] RGB of the viewport, or of clip=(x, y, width, height); resized to size=(W, H)."""
         from PIL import Image
 
+        self.close_popups()  # a tab in front of the task's would stall the capture
         params: dict[str, Any] = {"format": "png", "captureBeyondViewport": False, "optimizeForSpeed": True}
         if clip is not None:
             x, y, w, h = clip
@@ -652,10 +675,26 @@ class Browser:
                 error = str(exc)
         else:
             raise ValueError(f"Browser.perform cannot execute a {kind!r} action")
+        popup = self._follow_popup()
         blocked = self.enforce_allowlist() if check_url else None
+        blocked = blocked or popup
         if blocked and error is None:
             error = blocked_message(blocked)
         return {"navigation_blocked": blocked, "action_error": error}
+
+    def _follow_popup(self) -> str | None:
+        """Single-tab semantics: a page the action opened in a new tab is closed and, when the allowlist allows
+        its URL, loaded in the task's tab instead. Returns a refused popup URL, or None."""
+        refused = None
+        for url in self.close_popups():
+            if url in ALWAYS_ALLOWED_URLS or not url:
+                continue
+            if self.allowlist.allows(url):
+                self._guard("navigate", self.driver.get, url)
+                refused = None
+            else:
+                refused = url
+        return refused
 
 
 def blocked_message(url: str) -> str:

@@ -28,6 +28,8 @@ INDEX = """<!doctype html><html><body style="margin:0">
    style="position:absolute;left:200px;top:100px;width:200px;height:100px;display:block">away</a>
 <div id="out" style="position:absolute;left:0;top:200px">idle</div>
 <img src="OUTSIDE/tracker.png" width="1" height="1">
+<a id="tab" href="page2.html" target="_blank"
+   style="position:absolute;left:0;top:250px;width:200px;height:50px;display:block">new tab</a>
 </body></html>"""
 PAGE2 = "<!doctype html><html><body><h1>Second page</h1></body></html>"
 EVALUATOR_MODULE = '''
@@ -41,6 +43,7 @@ GO = Action("click", x=250, y=166)
 NEXT = Action("click", x=750, y=166)
 NAME = Action("type", x=250, y=416, text="Ada")
 AWAY = Action("click", x=750, y=500)
+NEW_TAB = Action("click", x=250, y=916)
 
 
 class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
@@ -149,7 +152,7 @@ def test_python_evaluator_by_dotted_name(site, browser, tmp_path, monkeypatch):
 
 
 def test_navigation_outside_allowlist_is_refused(site, outside, browser):
-    env = _env(site, browser, {"type": "js", "expression": "false"}, max_steps=5)
+    env = _env(site, browser, {"type": "js", "expression": "false"}, max_steps=6)
     env.reset(0)
     # the page's subresource from another origin was failed inside the browser
     assert f"{outside[0]}/tracker.png" in browser.request_guard.blocked
@@ -161,12 +164,31 @@ def test_navigation_outside_allowlist_is_refused(site, outside, browser):
     res = env.step(format_action(AWAY))
     assert res.info["navigation_blocked"] == f"{outside[0]}/evil.html"
     assert res.observation.url.endswith("/index.html")
-    assert outside[1] == [], "a request outside the allowlist reached the network"
     # navigation inside the allowlist works
     res = env.step(format_action(Action("navigate", text=f"{site[1]}/page2.html")))
     assert res.info["action_error"] is None and res.observation.url.endswith("/page2.html")
     res = env.step(format_action(Action("go_back")))
     assert res.observation.url.endswith("/index.html")
+    # a popup and a cross-origin iframe: new targets are guarded before their first request
+    env.run_js("window.open(arguments[0] + '/popup.html', '_blank');"
+               "var f = document.createElement('iframe'); f.src = arguments[0] + '/frame.html';"
+               "document.body.appendChild(f);", outside[0])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not {f"{outside[0]}/popup.html", f"{outside[0]}/frame.html"} <= set(
+            browser.request_guard.blocked):
+        time.sleep(0.05)
+    assert {f"{outside[0]}/popup.html", f"{outside[0]}/frame.html"} <= set(browser.request_guard.blocked)
+    assert outside[1] == [], "a request outside the allowlist reached the network"
+    env.step(format_action(Action("wait", seconds=0.0)))
+    assert browser.driver.window_handles == [browser.driver.current_window_handle]  # agents see one tab
+
+
+def test_allowed_new_tab_opens_in_the_task_tab(site, browser):
+    env = _env(site, browser, {"type": "url_match", "pattern": "/page2.html", "mode": "contains"})
+    env.reset(0)
+    res = env.step(format_action(NEW_TAB))
+    assert browser.driver.window_handles == [browser.driver.current_window_handle]
+    assert res.terminated and res.reward == 1.0 and res.observation.url.endswith("/page2.html")
 
 
 def test_downloads_are_denied(site, browser):
