@@ -1,0 +1,97 @@
+"""Multi-controller JAX on localhost: two processes (coordinator on 127.0.0.1, 4 fake CPU devices each) train the
+tiny policy with the trainer's update step and agree with one process on 8 devices; Orbax checkpoints written
+by both processes restore in each of them and on the single-process 8-device mesh."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from jaxwebrl.parallel import distributed
+from tests.scale import train_steps
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_two_processes(out_dir):
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+                   JAXWEBRL_COORDINATOR=f"127.0.0.1:{port}", JAXWEBRL_NUM_PROCESSES="2",
+                   JAXWEBRL_PROCESS_ID=str(rank), PYTHONPATH=REPO)
+        log = open(os.path.join(out_dir, f"log_{rank}.txt"), "w")
+        procs.append((subprocess.Popen([sys.executable, os.path.join(REPO, "tests/scale/train_steps.py"), out_dir],
+                                       env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log))
+    return procs
+
+
+def finish(procs, out_dir, timeout_s=540):
+    try:
+        for proc, log in procs:
+            proc.wait(timeout=timeout_s)
+            log.close()
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for rank, (proc, _) in enumerate(procs):
+        if proc.returncode != 0:
+            with open(os.path.join(out_dir, f"log_{rank}.txt")) as f:
+                tail = "".join(line for line in f.readlines() if "[Gloo]" not in line)[-3000:]
+            pytest.fail(f"process {rank} exited with {proc.returncode}:\n{tail}")
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_process_on_eight_devices(tmp_path):
+    out_dir = str(tmp_path)
+    procs = start_two_processes(out_dir)
+    try:  # meanwhile, the same steps in this process on its 8 devices
+        assert jax.process_count() == 1 and jax.device_count() == 8
+        mesh = distributed.process_mesh({"data": 2, "fsdp": -1})
+        params, opt_state, losses = train_steps.train(mesh)
+        single = train_steps.flat(params)
+    finally:
+        finish(procs, out_dir)
+
+    reports = [json.load(open(os.path.join(out_dir, f"report_{rank}.json"))) for rank in range(2)]
+    for report in reports:
+        assert report["processes"] == 2 and report["devices"] == 8 and report["local_devices"] == 4
+        assert report["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
+        assert report["param_processes"] == [0, 1]  # parameters really live on both processes' devices
+        assert report["restored_equal"] and report["meta"]["version"] == train_steps.STEPS
+        np.testing.assert_allclose(report["losses"], losses, rtol=1e-4, atol=1e-6)
+    multi = [dict(np.load(os.path.join(out_dir, f"params_{rank}.npz"))) for rank in range(2)]
+    assert set(multi[0]) == set(single)
+    initial = train_steps.flat(train_steps.tiny_params())
+    moved = 0
+    for key, value in single.items():
+        np.testing.assert_array_equal(multi[0][key], multi[1][key])
+        # Adam's normalised steps (up to lr = 1e-2 each) amplify float reassociation differences of near-zero
+        # gradients between the two layouts; 1e-4 is 1% of one step
+        np.testing.assert_allclose(multi[0][key], value, rtol=1e-4, atol=1e-4, err_msg=key)
+        moved += not np.allclose(value, initial[key])
+    assert moved > len(single) // 2  # the steps really trained
+
+    # the checkpoint both processes wrote restores onto this process's 8-device mesh, bit for bit
+    from jaxwebrl.train.checkpoint import Checkpointer
+
+    checkpointer = Checkpointer(os.path.join(out_dir, "ckpt"), keep=1, keep_best=False, async_save=False)
+    restored, _, _, meta = checkpointer.restore(params=params, opt_state=opt_state, rng=jax.random.key(3))
+    checkpointer.close()
+    assert meta["step"] == train_steps.STEPS
+    for key, value in train_steps.flat(restored).items():
+        np.testing.assert_array_equal(value, multi[0][key], err_msg=key)
+    assert jax.tree.leaves(restored)[0].sharding == jax.tree.leaves(params)[0].sharding

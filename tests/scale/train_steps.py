@@ -1,0 +1,112 @@
+"""Child program of test_multiprocess.py: N update steps of the tiny policy on a fixed batch, in one JAX process
+of a (possibly) multi-process job, then an Orbax save/restore from every process.
+
+    python tests/scale/train_steps.py OUT_DIR   # settings from JAXWEBRL_* environment (see distributed.py)
+
+Writes OUT_DIR/params_<process>.npz (every leaf, gathered to host) and OUT_DIR/report_<process>.json.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from jaxwebrl.parallel import distributed
+
+STEPS = 2
+
+
+def synthetic_episodes(seed: int = 0, groups: int = 2, group_size: int = 2) -> list[dict]:
+    """Buffer-format episodes (text only): random prompt + policy tokens, mixed rewards per group."""
+    rng = np.random.default_rng(seed)
+    episodes, episode_id = [], 0
+    for group in range(groups):
+        for member in range(group_size):
+            steps = 1 + (episode_id % 2)
+            lengths = rng.integers(10, 24, size=steps)
+            ids, masks, logps = [], [], []
+            for length in lengths:
+                prompt = int(length) // 2
+                ids.append(rng.integers(3, 200, size=int(length)).astype(np.int32))
+                masks.append(np.r_[np.zeros(prompt, np.int8), np.ones(int(length) - prompt, np.int8)])
+                logps.append(np.where(masks[-1] == 1, rng.uniform(-6, -4, int(length)), 0).astype(np.float32))
+            episodes.append({
+                "input_ids": ids, "loss_mask": masks, "behave_logprobs": logps,
+                "versions": [np.where(m == 1, 0, -1).astype(np.int32) for m in masks],
+                "screenshot_refs": np.full((steps, 1), -1, np.int64),
+                "step_index": np.arange(steps, dtype=np.int32), "num_steps": np.full(steps, steps, np.int32),
+                "group_id": group, "episode_id": episode_id, "task_id": "toy",
+                "reward": np.float32(member % 2), "terminated": True, "truncated": False, "env_failed": False})
+            episode_id += 1
+    return episodes
+
+
+def tiny_params():
+    from jaxwebrl.models.policy import tiny_policy
+
+    return tiny_policy(seed=0).params
+
+
+def train(mesh, steps: int = STEPS):
+    """(params, opt_state, losses) after `steps` updates of the tiny policy (seed 0) on the fixed batch,
+    params sharded over `mesh` (FSDP inside a host, data parallel across hosts)."""
+    import jax
+
+    from jaxwebrl.models.policy import tiny_policy
+    from jaxwebrl.parallel.partition import param_shardings
+    from jaxwebrl.train.assembly import assemble
+    from jaxwebrl.train.update import Updater, UpdateSettings, make_optimizer
+
+    policy = tiny_policy(seed=0)
+    params = distributed.shard_from_host(policy.params, param_shardings(policy.params, mesh))
+    batch, _ = assemble(synthetic_episodes(), screenshots=None, image_processor=None, n_minibatches=2,
+                        max_seq_len=64)
+    tx, _ = make_optimizer(lr=1e-2, total_steps=steps, updates_per_step=2)
+    updater = Updater(policy.module, UpdateSettings(n_minibatches=2, n_epochs=1), tx)
+    opt_state = jax.jit(tx.init)(params)
+    losses = []
+    for _ in range(steps):
+        params, opt_state, stats = updater(params, opt_state, batch)
+        losses.append(stats["actor_loss"])
+    return params, opt_state, losses
+
+
+def flat(tree) -> dict:
+    import jax
+
+    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def main(out_dir: str) -> None:
+    settings = distributed.initialize()
+    import jax
+
+    from jaxwebrl.train.checkpoint import Checkpointer
+
+    mesh = distributed.process_mesh({"data": settings.num_processes, "fsdp": -1})
+    params, opt_state, losses = train(mesh)
+
+    checkpointer = Checkpointer(os.path.join(out_dir, "ckpt"), keep=1, keep_best=False)
+    checkpointer.save(STEPS, params=params, opt_state=opt_state, rng=distributed.replicated_key(jax.random.key(0), mesh),
+                      meta={"version": STEPS})
+    checkpointer.wait()
+    restored, _, _, meta = checkpointer.restore(params=params, opt_state=opt_state,
+                                                rng=distributed.replicated_key(jax.random.key(1), mesh))
+    checkpointer.close()
+
+    host = distributed.global_to_host(params)
+    back = distributed.global_to_host(restored)
+    same = all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(host), jax.tree.leaves(back)))
+    process = jax.process_index()
+    np.savez(os.path.join(out_dir, f"params_{process}.npz"), **flat(host))
+    spans = sorted({d.process_index for d in jax.tree.leaves(params)[0].sharding.device_set})
+    with open(os.path.join(out_dir, f"report_{process}.json"), "w") as f:
+        json.dump({"processes": jax.process_count(), "devices": jax.device_count(),
+                   "local_devices": jax.local_device_count(), "mesh": dict(mesh.shape), "losses": losses,
+                   "restored_equal": same, "meta": meta, "param_processes": spans}, f)
+    distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
