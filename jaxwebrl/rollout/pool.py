@@ -42,17 +42,19 @@ class WorkerPool:
     """N supervised worker processes (see module docstring).
 
     spec: JSON-able dict (checked by a JSON round trip). grace_s: time a worker gets to stop after SIGTERM.
-    poll_s: supervision period. min_uptime_s / max_backoff_s: crash-loop pause policy.
+    poll_s: supervision period. min_uptime_s / max_backoff_s: crash-loop pause policy. first_worker_id: worker
+    ids (episode info, seeds, stats files) are first_worker_id + 0..N-1, so pools on several nodes stay distinct.
     """
 
     def __init__(self, spec: dict[str, Any], num_workers: int, *, grace_s: float = 10.0, poll_s: float = 0.2,
-                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0):
+                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0, first_worker_id: int = 0):
         if int(num_workers) < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         try:
             self._spec_json = json.dumps(spec)
         except TypeError as exc:
             raise TypeError(f"worker pool spec must be JSON-able (no objects, it crosses processes): {exc}") from None
+        self.first_worker_id = int(first_worker_id)  # ids first..first+N-1: distinct across hand-started nodes
         _check_spec(json.loads(self._spec_json))
         self.num_workers = int(num_workers)
         self.grace_s, self.poll_s = float(grace_s), float(poll_s)
@@ -133,8 +135,8 @@ class WorkerPool:
     def _start_worker(self, worker_id: int) -> None:
         proc = self._context.Process(
             target=worker_process_main,
-            args=(self._spec_json, worker_id, self._incarnation[worker_id], os.getpid()),
-            name=f"rollout-worker-{worker_id}", daemon=False)
+            args=(self._spec_json, self.first_worker_id + worker_id, self._incarnation[worker_id], os.getpid()),
+            name=f"rollout-worker-{self.first_worker_id + worker_id}", daemon=False)
         proc.start()
         with self._lock:
             self._procs[worker_id] = proc

@@ -100,12 +100,13 @@ class RayWorkerPool:
       here (`init_kwargs` go to `ray.init`, e.g. num_cpus); an already initialised Ray is used as it is.
     num_cpus_per_worker: CPUs Ray reserves per actor (a worker drives one headless Chromium).
     resources: custom Ray resources per actor, e.g. {"rollout": 1} to pin workers to rollout nodes.
+    first_worker_id: worker ids are first_worker_id + 0..N-1 (as in `WorkerPool`).
     """
 
     def __init__(self, spec: dict[str, Any], num_workers: int, *, address: str | None = None,
                  num_cpus_per_worker: float = 1.0, resources: dict[str, float] | None = None,
                  init_kwargs: dict[str, Any] | None = None, grace_s: float = 30.0, poll_s: float = 0.5,
-                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0):
+                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0, first_worker_id: int = 0):
         if int(num_workers) < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         try:
@@ -114,6 +115,7 @@ class RayWorkerPool:
             raise TypeError(f"worker pool spec must be JSON-able (it crosses to Ray nodes): {exc}") from None
         _check_spec(json.loads(self._spec_json))
         self.num_workers = int(num_workers)
+        self.first_worker_id = int(first_worker_id)
         self.address = address
         self.num_cpus_per_worker = float(num_cpus_per_worker)
         self.resources = dict(resources or {})
@@ -214,7 +216,8 @@ class RayWorkerPool:
 
     # ------------------------------------------------------------------ supervision
     def _start_actor(self, worker_id: int) -> None:
-        actor = self._actor_class.options(name=None).remote(self._spec_json, worker_id, self._incarnation[worker_id])
+        actor = self._actor_class.options(name=None).remote(self._spec_json, self.first_worker_id + worker_id,
+                                                              self._incarnation[worker_id])
         run = actor.run.remote()
         with self._lock:
             self._actors[worker_id], self._runs[worker_id] = actor, run

@@ -1,0 +1,126 @@
+r"""Start rollout workers by hand on a (remote) CPU node, against a running policy server and a shared buffer.
+
+    export JAXWEBRL_TOKEN=...   # or --token_file=PATH: the policy server's shared token (never on the command line)
+    python launch/rollout.py --config=configs/constT10.py:tiny --server=tcp://10.0.0.1:5555 \
+        --buffer=/shared/run1/buffer --num_workers=16 --first_worker_id=16
+
+Worker settings (tasks, group size, screenshot size, prompt, sampling) come from the same recipe as the trainer's
+(`--config.a.b=v` overrides apply), so both sides agree by construction; `--server` and `--buffer` say where the
+policy server and ring buffer are (a path on a shared filesystem or a TensorStore kvstore URL, e.g.
+gs://bucket/run1/buffer). Give every node its own `--first_worker_id` range so worker ids and seeds differ.
+
+`--launcher=local` (default) runs the workers as supervised processes on this node (`WorkerPool`);
+`--launcher=ray` places them on a Ray cluster (`--ray_address`, e.g. auto or ray://head:10001). Runs until
+SIGINT/SIGTERM, then stops every worker and its browsers. Exits 78 when the workers stop for good (wrong token,
+bad configuration), 2 on a bad flag.
+"""
+
+import os
+import signal
+import sys
+import threading
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:  # configs/ import configs.common
+    sys.path.insert(0, _REPO)
+
+from absl import flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+EXIT_FATAL = 78
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. configs/constT10.py[:variant] (the trainer's)")
+_SERVER = flags.DEFINE_string("server", None, "policy server transport address, e.g. tcp://10.0.0.1:5555")
+_TOKEN_FILE = flags.DEFINE_string("token_file", None, "file holding the shared token (default: $JAXWEBRL_TOKEN)")
+_BUFFER = flags.DEFINE_string("buffer", None, "ring buffer path or kvstore URL (default: the config's buffer.path)")
+_NUM_WORKERS = flags.DEFINE_integer("num_workers", None, "workers on this node (default: rollout.num_workers)")
+_FIRST_ID = flags.DEFINE_integer("first_worker_id", 0, "id of this node's first worker (distinct per node)")
+_STATS_DIR = flags.DEFINE_string("stats_dir", None, "each worker writes worker_<id>.json here after every group")
+_LAUNCHER = flags.DEFINE_enum("launcher", "local", ["local", "ray"], "processes on this node, or Ray actors")
+_RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "Ray cluster address for --launcher=ray (e.g. auto)")
+
+
+def read_token(token_file: str | None, environ=os.environ) -> str:
+    """The shared token from `token_file` or $JAXWEBRL_TOKEN; SystemExit naming both when neither has one."""
+    if token_file:
+        try:
+            with open(token_file) as f:
+                token = f.read().strip()
+        except OSError as exc:
+            raise SystemExit(f"rollout error: --token_file={token_file}: {exc.strerror}") from None
+    else:
+        token = environ.get("JAXWEBRL_TOKEN", "").strip()
+    if not token:
+        raise SystemExit("rollout error: no token: set $JAXWEBRL_TOKEN or --token_file=PATH to the policy "
+                         "server's shared token (the one its TransportServer was started with)")
+    return token
+
+
+def build_spec(argv: list[str]) -> tuple[dict, int]:
+    """(pool spec, number of workers) from the flags; every problem is a one-line SystemExit."""
+    try:
+        flags.FLAGS(argv)
+        config = _CONFIG.value
+    except (flags.Error, ValueError, KeyError, TypeError, AttributeError, OSError, ImportError) as err:
+        raise SystemExit(f"rollout error: {' '.join(str(err).split())}") from None
+    if config is None:
+        raise SystemExit("rollout error: --config is required (the trainer's recipe, e.g. configs/constT10.py:tiny)")
+    server = _SERVER.value
+    if not server or not server.startswith("tcp://") or server.rpartition(":")[2] in ("", "0"):
+        raise SystemExit(f"rollout error: --server={server!r}: give the policy server's address, "
+                         "e.g. --server=tcp://10.0.0.1:5555")
+    buffer = _BUFFER.value or config.buffer.path
+    if not buffer:
+        raise SystemExit("rollout error: --buffer is required (the trainer's ring buffer: shared path or "
+                         "kvstore URL such as gs://bucket/run1/buffer)")
+    from jaxwebrl.buffer import RingBuffer
+
+    try:
+        RingBuffer.open(buffer)
+    except Exception as exc:  # noqa: BLE001 - any failure to open means the workers could not write
+        raise SystemExit(f"rollout error: --buffer={buffer}: cannot open the ring buffer ({exc}); start the "
+                         "trainer first (it creates the buffer) and give this node the same path or URL") from None
+    from jaxwebrl.train.supervisor import worker_spec
+
+    spec = worker_spec(config, buffer_path=buffer, address=server, token=read_token(_TOKEN_FILE.value),
+                       stats_dir=_STATS_DIR.value)
+    num_workers = _NUM_WORKERS.value or config.rollout.num_workers
+    if num_workers < 1:
+        raise SystemExit(f"rollout error: --num_workers={num_workers}: need at least 1")
+    return spec, num_workers
+
+
+def make_pool(spec: dict, num_workers: int):
+    if _LAUNCHER.value == "ray":
+        from jaxwebrl.rollout.ray_launcher import RayWorkerPool
+
+        return RayWorkerPool(spec, num_workers, address=_RAY_ADDRESS.value, first_worker_id=_FIRST_ID.value)
+    from jaxwebrl.rollout.pool import WorkerPool
+
+    return WorkerPool(spec, num_workers, first_worker_id=_FIRST_ID.value)
+
+
+def main(argv: list[str]) -> int:
+    import logging
+
+    spec, num_workers = build_spec(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
+    pool = make_pool(spec, num_workers)
+    logging.info("starting %d rollout workers (ids %d..%d) against %s, buffer %s", num_workers, _FIRST_ID.value,
+                 _FIRST_ID.value + num_workers - 1, spec["policy"]["address"], spec["buffer"]["path"])
+    with pool:
+        while not stop.wait(1.0):
+            try:
+                pool.raise_if_failed()
+            except RuntimeError as exc:
+                logging.error("%s", exc)
+                return EXIT_FATAL
+    logging.info("rollout workers stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
