@@ -25,24 +25,23 @@ from __future__ import annotations
 import base64
 import ctypes
 import dataclasses
-import fnmatch
 import io
 import logging
 import os
-import posixpath
 import pwd
 import shutil
 import signal
 import stat
 import tempfile
 import time
-import urllib.parse
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from jaxwebrl.env.actions import Action, to_viewport
+from jaxwebrl.env.allowlist import ALWAYS_ALLOWED_URLS, UrlAllowlist, blocked_message
 from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout
+from jaxwebrl.env.keys import key_events
 from jaxwebrl.env.request_guard import RequestGuard
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,6 @@ CLOSED_NETWORK_FLAGS = (
 )
 RENDERING_FLAGS = ("--disable-gpu", "--hide-scrollbars", "--mute-audio", "--force-device-scale-factor=1",
                    "--disable-dev-shm-usage")
-ALWAYS_ALLOWED_URLS = ("about:blank",)
 
 
 class NavigationBlocked(ValueError):
@@ -103,97 +101,6 @@ class BrowserConfig:
     guard_requests: bool = True
     unthrottled_frames: bool = False
     extra_flags: tuple[str, ...] = ()
-
-
-class UrlAllowlist:
-    """Glob patterns (fnmatch) over normalised URLs, e.g. "http://127.0.0.1:8000/*", "file:///tasks/x/*".
-
-    A pattern without "*" matches that URL exactly and everything below it when it ends with "/".
-    """
-
-    def __init__(self, patterns: Sequence[str] = ()):
-        if isinstance(patterns, str):
-            raise TypeError("UrlAllowlist takes a list of patterns, not one string")
-        self.patterns = tuple(_normalise_url(p) if "*" not in p else p for p in patterns)
-
-    @classmethod
-    def for_directory(cls, directory: str, extra: Sequence[str] = ()) -> "UrlAllowlist":
-        root = os.path.abspath(directory).rstrip("/")
-        return cls([f"file://{urllib.parse.quote(root)}/*", *extra])
-
-    def allows(self, url: str) -> bool:
-        url = _normalise_url(url)
-        if url in ALWAYS_ALLOWED_URLS:
-            return True
-        for pattern in self.patterns:
-            if "*" in pattern:
-                if fnmatch.fnmatchcase(url, pattern):
-                    return True
-            elif url == pattern or (pattern.endswith("/") and url.startswith(pattern)):
-                return True
-        return False
-
-    def __repr__(self):
-        return f"UrlAllowlist({list(self.patterns)!r})"
-
-
-def _normalise_url(url: str) -> str:
-    """Lower-case scheme/host, resolve `..` in paths, drop fragments (they never leave the page)."""
-    parts = urllib.parse.urlsplit(url.strip())
-    path = parts.path
-    if path:
-        trailing = path.endswith("/")
-        path = posixpath.normpath(path)
-        if path.startswith("//"):
-            path = "/" + path.lstrip("/")
-        if trailing and not path.endswith("/"):
-            path += "/"
-    return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# keys for Input.dispatchKeyEvent: name -> (key, code, windowsVirtualKeyCode, text)
-_NAMED_KEYS = {
-    "enter": ("Enter", "Enter", 13, "\r"),
-    "return": ("Enter", "Enter", 13, "\r"),
-    "tab": ("Tab", "Tab", 9, ""),
-    "backspace": ("Backspace", "Backspace", 8, ""),
-    "delete": ("Delete", "Delete", 46, ""),
-    "escape": ("Escape", "Escape", 27, ""),
-    "esc": ("Escape", "Escape", 27, ""),
-    "space": (" ", "Space", 32, " "),
-    "arrowleft": ("ArrowLeft", "ArrowLeft", 37, ""),
-    "arrowup": ("ArrowUp", "ArrowUp", 38, ""),
-    "arrowright": ("ArrowRight", "ArrowRight", 39, ""),
-    "arrowdown": ("ArrowDown", "ArrowDown", 40, ""),
-    "left": ("ArrowLeft", "ArrowLeft", 37, ""),
-    "up": ("ArrowUp", "ArrowUp", 38, ""),
-    "right": ("ArrowRight", "ArrowRight", 39, ""),
-    "down": ("ArrowDown", "ArrowDown", 40, ""),
-    "home": ("Home", "Home", 36, ""),
-    "end": ("End", "End", 35, ""),
-    "pageup": ("PageUp", "PageUp", 33, ""),
-    "pagedown": ("PageDown", "PageDown", 34, ""),
-}
-_MODIFIERS = {"alt": 1, "ctrl": 2, "control": 2, "meta": 4, "cmd": 4, "command": 4, "super": 4, "shift": 8}
-_MODIFIER_KEYS = {1: ("Alt", "AltLeft", 18), 2: ("Control", "ControlLeft", 17), 4: ("Meta", "MetaLeft", 91),
-                  8: ("Shift", "ShiftLeft", 16)}
-
-
-def _key_event(name: str) -> tuple[str, str, int, str] | None:
-    named = _NAMED_KEYS.get(name.lower())
-    if named:
-        return named
-    if len(name) == 1:
-        ch = name
-        if ch.isalpha():
-            return ch, f"Key{ch.upper()}", ord(ch.upper()), ch
-        if ch.isdigit():
-            return ch, f"Digit{ch}", ord(ch), ch
-        return ch, "", 0, ch
-    if name.lower().startswith("f") and name[1:].isdigit() and 1 <= int(name[1:]) <= 12:
-        return name.upper(), name.upper(), 111 + int(name[1:]), ""
-    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -596,36 +503,8 @@ class Browser:
 
     def press_keys(self, keys: Sequence[str]) -> None:
         """Press keys together, e.g. ("ctrl", "a") or ("Enter",). ValueError names an unknown key."""
-        modifiers, mains = 0, []
-        for name in keys:
-            bit = _MODIFIERS.get(name.lower())
-            if bit:
-                modifiers |= bit
-            else:
-                event = _key_event(name)
-                if event is None:
-                    raise ValueError(f"unknown key {name!r}: use names like Enter, Tab, Escape, ArrowDown, a, F5")
-                mains.append(event)
-        held = [bit for bit in _MODIFIER_KEYS if modifiers & bit]
-        pressed = 0
-        for bit in held:
-            pressed |= bit
-            key, code, vk = _MODIFIER_KEYS[bit]
-            self._cdp("Input.dispatchKeyEvent", {"type": "rawKeyDown", "key": key, "code": code,
-                                                 "windowsVirtualKeyCode": vk, "modifiers": pressed})
-        for key, code, vk, text in mains:
-            down = {"key": key, "code": code, "windowsVirtualKeyCode": vk, "modifiers": modifiers}
-            typed = text if not (modifiers & (1 | 2 | 4)) else ""
-            if typed and modifiers & 8 and len(typed) == 1:
-                typed = typed.upper()
-            self._cdp("Input.dispatchKeyEvent", {"type": "keyDown" if typed else "rawKeyDown", "text": typed,
-                                                 "unmodifiedText": typed, **down})
-            self._cdp("Input.dispatchKeyEvent", {"type": "keyUp", **down})
-        for bit in reversed(held):
-            pressed &= ~bit
-            key, code, vk = _MODIFIER_KEYS[bit]
-            self._cdp("Input.dispatchKeyEvent", {"type": "keyUp", "key": key, "code": code,
-                                                 "windowsVirtualKeyCode": vk, "modifiers": pressed})
+        for event in key_events(keys):
+            self._cdp("Input.dispatchKeyEvent", event)
 
     def scroll(self, x: float, y: float, dx: float, dy: float) -> None:
         self._mouse("mouseWheel", x, y, deltaX=dx, deltaY=dy)
@@ -695,10 +574,6 @@ class Browser:
             else:
                 refused = url
         return refused
-
-
-def blocked_message(url: str) -> str:
-    return f"navigation to {url!r} is outside the task allowlist; returned to the task page"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -20,7 +20,8 @@ from typing import Any
 
 from jaxwebrl.env.actions import Action, from_viewport
 from jaxwebrl.env.base import EnvTimeout
-from jaxwebrl.env.browser import Browser, BrowserConfig, UrlAllowlist, blocked_message
+from jaxwebrl.env.allowlist import UrlAllowlist, blocked_message
+from jaxwebrl.env.browser import Browser, BrowserConfig
 from jaxwebrl.env.browser_env import BrowserEnv
 
 TASK_AREA = (0, 0, 160, 210)  # x, y, width, height of #wrap in CSS pixels

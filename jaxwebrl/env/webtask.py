@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from jaxwebrl.env.actions import Action
 from jaxwebrl.env.base import EnvFailure
-from jaxwebrl.env.browser import Browser, BrowserConfig, UrlAllowlist
+from jaxwebrl.env.allowlist import UrlAllowlist
+from jaxwebrl.env.browser import Browser, BrowserConfig
 from jaxwebrl.env.browser_env import BrowserEnv
 
 SPEC_KEYS = {"task_id", "start_url", "goal", "max_steps", "difficulty", "evaluator", "allowlist", "viewport"}

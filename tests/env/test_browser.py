@@ -10,7 +10,9 @@ import pytest
 
 from jaxwebrl.env.actions import Action, format_action
 from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout
-from jaxwebrl.env.browser import Browser, BrowserConfig, UrlAllowlist, check_installation
+from jaxwebrl.env.allowlist import UrlAllowlist
+from jaxwebrl.env.browser import Browser, BrowserConfig, check_installation
+from jaxwebrl.env.keys import key_events
 from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
 from jaxwebrl.env.oracles import run_episode
 
@@ -40,6 +42,19 @@ def test_allowlist_matching():
     assert not files.allows("file:///etc/passwd")
     with pytest.raises(TypeError):
         UrlAllowlist("http://x/*")
+
+
+def test_key_chords_become_cdp_key_events():
+    events = key_events(["ctrl", "a"])
+    assert [(e["type"], e["key"], e["modifiers"]) for e in events] == [
+        ("rawKeyDown", "Control", 2), ("rawKeyDown", "a", 2), ("keyUp", "a", 2), ("keyUp", "Control", 0)]
+    assert events[1]["text"] == ""  # a ctrl chord types nothing
+    enter = key_events(["Enter"])
+    assert enter[0]["type"] == "keyDown" and enter[0]["text"] == "\r" and enter[0]["windowsVirtualKeyCode"] == 13
+    assert key_events(["shift", "b"])[1]["text"] == "B"
+    assert key_events(["F5"])[0]["windowsVirtualKeyCode"] == 116
+    with pytest.raises(ValueError, match="unknown key 'Hyper'"):
+        key_events(["Hyper"])
 
 
 def test_missing_browser_says_how_to_install(tmp_path):
