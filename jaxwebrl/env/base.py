@@ -108,7 +108,7 @@ def make_env(spec: Any, **options) -> Env:
     """
     if isinstance(spec, str):
         text = spec.strip()
-        if text == "toy" or text.startswith("toy:"):
+        if text == "toy":
             from jaxwebrl.env.toy import ToyEnv  # lazy: keeps browser-free users free of selenium
 
             return ToyEnv(**options)

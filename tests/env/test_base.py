@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout, Observation, StepResult, make_env
+from jaxwebrl.env.base import BrowserCrashed, Env, EnvFailure, EnvTimeout, Observation, StepResult, make_env
 
 
 def test_observation_requires_uint8_rgb():
@@ -35,3 +35,13 @@ def test_make_env_rejects_unknown_specs(tmp_path):
         make_env(str(tmp_path / "missing.json"))
     with pytest.raises(json.JSONDecodeError):
         make_env("{not json")
+
+
+def test_make_env_toy_is_browser_free_and_follows_the_protocol():
+    env = make_env("toy", screenshot_size=(32, 32))
+    assert isinstance(env, Env) and env.task_id == "toy" and env.max_steps >= 1
+    obs = env.reset(0)
+    assert isinstance(obs, Observation) and obs.screenshot.shape == (32, 32, 3)
+    res = env.step("this is not an action")
+    assert isinstance(res, StepResult) and res.info["invalid_action"]
+    env.close()
