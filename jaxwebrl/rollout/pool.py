@@ -48,14 +48,8 @@ class WorkerPool:
 
     def __init__(self, spec: dict[str, Any], num_workers: int, *, grace_s: float = 10.0, poll_s: float = 0.2,
                  min_uptime_s: float = 10.0, max_backoff_s: float = 30.0, first_worker_id: int = 0):
-        if int(num_workers) < 1:
-            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-        try:
-            self._spec_json = json.dumps(spec)
-        except TypeError as exc:
-            raise TypeError(f"worker pool spec must be JSON-able (no objects, it crosses processes): {exc}") from None
+        self._spec_json = checked_spec_json(spec, num_workers)
         self.first_worker_id = int(first_worker_id)  # ids first..first+N-1: distinct across hand-started nodes
-        _check_spec(json.loads(self._spec_json))
         self.num_workers = int(num_workers)
         self.grace_s, self.poll_s = float(grace_s), float(poll_s)
         self.min_uptime_s, self.max_backoff_s = float(min_uptime_s), float(max_backoff_s)
@@ -163,10 +157,7 @@ class WorkerPool:
             log.error("worker %d exited with a fatal error; not restarting it", worker_id)
             return
         lived = time.monotonic() - self._started_at[worker_id]
-        if lived < self.min_uptime_s:
-            self._backoff[worker_id] = min(self.max_backoff_s, max(0.5, 2 * self._backoff[worker_id]))
-        else:
-            self._backoff[worker_id] = 0.0
+        self._backoff[worker_id] = next_backoff(self._backoff[worker_id], lived, self.min_uptime_s, self.max_backoff_s)
         self._next_start[worker_id] = time.monotonic() + self._backoff[worker_id]
         log.warning("worker %d (pid %d) died with exit code %s after %.1f s; restarting in %.1f s",
                     worker_id, proc.pid, code, lived, self._backoff[worker_id])
@@ -214,6 +205,25 @@ class WorkerPool:
             self._kill_leftovers(proc.pid)
         with self._lock:
             self._procs = [None] * self.num_workers
+
+
+def checked_spec_json(spec: dict[str, Any], num_workers: int) -> str:
+    """The pool spec as JSON (what crosses into worker processes or Ray actors), checked as `_check_spec` does."""
+    if int(num_workers) < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    try:
+        spec_json = json.dumps(spec)
+    except TypeError as exc:
+        raise TypeError(f"worker pool spec must be JSON-able (no objects, it crosses processes): {exc}") from None
+    _check_spec(json.loads(spec_json))
+    return spec_json
+
+
+def next_backoff(previous_s: float, lived_s: float, min_uptime_s: float, max_backoff_s: float) -> float:
+    """Pause before restarting a worker that lived `lived_s`: none after a long life, doubling while it dies young."""
+    if lived_s < min_uptime_s:
+        return min(max_backoff_s, max(0.5, 2 * previous_s))
+    return 0.0
 
 
 def _check_spec(spec: dict) -> None:

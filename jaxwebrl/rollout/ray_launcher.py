@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from jaxwebrl.rollout.pool import _check_spec, _close_quietly, _write_stats, build_worker
+from jaxwebrl.rollout.pool import _close_quietly, _write_stats, build_worker, checked_spec_json, next_backoff
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +107,7 @@ class RayWorkerPool:
                  num_cpus_per_worker: float = 1.0, resources: dict[str, float] | None = None,
                  init_kwargs: dict[str, Any] | None = None, grace_s: float = 30.0, poll_s: float = 0.5,
                  min_uptime_s: float = 10.0, max_backoff_s: float = 30.0, first_worker_id: int = 0):
-        if int(num_workers) < 1:
-            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-        try:
-            self._spec_json = json.dumps(spec)
-        except TypeError as exc:
-            raise TypeError(f"worker pool spec must be JSON-able (it crosses to Ray nodes): {exc}") from None
-        _check_spec(json.loads(self._spec_json))
+        self._spec_json = checked_spec_json(spec, num_workers)
         self.num_workers = int(num_workers)
         self.first_worker_id = int(first_worker_id)
         self.address = address
@@ -269,10 +263,7 @@ class RayWorkerPool:
         if self._closing.is_set():
             return
         lived = time.monotonic() - self._started_at[worker_id]
-        if lived < self.min_uptime_s:
-            self._backoff[worker_id] = min(self.max_backoff_s, max(0.5, 2 * self._backoff[worker_id]))
-        else:
-            self._backoff[worker_id] = 0.0
+        self._backoff[worker_id] = next_backoff(self._backoff[worker_id], lived, self.min_uptime_s, self.max_backoff_s)
         self._next_start[worker_id] = time.monotonic() + self._backoff[worker_id]
         log.warning("rollout worker %d %s after %.1f s; replacing it in %.1f s", worker_id, reason, lived,
                     self._backoff[worker_id])

@@ -12,6 +12,7 @@ from jaxwebrl.buffer import RingBuffer  # noqa: E402
 from jaxwebrl.rollout.ray_launcher import RayWorkerPool, pool_for  # noqa: E402
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder  # noqa: E402
 from jaxwebrl.rollout.transport import TransportServer, new_token  # noqa: E402
+from tests.rollout.test_pool import wait_for  # noqa: E402
 
 GROUP = 2
 
@@ -22,16 +23,6 @@ def local_ray():
              configure_logging=False)
     yield
     ray.shutdown()
-
-
-def wait_for(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def toy_spec(tmp_path, address, token):

@@ -56,15 +56,15 @@ def train(mesh, steps: int = STEPS):
     from jaxwebrl.models.policy import tiny_policy
     from jaxwebrl.parallel.partition import param_shardings
     from jaxwebrl.train.assembly import assemble
-    from jaxwebrl.train.update import Updater, UpdateSettings, make_optimizer
+    from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
 
     policy = tiny_policy(seed=0)
     params = distributed.shard_from_host(policy.params, param_shardings(policy.params, mesh))
     batch, _ = assemble(synthetic_episodes(), screenshots=None, image_processor=None, n_minibatches=2,
                         max_seq_len=64)
-    tx, _ = make_optimizer(lr=1e-2, total_steps=steps, updates_per_step=2)
-    updater = Updater(policy.module, UpdateSettings(n_minibatches=2, n_epochs=1), tx)
-    opt_state = jax.jit(tx.init)(params)
+    updater = Updater(policy.module, UpdateSettings(n_minibatches=2, n_epochs=1),
+                      OptimizerConfig(lr=1e-2, total_steps=steps, updates_per_step=2))
+    opt_state = jax.jit(updater.optimizer.init)(params)
     losses = []
     for _ in range(steps):
         params, opt_state, stats = updater(params, opt_state, batch)
