@@ -1,0 +1,1 @@
+"""jaxwebrl.eval: evaluate a policy on a fixed task set, export trained checkpoints, scripted demonstrations."""

@@ -1,0 +1,59 @@
+"""Export a training checkpoint: an HF safetensors directory (transformers loads it) and standalone Orbax params.
+
+    info = export(config, "WORKDIR", hf_out="out/hf", params_out="out/params")   # launch/export.py
+
+The HF directory is `save_pretrained` of the trained params on the recipe's model (config.json, safetensors,
+tokenizer and preprocessor files). The params checkpoint is one Orbax pytree (`params/`) plus
+`jaxwebrl_params.json` (step, policy version, source); `policies.load_params_checkpoint` and
+`launch/eval.py --policy=DIR` read it back, and so does plain Orbax:
+`ocp.StandardCheckpointer().restore(DIR + "/params")`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import orbax.checkpoint as ocp
+
+from jaxwebrl.eval.policies import PARAMS_INFO, load_policy
+from jaxwebrl.models.hf_io import save_pretrained
+from jaxwebrl.models.policy import Policy
+
+
+def save_params(params, out_dir: str, info: dict) -> None:
+    """Write `params` as a standalone Orbax checkpoint `out_dir/params` plus the provenance JSON `info`."""
+    target = os.path.join(os.path.abspath(out_dir), "params")
+    if os.path.exists(target):
+        raise FileExistsError(f"{target} exists: choose a new --params_out directory (exports never overwrite)")
+    os.makedirs(out_dir, exist_ok=True)
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(target, params)
+        checkpointer.wait_until_finished()
+    with open(os.path.join(out_dir, PARAMS_INFO), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2, sort_keys=True)
+
+
+def save_hf(policy: Policy, out_dir: str, info: dict, *, dtype: str | None = None) -> None:
+    """`save_pretrained` of `policy` into `out_dir` (refuses a directory that already holds a model)."""
+    if os.path.exists(os.path.join(out_dir, "config.json")):
+        raise FileExistsError(f"{out_dir} already holds a model (config.json): choose a new --hf_out directory")
+    save_pretrained(policy, out_dir, dtype=dtype)
+    with open(os.path.join(out_dir, "jaxwebrl_export.json"), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2, sort_keys=True)
+
+
+def export(config, source: str, *, step: int | None = None, hf_out: str | None = None,
+           params_out: str | None = None, hf_dtype: str | None = None) -> dict:
+    """Load `source` (see `policies.load_policy`) and write what is asked; returns the provenance dict with the
+    output paths added."""
+    if not hf_out and not params_out:
+        raise ValueError("nothing to export: give hf_out (HF safetensors dir) and/or params_out (Orbax params)")
+    policy, info = load_policy(config, source, step=step)
+    if hf_out:
+        save_hf(policy, hf_out, info, dtype=hf_dtype)
+        info["hf_out"] = os.path.abspath(hf_out)
+    if params_out:
+        save_params(policy.params, params_out, {k: v for k, v in info.items() if k != "hf_out"})
+        info["params_out"] = os.path.abspath(params_out)
+    return info

@@ -1,0 +1,145 @@
+"""Which policy to run or export: the recipe's initial policy, a training checkpoint, an HF dir or Orbax params.
+
+    policy = load_policy(config, source)     # source: "initial", WORKDIR, WORKDIR/checkpoints, HF dir, params dir
+
+The recipe (`config.model`) names the base model: its architecture, processor and initial weights. A training
+checkpoint (`jaxwebrl.train.checkpoint` layout, `<dir>/<step>/{state, meta}`) holds only weights, so it is read
+into the base model's structure; only the params are restored (the optimizer state stays on disk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import orbax.checkpoint as ocp
+
+from jaxwebrl.models.policy import Policy
+
+PARAMS_INFO = "jaxwebrl_params.json"   # provenance file inside a standalone params checkpoint (see export.py)
+
+
+def base_policy(config, *, with_params: bool = True) -> Policy:
+    """The recipe's initial policy (`config.model`), as the trainer builds it; `with_params=False` gives a
+    skeleton whose params are `jax.ShapeDtypeStruct` leaves (nothing allocated, nothing read)."""
+    m = config.model
+    if m.name == "tiny":
+        from jaxwebrl.models.config import tiny_config
+        from jaxwebrl.models.policy import init_params_shapes, tiny_policy
+        from jaxwebrl.models.vl_model import VisionLanguageModel
+        from jaxwebrl.models.processor import tiny_processor
+
+        if with_params:
+            return tiny_policy(seed=config.seed)
+        model_config = tiny_config()
+        return Policy(model_config, VisionLanguageModel(model_config), init_params_shapes(model_config),
+                      tiny_processor())
+    if m.name != "pretrained":
+        raise ValueError(f"config.model.name={m.name!r}: use 'tiny' or 'pretrained' (with config.model.checkpoint)")
+    if not m.checkpoint:
+        raise ValueError("config.model.name='pretrained' needs --config.model.checkpoint=HF_DIR (the base model)")
+    from jaxwebrl.models.hf_io import load_pretrained, read_config
+    from jaxwebrl.models.policy import init_params_shapes
+    from jaxwebrl.models.vl_model import VisionLanguageModel
+    from jaxwebrl.models.processor import Processor
+
+    if with_params:
+        return load_pretrained(m.checkpoint, dtype=m.dtype)
+    model_config = read_config(m.checkpoint, m.dtype)
+    has_processor = all(os.path.exists(os.path.join(m.checkpoint, f))
+                        for f in ("tokenizer.json", "preprocessor_config.json"))
+    return Policy(model_config, VisionLanguageModel(model_config), init_params_shapes(model_config),
+                  Processor.from_pretrained(m.checkpoint) if has_processor else None)
+
+
+def training_checkpoint_dir(path: str) -> str | None:
+    """`path` if it is a trainer checkpoint directory, `path/checkpoints` for a workdir, else None."""
+    for candidate in (path, os.path.join(path, "checkpoints")):
+        if os.path.isdir(candidate) and any(
+                name.isdigit() and os.path.isdir(os.path.join(candidate, name, "state"))
+                for name in os.listdir(candidate)):
+            return candidate
+    return None
+
+
+def checkpoint_steps(checkpoint_dir: str) -> list[int]:
+    return sorted(int(n) for n in os.listdir(checkpoint_dir)
+                  if n.isdigit() and os.path.isdir(os.path.join(checkpoint_dir, n, "state")))
+
+
+def restore_params(checkpoint_dir: str, template, *, step: int | None = None):
+    """Params of training checkpoint `step` (default: latest) in the structure and dtypes of `template` (arrays
+    or ShapeDtypeStructs). Returns `(params, meta)`; meta is the trainer's JSON (step, policy_version, ...)."""
+    steps = checkpoint_steps(checkpoint_dir)
+    if not steps:
+        raise FileNotFoundError(f"no training checkpoint under {checkpoint_dir} (expected <dir>/<step>/state, as "
+                                f"written by jaxwebrl.train.checkpoint)")
+    step = steps[-1] if step is None else int(step)
+    if step not in steps:
+        raise FileNotFoundError(f"checkpoint step {step} not in {checkpoint_dir}: available steps {steps}")
+    abstract = {"params": jax.tree.map(ocp.utils.to_shape_dtype_struct, template)}
+    manager = ocp.CheckpointManager(checkpoint_dir, item_names=("state", "meta"),
+                                    options=ocp.CheckpointManagerOptions(read_only=True))
+    try:
+        out = manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(item=abstract,
+                                         restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
+                                         partial_restore=True),
+            meta=ocp.args.JsonRestore()))
+    except (ValueError, KeyError) as err:
+        raise ValueError(f"{checkpoint_dir}/{step} does not hold params of this model ({err}); pass the "
+                         f"--config the run was trained with") from err
+    finally:
+        manager.close()
+    return out["state"]["params"], dict(out["meta"])
+
+
+def is_params_checkpoint(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, PARAMS_INFO))
+
+
+def load_params_checkpoint(path: str, template):
+    """Params of a standalone params checkpoint (`export.save_params`) in the structure of `template`.
+    Returns `(params, info)` with info the provenance JSON written next to them."""
+    if not is_params_checkpoint(path):
+        raise FileNotFoundError(f"{path} is not a params checkpoint (no {PARAMS_INFO}); write one with "
+                                f"launch/export.py --params_out")
+    with open(os.path.join(path, PARAMS_INFO), encoding="utf-8") as f:
+        info = json.load(f)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+    with ocp.StandardCheckpointer() as checkpointer:
+        params = checkpointer.restore(os.path.join(path, "params"), abstract)
+    return params, info
+
+
+def load_policy(config, source: str = "initial", *, step: int | None = None) -> tuple[Policy, dict]:
+    """(policy, provenance) for `source`:
+
+    - "initial": the recipe's initial policy (the untrained baseline);
+    - a workdir or its `checkpoints/` dir: params of training step `step` (default latest) on the recipe's model;
+    - a standalone params checkpoint (launch/export.py --params_out);
+    - an HF directory (config.json + safetensors), loaded as it is (the recipe's model is ignored).
+    """
+    if source == "initial":
+        policy = base_policy(config)
+        return policy, {"source": "initial", "model": config.model.name, "policy_version": 0}
+    if not os.path.isdir(source):
+        raise FileNotFoundError(f"policy source {source!r} is not a directory: give 'initial', a workdir, its "
+                                f"checkpoints/ directory, an exported params directory or an HF directory")
+    checkpoint_dir = training_checkpoint_dir(source)
+    if checkpoint_dir is not None or is_params_checkpoint(source):
+        skeleton = base_policy(config, with_params=False)
+        if checkpoint_dir is not None:
+            params, meta = restore_params(checkpoint_dir, skeleton.params, step=step)
+            info = {"source": checkpoint_dir, "step": meta.get("step"), "policy_version": meta.get("policy_version")}
+        else:
+            params, meta = load_params_checkpoint(source, skeleton.params)
+            info = {"source": source, "step": meta.get("step"), "policy_version": meta.get("policy_version")}
+        return skeleton.replace_params(params), info
+    if os.path.isfile(os.path.join(source, "config.json")):
+        from jaxwebrl.models.hf_io import load_pretrained
+
+        return load_pretrained(source, dtype=config.model.dtype), {"source": source, "policy_version": None}
+    raise FileNotFoundError(f"{source} holds neither a training checkpoint (<step>/state), a params checkpoint "
+                            f"({PARAMS_INFO}) nor an HF checkpoint (config.json)")

@@ -1,0 +1,81 @@
+"""Export of a trained checkpoint: HF dir that transformers loads with the JAX policy's logits; Orbax params."""
+
+import json
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import torch
+
+from jaxwebrl.eval.export import export
+from jaxwebrl.eval.policies import base_policy, load_policy
+from tests.eval.trained import write_trained_checkpoint
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("run")
+    config, params = write_trained_checkpoint(str(workdir))
+    return config, params, str(workdir)
+
+
+def _leaves_equal(a, b):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_checkpoint_exports_to_hf_with_equal_logits(trained, tmp_path):
+    from transformers import Qwen3VLForConditionalGeneration
+
+    config, params, workdir = trained
+    info = export(config, workdir, hf_out=str(tmp_path / "hf"))
+    assert info["step"] == 2 and info["policy_version"] == 7
+    policy, _ = load_policy(config, workdir)
+    _leaves_equal(policy.params, params)            # the trained params, not the initial ones
+    initial = base_policy(config)
+    c = policy.config
+    rng = np.random.RandomState(3)
+    grid = [(1, 4, 4)]
+    ids = rng.randint(0, 200, (1, 14))
+    ids[0, 3], ids[0, 4:8], ids[0, 8] = c.vision_start_token_id, c.image_token_id, c.vision_end_token_id
+    pixels = rng.randn(16, c.vision.patch_dim).astype(np.float32)
+    mine = np.asarray(policy.logits(ids, pixel_values=pixels, image_grid_thw=grid))
+    model = Qwen3VLForConditionalGeneration.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = model(input_ids=torch.as_tensor(ids), pixel_values=torch.as_tensor(pixels),
+                       image_grid_thw=torch.as_tensor(grid),
+                       mm_token_type_ids=torch.as_tensor((ids == c.image_token_id).astype(np.int64))).logits.numpy()
+    assert np.abs(mine - theirs).max() <= 1e-4
+    before = np.asarray(initial.logits(ids, pixel_values=pixels, image_grid_thw=grid))
+    assert np.abs(before - theirs).max() > 1e-2    # training moved the logits; the export carries that
+    with open(tmp_path / "hf" / "jaxwebrl_export.json") as f:
+        assert json.load(f)["policy_version"] == 7
+    hf_policy, _ = load_policy(config, str(tmp_path / "hf"))   # the HF dir is a policy source too
+    assert hf_policy.processor is not None
+    _leaves_equal(hf_policy.params, params)
+
+
+def test_checkpoint_exports_to_standalone_orbax_params(trained, tmp_path):
+    config, params, workdir = trained
+    out = tmp_path / "params"
+    export(config, f"{workdir}/checkpoints", params_out=str(out))
+    again, info = load_policy(config, str(out))
+    assert info["policy_version"] == 7
+    _leaves_equal(again.params, params)
+    with ocp.StandardCheckpointer() as plain:                    # plain Orbax reads it without jaxwebrl
+        _leaves_equal(plain.restore(str(out / "params")), params)
+    with pytest.raises(FileExistsError, match="--params_out"):
+        export(config, workdir, params_out=str(out))
+
+
+def test_bad_sources_name_the_problem(trained, tmp_path):
+    config, _, workdir = trained
+    with pytest.raises(FileNotFoundError, match="step 5 not in .*available steps \\[2\\]"):
+        load_policy(config, workdir, step=5)
+    with pytest.raises(FileNotFoundError, match="neither a training checkpoint"):
+        load_policy(config, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        load_policy(config, str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="nothing to export"):
+        export(config, workdir)
