@@ -1,5 +1,5 @@
 """Environment throughput: scripted-oracle MiniWoB++ steps/s with 1, 2, 4 and 8 worker processes, and the
-worker's own overhead (everything but browser and policy time) as a fraction of env step time.
+rollout worker's own overhead (everything but browser and policy time) as a fraction of step time.
 
     python bench/env.py                       # prints one JSON object
     python bench/env.py --workers 1,2 --seconds 5
@@ -9,8 +9,12 @@ Each worker is a separate process with its own sandboxed Chromium playing oracle
 the oracle tasks. All workers of one setting start measuring together (a stdin barrier after warm-up) and
 run for --seconds. Time inside WebDriver/CDP calls made by env.reset/step is "browser"; the oracle (its DOM
 reads + formatting the action text) stands in for the policy and is "policy"; the rest of the loop
-(parsing, bookkeeping, numpy/PIL decode, Python) is the worker's own overhead. Workers report JSON on stdout
+(parsing, bookkeeping, numpy/PIL decode, Python) is the loop's own overhead. Workers report JSON on stdout
 (no pickle between processes).
+
+"rollout_worker" runs the real `jaxwebrl.rollout.worker.RolloutWorker` (prompt, screenshot store, ring buffer,
+in-process scripted policy whose text comes from the oracle) for --seconds and splits its step time (policy
+excluded) into env calls, buffer writes and the worker's own time, from its WorkerStats.
 """
 
 from __future__ import annotations
@@ -106,12 +110,70 @@ def run_setting(num_workers: int, seconds: float, unthrottled_frames: bool = Fal
             "worker_overhead_fraction": round(overhead_s / max(loop_s, 1e-9), 4)}
 
 
+def worker_overhead(seconds: float) -> dict:
+    """The real rollout worker (jaxwebrl.rollout.worker) on MiniWoB++ with the oracle as its policy: its own
+    time (prompting, parsing, episode assembly) and buffer writes as fractions of step time without policy."""
+    import tempfile
+
+    from jaxwebrl.buffer import RingBuffer
+    from jaxwebrl.env.base import make_env
+    from jaxwebrl.env.browser import Browser, BrowserConfig
+    from jaxwebrl.env.miniwob import TASK_AREA, VIEWPORT
+    from jaxwebrl.env.oracles import oracle_tasks, oracle_text
+    from jaxwebrl.rollout.client import InProcessClient
+    from jaxwebrl.rollout.scripted import ScriptedBackend
+    from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
+
+    current = {}
+
+    def env_factory(spec):  # runs on the worker's env thread, so the shared browser is born there too
+        if "browser" not in current:
+            current["browser"] = Browser(BrowserConfig(viewport=VIEWPORT))
+        current["env"] = make_env(spec, browser=current["browser"])
+        return current["env"]
+
+    def oracle_responder(request, rng):  # the policy: reads the page the worker's env shows
+        return oracle_text(current["env"]), 0.0
+
+    tasks = tuple(f"miniwob/{t}" for t in oracle_tasks())
+    with tempfile.TemporaryDirectory() as tmp:
+        buffer = RingBuffer.create(f"{tmp}/buf", capacity_steps=4096, max_seq_len=4096,
+                                   screenshot_shape=(TASK_AREA[3], TASK_AREA[2], 3), max_images_per_step=3)
+        backend = ScriptedBackend(oracle_responder, fetch_image=buffer.screenshots.get)
+        config = WorkerConfig(tasks=tasks, group_size=1, max_new_tokens=128, prompt={"window": 2},
+                              max_open_envs=1, step_timeout_s=60)
+        worker = RolloutWorker(config, InProcessClient(backend), buffer, env_factory=env_factory)
+        try:
+            worker.run(max_groups=2)  # warm-up: browser start, first page loads, tokenizer
+            warm = worker.stats.to_dict()
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                worker.run(max_groups=1)
+            stats = worker.stats.to_dict()
+        finally:
+            worker.close()
+            if "browser" in current:
+                current["browser"].close()
+    delta = {k: stats[k] - warm[k] for k in ("steps", "episodes", "successes", "total_s", "env_s", "generate_s",
+                                             "buffer_s")}
+    step_s = delta["total_s"] - delta["generate_s"]  # everything but the policy
+    own_s = step_s - delta["env_s"] - delta["buffer_s"]
+    return {"steps": delta["steps"], "episodes": delta["episodes"],
+            "success_rate": round(delta["successes"] / max(delta["episodes"], 1), 3),
+            "step_ms_without_policy": round(1e3 * step_s / max(delta["steps"], 1), 2),
+            "env_fraction": round(delta["env_s"] / step_s, 4),
+            "buffer_fraction": round(delta["buffer_s"] / step_s, 4),
+            "worker_own_fraction": round(own_s / step_s, 4),
+            "worker_overhead_fraction": round((own_s + delta["buffer_s"]) / step_s, 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--unthrottled-frames", action="store_true",
                         help="in --child: BrowserConfig.unthrottled_frames (the main run adds a 1-worker setting with it)")
+    parser.add_argument("--no-worker", action="store_true", help="skip the rollout-worker overhead measurement")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
@@ -119,11 +181,12 @@ def main() -> None:
         return
     settings = [run_setting(int(n), args.seconds) for n in args.workers.split(",")]
     settings.append(run_setting(1, args.seconds, unthrottled_frames=True))
+    worker = worker_overhead(args.seconds) if not args.no_worker else None
     base = settings[0]["steps_per_s"]
     for s in settings:
         s["speedup_vs_first"] = round(s["steps_per_s"] / base, 2) if base else None
     print(json.dumps({"bench": "env", "cpu_count": os.cpu_count(), "seconds_per_setting": args.seconds,
-                      "settings": settings}))
+                      "settings": settings, "rollout_worker": worker}))
 
 
 if __name__ == "__main__":
