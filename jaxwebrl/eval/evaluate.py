@@ -1,0 +1,155 @@
+"""Evaluate a policy on a fixed task set with fixed seeds, through the real rollout path.
+
+    report = evaluate(config, policy, seeds=range(1_000_000, 1_000_010), num_workers=2, out_dir="eval/")
+
+Path: `PolicyServer` (batched KV-cache sampler, the training recipe's sampling settings) behind a
+`TransportServer`; `num_workers` `RolloutWorker`s (threads, each with its own environments and Chromium, each a
+`PolicyClient` over the wire) take (task, seed) jobs from one queue and play `episodes_per_seed` episodes of
+each instance into a private ring buffer; the report is computed from the episodes read back from it, so it
+measures exactly what training would have recorded. The worker settings (prompt, action style, screenshot
+size, horizon, max_new_tokens) come from the recipe, as in `jaxwebrl.train.supervisor.worker_spec`.
+
+Seeds: every task is played on the same instance seeds, so two policies are compared on identical instances.
+Training workers draw instance seeds at random from [0, 2**31), so a fixed eval range is held out in practice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import tempfile
+import threading
+import time
+
+from jaxwebrl.eval import report as report_lib
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEED_START = 1_000_000  # divisible by 4: the first four seeds play the toy's instructions A, B, C, D
+
+
+def worker_config(config, tasks, *, episodes_per_seed: int, temperature: float | None):
+    """The recipe's WorkerConfig with the eval task list, G = episodes_per_seed and the eval temperature."""
+    from jaxwebrl.rollout.worker import WorkerConfig
+    from jaxwebrl.train.supervisor import worker_spec
+
+    fields = worker_spec(config, buffer_path="", address="", token="", stats_dir="")["worker"]
+    fields.update(tasks=list(tasks), group_size=int(episodes_per_seed))
+    if temperature is not None:
+        fields["temperature"] = float(temperature)
+    return WorkerConfig.from_dict(fields)
+
+
+def _eval_buffer(config, path: str, episodes: int):
+    from jaxwebrl.buffer import RingBuffer
+
+    horizon = max(int(config.env.max_episode_steps), 3)
+    steps = episodes * horizon + 16
+    return RingBuffer.create(path, capacity_steps=steps, max_seq_len=config.buffer.max_seq_len,
+                             screenshot_shape=(config.env.screenshot_height, config.env.screenshot_width, 3),
+                             max_images_per_step=config.env.prompt_window + 1,
+                             capacity_screenshots=steps, log_capacity=max(64, 2 * episodes))
+
+
+def play(config, policy, jobs: list[tuple[str, int]], buffer, *, episodes_per_seed: int, num_workers: int,
+         temperature: float | None, version: int = 0, make_handler=None) -> list[dict]:
+    """Play every (task, seed) job `episodes_per_seed` times; returns the episodes read back from `buffer`.
+
+    `make_handler(buffer)` replaces the policy server by another transport handler (e.g. the scripted backend
+    of diagnostics and tests);
+    by default a `PolicyServer` serves `policy` as version `version`."""
+    from jaxwebrl.rollout.client import PolicyClient
+    from jaxwebrl.rollout.policy_server import PolicyServer
+    from jaxwebrl.rollout.transport import TransportServer, new_token
+    from jaxwebrl.rollout.worker import RolloutWorker
+
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    wconfig = worker_config(config, sorted({t for t, _ in jobs}), episodes_per_seed=episodes_per_seed,
+                            temperature=temperature)
+    todo: queue.Queue = queue.Queue()
+    for index, job in enumerate(jobs):
+        todo.put((index, job))
+    errors: list[BaseException] = []
+    server = None
+    if make_handler is not None:
+        handler = make_handler(buffer)
+    else:
+        server = PolicyServer.from_config(policy, buffer, config)
+        server.set_weights(policy.params, version)
+        handler = server.handle
+    token = new_token()
+    transport = TransportServer(handler, token=token, host="127.0.0.1",
+                                num_threads=max(4, 2 * num_workers)).start()
+
+    def work(worker_id: int) -> None:
+        client = PolicyClient(transport.address, token=token)
+        worker = RolloutWorker(wconfig, client, buffer, worker_id=worker_id)
+        try:
+            while not errors:
+                try:
+                    index, (task, seed) = todo.get_nowait()
+                except queue.Empty:
+                    return
+                worker.run_group(task, seed, group_id=index)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+        finally:
+            worker.close()
+            client.close()
+
+    threads = [threading.Thread(target=work, args=(i,), name=f"eval-worker-{i}", daemon=True)
+               for i in range(min(num_workers, len(jobs)))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        transport.close()
+        if server is not None:
+            server.close()
+    if errors:
+        raise errors[0]
+    episodes, _ = buffer.read(None)
+    expected = len(jobs) * episodes_per_seed
+    if len(episodes) != expected:
+        raise RuntimeError(f"evaluation read {len(episodes)} episodes back, expected {expected}: the eval buffer "
+                           f"overwrote some (report this: its capacity is sized from env.max_episode_steps)")
+    return episodes
+
+
+def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int = 1, num_workers: int = 1,
+             temperature: float | None = None, out_dir: str | None = None, policy_info: dict | None = None,
+             title: str = "policy", make_handler=None) -> dict:
+    """Run `policy` on `tasks` (default: the recipe's `env.tasks`) x `seeds`; returns the report dict and, with
+    `out_dir`, writes `eval.json` and `eval.md` there. `temperature` None keeps the recipe's sampling."""
+    from jaxwebrl.train.config_validation import env_specs
+
+    tasks = list(tasks) if tasks else env_specs(config)
+    seeds = [int(s) for s in (seeds if seeds is not None else range(DEFAULT_SEED_START, DEFAULT_SEED_START + 4))]
+    if not tasks or not seeds:
+        raise ValueError("evaluation needs at least one task and one seed")
+    jobs = [(task, seed) for task in tasks for seed in seeds]
+    info = dict(policy_info or {})
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="jaxwebrl-eval-") as scratch:
+        buffer = _eval_buffer(config, os.path.join(scratch, "buffer"), len(jobs) * episodes_per_seed)
+        episodes = play(config, policy, jobs, buffer, episodes_per_seed=episodes_per_seed,
+                        num_workers=num_workers, temperature=temperature,
+                        version=int(info.get("policy_version") or 0), make_handler=make_handler)
+    report = report_lib.summarize(episodes)
+    report["setup"] = {"tasks": tasks, "seeds": seeds, "episodes_per_seed": episodes_per_seed,
+                       "num_workers": num_workers,
+                       "temperature": config.model.temperature if temperature is None else temperature,
+                       "wall_s": round(time.monotonic() - start, 2)}
+    report["policy"] = info
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "eval.json"), "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, sort_keys=True)
+        with open(os.path.join(out_dir, "eval.md"), "w", encoding="utf-8") as f:
+            f.write(report_lib.markdown(report, title=title))
+    return report

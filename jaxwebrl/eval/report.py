@@ -1,0 +1,122 @@
+"""Evaluation episodes -> success by task and by difficulty split, steps, invalid actions, memory; JSON and Markdown.
+
+    report = summarize(episodes)        # episodes as RingBuffer.read returns them
+    text = markdown(report, title=...)
+
+Success is reward > 0 (binary MiniWoB++ reward, exact toy verifier). Env-failed episodes are counted, never
+scored. Splits: MiniWoB++ tasks by `jaxwebrl.env.miniwob.SPLITS`, JSON web tasks by their own `difficulty`,
+the toy env (three turns) as "easy"; the toy's four instructions are reported as tasks `toy/A` ... `toy/D`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SPLIT_ORDER = ("easy", "medium", "hard", "other")
+TOY_PATTERNS = "ABCD"
+
+
+def task_label(episode: dict) -> str:
+    """Per-task row name: the env's task_id, with the toy's instruction (instance seed % 4) appended."""
+    task = str(episode["task_id"])
+    if task == "toy":
+        return f"toy/{TOY_PATTERNS[int(episode['info']['instance_seed']) % len(TOY_PATTERNS)]}"
+    return task
+
+
+def task_difficulty(label: str, difficulty: str | None = None) -> str:
+    if difficulty in SPLIT_ORDER:
+        return difficulty
+    if label.startswith("toy"):
+        return "easy"
+    if label.startswith("miniwob/"):
+        from jaxwebrl.env.miniwob import task_split
+
+        return task_split(label.split("/", 1)[1]) or "other"
+    return "other"
+
+
+def _scalar(value) -> float:
+    return float(np.asarray(value).reshape(-1)[-1])
+
+
+def episode_row(episode: dict) -> dict:
+    """The few numbers of one episode that the report aggregates (JSON-able)."""
+    info = episode.get("info") or {}
+    invalid = info.get("invalid_actions") or []
+    memory = np.asarray(episode.get("memory_chars", [0]), np.float64).reshape(-1)
+    label = task_label(episode)
+    return {
+        "task": label,
+        "split": task_difficulty(label, info.get("difficulty")),
+        "seed": info.get("instance_seed"),
+        "reward": _scalar(episode["reward"]),
+        "steps": int(len(episode["input_ids"])),
+        "invalid_steps": int(sum(bool(x) for x in invalid)),
+        "memory_chars": float(memory[-1]) if memory.size else 0.0,
+        "env_failed": bool(np.asarray(episode.get("env_failed", False)).any()),
+    }
+
+
+def _mean(values) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def aggregate(rows: list[dict]) -> dict:
+    """Success rate, reward, steps of successes vs failures, invalid-action rate, memory over episode rows."""
+    scored = [r for r in rows if not r["env_failed"]]
+    success = [r for r in scored if r["reward"] > 0]
+    failure = [r for r in scored if r["reward"] <= 0]
+    steps = sum(r["steps"] for r in scored)
+    return {
+        "episodes": len(scored),
+        "env_failed": len(rows) - len(scored),
+        "success_rate": _mean([float(r["reward"] > 0) for r in scored]),
+        "mean_reward": _mean([r["reward"] for r in scored]),
+        "steps_success": _mean([r["steps"] for r in success]),
+        "steps_failure": _mean([r["steps"] for r in failure]),
+        "invalid_action_rate": (sum(r["invalid_steps"] for r in scored) / steps) if steps else None,
+        "memory_chars": _mean([r["memory_chars"] for r in scored]),
+    }
+
+
+def summarize(episodes: list[dict]) -> dict:
+    """{"overall", "splits": {split: ...}, "tasks": {task: ... + split}, "episodes": [rows]} (see `aggregate`).
+
+    "overall" averages over episodes; "task_mean_success" averages the per-task rates (each task weighs the
+    same, like the paper's Avg column when tasks have equal seed counts)."""
+    rows = sorted((episode_row(e) for e in episodes), key=lambda r: (r["task"], r["seed"] or 0))
+    tasks = {}
+    for label in sorted({r["task"] for r in rows}):
+        mine = [r for r in rows if r["task"] == label]
+        tasks[label] = {"split": mine[0]["split"], **aggregate(mine)}
+    splits = {s: aggregate([r for r in rows if r["split"] == s]) for s in SPLIT_ORDER
+              if any(r["split"] == s for r in rows)}
+    rates = [t["success_rate"] for t in tasks.values() if t["success_rate"] is not None]
+    overall = dict(aggregate(rows), task_mean_success=_mean(rates))
+    return {"overall": overall, "splits": splits, "tasks": tasks, "episodes": rows}
+
+
+def _fmt(value, pct: bool = False) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{100 * value:.1f}%" if pct else f"{value:.2f}"
+
+
+def markdown(report: dict, title: str = "policy") -> str:
+    """The paper-style split table (success % by Easy/Medium/Hard/Avg) and a per-task table."""
+    splits = [s for s in SPLIT_ORDER if s in report["splits"]]
+    head = "| Policy | " + " | ".join(s.capitalize() for s in splits) + " | Avg |"
+    lines = [head, "|" + "---|" * (len(splits) + 2),
+             f"| {title} | " + " | ".join(_fmt(report["splits"][s]["success_rate"], True) for s in splits)
+             + f" | {_fmt(report['overall']['success_rate'], True)} |", ""]
+    lines += ["| Task | Split | Episodes | Success | Steps (success) | Steps (failure) | Invalid actions | "
+              "Memory chars | Env failed |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = list(report["tasks"].items()) + [("**all**", dict(report["overall"], split="–"))]
+    for name, t in rows:
+        lines.append(f"| {name} | {t['split']} | {t['episodes']} | {_fmt(t['success_rate'], True)} | "
+                     f"{_fmt(t['steps_success'])} | {_fmt(t['steps_failure'])} | "
+                     f"{_fmt(t['invalid_action_rate'], True)} | {_fmt(t['memory_chars'])} | {t['env_failed']} |")
+    return "\n".join(lines) + "\n"
