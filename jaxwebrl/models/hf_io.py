@@ -139,6 +139,15 @@ def _load_processor(hf_dir: str):
     return Processor.from_pretrained(hf_dir)
 
 
+def _to_host(leaf) -> np.ndarray:
+    """A full host copy of one parameter, gathering shards from other processes when needed."""
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+    return np.asarray(jax.device_get(leaf))
+
+
 def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 2**30, dtype: str | None = None) -> None:
     """Write config.json + safetensors (sharded past `max_shard_bytes`, with an index) that transformers loads.
 
@@ -146,7 +155,9 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
     when the policy has one with `save_pretrained`.
     """
     config = policy.config
-    os.makedirs(out_dir, exist_ok=True)
+    writer = jax.process_index() == 0  # every process gathers (collective), only the first writes
+    if writer:
+        os.makedirs(out_dir, exist_ok=True)
     store = np.dtype(jnp.dtype(dtype or config.param_dtype))
     specs = param_map.param_specs(config)
     conv_shape = param_map.conv_hf_shape(config)
@@ -174,16 +185,21 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
 
     def fetch(name: str) -> np.ndarray:
         spec = by_name[name]
-        host = np.asarray(jax.device_get(_get(policy.params, spec.path)))
+        host = _to_host(_get(policy.params, spec.path))
         return param_map.flax_to_hf(host, spec.kind, conv_shape).astype(store)
 
     weight_map = {}
     for i, shard in enumerate(shards):
         file = "model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        safetensors_io.write_file(
-            os.path.join(out_dir, file), [(disk_name(s.hf_name), shape, store) for s, shape in shard], fetch
-        )
+        layout = [(disk_name(s.hf_name), shape, store) for s, shape in shard]
+        if writer:
+            safetensors_io.write_file(os.path.join(out_dir, file), layout, fetch)
+        else:
+            for name, _, _ in layout:
+                fetch(name)  # take part in the gathers
         weight_map.update({disk_name(s.hf_name): file for s, _ in shard})
+    if not writer:
+        return
     if len(shards) > 1:
         total = sum(int(np.prod(shape, dtype=np.int64)) * store.itemsize for _, shape in rows)
         with open(os.path.join(out_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as f:

@@ -71,7 +71,7 @@ def test_sharded_checkpoint_files_and_bf16_storage(exported, tmp_path):
     assert 0 < diff < 0.05  # bf16 storage rounds the weights, nothing else changes
 
 
-def test_loading_onto_a_mesh_gives_the_same_logits(exported):
+def test_loading_onto_a_mesh_gives_the_same_logits_and_saves_back(exported, tmp_path):
     policy, _, out = exported
     mesh = Mesh(np.asarray(jax.devices()[:8]).reshape(2, 4), ("data", "fsdp"))
     sharded = load_pretrained(out, dtype="float32", mesh=mesh)
@@ -85,6 +85,10 @@ def test_loading_onto_a_mesh_gives_the_same_logits(exported):
     a = np.asarray(sharded.logits(ids, attention_mask=mask))
     b = np.asarray(policy.logits(ids, attention_mask=mask))
     assert np.abs(a - b)[mask.astype(bool)].max() <= 1e-5
+    save_pretrained(sharded, str(tmp_path))  # gathers every sharded parameter
+    again = load_pretrained(str(tmp_path), dtype="float32", with_processor=False)
+    for x, y in zip(jax.tree_util.tree_leaves(policy.params), jax.tree_util.tree_leaves(again.params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_bad_checkpoint_errors_name_the_problem(tmp_path):

@@ -48,12 +48,12 @@ def _decode_stepwise(policy, ids, mask, prefill_len, pixel_values=None, grid=Non
     return np.asarray(jnp.concatenate(outs, axis=1)), cache
 
 
-def test_cached_decode_equals_full_forward_with_left_padding(policy):
+def test_cached_decode_equals_full_forward_with_left_and_right_padding(policy):
     rng = np.random.RandomState(0)
     ids = rng.randint(0, 256, (2, 20))
     mask = np.ones((2, 20), np.int32)
-    mask[0, :4] = 0  # left padding
-    mask[1, :1] = 0
+    mask[0, :4] = 0  # left-padded prompt
+    mask[1, 12:15] = 0  # right-padded prompt: decoding continues after the padding slots
     full = np.asarray(policy.logits(ids, attention_mask=mask))
     stepped, cache = _decode_stepwise(policy, ids, mask, prefill_len=15)
     real = mask.astype(bool)
