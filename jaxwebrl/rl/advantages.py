@@ -83,16 +83,21 @@ def _episode_table(rewards, episode_ids, group_ids):
 
 
 def _check_episode_rows(rewards, episode_ids, group_ids):
-    """Eager-only: every row of an episode carries the same reward and group id."""
+    """Eager-only (NumPy, O(R log R)): every row of an episode carries the same reward and group id."""
     r, e, g = (np.asarray(a) for a in (rewards, episode_ids, group_ids))
-    for ep in np.unique(e):
-        rows = e == ep
-        if np.ptp(r[rows].astype(np.float64)) > 0:
-            raise ValueError(f"episode {ep} has different rewards on its rows {r[rows]}; "
-                             "pass the episode reward on every step row")
-        if len(np.unique(g[rows])) > 1:
-            raise ValueError(f"episode {ep} spans several group ids {np.unique(g[rows])}; "
-                             "all rows of an episode must share its group_id")
+    if r.size == 0:
+        return
+    order = np.argsort(e, kind="stable")
+    e_sorted = e[order]
+    starts = np.flatnonzero(np.r_[True, e_sorted[1:] != e_sorted[:-1]])
+    for name, values in (("rewards", r.astype(np.float64)), ("group ids", g)):
+        v = values[order]
+        bad = np.maximum.reduceat(v, starts) != np.minimum.reduceat(v, starts)
+        if bad.any():
+            ep = e_sorted[starts[np.argmax(bad)]]
+            fix = ("pass the episode reward on every step row" if name == "rewards"
+                   else "all rows of an episode must share its group_id")
+            raise ValueError(f"episode {ep} has different {name} on its rows {values[e == ep]}; {fix}")
 
 
 def normalized_episode_rewards(episode_rewards, group_index, valid, *, norm: NormConfig | None):
@@ -175,6 +180,7 @@ def step_advantages(rewards, episode_ids, group_ids, *, const_length=None, std_u
     Returns:
       [R] float32 step advantage per row. Zero-variance groups give exactly 0.
     """
+    rewards, episode_ids, group_ids = segments.as_arrays(rewards, episode_ids, group_ids)
     _check_rows(rewards, episode_ids, group_ids)
     if segments.is_concrete(rewards, episode_ids, group_ids):
         _check_episode_rows(rewards, episode_ids, group_ids)
@@ -310,6 +316,7 @@ def compute_token_advantages(rewards, episode_ids, group_ids, loss_mask, *,
     Returns:
       AdvantageTrace; `.advantages` [R, T] float32 is the loss input.
     """
+    rewards, episode_ids, group_ids, loss_mask = segments.as_arrays(rewards, episode_ids, group_ids, loss_mask)
     _check_rows(rewards, episode_ids, group_ids)
     shape = jnp.shape(loss_mask)
     if len(shape) != 2 or shape[0] != jnp.shape(rewards)[0]:

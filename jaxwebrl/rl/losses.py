@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jaxwebrl.rl import aggregation
 from jaxwebrl.rl import kl as kl_lib
 from jaxwebrl.rl import rejection as rejection_lib
+from jaxwebrl.rl import segments
 from jaxwebrl.rl.rejection import RejectionConfig
 
 STAT_KEYS = ("loss", "clip_ratio", "dual_clip_ratio", "behave_cap_ratio", "rejection_ratio", "approx_kl",
@@ -216,6 +217,8 @@ def ppo_actor_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_ma
       (loss float32 scalar, stats dict of float32 scalars incl. clip_ratio, dual_clip_ratio,
        behave_cap_ratio, approx_kl, behave_approx_kl, importance_weight).
     """
+    logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask = segments.as_arrays(
+        logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask)
     return decoupled_ppo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask,
                               eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, c_clip=c_clip,
                               behav_imp_weight_cap=behav_imp_weight_cap)

@@ -19,6 +19,12 @@ def is_concrete(*arrays) -> bool:
     return not any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
+def as_arrays(*xs):
+    """Python lists/tuples -> NumPy arrays (so jit sees one array, not a pytree of scalars); others unchanged."""
+    out = tuple(np.asarray(x) if isinstance(x, (list, tuple)) else x for x in xs)
+    return out if len(out) != 1 else out[0]
+
+
 def check_num_segments(ids, num_segments: int) -> None:
     """Eager check (NumPy) that `num_segments` bounds the number of distinct `ids`."""
     distinct = len(np.unique(np.asarray(ids)))

@@ -60,8 +60,8 @@ def test_unbiased_std_switch():
 def test_step_advantages_rejects_inconsistent_rows():
     with pytest.raises(ValueError, match="different rewards"):
         A.step_advantages(np.array([1.0, 0.0]), np.array([0, 0]), np.array([0, 0]))
-    with pytest.raises(ValueError, match="group"):
-        A.step_advantages(np.array([1.0, 1.0]), np.array([0, 0]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="group ids"):
+        A.step_advantages(np.array([0.0, 1.0, 1.0]), np.array([4, 0, 0]), np.array([2, 0, 1]))
     with pytest.raises(ValueError, match="const_length"):
         A.step_advantages(np.array([1.0]), np.array([0]), np.array([0]), const_length=0)
 
@@ -220,3 +220,17 @@ def test_gae_lambda_function_per_row_lengths_via_config():
     want0 = ref.masked_gae(np.array([[0, 0, 1.0]]), np.ones((1, 3)), lam=lam[0])[0]
     np.testing.assert_allclose(np.asarray(trace.advantages)[0, :3], want0[0], rtol=1e-5)
     np.testing.assert_allclose(np.asarray(trace.advantages)[0, 0], 0.25, rtol=1e-5)
+
+
+def test_turn_unit_kl_penalty_stays_token_local():
+    mask = np.array([[1, 1, 0, 1, 1]])
+    turn_ids = np.array([[0, 0, -1, 1, 1]])
+    lp = np.array([[-1.0, -2.0, 0.0, -1.0, -1.0]])
+    ref_lp = np.array([[-1.5, -1.0, 0.0, -1.0, -2.0]])
+    cfg = A.AdvantageConfig(estimator="raw", gae_timestep_unit="turn", max_turns=2, kl_ctl=0.1,
+                            step_adv_const_length=1.0)
+    trace = A.compute_token_advantages(np.array([1.0]), np.array([0]), np.array([0]), mask, config=cfg,
+                                       turn_ids=turn_ids, logprobs=lp, ref_logprobs=ref_lp)
+    kl = np.where(mask, -0.1 * (lp - ref_lp), 0.0)
+    # both turns get the terminal reward 1 (γ = λ = 1, V = 0); the KL term is added per token, not summed per turn
+    np.testing.assert_allclose(trace.advantages, np.where(mask, 1.0, 0.0) + kl, rtol=1e-5, atol=1e-7)
