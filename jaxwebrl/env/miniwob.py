@@ -97,15 +97,15 @@ if (typeof el === 'string') { el = document.querySelector(el); }
 if (!el) { return null; }
 var r = el.getBoundingClientRect();
 if (r.width === 0 || r.height === 0) { return null; }
-var fractions = [0.5, 0.3, 0.7, 0.15, 0.85];
+var fractions = [0.5, 0.3, 0.7, 0.15, 0.85], xs = [arguments[1]].concat(fractions);
 for (var i = 0; i < fractions.length; i++) {
-  for (var j = 0; j < fractions.length; j++) {
-    var x = r.left + r.width * fractions[j], y = r.top + r.height * fractions[i];
+  for (var j = 0; j < xs.length; j++) {
+    var x = r.left + r.width * xs[j], y = r.top + r.height * fractions[i];
     var hit = document.elementFromPoint(x, y);
     if (hit && (hit === el || el.contains(hit) || hit.contains(el) && hit.tagName === 'LABEL')) { return [x, y]; }
   }
 }
-return [r.left + r.width / 2, r.top + r.height / 2];
+return [r.left + r.width * arguments[1], r.top + r.height / 2];
 """
 
 
@@ -171,10 +171,11 @@ class MiniWobEnv(BrowserEnv):
         info.update(raw_reward=raw_reward, reason=reason, success=bool(done) and raw_reward > 0)
         return reward, bool(done) or action.kind == "answer", info
 
-    def element_point(self, element: Any) -> tuple[int, int] | None:
-        """0..1000 action coordinates of a visible point of an element (a CSS selector or a WebElement; its
-        centre unless covered), or None if absent or not rendered. Relative to the task area the screenshot shows."""
-        center = self.run_js(_VISIBLE_POINT_JS, element)
+    def element_point(self, element: Any, x_fraction: float = 0.5) -> tuple[int, int] | None:
+        """0..1000 action coordinates of a visible point of an element (a CSS selector or a WebElement), or None
+        if absent or not rendered; relative to the task area the screenshot shows. The point is at `x_fraction`
+        of the width and mid-height unless covered there (e.g. 0.2 avoids a number field's spin buttons)."""
+        center = self.run_js(_VISIBLE_POINT_JS, element, x_fraction)
         if center is None:
             return None
         x0, y0, width, height = TASK_AREA

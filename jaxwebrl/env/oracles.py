@@ -232,3 +232,35 @@ def enter_password(env: MiniWobEnv) -> Action:
 def login_user(env: MiniWobEnv) -> Action:
     user, password = _quoted(env.goal)[:2]
     return _fill_then_submit(env, [("#username", user), ("#password", password)])
+
+
+@register("click-collapsible")
+def click_collapsible(env: MiniWobEnv) -> Action:
+    expanded, animating = env.run_js(
+        "return [$('.ui-accordion-content:visible').length === 1, $('#area :animated').length > 0];")
+    if animating:
+        return Action("wait", seconds=0.3)  # the accordion slides open; clicking now would miss
+    if not expanded:
+        return _click(env, "#area h3")
+    return _click(env, "#subbtn")
+
+
+@register("guess-number")
+def guess_number(env: MiniWobEnv) -> Action:
+    """Binary search driven by the page's feedback ("higher than X" / "lower than X"). The bounds learnt so
+    far live in the page (window.__oracleBounds, keyed by episode), so the oracle stays a function of the page."""
+    value, focused, guess = env.run_js("""
+        var b = window.__oracleBounds;
+        if (!b || b.episode !== WOB_EPISODE_ID) { b = window.__oracleBounds = {episode: WOB_EPISODE_ID, lo: 0, hi: 9}; }
+        var higher = $('#higher:visible span').text(), lower = $('#lower:visible span').text();
+        if (higher !== '') { b.lo = Math.max(b.lo, parseInt(higher, 10) + 1); }
+        if (lower !== '') { b.hi = Math.min(b.hi, parseInt(lower, 10) - 1); }
+        var tt = document.getElementById('tt');
+        return [tt.value, document.activeElement === tt, Math.floor((b.lo + b.hi) / 2)];""")
+    if value == "":
+        point = env.element_point("#tt", x_fraction=0.2)  # left of the number field's spin buttons
+        return Action("type", x=point[0], y=point[1], text=f"{guess}\n")  # Enter submits the form
+    if not focused:
+        point = env.element_point("#tt", x_fraction=0.2)  # the caret lands after the one-digit value
+        return Action("click", x=point[0], y=point[1])
+    return Action("key", keys=("Backspace",))  # clear the last guess, then type the next one
