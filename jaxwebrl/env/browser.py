@@ -9,9 +9,10 @@ Security (see `BrowserConfig`):
 - closed network flags (no background networking, component update, sync, first-run, extensions),
   downloads denied, a fresh profile per browser, deleted on close;
 - a navigation allowlist (`UrlAllowlist`): `navigate` outside it is refused before any request; every request
-  the page makes (navigation or subresource, http(s) or file://) outside it fails in the browser (CDP Fetch,
-  `RequestGuard`); and a page that still ends up outside it (an error page for a blocked link) is replaced by
-  the last allowed page after each action (`info["navigation_blocked"]`);
+  of every tab, popup, iframe and worker (navigation or subresource, http(s) or file://) outside it fails in
+  the browser (CDP Fetch, `RequestGuard`); a page that still ends up outside it (an error page for a blocked
+  link) is replaced by the last allowed page after each action (`info["navigation_blocked"]`); agents see one
+  tab: popups are closed, and an allowed one is loaded in the task's tab;
 - when this process is root, Chromium runs as an unprivileged user (`nobody`) with its own sandbox on; task
   files that user cannot read are copied into the browser's private directory (so file:// reaches only them);
   if the sandbox cannot start on this machine, it falls back to --no-sandbox and logs why.
@@ -84,9 +85,9 @@ class BrowserConfig:
         on the page URL after each action.
     unthrottled_frames: lift the 60 fps frame cap (--disable-frame-rate-limit): screenshots of static pages such as
         MiniWoB++ come about twice as fast, but a page with a running animation then spins a whole CPU core.
-    kill_with_parent: chromedriver and Chromium get SIGKILL when the creating thread's process dies
-        (Linux PR_SET_PDEATHSIG), so a crashed worker leaves no orphan browser. Create the browser from a
-        long-lived thread (the worker's main thread): the signal follows the creating thread.
+    kill_with_parent: chromedriver and Chromium get SIGKILL when the thread that created the browser exits
+        (Linux PR_SET_PDEATHSIG follows the creating thread, not the process), so a crashed worker leaves no
+        orphan browser. Create the browser on a thread that lives as long as the browser should.
     """
 
     viewport: tuple[int, int] = (1024, 768)
