@@ -234,3 +234,44 @@ def test_turn_unit_kl_penalty_stays_token_local():
     kl = np.where(mask, -0.1 * (lp - ref_lp), 0.0)
     # both turns get the terminal reward 1 (γ = λ = 1, V = 0); the KL term is added per token, not summed per turn
     np.testing.assert_allclose(trace.advantages, np.where(mask, 1.0, 0.0) + kl, rtol=1e-5, atol=1e-7)
+
+
+_jit_path = jax.jit(A.compute_token_advantages, static_argnames="config")
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data(), const=st.sampled_from([None, 10.0]))
+def test_paper_path_matches_numpy_reference(data, const):
+    """Random groups/episodes/masks in a fixed [24, 10] block (one compile per const); padded rows are
+    singleton groups without policy tokens and must stay exactly 0."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    rewards, episodes, groups = [], [], []
+    for g in range(int(rng.integers(1, 4))):
+        for _ in range(int(rng.integers(1, 5))):
+            steps = int(rng.integers(1, 3))
+            rewards += [float(rng.random() < 0.5)] * steps
+            episodes += [len(set(episodes)) + 100] * steps
+            groups += [g] * steps
+    rows = len(rewards)
+    mask = (rng.random((rows, 10)) < 0.6).astype(np.int8)
+    pad = 24 - rows
+    cfg = A.AdvantageConfig(step_adv_const_length=const)
+    got = np.asarray(_jit_path(np.pad(np.array(rewards), (0, pad)),
+                               np.concatenate([episodes, 5000 + np.arange(pad)]),
+                               np.concatenate([groups, 9000 + np.arange(pad)]),
+                               np.pad(mask, [(0, pad), (0, 0)]), config=cfg).advantages)
+    want = ref.grpo_token_advantages(np.array(rewards), np.array(episodes), np.array(groups), mask,
+                                     const_length=const)
+    np.testing.assert_allclose(got[:rows], want, rtol=1e-4, atol=1e-6)
+    assert np.all(got[rows:] == 0.0)
+
+
+def test_step_advantages_contract_signature():
+    import inspect
+
+    sig = inspect.signature(A.step_advantages)
+    assert list(sig.parameters)[:3] == ["rewards", "episode_ids", "group_ids"]
+    assert {k: p.default for k, p in sig.parameters.items() if p.kind == p.KEYWORD_ONLY} == dict(
+        const_length=None, std_unbiased=False, eps=1e-5)
+    out = A.step_advantages(np.array([1.0, 0.0]), np.array([0, 1]), np.array([0, 0]))
+    assert out.dtype == np.float32 and out.shape == (2,)
