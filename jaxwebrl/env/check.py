@@ -44,7 +44,8 @@ def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] 
     report.update(chromium=caps.get("browserVersion"),
                   chromedriver=str(caps.get("chrome", {}).get("chromedriverVersion", "")).split(" ")[0],
                   browser_user=browser.config.run_as_user if os.geteuid() == 0 else "(this user)",
-                  sandboxed=browser.sandboxed, sandbox_note=browser.sandbox_note)
+                  sandboxed=browser.sandboxed, sandbox_note=browser.sandbox_note,
+                  request_guard=browser.request_guard is not None and browser.request_guard.alive)
     timings: dict[str, list[float]] = {"reset": [], "screenshot": [], "action": []}
     solved = total = 0
     try:

@@ -14,7 +14,7 @@ def test_doctor_reports_success_and_timings(capsys):
     assert rc == 0 and report["ok"], report
     assert set(report["tasks"]) == {"click-test", "enter-text"}
     assert report["tasks"]["enter-text"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 2.0}
-    assert report["chromium"] and report["chromedriver"]
+    assert report["chromium"] and report["chromedriver"] and report["request_guard"] is True
     for key in ("reset", "screenshot", "action"):
         assert report["timings_ms"][key]["count"] > 0 and report["timings_ms"][key]["mean"] > 0
 
