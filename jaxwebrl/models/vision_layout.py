@@ -25,6 +25,18 @@ def concrete_grid(image_grid_thw) -> np.ndarray:
     return grid
 
 
+def checked_grid(pixel_values, image_grid_thw, patch_dim: int) -> np.ndarray:
+    """The concrete grid, after checking pixel_values is [sum of t*h*w, patch_dim]."""
+    grid = concrete_grid(image_grid_thw)
+    expected = int(grid.prod(-1).sum())
+    if tuple(pixel_values.shape) != (expected, patch_dim):
+        raise ValueError(
+            f"pixel_values has shape {tuple(pixel_values.shape)} but image_grid_thw implies "
+            f"[{expected}, {patch_dim}] (sum of t*h*w patches, C*T*P*P values each)"
+        )
+    return grid
+
+
 def patch_positions(grid: np.ndarray, merge: int) -> np.ndarray:
     """[N, 2] int32 (row, col) of every patch, in merge-block order, repeated for each frame."""
     out = []

@@ -64,13 +64,7 @@ class Qwen25VisionModel(nn.Module):
         if c.hidden_act != "silu":
             raise ValueError(f"Qwen2.5-VL vision hidden_act {c.hidden_act!r} is not supported (silu only)")
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        grid = vision_layout.concrete_grid(image_grid_thw)
-        expected = int(grid.prod(-1).sum())
-        if pixel_values.shape != (expected, c.patch_dim):
-            raise ValueError(
-                f"pixel_values has shape {tuple(pixel_values.shape)} but image_grid_thw implies "
-                f"[{expected}, {c.patch_dim}] (sum of t*h*w patches, C*T*P*P values each)"
-            )
+        grid = vision_layout.checked_grid(pixel_values, image_grid_thw, c.patch_dim)
         unit = c.spatial_merge_size**2
         merged_order, window_lengths = vision_layout.window_index(grid, c.spatial_merge_size, c.window_size, c.patch_size)
         patch_order = (merged_order[:, None] * unit + np.arange(unit)[None, :]).reshape(-1)

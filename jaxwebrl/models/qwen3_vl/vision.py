@@ -82,13 +82,7 @@ class Qwen3VisionModel(nn.Module):
         """
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        grid = vision_layout.concrete_grid(image_grid_thw)
-        expected = int(grid.prod(-1).sum())
-        if pixel_values.shape != (expected, c.patch_dim):
-            raise ValueError(
-                f"pixel_values has shape {tuple(pixel_values.shape)} but image_grid_thw implies "
-                f"[{expected}, {c.patch_dim}] (sum of t*h*w patches, C*T*P*P values each)"
-            )
+        grid = vision_layout.checked_grid(pixel_values, image_grid_thw, c.patch_dim)
         x = dense(c.hidden_size, use_bias=True, name="patch_embed", **kw)(pixel_values.astype(self.dtype))
         taps, weights = vision_layout.position_embedding_taps(grid, c.spatial_merge_size, c.num_position_embeddings)
         table = self.param(
