@@ -1,0 +1,393 @@
+"""KV-cache sampler: jitted prefill + chunked decode, per-token fp32 log-probs and policy versions.
+
+    sampler = Sampler(policy.module, policy.config, pad_token_id=tokenizer.pad_token_id, decode_chunk=8)
+    results = sampler.generate(weights, prompts, SamplingParams(max_new_tokens=64, stop_token_ids=(eos,)), seed=0)
+
+`prompts` are processor outputs (dict(input_ids [L] int32, pixel_values [P, patch_dim] f32, image_grid_thw
+[n, 3])); they are left-padded into one batch (padding never attended: the cache marks it invalid, and the
+rope index skips it, so a padded row decodes exactly as it would alone). `weights` is `(params, version)` or a
+callable returning it; it is read before the prefill and before every decode chunk, so the trainer can publish
+new weights mid-generation: params are jit arguments (never constants), so a swap recompiles nothing, and
+every generated token records the version that produced it.
+
+Log-probabilities. `logprobs` is `log_softmax(logits)[token]` of the policy's unmodified logits (fp32,
+temperature 1, no top-k/top-p/constraint), which is what the trainer recomputes by teacher forcing, so
+ratio = exp(recomputed − logprobs) is exactly one for unchanged weights. Temperature, top-k, top-p and a
+constraint change the distribution tokens are actually drawn from; `sampling_logprobs` is the log-prob under
+that distribution (0 for greedy), for exact importance weights when they are used.
+
+Constrained decoding: a `TokenConstraint` is a token-level automaton (`allowed [S, V]`, `next_state [S, V]`):
+at each step a row may only sample tokens its state allows. `TokenConstraint.from_vocab_mask` is the one-state
+case; `TokenConstraint.from_token_sequences` admits exactly a finite set of token sequences (well-formed actions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwebrl.models import kv_cache
+from jaxwebrl.parallel import partition
+from jaxwebrl.parallel.mesh import batch_divisor
+
+_NEG_INF = float(jnp.finfo(jnp.float32).min)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. `temperature=0` is greedy; `top_k=0` and `top_p=1` disable truncation.
+
+    Generation of a row stops at a token of `stop_token_ids` (which is kept, as a policy token), at a
+    `stop_strings` match (tokens after the one completing it are dropped; checked between decode chunks), or
+    after `max_new_tokens`. Each distinct (max_new_tokens, temperature, top_k, top_p) compiles once; stop
+    tokens and strings do not cause recompilation.
+    """
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenConstraint:
+    """Token automaton: `allowed [S, V] bool` (tokens a row in state s may sample), `next_state [S, V] int32`.
+
+    Rows start in `initial_state`. Disallowed tokens get probability zero before temperature/top-k/top-p.
+    """
+
+    allowed: np.ndarray
+    next_state: np.ndarray
+    initial_state: int = 0
+
+    def __post_init__(self):
+        if self.allowed.shape != self.next_state.shape or self.allowed.ndim != 2:
+            raise ValueError(f"allowed {self.allowed.shape} and next_state {self.next_state.shape} must both be [S, V]")
+        if not self.allowed.any(axis=1).all():
+            dead = np.flatnonzero(~self.allowed.any(axis=1)).tolist()
+            raise ValueError(f"constraint states {dead} allow no token: every state needs at least one (e.g. an end token)")
+
+    @classmethod
+    def from_vocab_mask(cls, allowed: np.ndarray) -> "TokenConstraint":
+        """One state: only tokens with `allowed[v]` are ever sampled."""
+        allowed = np.asarray(allowed, bool).reshape(1, -1)
+        return cls(allowed, np.zeros(allowed.shape, np.int32), 0)
+
+    @classmethod
+    def from_token_sequences(cls, sequences: Sequence[Sequence[int]], vocab_size: int, end_token_id: int,
+                             after_end: Sequence[int] | None = None) -> "TokenConstraint":
+        """Admits exactly `seq + [end_token_id]` for each of `sequences` (a trie). After the end token, the
+        row may only emit `after_end` tokens (default: the end token again; a stop token ends it anyway)."""
+        if not sequences:
+            raise ValueError("from_token_sequences needs at least one sequence")
+        children: list[dict[int, int]] = [{}]
+        terminal = [False]
+        for seq in sequences:
+            node = 0
+            for token in seq:
+                if not 0 <= int(token) < vocab_size:
+                    raise ValueError(f"token {token} of sequence {list(seq)} is outside the vocabulary [0, {vocab_size})")
+                if int(token) not in children[node]:
+                    children[node][int(token)] = len(children)
+                    children.append({})
+                    terminal.append(False)
+                node = children[node][int(token)]
+            terminal[node] = True
+        done_state = len(children)
+        allowed = np.zeros((done_state + 1, vocab_size), bool)
+        next_state = np.full((done_state + 1, vocab_size), done_state, np.int32)
+        for node, kids in enumerate(children):
+            for token, child in kids.items():
+                allowed[node, token] = True
+                next_state[node, token] = child
+            if terminal[node]:
+                allowed[node, end_token_id] = True
+        allowed[done_state, list(after_end) if after_end is not None else [end_token_id]] = True
+        return cls(allowed, next_state, 0)
+
+
+@dataclasses.dataclass
+class SampledSequence:
+    """One row's generation. Arrays are `[n]` over the generated tokens (n ≤ max_new_tokens)."""
+
+    prompt_ids: np.ndarray  # [L] int32, unpadded
+    tokens: np.ndarray  # [n] int32
+    logprobs: np.ndarray  # [n] float32, log_softmax of the unmodified policy logits
+    sampling_logprobs: np.ndarray  # [n] float32, under the distribution actually sampled from
+    versions: np.ndarray  # [n] int32, policy version that produced each token
+    finish_reason: str  # "stop_token", "stop_string" or "length"
+
+
+class DecodeState(NamedTuple):
+    """Everything a decode chunk carries (a pytree; B rows, N = max_new_tokens)."""
+
+    cache: dict
+    tokens: jax.Array  # [B, N] int32
+    logprobs: jax.Array  # [B, N] float32
+    sampling_logprobs: jax.Array  # [B, N] float32
+    versions: jax.Array  # [B, N] int32 (-1 where nothing was generated)
+    done: jax.Array  # [B] bool
+    lengths: jax.Array  # [B] int32: tokens generated (stop token included)
+    step: jax.Array  # () int32: index of the next token to generate
+    constraint_state: jax.Array  # [B] int32
+    rng: jax.Array
+
+
+def sample_logits(logits: jax.Array, rng: jax.Array, sampling: SamplingParams, allowed: jax.Array | None = None):
+    """Draws one token per row. logits `[B, V] float32`; allowed `[B, V] bool` or None.
+
+    Returns (token [B] int32, logprob [B] f32 of the unmodified logits, sampling_logprob [B] f32).
+    """
+    logits = logits.astype(jnp.float32)
+    policy_logprobs = jax.nn.log_softmax(logits, axis=-1)
+    processed = logits if allowed is None else jnp.where(allowed, logits, _NEG_INF)
+    if sampling.temperature == 0:
+        token = jnp.argmax(processed, axis=-1).astype(jnp.int32)
+        sampling_logprob = jnp.zeros(token.shape, jnp.float32)
+    else:
+        processed = processed / jnp.float32(sampling.temperature)
+        if sampling.top_k:
+            kth = jax.lax.top_k(processed, min(sampling.top_k, processed.shape[-1]))[0][:, -1:]
+            processed = jnp.where(processed >= kth, processed, _NEG_INF)
+        if sampling.top_p < 1:
+            sorted_logits = jnp.sort(processed, axis=-1)[:, ::-1]
+            probs = jax.nn.softmax(sorted_logits, axis=-1)
+            mass_before = jnp.cumsum(probs, axis=-1) - probs
+            keep = mass_before < sampling.top_p  # the most likely token is always kept
+            threshold = jnp.min(jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+            processed = jnp.where(processed >= threshold, processed, _NEG_INF)
+        token = jax.random.categorical(rng, processed, axis=-1).astype(jnp.int32)
+        sampling_logprob = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), token[:, None], axis=-1)[:, 0]
+    logprob = jnp.take_along_axis(policy_logprobs, token[:, None], axis=-1)[:, 0]
+    return token, logprob, sampling_logprob
+
+
+class Sampler:
+    """Batched generation with a KV cache for a `VisionLanguageModel` (see the module docstring).
+
+    Args:
+      module, config: the policy's flax module and ModelConfig.
+      pad_token_id: id used for left padding (never attended) and after a row finishes.
+      decode_chunk: decode steps per jitted chunk; weights are re-read between chunks.
+      prompt_multiple: padded prompt length is rounded up to this (bounds recompilation).
+      batch_multiple: batch is padded with empty rows to a multiple of this (and of the mesh's batch divisor).
+      constraint: optional TokenConstraint applied to every row.
+      mesh: optional Mesh; params, cache and batch are then sharded by `jaxwebrl.parallel.partition`.
+    """
+
+    def __init__(self, module, config, *, pad_token_id: int = 0, decode_chunk: int = 8, prompt_multiple: int = 16,
+                 batch_multiple: int = 1, constraint: TokenConstraint | None = None, mesh=None):
+        if decode_chunk < 1:
+            raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
+        self.module, self.config = module, config
+        self.pad_token_id = int(pad_token_id)
+        self.decode_chunk = int(decode_chunk)
+        self.prompt_multiple = int(prompt_multiple)
+        self.batch_multiple = int(batch_multiple) * (1 if mesh is None else batch_divisor(mesh))
+        self.mesh = mesh
+        self.constraint = constraint
+        if constraint is not None and constraint.allowed.shape[1] != config.text.vocab_size:
+            raise ValueError(f"constraint covers {constraint.allowed.shape[1]} tokens but the model's vocabulary "
+                             f"has {config.text.vocab_size}")
+        self._tables = None if constraint is None else (jnp.asarray(constraint.allowed), jnp.asarray(constraint.next_state))
+        self._param_shardings = None
+        self.trace_counts = {"prefill": 0, "decode": 0}  # incremented at trace time: recompilation counter
+        self._prefill = jax.jit(self._prefill_fn, static_argnames=("grid", "sampling"), donate_argnames=("cache",))
+        self._decode = jax.jit(self._decode_fn, static_argnames=("sampling",), donate_argnames=("state",))
+
+    # ------------------------------------------------------------------ jitted pieces
+    def _allowed(self, tables, constraint_state):
+        return None if tables is None else tables[0][constraint_state]
+
+    def _advance(self, state: DecodeState, logits, version, stop_ids, tables, sampling: SamplingParams) -> DecodeState:
+        """Samples the token at `state.step` for every unfinished row and records it."""
+        rng, key = jax.random.split(state.rng)
+        token, logprob, sampling_logprob = sample_logits(logits, key, sampling, self._allowed(tables, state.constraint_state))
+        live = ~state.done
+        token = jnp.where(live, token, self.pad_token_id)
+        step = state.step
+
+        def put(buffer, value):
+            return jax.lax.dynamic_update_slice(buffer, value[:, None].astype(buffer.dtype), (0, step))
+
+        stop = jnp.isin(token, stop_ids)
+        done = state.done | (live & stop) | (step + 1 >= sampling.max_new_tokens)
+        next_state = state.constraint_state
+        if tables is not None:
+            next_state = jnp.where(live, tables[1][state.constraint_state, token], state.constraint_state)
+        return DecodeState(
+            cache=state.cache,
+            tokens=put(state.tokens, token),
+            logprobs=put(state.logprobs, jnp.where(live, logprob, 0.0)),
+            sampling_logprobs=put(state.sampling_logprobs, jnp.where(live, sampling_logprob, 0.0)),
+            versions=put(state.versions, jnp.where(live, version, -1)),
+            done=done,
+            lengths=jnp.where(live, step + 1, state.lengths),
+            step=step + 1,
+            constraint_state=next_state,
+            rng=rng,
+        )
+
+    def _prefill_fn(self, params, input_ids, attention_mask, pixel_values, cache, rng, version, stop_ids, tables, *,
+                    grid, sampling: SamplingParams) -> DecodeState:
+        self.trace_counts["prefill"] += 1
+        logits, cache = self.module.apply(
+            {"params": params}, input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
+            image_grid_thw=None if grid is None else np.asarray(grid), cache=cache)
+        b, n = input_ids.shape[0], sampling.max_new_tokens
+        initial = 0 if self.constraint is None else self.constraint.initial_state
+        state = DecodeState(
+            cache=cache,
+            tokens=jnp.full((b, n), self.pad_token_id, jnp.int32),
+            logprobs=jnp.zeros((b, n), jnp.float32),
+            sampling_logprobs=jnp.zeros((b, n), jnp.float32),
+            versions=jnp.full((b, n), -1, jnp.int32),
+            done=~attention_mask[:, -1].astype(bool),  # empty filler rows are done from the start
+            lengths=jnp.zeros((b,), jnp.int32),
+            step=jnp.zeros((), jnp.int32),
+            constraint_state=jnp.full((b,), initial, jnp.int32),
+            rng=rng,
+        )
+        return self._advance(state, logits[:, -1], version, stop_ids, tables, sampling)
+
+    def _decode_fn(self, params, state: DecodeState, version, chunk_end, stop_ids, tables, *,
+                   sampling: SamplingParams):
+        """Decode steps until `chunk_end` (exclusive), max_new_tokens, or every row is done."""
+        self.trace_counts["decode"] += 1
+
+        def keep_going(s: DecodeState):
+            return (s.step < chunk_end) & (s.step < sampling.max_new_tokens) & ~jnp.all(s.done)
+
+        def one_step(s: DecodeState):
+            last = jax.lax.dynamic_slice_in_dim(s.tokens, s.step - 1, 1, axis=1)  # [B, 1]
+            logits, cache = self.module.apply({"params": params}, last, attention_mask=jnp.ones_like(last),
+                                              cache=s.cache)
+            return self._advance(s._replace(cache=cache), logits[:, -1], version, stop_ids, tables, sampling)
+
+        return jax.lax.while_loop(keep_going, one_step, state)
+
+    # ------------------------------------------------------------------ host side
+    def _weights(self, weights) -> tuple[Any, int]:
+        params, version = weights() if callable(weights) else weights
+        if self.mesh is not None:
+            if self._param_shardings is None:
+                self._param_shardings = partition.param_shardings(params, self.mesh)
+            params = jax.device_put(params, self._param_shardings)
+        return params, int(version)
+
+    def _batch(self, prompts: Sequence[dict]):
+        """Left-padded ids/mask [B', L'], concatenated pixel values, static grid; B' and L' rounded up."""
+        lengths = [len(p["input_ids"]) for p in prompts]
+        if min(lengths) < 1:
+            raise ValueError("every prompt needs at least one token")
+        width = -(-max(lengths) // self.prompt_multiple) * self.prompt_multiple
+        rows = -(-len(prompts) // self.batch_multiple) * self.batch_multiple
+        ids = np.full((rows, width), self.pad_token_id, np.int32)
+        mask = np.zeros((rows, width), np.int32)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - lengths[row]:] = np.asarray(prompt["input_ids"], np.int32)
+            mask[row, width - lengths[row]:] = 1
+        pixels = [np.asarray(p["pixel_values"], np.float32) for p in prompts if len(p.get("image_grid_thw", ())) > 0]
+        grids = [np.asarray(p["image_grid_thw"]).reshape(-1, 3) for p in prompts if len(p.get("image_grid_thw", ())) > 0]
+        if not pixels:
+            return ids, mask, None, None
+        return ids, mask, np.concatenate(pixels, 0), partition.grid_key(np.concatenate(grids, 0))
+
+    def _place(self, tree):
+        if self.mesh is None:
+            return tree
+        return jax.device_put(tree, partition.data_shardings(tree, self.mesh))
+
+    def generate(self, weights: tuple[Any, int] | Callable[[], tuple[Any, int]], prompts: Sequence[dict],
+                 sampling: SamplingParams, *, seed: int | jax.Array = 0,
+                 decode_text: Callable[[np.ndarray], str] | None = None) -> list[SampledSequence]:
+        """Generates a continuation for every prompt (see the module docstring).
+
+        `decode_text(tokens) -> str` is needed only for `sampling.stop_strings` (e.g. `tokenizer.decode`).
+        """
+        if sampling.stop_strings and decode_text is None:
+            raise ValueError("sampling.stop_strings needs decode_text (e.g. processor.tokenizer.decode)")
+        ids, mask, pixels, grid = self._batch(prompts)
+        rows, width = ids.shape
+        cache = kv_cache.init_cache(self.config, rows, width + sampling.max_new_tokens, jnp.dtype(self.config.dtype))
+        if self.mesh is not None:
+            cache = jax.device_put(cache, partition.cache_shardings(cache, self.mesh))
+        rng = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
+        stop_ids = jnp.asarray(sampling.stop_token_ids or (-1,), jnp.int32)
+        static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())  # stop ids are traced
+        params, version = self._weights(weights)
+        state = self._prefill(params, *self._place((jnp.asarray(ids), jnp.asarray(mask))),
+                              None if pixels is None else jnp.asarray(pixels), cache, rng, jnp.int32(version),
+                              stop_ids, self._tables, grid=grid, sampling=static)
+        stopped_by_string: dict[int, int] = {}
+        while True:
+            done, step = jax.device_get((state.done, state.step))
+            if sampling.stop_strings:
+                state, done = self._apply_stop_strings(state, done, len(prompts), sampling, decode_text,
+                                                       stopped_by_string)
+            if done.all() or int(step) >= sampling.max_new_tokens:
+                break
+            params, version = self._weights(weights)
+            state = self._decode(params, state, jnp.int32(version), jnp.int32(int(step) + self.decode_chunk),
+                                 stop_ids, self._tables, sampling=static)
+        return self._results(state, prompts, sampling, stopped_by_string)
+
+    def _apply_stop_strings(self, state: DecodeState, done: np.ndarray, num_prompts: int, sampling: SamplingParams,
+                            decode_text, stopped: dict[int, int]):
+        """Marks rows whose text contains a stop string as done, cut after the token that completes it."""
+        tokens, lengths = jax.device_get((state.tokens, state.lengths))
+        new_done = done.copy()
+        for row in range(num_prompts):
+            if row in stopped:
+                continue
+            text = decode_text(tokens[row, :lengths[row]])
+            if not any(s in text for s in sampling.stop_strings):
+                continue
+            cut = next(n for n in range(1, lengths[row] + 1)
+                       if any(s in decode_text(tokens[row, :n]) for s in sampling.stop_strings))
+            stopped[row] = cut
+            new_done[row] = True
+        if (new_done == done).all():
+            return state, done
+        return state._replace(done=jnp.asarray(new_done)), new_done
+
+    def _results(self, state: DecodeState, prompts, sampling: SamplingParams, stopped: dict[int, int]):
+        tokens, logprobs, sampling_logprobs, versions, lengths = jax.device_get(
+            (state.tokens, state.logprobs, state.sampling_logprobs, state.versions, state.lengths))
+        stop_ids = set(sampling.stop_token_ids)
+        results = []
+        for row, prompt in enumerate(prompts):
+            n = stopped.get(row, int(lengths[row]))
+            if row in stopped:
+                reason = "stop_string"
+            elif n > 0 and int(tokens[row, n - 1]) in stop_ids:
+                reason = "stop_token"
+            else:
+                reason = "length"
+            results.append(SampledSequence(
+                prompt_ids=np.asarray(prompt["input_ids"], np.int32),
+                tokens=tokens[row, :n].astype(np.int32),
+                logprobs=logprobs[row, :n].astype(np.float32),
+                sampling_logprobs=sampling_logprobs[row, :n].astype(np.float32),
+                versions=versions[row, :n].astype(np.int32),
+                finish_reason=reason,
+            ))
+        return results

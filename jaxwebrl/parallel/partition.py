@@ -1,0 +1,241 @@
+"""Partition rules for every parameter of the Qwen-VL families, and jit helpers with in/out shardings.
+
+A rule is `(regex, PartitionSpec)`; the first regex that `re.search`es a parameter's path ("a/b/kernel")
+gives its spec. A parameter that no rule matches is an error (a new layer must get a rule, not silently
+replicate). Mesh axes whose size does not divide the dimension they would shard are dropped for that
+parameter (e.g. an MLP width of 172 is not split 8 ways), so any preset runs on any mesh.
+
+Layout (Megatron tensor parallel + FSDP): column-parallel kernels `[in, out]` are (`fsdp`, `tensor`),
+row-parallel kernels are (`tensor`, `fsdp`), the vocabulary is split over `tensor`, norms are replicated.
+The sharding never changes results, only where the work runs: `jax.jit` computes the same global function.
+
+Mixed precision: keep an fp32 master copy of the parameters in the train state and run the model in bf16 by
+wrapping the loss with `compute_in(dtype)`; gradients arrive in fp32, matched to the master copy.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import PartitionSpec as P
+
+from jaxwebrl.parallel.mesh import BATCH_AXES, batch_spec
+
+Rules = Sequence[tuple[str, PartitionSpec]]
+
+COLUMN = P("fsdp", "tensor")  # [in, out]: outputs split over tensor
+ROW = P("tensor", "fsdp")  # [in, out]: inputs split over tensor
+REPLICATED = P()
+
+# Text decoder (shared by Qwen3-VL and Qwen2.5-VL).
+TEXT_RULES: Rules = (
+    (r"language_model/embed_tokens/embedding$", P("tensor", "fsdp")),  # [V, E]
+    (r"self_attn/[qkv]_proj/kernel$", COLUMN),  # [E, heads·D]
+    (r"self_attn/[qkv]_proj/bias$", P("tensor")),
+    (r"self_attn/o_proj/kernel$", ROW),  # [heads·D, E]
+    (r"self_attn/[qk]_norm/weight$", REPLICATED),
+    (r"language_model/.*mlp/(gate|up)_proj/kernel$", COLUMN),
+    (r"language_model/.*mlp/down_proj/kernel$", ROW),
+    (r"(input_layernorm|post_attention_layernorm)/weight$", REPLICATED),
+    (r"language_model/norm/weight$", REPLICATED),
+    (r"lm_head/kernel$", COLUMN),  # [E, V]
+)
+
+# Vision towers: Qwen3-VL (LayerNorm, GELU MLP, learned position table, DeepStack mergers) and
+# Qwen2.5-VL (RMSNorm, SwiGLU MLP). The fused qkv output is [3·heads·D]; it is split over fsdp on its input
+# side only, so heads are not cut across the q/k/v boundary.
+VISION_RULES: Rules = (
+    (r"visual/patch_embed/.*kernel$", P(None, "fsdp")),  # [C·T·P·P, Hv]
+    (r"visual/patch_embed/.*bias$", REPLICATED),
+    (r"visual/pos_embed(/embedding)?$", P(None, "fsdp")),  # [num_positions, Hv]
+    (r"visual/.*attn/qkv/kernel$", P("fsdp", None)),
+    (r"visual/.*attn/qkv/bias$", REPLICATED),
+    (r"visual/.*attn/proj/kernel$", P(None, "fsdp")),
+    (r"visual/.*attn/proj/bias$", REPLICATED),
+    (r"visual/blocks_\d+/mlp/(linear_fc1|gate_proj|up_proj)/kernel$", COLUMN),
+    (r"visual/blocks_\d+/mlp/(linear_fc1|gate_proj|up_proj)/bias$", P("tensor")),
+    (r"visual/blocks_\d+/mlp/(linear_fc2|down_proj)/kernel$", ROW),
+    (r"visual/blocks_\d+/mlp/(linear_fc2|down_proj)/bias$", REPLICATED),
+    # Patch mergers: Qwen3-VL names the two linears linear_fc1/linear_fc2, Qwen2.5-VL mlp_0/mlp_2.
+    (r"visual/(merger|deepstack_merger_list_\d+)/(linear_fc1|mlp_0)/kernel$", COLUMN),
+    (r"visual/(merger|deepstack_merger_list_\d+)/(linear_fc1|mlp_0)/bias$", P("tensor")),
+    (r"visual/(merger|deepstack_merger_list_\d+)/(linear_fc2|mlp_2)/kernel$", ROW),
+    (r"visual/(merger|deepstack_merger_list_\d+)/(linear_fc2|mlp_2)/bias$", REPLICATED),
+    (r"visual/.*(norm\w*|ln_q)/(weight|scale|bias)$", REPLICATED),
+)
+
+DEFAULT_RULES: Rules = TEXT_RULES + VISION_RULES
+
+
+def path_string(path: Sequence[Any]) -> str:
+    """A pytree key path as "a/b/kernel" (dict keys, attribute names and list indices alike)."""
+    parts = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return "/".join(parts)
+
+
+def fit_spec(spec: PartitionSpec, shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
+    """`spec` for an array of `shape`, padded to its rank, with axes that do not divide their dimension dropped."""
+    if len(spec) > len(shape):
+        raise ValueError(f"partition spec {spec} has more entries than the array has dimensions {tuple(shape)}")
+    fitted = []
+    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        names = () if axes is None else (axes if isinstance(axes, tuple) else (axes,))
+        kept, size = [], 1
+        for name in names:
+            if dim % (size * mesh.shape[name]) == 0:
+                kept.append(name)
+                size *= mesh.shape[name]
+        fitted.append(None if not kept else kept[0] if len(kept) == 1 else tuple(kept))
+    return P(*fitted)
+
+
+def spec_for(path: str, rules: Rules = DEFAULT_RULES) -> PartitionSpec:
+    """The first matching rule's spec for a parameter path; KeyError naming the path when none matches."""
+    for pattern, spec in rules:
+        if re.search(pattern, path):
+            return spec
+    raise KeyError(
+        f"no partition rule matches parameter {path!r}: add a (regex, PartitionSpec) rule for it to "
+        "jaxwebrl/parallel/partition.py"
+    )
+
+
+def partition_specs(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
+    """Pytree of PartitionSpec, one per parameter (shape-fitted to `mesh`)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: fit_spec(spec_for(path_string(path), rules), np.shape(leaf), mesh), params
+    )
+
+
+def param_shardings(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
+    """Pytree of NamedSharding, one per parameter. `params` may hold arrays or ShapeDtypeStructs."""
+    return jax.tree_util.tree_map(lambda spec: NamedSharding(mesh, spec), partition_specs(params, mesh, rules))
+
+
+def shard_params(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
+    """Places every parameter on its sharding (one device_put per leaf)."""
+    return jax.device_put(params, param_shardings(params, mesh, rules))
+
+
+def data_shardings(tree: Any, mesh: Mesh) -> Any:
+    """Shardings for a batch pytree: leading dimension over (`data`, `fsdp`) when it divides, else replicated."""
+
+    def one(leaf):
+        shape = np.shape(leaf)
+        if not shape:
+            return NamedSharding(mesh, P())
+        return NamedSharding(mesh, fit_spec(batch_spec(len(shape)), shape, mesh))
+
+    return jax.tree_util.tree_map(one, tree)
+
+
+def cache_shardings(cache: Mapping[str, Any], mesh: Mesh) -> Any:
+    """KV-cache shardings: k/v `[B, S, K, D]` over (batch axes, -, `tensor`, -); per-row arrays over batch axes."""
+
+    def one(path, leaf):
+        shape = np.shape(leaf)
+        if path_string(path).endswith(("/k", "/v")):
+            return NamedSharding(mesh, fit_spec(P(BATCH_AXES, None, "tensor", None), shape, mesh))
+        return NamedSharding(mesh, fit_spec(batch_spec(len(shape)), shape, mesh) if shape else P())
+
+    return jax.tree_util.tree_map_with_path(one, cache)
+
+
+def grid_key(image_grid_thw) -> tuple[tuple[int, int, int], ...] | None:
+    """Hashable (static) form of `image_grid_thw [n, 3]` for jit's static arguments."""
+    if image_grid_thw is None:
+        return None
+    return tuple(tuple(int(x) for x in row) for row in np.asarray(image_grid_thw).reshape(-1, 3))
+
+
+def cast_floating(tree: Any, dtype) -> Any:
+    """Casts the floating-point leaves of `tree` to `dtype` (ints and bools untouched)."""
+    dtype = jnp.dtype(dtype)
+    return jax.tree_util.tree_map(
+        lambda x: x.astype(dtype) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, tree
+    )
+
+
+def compute_in(dtype, loss_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps `loss_fn(params, *args)` to run on `params` cast to `dtype` (e.g. bf16) from an fp32 master copy.
+
+    Differentiating the wrapper w.r.t. the fp32 params yields fp32 gradients (the cast's transpose casts back).
+    Pair it with a module built at `dtype=param_dtype="bfloat16"` so the activations are bf16 too.
+    """
+
+    def wrapped(params, *args, **kwargs):
+        return loss_fn(cast_floating(params, dtype), *args, **kwargs)
+
+    return wrapped
+
+
+def sharded_forward(module, mesh: Mesh, shardings: Any) -> Callable[..., jax.Array]:
+    """Jitted `logits = f(params, input_ids, attention_mask=None, pixel_values=None, image_grid_thw=None)`.
+
+    params on `shardings` (from `param_shardings`), input_ids / attention_mask `[B, T]` batch-sharded,
+    pixel_values `[P, patch_dim]` replicated, image_grid_thw static (one compilation per image layout).
+    Returns logits `[B, T, V] float32`, batch-sharded.
+    """
+    logits_sharding = NamedSharding(mesh, batch_spec(3))
+
+    def forward(params, input_ids, attention_mask, pixel_values, grid):
+        logits, _ = module.apply({"params": params}, input_ids, attention_mask=attention_mask,
+                                 pixel_values=pixel_values, image_grid_thw=None if grid is None else np.asarray(grid))
+        return jax.lax.with_sharding_constraint(logits, logits_sharding)
+
+    jitted = jax.jit(forward, static_argnums=(4,), out_shardings=logits_sharding)
+
+    def call(params, input_ids, attention_mask=None, pixel_values=None, image_grid_thw=None):
+        input_ids = _put(jnp.asarray(input_ids, jnp.int32), mesh)
+        if attention_mask is None:
+            attention_mask = jnp.ones(input_ids.shape, jnp.int32)
+        attention_mask = _put(jnp.asarray(attention_mask, jnp.int32), mesh)
+        if pixel_values is not None:
+            pixel_values = jax.device_put(jnp.asarray(pixel_values), NamedSharding(mesh, P()))
+        params = jax.device_put(params, shardings)
+        return jitted(params, input_ids, attention_mask, pixel_values, grid_key(image_grid_thw))
+
+    return call
+
+
+def sharded_value_and_grad(loss_fn: Callable[..., Any], mesh: Mesh, shardings: Any,
+                           *, has_aux: bool = False, donate_batch: bool = False) -> Callable[..., Any]:
+    """Jitted `(loss[, aux]), grads = f(params, batch)` for the train step, gradients on the params' shardings.
+
+    `loss_fn(params, batch)` returns a scalar (or `(scalar, aux)` with `has_aux`); `batch` is a pytree of
+    arrays whose leading dimension is split over (`data`, `fsdp`) (see `data_shardings`). Static image
+    layouts belong in `loss_fn`'s closure. The shardings of loss and aux are left to XLA's propagation
+    (batch-shaped aux such as per-token log-probs stay batch-sharded; scalars are replicated).
+    """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=has_aux)
+    jitted = {}
+
+    def call(params, batch):
+        batch_shardings = data_shardings(batch, mesh)
+        key = jax.tree_util.tree_structure(batch), tuple(np.shape(x) for x in jax.tree_util.tree_leaves(batch))
+        if key not in jitted:
+            jitted[key] = jax.jit(
+                grad_fn,
+                in_shardings=(shardings, batch_shardings),
+                out_shardings=(None, shardings),
+                donate_argnums=(1,) if donate_batch else (),
+            )
+        return jitted[key](jax.device_put(params, shardings), jax.device_put(batch, batch_shardings))
+
+    return call
+
+
+def _put(array: jax.Array, mesh: Mesh) -> jax.Array:
+    return jax.device_put(array, data_shardings(array, mesh))

@@ -1,0 +1,215 @@
+"""KV-cache sampler against the cache-free model: log-probs, greedy, padding, stops, versions, constraints.
+
+All model checks share one batch shape so the whole file compiles few programs: prompts are left-padded to
+`WIDTH`, and the cache-free reference runs on [B, WIDTH + N] (causal attention makes right-hand tokens
+irrelevant to earlier positions, so one compiled forward serves the argmax loop and teacher forcing alike).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint, sample_logits
+
+N = 10  # max new tokens
+CHUNK = 4
+WIDTH = 32  # prompt_multiple: every prompt below fits, so all batches are [4, 32]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    policy = tiny_policy(seed=0)
+    # Sharpen the random tiny model so greedy paths vary and stop tokens are reachable.
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: x * 4.0 if "embedding" in jax.tree_util.keystr(path) else x, policy.params)
+    return policy.replace_params(params)
+
+
+@pytest.fixture(scope="module")
+def prompts(policy):
+    processor = policy.processor
+    image = np.random.default_rng(0).integers(0, 256, (56, 56, 3), dtype=np.uint8)  # 4 image tokens
+    texts = [processor.encode("<|im_start|>user\nclick OK<|im_end|>\n<|im_start|>assistant\n"),
+             processor.encode("hello"),
+             processor.encode("<|vision_start|><|image_pad|><|vision_end|>go", [image]),
+             processor.encode("a longer prompt, y")]
+    assert max(len(p["input_ids"]) for p in texts) <= WIDTH
+    return texts
+
+
+@pytest.fixture(scope="module")
+def sampler(policy):
+    tok = policy.processor.tokenizer
+    return Sampler(policy.module, policy.config, pad_token_id=tok.pad_token_id, decode_chunk=CHUNK,
+                   prompt_multiple=WIDTH)
+
+
+@pytest.fixture(scope="module")
+def reference_logits(policy, prompts):
+    """Cache-free forward on a left-padded [B, WIDTH + N] batch; returns f(tokens [B, N]) -> logits [B, N, V]
+    predicting each generated position (the logits at the position before it)."""
+    pixels = np.concatenate([p["pixel_values"] for p in prompts if len(p["image_grid_thw"])], 0)
+    grid = np.concatenate([p["image_grid_thw"] for p in prompts if len(p["image_grid_thw"])], 0)
+
+    def logits_for(tokens):
+        ids = np.zeros((len(prompts), WIDTH + N), np.int32)
+        mask = np.zeros_like(ids)
+        for row, prompt in enumerate(prompts):
+            length = len(prompt["input_ids"])
+            ids[row, WIDTH - length:WIDTH] = prompt["input_ids"]
+            ids[row, WIDTH:] = tokens[row]
+            mask[row, WIDTH - length:] = 1
+        logits = np.asarray(policy.logits(ids, mask, pixels, grid))
+        return logits[:, WIDTH - 1:WIDTH - 1 + N]
+
+    return logits_for
+
+
+def _padded(results, pad=0):
+    out = np.full((len(results), N), pad, np.int32)
+    for row, r in enumerate(results):
+        out[row, :len(r.tokens)] = r.tokens
+    return out
+
+
+def _log_softmax(x):
+    return np.asarray(jax.nn.log_softmax(jnp.asarray(x, jnp.float32), axis=-1))
+
+
+def test_sampled_logprobs_equal_teacher_forced(policy, sampler, prompts, reference_logits):
+    results = sampler.generate((policy.params, 7), prompts, SamplingParams(max_new_tokens=N, temperature=1.0), seed=1)
+    tokens = _padded(results)
+    teacher = _log_softmax(reference_logits(tokens))
+    for row, r in enumerate(results):
+        assert len(r.tokens) == N and r.finish_reason == "length"
+        forced = teacher[row, np.arange(N), r.tokens]
+        np.testing.assert_allclose(r.logprobs, forced, atol=1e-5, rtol=0)  # ratio-one invariant
+        np.testing.assert_allclose(r.sampling_logprobs, r.logprobs, atol=1e-6)  # T=1, no truncation
+        assert r.logprobs.dtype == np.float32 and (r.versions == 7).all()
+        np.testing.assert_array_equal(r.prompt_ids, prompts[row]["input_ids"])
+    assert len({tuple(r.tokens) for r in results}) > 1
+
+
+def test_greedy_equals_argmax_loop_without_cache(policy, sampler, prompts, reference_logits):
+    results = sampler.generate((policy.params, 0), prompts, SamplingParams(max_new_tokens=N, temperature=0.0))
+    tokens = np.zeros((len(prompts), N), np.int32)
+    for t in range(N):  # plain argmax loop on the cache-free model, one token at a time
+        tokens[:, t] = reference_logits(tokens)[:, t].argmax(-1)
+    np.testing.assert_array_equal(_padded(results), tokens)
+    assert len(set(tokens.ravel().tolist())) > 2  # not a degenerate constant output
+
+
+def test_left_padding_is_exact(policy, sampler, prompts):
+    """A prompt decodes the same alone as left-padded next to a longer one."""
+    greedy = SamplingParams(max_new_tokens=N, temperature=0.0)
+    together = sampler.generate((policy.params, 0), prompts, greedy)
+    for row in (1, 2):  # a short text prompt and the image prompt
+        alone = sampler.generate((policy.params, 0), [prompts[row]] * 4, greedy)[0]
+        np.testing.assert_array_equal(alone.tokens, together[row].tokens)
+        np.testing.assert_allclose(alone.logprobs, together[row].logprobs, atol=1e-5)
+
+
+def test_stop_tokens_and_stop_strings(policy, sampler, prompts):
+    tokenizer = policy.processor.tokenizer
+    free = sampler.generate((policy.params, 0), prompts, SamplingParams(max_new_tokens=N, temperature=0.0))
+    compiled = dict(sampler.trace_counts)
+    stop = int(free[0].tokens[3])
+    first = int(np.flatnonzero(free[0].tokens == stop)[0])
+    stopped = sampler.generate((policy.params, 0), prompts,
+                               SamplingParams(max_new_tokens=N, temperature=0.0, stop_token_ids=(stop,)))
+    assert stopped[0].finish_reason == "stop_token"
+    np.testing.assert_array_equal(stopped[0].tokens, free[0].tokens[:first + 1])  # the stop token is kept
+    for row in range(1, len(prompts)):
+        hit = np.flatnonzero(free[row].tokens == stop)
+        expected = free[row].tokens if not len(hit) else free[row].tokens[:hit[0] + 1]
+        np.testing.assert_array_equal(stopped[row].tokens, expected)
+    assert sampler.trace_counts == compiled  # stop ids are traced arguments: no recompilation
+
+    text = tokenizer.decode(free[1].tokens)
+    needle = tokenizer.decode(free[1].tokens[5:7])
+    by_string = sampler.generate((policy.params, 0), prompts,
+                                 SamplingParams(max_new_tokens=N, temperature=0.0, stop_strings=(needle,)),
+                                 decode_text=tokenizer.decode)
+    cut = next(n for n in range(1, N + 1) if needle in tokenizer.decode(free[1].tokens[:n]))
+    assert needle in text and by_string[1].finish_reason == "stop_string"
+    np.testing.assert_array_equal(by_string[1].tokens, free[1].tokens[:cut])
+
+
+def test_weight_swap_between_chunks_records_versions(policy, sampler, prompts):
+    other = jax.tree_util.tree_map(lambda x: x * 1.05, policy.params)
+    calls = []
+
+    def weights():  # prefill and the first decode chunk see version 3, later chunks version 4
+        calls.append(len(calls))
+        return (policy.params, 3) if len(calls) <= 2 else (other, 4)
+
+    greedy = SamplingParams(max_new_tokens=N, temperature=0.0)
+    sampler.generate((policy.params, 0), prompts, greedy)  # compiled (if not yet) before counting
+    before = dict(sampler.trace_counts)
+    results = sampler.generate(weights, prompts, greedy)
+    expected = np.array([3] * (1 + CHUNK) + [4] * (N - 1 - CHUNK))
+    for r in results:
+        np.testing.assert_array_equal(r.versions, expected)
+    assert len(calls) == 1 + -(-(N - 1) // CHUNK)
+    assert sampler.trace_counts == before  # params are jit arguments: a swap recompiles nothing
+    swapped_tokens = np.stack([r.tokens for r in results])
+    unswapped = np.stack([r.tokens for r in sampler.generate((policy.params, 3), prompts, greedy)])
+    np.testing.assert_array_equal(swapped_tokens[:, :1 + CHUNK], unswapped[:, :1 + CHUNK])
+
+
+def test_top_k_top_p_temperature(policy, sampler, prompts, reference_logits):
+    sampling = SamplingParams(max_new_tokens=N, temperature=0.7, top_k=5, top_p=0.8)
+    results = sampler.generate((policy.params, 0), prompts, sampling, seed=3)
+    logits = reference_logits(_padded(results))
+    for row, r in enumerate(results):
+        rows = logits[row, np.arange(N)]
+        rank = (rows > rows[np.arange(N), r.tokens][:, None]).sum(-1)
+        assert (rank < 5).all()
+        # the behaviour distribution: top-5, then the smallest set holding 80% of the tempered mass
+        scaled = rows / 0.7
+        kth = np.sort(scaled, -1)[:, -5][:, None]
+        scaled = np.where(scaled >= kth, scaled, -np.inf)
+        order = np.sort(scaled, -1)[:, ::-1]
+        probs = np.exp(_log_softmax(np.where(np.isfinite(order), order, -1e30)))
+        keep = (np.cumsum(probs, -1) - probs) < 0.8
+        threshold = np.where(keep, order, np.inf).min(-1, keepdims=True)
+        behaviour = _log_softmax(np.where(scaled >= threshold, scaled, -1e30))
+        np.testing.assert_allclose(r.sampling_logprobs, behaviour[np.arange(N), r.tokens], atol=1e-4)
+        np.testing.assert_allclose(r.logprobs, _log_softmax(rows)[np.arange(N), r.tokens], atol=1e-5)
+
+
+def test_constrained_decoding_emits_only_allowed_sequences(policy, prompts):
+    tokenizer = policy.processor.tokenizer
+    end = tokenizer.token_to_id("<|im_end|>")
+    actions = ["click(1, 2)", "click(10, 20)", "type(\"ok\")", "go_back()"]
+    sequences = [tokenizer.encode(a).tolist() for a in actions]
+    constraint = TokenConstraint.from_token_sequences(sequences, policy.config.text.vocab_size, end)
+    sampler = Sampler(policy.module, policy.config, pad_token_id=tokenizer.pad_token_id, decode_chunk=CHUNK,
+                      prompt_multiple=WIDTH, constraint=constraint)
+    sampling = SamplingParams(max_new_tokens=16, temperature=1.0, stop_token_ids=(end,))
+    results = sampler.generate((policy.params, 0), prompts * 2, sampling, seed=0)
+    for r in results:
+        assert r.finish_reason == "stop_token"
+        assert tokenizer.decode(r.tokens[:-1]) in actions
+        assert (r.sampling_logprobs >= r.logprobs - 1e-6).all()  # mass renormalised onto the allowed tokens
+
+
+def test_sample_logits_unit():
+    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]], jnp.float32))
+    keys = jax.random.split(jax.random.PRNGKey(0), 200)
+    def draw(sampling):
+        return set(np.asarray(jax.jit(jax.vmap(lambda k: sample_logits(logits, k, sampling)[0][0]))(keys)).tolist())
+
+    assert draw(SamplingParams(1, top_p=0.7)) == {0, 1}  # 0.5 + 0.3 ≥ 0.7
+    assert draw(SamplingParams(1, top_k=1)) == {0}
+    assert draw(SamplingParams(1)) == {0, 1, 2, 3}
+    allowed = jnp.array([[False, False, True, True]])
+    token, logprob, sampling_logprob = sample_logits(logits, keys[0], SamplingParams(1, temperature=0.0), allowed)
+    assert int(token[0]) == 2 and float(logprob[0]) == pytest.approx(np.log(0.15), abs=1e-6)
+    assert float(sampling_logprob[0]) == 0.0
+    with pytest.raises(ValueError, match="allow no token"):
+        TokenConstraint.from_vocab_mask(np.zeros(4, bool))
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(4, top_p=0.0)
