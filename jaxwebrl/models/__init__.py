@@ -1,6 +1,6 @@
 """jaxwebrl.models: Flax Qwen3-VL / Qwen2.5-VL policies, KV cache, rope index, HF import/export."""
 
-from jaxwebrl.models.config import ModelConfig, TextConfig, VisionConfig, tiny_config
+from jaxwebrl.models.config import ModelConfig, TextConfig, VisionConfig, small_config, tiny_config
 from jaxwebrl.models.hf_io import fsdp_shardings, load_pretrained, save_pretrained
 from jaxwebrl.models.kv_cache import init_cache
 from jaxwebrl.models.policy import Policy, init_params, tiny_policy
@@ -12,6 +12,7 @@ __all__ = [
     "TextConfig",
     "VisionConfig",
     "tiny_config",
+    "small_config",
     "init_cache",
     "load_pretrained",
     "save_pretrained",

@@ -266,6 +266,61 @@ def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat:
     Vocabulary and vision token ids come from `jaxwebrl.models.tokenizer.tiny_tokenizer()` (vocab_size
     defaults to its size). Patch 14, merge 2, tied embeddings, DeepStack on the first vision block.
     """
+    text = TextConfig(
+        vocab_size=0,
+        hidden_size=64,
+        intermediate_size=172,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rope_theta=10000.0,
+        mrope_section=(2, 3, 3),
+        max_position_embeddings=4096,
+    )
+    vision = VisionConfig(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        out_hidden_size=64,
+        patch_size=14,
+        num_position_embeddings=64,
+        deepstack_visual_indexes=(0,),
+    )
+    return _with_tiny_tokenizer(text, vision, vocab_size, dtype=dtype, remat=remat)
+
+
+def small_config(vocab_size: int | None = None, *, dtype: str = "float32", remat: bool = False) -> ModelConfig:
+    """A ~50M-parameter Qwen3-VL preset (16 x 512-wide text layers) on the tiny tokenizer, for CPU
+    throughput measurements and quick real-learning runs."""
+    text = TextConfig(
+        vocab_size=0,
+        hidden_size=512,
+        intermediate_size=1536,
+        num_layers=16,
+        num_heads=8,
+        num_kv_heads=4,
+        head_dim=64,
+        rope_theta=10000.0,
+        mrope_section=(8, 12, 12),
+        max_position_embeddings=8192,
+    )
+    vision = VisionConfig(
+        depth=2,
+        hidden_size=128,
+        intermediate_size=256,
+        num_heads=4,
+        out_hidden_size=512,
+        patch_size=14,
+        num_position_embeddings=256,
+        deepstack_visual_indexes=(0,),
+    )
+    return _with_tiny_tokenizer(text, vision, vocab_size, dtype=dtype, remat=remat)
+
+
+def _with_tiny_tokenizer(text: TextConfig, vision: VisionConfig, vocab_size, *, dtype, remat) -> ModelConfig:
+    """A Qwen3-VL config whose vocabulary and vision token ids are the tiny tokenizer's."""
     from jaxwebrl.models.tokenizer import VisionTokenIds, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
@@ -275,30 +330,8 @@ def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat:
     vision_ids = VisionTokenIds.of(tokenizer)
     return ModelConfig(
         model_type="qwen3_vl",
-        text=TextConfig(
-            vocab_size=vocab_size,
-            hidden_size=64,
-            intermediate_size=172,
-            num_layers=2,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=16,
-            rope_theta=10000.0,
-            mrope_section=(2, 3, 3),
-            max_position_embeddings=4096,
-        ),
-        vision=VisionConfig(
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
-            out_hidden_size=64,
-            patch_size=14,
-            temporal_patch_size=2,
-            spatial_merge_size=2,
-            num_position_embeddings=64,
-            deepstack_visual_indexes=(0,),
-        ),
+        text=dataclasses.replace(text, vocab_size=vocab_size),
+        vision=vision,
         image_token_id=vision_ids.image_pad,
         video_token_id=vision_ids.video_pad,
         vision_start_token_id=vision_ids.vision_start,

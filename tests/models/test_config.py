@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxwebrl.models import param_map
-from jaxwebrl.models.config import from_hf_dict, to_hf_dict
+from jaxwebrl.models.config import from_hf_dict, small_config, tiny_config, to_hf_dict
 from jaxwebrl.models.policy import init_params_shapes
 
 # The layout of Qwen/Qwen3-VL-8B-Instruct's config.json (rope_scaling + rope_theta, transformers 4.57 era).
@@ -103,3 +103,11 @@ def test_unsupported_settings_fail_clearly():
         from_hf_dict({**QWEN2_5_VL_7B, "use_sliding_window": True})
     with pytest.raises(ValueError, match="rope_type 'yarn'"):
         from_hf_dict({**QWEN2_5_VL_7B, "rope_scaling": {"type": "yarn", "factor": 4.0}})
+
+
+def test_presets_use_the_tiny_tokenizer_and_have_their_advertised_sizes():
+    tiny, small = tiny_config(), small_config()
+    assert tiny.image_token_id == small.image_token_id and tiny.text.vocab_size == small.text.vocab_size
+    count = lambda c: sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(init_params_shapes(c)))
+    assert count(tiny) < 300_000
+    assert 45e6 < count(small) < 55e6
