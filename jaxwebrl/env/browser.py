@@ -147,7 +147,7 @@ class Browser:
         self.sandboxed = False
         self.sandbox_note = ""
         self.request_guard: RequestGuard | None = None
-        self.busy_s = 0.0  # seconds spent inside WebDriver/CDP calls (benchmarks split browser vs own time)
+        self.busy_s = 0.0  # seconds inside WebDriver/CDP calls and `wait` actions (browser vs caller time)
         self._service = None
         self._tmpdir: str | None = None
         self._uid: int | None = None
@@ -545,7 +545,9 @@ class Browser:
             dy = {"up": -amount, "down": amount}.get(action.direction, 0.0)
             self.scroll(x, y, dx, dy)
         elif kind == "wait":
-            time.sleep(float(action.seconds or 0.0))
+            seconds = float(action.seconds or 0.0)
+            time.sleep(seconds)
+            self.busy_s += seconds  # the page's time, not the caller's
         elif kind == "go_back":
             self.go_back()
         elif kind == "navigate":
