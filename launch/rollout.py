@@ -94,7 +94,9 @@ def make_pool(spec: dict, num_workers: int):
     if _LAUNCHER.value == "ray":
         from jaxwebrl.rollout.ray_launcher import RayWorkerPool
 
-        return RayWorkerPool(spec, num_workers, address=_RAY_ADDRESS.value, first_worker_id=_FIRST_ID.value)
+        local = {} if _RAY_ADDRESS.value else {"include_dashboard": False}  # a Ray of its own on this node
+        return RayWorkerPool(spec, num_workers, address=_RAY_ADDRESS.value, first_worker_id=_FIRST_ID.value,
+                             init_kwargs=local)
     from jaxwebrl.rollout.pool import WorkerPool
 
     return WorkerPool(spec, num_workers, first_worker_id=_FIRST_ID.value)

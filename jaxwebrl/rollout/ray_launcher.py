@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import threading
 import time
 from typing import Any
@@ -85,7 +86,10 @@ class RolloutActor:
             self._worker.stop()
 
     def stats(self) -> dict:
-        return {} if self._worker is None else self._worker.stats.to_dict()
+        """The worker's counters (all zero while it is still being built)."""
+        from jaxwebrl.rollout.worker import WorkerStats
+
+        return (WorkerStats() if self._worker is None else self._worker.stats).to_dict()
 
     def node(self) -> str:
         import socket
@@ -138,7 +142,7 @@ class RayWorkerPool:
             raise RuntimeError("RayWorkerPool already started")
         ray = self._ray = import_ray()
         if not ray.is_initialized():
-            ray.init(address=self.address, **self.init_kwargs)
+            _init_keeping_sigterm(ray, address=self.address, **self.init_kwargs)
             self._owns_ray = True
         options = {"num_cpus": self.num_cpus_per_worker, "max_concurrency": 4, "max_restarts": 0}
         if self.resources:
@@ -267,6 +271,15 @@ class RayWorkerPool:
         self._next_start[worker_id] = time.monotonic() + self._backoff[worker_id]
         log.warning("rollout worker %d %s after %.1f s; replacing it in %.1f s", worker_id, reason, lived,
                     self._backoff[worker_id])
+
+
+def _init_keeping_sigterm(ray, **kwargs) -> None:
+    """`ray.init`, keeping the caller's SIGTERM handler (ray.init replaces it; the trainer's must stop the run)."""
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if on_main_thread else None
+    ray.init(**kwargs)
+    if on_main_thread and previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def pool_for(config, spec: dict[str, Any]):

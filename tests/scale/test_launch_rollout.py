@@ -33,7 +33,10 @@ def count_episodes(path) -> int:
     return len(episodes)
 
 
-def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(tmp_path):
+@pytest.mark.parametrize("launcher", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(launcher, tmp_path):
+    if launcher == "ray":
+        pytest.importorskip("ray", reason='--launcher=ray needs Ray: pip install "ray==2.60.0"')
     config = base_config("toy")
     buffer = buffer_for(config, str(tmp_path))  # what the trainer creates in its workdir
     path = os.path.join(str(tmp_path), "buffer")
@@ -41,7 +44,7 @@ def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(tmp_path):
     backend = ScriptedBackend(toy_oracle_responder(epsilon=0.5), fetch_image=buffer.screenshots.get, version=2)
     with TransportServer(backend, token=token) as server:
         proc = launch(f"--server={server.address}", f"--buffer={path}", "--num_workers=1", "--first_worker_id=7",
-                      token=token)
+                      f"--launcher={launcher}", token=token)
         try:
             deadline = time.monotonic() + 150
             while time.monotonic() < deadline and count_episodes(path) < config.env.group_size:

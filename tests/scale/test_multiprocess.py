@@ -76,14 +76,16 @@ def test_two_processes_match_one_process_on_eight_devices(tmp_path):
     multi = [dict(np.load(os.path.join(out_dir, f"params_{rank}.npz"))) for rank in range(2)]
     assert set(multi[0]) == set(single)
     initial = train_steps.flat(train_steps.tiny_params())
-    moved = 0
+    moved = []
     for key, value in single.items():
         np.testing.assert_array_equal(multi[0][key], multi[1][key])
         # Adam's normalised steps (up to lr = 1e-2 each) amplify float reassociation differences of near-zero
         # gradients between the two layouts; 1e-4 is 1% of one step
         np.testing.assert_allclose(multi[0][key], value, rtol=1e-4, atol=1e-4, err_msg=key)
-        moved += not np.allclose(value, initial[key])
-    assert moved > len(single) // 2  # the steps really trained
+        if not np.allclose(value, initial[key]):
+            moved.append(key)
+    decoder = [key for key in single if key.startswith("['language_model']")]
+    assert decoder and set(decoder) <= set(moved)  # the steps really trained every decoder weight (text-only batch)
 
     # the checkpoint both processes wrote restores onto this process's 8-device mesh, bit for bit
     from jaxwebrl.train.checkpoint import Checkpointer

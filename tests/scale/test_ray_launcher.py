@@ -19,8 +19,15 @@ GROUP = 2
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, log_to_driver=False,
-             configure_logging=False)
+    for attempt in range(3):  # Ray gives its raylet a fixed 30 s to register: a busy 2-core box can miss it
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, log_to_driver=False,
+                     configure_logging=False)
+            break
+        except Exception as exc:  # noqa: BLE001 - "The current node timed out during startup"
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
     yield
     ray.shutdown()
 
@@ -49,7 +56,7 @@ def test_ray_workers_play_real_episodes_over_the_transport(tmp_path, local_ray):
             wait_for(lambda: count_episodes(buffer_path) >= 2 * GROUP, 150, "two groups from the Ray workers")
             pool.raise_if_failed()
             live = pool.stats()
-            assert len(live) == 2 and all(s["episodes"] >= 0 for s in live)
+            assert len(live) == 2 and sum(s["episodes"] for s in live) >= 2 * GROUP
             assert pool.alive() == 2
         assert pool.alive() == 0
     assert backend.requests > 0
