@@ -95,7 +95,7 @@ def test_killed_chromium_raises_env_failure_and_reset_restarts():
 
 @pytest.mark.browser
 def test_hung_page_times_out_and_close_leaves_no_process():
-    browser = Browser(BrowserConfig(viewport=VIEWPORT, command_timeout_s=2.0, unthrottled_frames=True))
+    browser = Browser(BrowserConfig(viewport=VIEWPORT, command_timeout_s=4.0, unthrottled_frames=True))
     pids = browser.process_ids()
     flags = psutil.Process(browser.chromium_pid()).cmdline()
     assert "--disable-frame-rate-limit" in flags and "--disable-background-networking" in flags
