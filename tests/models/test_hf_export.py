@@ -69,6 +69,11 @@ def test_sharded_checkpoint_files_and_bf16_storage(exported, tmp_path):
     ids = np.arange(12)[None]
     diff = np.abs(np.asarray(loaded.logits(ids)) - np.asarray(policy.logits(ids))).max()
     assert 0 < diff < 0.05  # bf16 storage rounds the weights, nothing else changes
+    in_bf16 = load_pretrained(str(tmp_path), dtype="bfloat16", with_processor=False)
+    assert {str(leaf.dtype) for leaf in jax.tree_util.tree_leaves(in_bf16.params)} == {"bfloat16"}
+    logits = in_bf16.logits(ids)
+    assert logits.dtype == jax.numpy.float32
+    assert np.abs(np.asarray(logits) - np.asarray(policy.logits(ids))).max() < 0.1
 
 
 def test_loading_onto_a_mesh_gives_the_same_logits_and_saves_back(exported, tmp_path):
