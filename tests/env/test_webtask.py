@@ -32,6 +32,10 @@ INDEX = """<!doctype html><html><body style="margin:0">
    style="position:absolute;left:0;top:250px;width:200px;height:50px;display:block">new tab</a>
 </body></html>"""
 PAGE2 = "<!doctype html><html><body><h1>Second page</h1></body></html>"
+LONG = """<!doctype html><html><body style="margin:0">
+<div id="dbl" style="height:150px;background:#ccc" ondblclick="this.textContent='double'">single</div>
+<input id="a" style="display:block;height:40px"><input id="b" style="display:block;height:40px">
+<div style="height:3000px"></div><div id="end">end of page</div></body></html>"""
 EVALUATOR_MODULE = '''
 def name_typed(ctx):
     """A pluggable evaluator: succeeds once the name field holds ctx.args['name']."""
@@ -78,6 +82,7 @@ def site(tmp_path_factory, outside):
     root = tmp_path_factory.mktemp("site")
     (root / "index.html").write_text(INDEX.replace("OUTSIDE", outside[0]))
     (root / "page2.html").write_text(PAGE2)
+    (root / "long.html").write_text(LONG)
     server, _, url = _serve(root)
     yield root, url
     server.shutdown()
@@ -189,6 +194,22 @@ def test_allowed_new_tab_opens_in_the_task_tab(site, browser):
     res = env.step(format_action(NEW_TAB))
     assert browser.driver.window_handles == [browser.driver.current_window_handle]
     assert res.terminated and res.reward == 1.0 and res.observation.url.endswith("/page2.html")
+
+
+def test_scroll_double_click_and_keys_act_on_the_page(site, browser):
+    spec = {"task_id": "local/long", "start_url": f"{site[1]}/long.html", "goal": "reach the end", "max_steps": 6,
+            "evaluator": {"type": "js", "expression": "window.scrollY > 1000"}, "viewport": list(VIEWPORT)}
+    env = make_env(spec, browser=browser)
+    env.reset(0)
+    res = env.step(format_action(Action("click", x=500, y=250, clicks=2)))
+    assert env.run_js("return document.getElementById('dbl').textContent") == "double" and not res.done
+    env.step(format_action(Action("type", x=100, y=566, text="one")))  # into #a (y = 150 + 20 px)
+    env.step(format_action(Action("key", keys=("Tab",))))  # focus moves to #b
+    assert env.run_js("return [document.activeElement.id, document.getElementById('a').value]") == ["b", "one"]
+    res = env.step(format_action(Action("scroll", direction="down", amount=600)))
+    assert not res.done and env.run_js("return window.scrollY") >= 500
+    res = env.step(format_action(Action("scroll", x=500, y=500, direction="down", amount=1200)))
+    assert res.terminated and res.reward == 1.0
 
 
 def test_downloads_are_denied(site, browser):
