@@ -68,8 +68,19 @@ def run_episode(env: MiniWobEnv, seed: int) -> dict:
 
 
 # ---- helpers --------------------------------------------------------------------------------------------
-def _quoted(goal: str) -> list[str]:
-    return re.findall(r'"([^"]*)"', goal)
+def _quoted(env: MiniWobEnv, count: int = 1) -> list[str]:
+    """The first `count` "double-quoted" strings of the goal (labels, texts, credentials)."""
+    found = re.findall(r'"([^"]*)"', env.goal)
+    if len(found) < count:
+        raise OracleError(f"{env.task}: expected {count} quoted string(s) in the goal {env.goal!r}")
+    return found[:count]
+
+
+def _goal_match(env: MiniWobEnv, pattern: str) -> re.Match:
+    match = re.search(pattern, env.goal)
+    if not match:
+        raise OracleError(f"{env.task}: goal {env.goal!r} does not match {pattern!r}")
+    return match
 
 
 def _click(env: MiniWobEnv, element) -> Action:
@@ -123,13 +134,13 @@ def click_button_sequence(env: MiniWobEnv) -> Action:
 
 @register("click-button")
 def click_button(env: MiniWobEnv) -> Action:
-    (label,) = _quoted(env.goal)[:1]
+    (label,) = _quoted(env)
     return _click(env, _find(env, "#area button", label))
 
 
 @register("click-link")
 def click_link(env: MiniWobEnv) -> Action:
-    (label,) = _quoted(env.goal)[:1]
+    (label,) = _quoted(env)
     return _click(env, _find(env, "#area .alink", label))
 
 
@@ -140,7 +151,7 @@ def click_dialog(env: MiniWobEnv) -> Action:
 
 @register("click-dialog-2")
 def click_dialog_2(env: MiniWobEnv) -> Action:
-    (label,) = _quoted(env.goal)[:1]
+    (label,) = _quoted(env)
     if label == "x":
         return _click(env, ".ui-dialog-titlebar button.ui-button")
     return _click(env, _find(env, ".ui-dialog-buttonset button", label))
@@ -148,15 +159,13 @@ def click_dialog_2(env: MiniWobEnv) -> Action:
 
 @register("click-tab")
 def click_tab(env: MiniWobEnv) -> Action:
-    match = re.search(r"Tab #(\d+)", env.goal)
-    if not match:
-        raise OracleError(f"click-tab: cannot read the tab number from {env.goal!r}")
-    return _click(env, f'#area ul a[href="#tabs-{match.group(1)}"]')
+    number = _goal_match(env, r"Tab #(\d+)").group(1)
+    return _click(env, f'#area ul a[href="#tabs-{number}"]')
 
 
 @register("click-widget")
 def click_widget(env: MiniWobEnv) -> Action:
-    (kind,) = _quoted(env.goal)[:1]
+    (kind,) = _quoted(env)
     return _click(env, f'#area .widget [data-type="{kind}"]')
 
 
@@ -167,10 +176,8 @@ def focus_text(env: MiniWobEnv) -> Action:
 
 @register("focus-text-2")
 def focus_text_2(env: MiniWobEnv) -> Action:
-    match = re.search(r"the (\d)(?:st|nd|rd|th) input", env.goal)
-    if not match:
-        raise OracleError(f"focus-text-2: cannot read the position from {env.goal!r}")
-    return _click(env, f"#tt{match.group(1)}")
+    position = _goal_match(env, r"the (\d)(?:st|nd|rd|th) input").group(1)
+    return _click(env, f"#tt{position}")
 
 
 def _choose(env: MiniWobEnv, wanted: set[str]) -> Action:
@@ -186,18 +193,12 @@ def _choose(env: MiniWobEnv, wanted: set[str]) -> Action:
 
 @register("click-option")
 def click_option(env: MiniWobEnv) -> Action:
-    match = re.match(r"Select (.*) and click Submit\.", env.goal)
-    if not match:
-        raise OracleError(f"click-option: cannot parse {env.goal!r}")
-    return _choose(env, {match.group(1)})
+    return _choose(env, {_goal_match(env, r"^Select (.*) and click Submit\.").group(1)})
 
 
 @register("click-checkboxes")
 def click_checkboxes(env: MiniWobEnv) -> Action:
-    match = re.match(r"Select (.*) and click Submit\.", env.goal)
-    if not match:
-        raise OracleError(f"click-checkboxes: cannot parse {env.goal!r}")
-    names = match.group(1)
+    names = _goal_match(env, r"^Select (.*) and click Submit\.").group(1)
     return _choose(env, set() if names == "nothing" else set(names.split(", ")))
 
 
@@ -211,26 +212,26 @@ def _fill_then_submit(env: MiniWobEnv, fields: list[tuple[str, str]]) -> Action:
 
 @register("enter-text")
 def enter_text(env: MiniWobEnv) -> Action:
-    (text,) = _quoted(env.goal)[:1]
+    (text,) = _quoted(env)
     return _fill_then_submit(env, [("#tt", text)])
 
 
 @register("enter-text-2")
 def enter_text_2(env: MiniWobEnv) -> Action:
-    (text,) = _quoted(env.goal)[:1]
+    (text,) = _quoted(env)
     target = text.upper() if "upper case" in env.goal else text.lower()
     return _fill_then_submit(env, [("#tt", target)])
 
 
 @register("enter-password")
 def enter_password(env: MiniWobEnv) -> Action:
-    (password,) = _quoted(env.goal)[:1]
+    (password,) = _quoted(env)
     return _fill_then_submit(env, [("#password", password), ("#verify", password)])
 
 
 @register("login-user")
 def login_user(env: MiniWobEnv) -> Action:
-    user, password = _quoted(env.goal)[:2]
+    user, password = _quoted(env, 2)
     return _fill_then_submit(env, [("#username", user), ("#password", password)])
 
 
