@@ -20,7 +20,7 @@ Settings come from a mapping (e.g. a ConfigDict section) and, where a key is uns
 | `local_device_count` | `JAXWEBRL_LOCAL_DEVICE_COUNT` | CPU backend only: fake devices per process (tests) |
 | `auto` | `JAXWEBRL_DISTRIBUTED_AUTO` | `true`: let JAX detect the cluster (TPU pod slice, SLURM, Open MPI) |
 
-On the CPU backend cross-process collectives go through gloo (set before the backend starts).
+Cross-process collectives on CPU devices go through gloo (set before any backend starts).
 """
 
 from __future__ import annotations
@@ -120,8 +120,9 @@ def initialize(config: Mapping[str, Any] | None = None, *, initialization_timeou
         jax.config.update("jax_num_cpu_devices", settings.local_device_count)
     if not settings.multi_process or jax.distributed.is_initialized():
         return settings
-    if _platform_is_cpu():
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # CPU devices need gloo for cross-process collectives; the setting touches only the CPU client (GPU/TPU
+    # hosts keep NCCL/ICI), and it must be set before any backend starts.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if settings.auto:
         jax.distributed.initialize(initialization_timeout=initialization_timeout_s)
     else:
@@ -136,11 +137,6 @@ def shutdown() -> None:
     """Leave the job (all processes should call it at the end); a no-op when not initialized."""
     if jax.distributed.is_initialized():
         jax.distributed.shutdown()
-
-
-def _platform_is_cpu() -> bool:
-    platforms = os.environ.get("JAX_PLATFORMS") or str(jax.config.jax_platforms or "")
-    return platforms.split(",")[0].strip() == "cpu"
 
 
 # ---------------------------------------------------------------------------------------------------------------
