@@ -12,6 +12,7 @@ Log-probs, ratios and the loss are fp32 whatever the compute dtype.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -37,24 +38,37 @@ class UpdateSettings:
     advantage: adv_lib.AdvantageConfig = adv_lib.AdvantageConfig()
 
 
-def make_optimizer(*, lr: float, total_steps: int, schedule: str = "constant", warmup_steps: int = 0,
-                   weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   max_grad_norm: float | None = 1.0, updates_per_step: int = 1):
-    """AdamW with global grad-norm clipping; the schedule counts train steps (`updates_per_step` optax updates each).
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW + global grad-norm clip; the schedule counts train steps of `updates_per_step` optax updates."""
 
-    Returns (optax.GradientTransformation, schedule_fn(optax_count) -> lr).
-    """
-    total_updates = max(1, total_steps * updates_per_step)
-    warmup = warmup_steps * updates_per_step
-    if schedule == "constant":
-        body = optax.constant_schedule(lr)
-    elif schedule == "cosine":
-        body = optax.cosine_decay_schedule(lr, max(1, total_updates - warmup))
+    lr: float
+    total_steps: int
+    schedule: str = "constant"        # "constant" or "cosine"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    max_grad_norm: float | None = 1.0
+    updates_per_step: int = 1
+
+
+@functools.lru_cache(maxsize=None)
+def make_optimizer(config: OptimizerConfig):
+    """(optax.GradientTransformation, lr_fn(optax update count) -> lr); one object per distinct config."""
+    c = config
+    total_updates = max(1, c.total_steps * c.updates_per_step)
+    warmup = c.warmup_steps * c.updates_per_step
+    if c.schedule == "constant":
+        body = optax.constant_schedule(c.lr)
+    elif c.schedule == "cosine":
+        body = optax.cosine_decay_schedule(c.lr, max(1, total_updates - warmup))
     else:
-        raise ValueError(f"train.lr_schedule={schedule!r}: use 'constant' or 'cosine'")
-    lr_fn = optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), body], [warmup]) if warmup else body
-    chain = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
-    chain.append(optax.adamw(lr_fn, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+        raise ValueError(f"train.lr_schedule={c.schedule!r}: use 'constant' or 'cosine'")
+    lr_fn = optax.join_schedules([optax.linear_schedule(0.0, c.lr, warmup), body], [warmup]) if warmup else body
+    chain = [optax.clip_by_global_norm(c.max_grad_norm)] if c.max_grad_norm else []
+    chain.append(optax.adamw(lr_fn, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay))
     return optax.chain(*chain), lr_fn
 
 
@@ -70,43 +84,35 @@ def _masked_mean(x, mask):
     return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
-class Updater:
-    """`updater(params, opt_state, batch) -> (params, opt_state, stats)`; params and opt state are donated."""
+def _forward_logprobs(module, temperature, params, mb, grid):
+    logits, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
+                             pixel_values=mb.get("pixel_values"),
+                             image_grid_thw=None if grid is None else np.asarray(grid, np.int64))
+    return token_logprobs(logits, mb["input_ids"], temperature)
 
-    def __init__(self, module, settings: UpdateSettings, optimizer: optax.GradientTransformation, lr_fn=None):
-        self.module = module
-        self.settings = settings
-        self.optimizer = optimizer
-        self.lr_fn = lr_fn
-        self._loss_fn = losses.get_loss(settings.loss)
-        self._logprobs = jax.jit(self._logprobs_impl, static_argnames=("grid",))
-        self._step = jax.jit(self._step_impl, static_argnames=("grid",), donate_argnums=(0, 1))
-        self._advantages = adv_lib.jitted_token_advantages(settings.advantage)
 
-    # ------------------------------------------------------------------ jitted pieces
-    def _forward_logprobs(self, params, mb, grid):
-        logits, _ = self.module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
-                                      pixel_values=mb.get("pixel_values"),
-                                      image_grid_thw=None if grid is None else np.asarray(grid, np.int64))
-        return token_logprobs(logits, mb["input_ids"], self.settings.temperature)
+@functools.lru_cache(maxsize=None)
+def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfig):
+    """(logprobs_fn, step_fn) jitted once per (module, settings, optimizer): every Updater alike shares them."""
+    optimizer, _ = make_optimizer(optimizer_config)
+    loss_fn = losses.get_loss(settings.loss)
+    loss_kwargs = dict(settings.loss_kwargs)
 
-    def _logprobs_impl(self, params, mb, grid):
-        return self._forward_logprobs(params, mb, grid)
+    def logprobs_fn(params, mb, grid):
+        return _forward_logprobs(module, settings.temperature, params, mb, grid)
 
-    def _step_impl(self, params, opt_state, mb, grid):
-        s = self.settings
+    def step_fn(params, opt_state, mb, grid):
         mask = mb["loss_mask"]
-        behave = mb["behave_logprobs"] if s.use_decoupled_loss else mb["prox_logprobs"]
+        behave = mb["behave_logprobs"] if settings.use_decoupled_loss else mb["prox_logprobs"]
 
         def objective(p):
-            logprobs = self._forward_logprobs(p, mb, grid)
-            loss, stats = self._loss_fn(logprobs, mb["prox_logprobs"], behave, mb["advantages"], mask,
-                                        **dict(s.loss_kwargs))
+            logprobs = _forward_logprobs(module, settings.temperature, p, mb, grid)
+            loss, stats = loss_fn(logprobs, mb["prox_logprobs"], behave, mb["advantages"], mask, **loss_kwargs)
             return loss, (stats, logprobs)
 
         (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(params)
         grad_norm = optax.global_norm(grads)
-        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         logprobs = jax.lax.stop_gradient(logprobs)
         out = {f"loss_stats/{k}": jnp.asarray(v, jnp.float32).mean() for k, v in stats.items()}
@@ -115,6 +121,23 @@ class Updater:
                    behave_approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb["behave_logprobs"]), mask),
                    policy_tokens=mask.sum().astype(jnp.float32))
         return params, opt_state, out
+
+    return (jax.jit(logprobs_fn, static_argnames=("grid",)),
+            jax.jit(step_fn, static_argnames=("grid",), donate_argnums=(0, 1)))
+
+
+class Updater:
+    """`updater(params, opt_state, batch) -> (params, opt_state, stats)`; params and opt state are donated.
+
+    `updater.optimizer.init(params)` makes the optimizer state; `updater.lr_fn(count)` is the schedule.
+    """
+
+    def __init__(self, module, settings: UpdateSettings, optimizer_config: OptimizerConfig):
+        self.module = module
+        self.settings = settings
+        self.optimizer, self.lr_fn = make_optimizer(optimizer_config)
+        self._logprobs, self._step = _compiled(module, settings, optimizer_config)
+        self._advantages = adv_lib.jitted_token_advantages(settings.advantage)
 
     # ------------------------------------------------------------------ host driver
     def __call__(self, params, opt_state, batch: UpdateBatch):

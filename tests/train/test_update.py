@@ -8,7 +8,7 @@ from configs.constT10 import get_config
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import assemble
-from jaxwebrl.train.update import Updater, UpdateSettings, make_optimizer
+from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
 from tests.train.conftest import play_toy
 
 
@@ -25,12 +25,13 @@ def updater(policy):
 
 def updater_for(policy, config):
     a, t = config.actor, config.train
-    tx, lr_fn = make_optimizer(lr=t.lr, total_steps=10, max_grad_norm=t.max_grad_norm,
-                               updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs)
+    optimizer = OptimizerConfig(lr=t.lr, total_steps=10, max_grad_norm=t.max_grad_norm,
+                                updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs)
     settings = UpdateSettings(loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a), use_decoupled_loss=True,
                               n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
                               advantage=rl_config.advantage_config(a, max_new_tokens=64))
-    return Updater(policy.module, settings, tx), tx
+    updater = Updater(policy.module, settings, optimizer)
+    return updater, updater.optimizer
 
 
 def test_update_moves_success_up_and_failure_down(policy, updater, toy_buffer):

@@ -1,0 +1,226 @@
+"""The policy server: batched generation for every rollout worker, with versioned, hot-swapped weights.
+
+It plugs into the transport as its handler (`TransportServer(server.handle, ...)`): each worker request
+(`{"op": "generate", "messages", "image_refs", ...}`, docs/interfaces.md) is queued; a batching thread takes up
+to `max_batch` requests, or whatever arrived within `deadline_ms` of the first, reads their screenshots by
+reference from the ring buffer, applies the processor (chat template + image processor, so tokens and pixels
+agree by construction), and decodes them together with the KV-cache sampler. The reply carries the prompt and
+response tokens, the behaviour log-prob of every sampled token and the policy version that produced it.
+
+`set_weights(params, version)` (the trainer, after each update) swaps the weights between decode chunks of
+`decode_chunk` tokens, so a long generation may span versions and records that per token. `pause()`/`resume()`
+hold new batches back (synchronous mode).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint
+from jaxwebrl.train.config_validation import env_specs
+
+log = logging.getLogger(__name__)
+
+# Constrained decoding of a policy that has never seen the action grammar (the tiny default): the response is
+# exactly "Memory: {}\nAction: <one of these>" + end token. Clicks on a 100-unit grid of the 0-1000 space.
+CLICK_GRID = tuple(f"click({x}, {y})" for y in range(50, 1000, 100) for x in range(50, 1000, 100))
+
+
+def constrained_action_texts(specs: list[str]) -> tuple[str, ...]:
+    """The action texts a constrained policy may emit for these env specs."""
+    from jaxwebrl.env import toy
+
+    texts: list[str] = []
+    if "toy" in specs:
+        texts += toy.ACTION_TEXTS
+    if any(spec != "toy" for spec in specs):
+        texts += [t for t in CLICK_GRID if t not in texts]
+    return tuple(texts)
+
+
+def action_constraint(processor, action_texts, vocab_size: int) -> TokenConstraint:
+    """Token automaton admitting exactly `Memory: {}\nAction: <text>` + end token for each text."""
+    tokenizer = processor.tokenizer
+    sequences = [tokenizer.encode(f"Memory: {{}}\nAction: {text}", add_special_tokens=False).tolist()
+                 for text in action_texts]
+    return TokenConstraint.from_token_sequences(sequences, vocab_size, end_token_id=tokenizer.eos_token_id)
+
+
+class PolicyServer:
+    """Batched, versioned generation (see module docstring)."""
+
+    def __init__(self, policy, buffer, *, max_batch: int = 8, deadline_ms: float = 20.0, decode_chunk: int = 8,
+                 top_k: int = 0, action_texts: tuple[str, ...] | None = None, seed: int = 0):
+        self.policy = policy
+        self.processor = policy.processor
+        self.buffer = buffer
+        self.max_batch = int(max_batch)
+        self.deadline_s = float(deadline_ms) / 1000.0
+        self.decode_chunk = int(decode_chunk)
+        self.top_k = int(top_k)
+        self.action_texts = tuple(action_texts) if action_texts else None
+        self._weights_lock = threading.Lock()
+        self._params, self._version = policy.params, 0
+        self._requests: queue.Queue = queue.Queue()
+        self._running = threading.Event()
+        self._running.set()
+        self._closed = threading.Event()
+        self._rng = np.random.default_rng(seed)
+        self._stats_lock = threading.Lock()
+        self._stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "prompt_tokens": 0, "busy_s": 0.0}
+        self._sampler = self._make_sampler()
+        self._thread = threading.Thread(target=self._serve, name="policy-server", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_config(cls, policy, buffer, config) -> "PolicyServer":
+        r = config.rollout
+        texts = constrained_action_texts(env_specs(config)) if config.model.constrained_actions else None
+        return cls(policy, buffer, max_batch=r.server_max_batch, deadline_ms=r.server_deadline_ms,
+                   decode_chunk=r.decode_chunk, top_k=config.model.top_k, action_texts=texts, seed=config.seed)
+
+    # ------------------------------------------------------------------ trainer side
+    def set_weights(self, params, version: int) -> None:
+        """Publish `params` as policy version `version`; in-flight generations switch at their next chunk."""
+        with self._weights_lock:
+            self._params, self._version = params, int(version)
+
+    def weights(self) -> tuple[Any, int]:
+        with self._weights_lock:
+            return self._params, self._version
+
+    @property
+    def version(self) -> int:
+        return self.weights()[1]
+
+    def pause(self) -> None:
+        """Start no new batch until `resume()` (a batch being decoded finishes)."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stats(self) -> dict:
+        with self._stats_lock:
+            return dict(self._stats, version=self.version)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._running.set()
+        self._thread.join(timeout=30)
+        while True:  # fail whatever is still queued, so no handler thread waits forever
+            try:
+                _, future = self._requests.get_nowait()
+            except queue.Empty:
+                break
+            future.set_exception(RuntimeError("policy server closed"))
+
+    # ------------------------------------------------------------------ transport side
+    def handle(self, request: dict) -> dict:
+        """Transport handler: one generate request -> its reply (blocks until its batch is decoded)."""
+        if request.get("op") != "generate":
+            raise ValueError(f"policy server serves op 'generate' only, got {request.get('op')!r}")
+        if self._closed.is_set():
+            raise RuntimeError("policy server closed")
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._requests.put((request, future))
+        return future.result()
+
+    # ------------------------------------------------------------------ batching thread
+    def _next_batch(self) -> list:
+        while not self._closed.is_set():
+            self._running.wait()
+            try:
+                first = self._requests.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            batch = [first]
+            deadline = time.monotonic() + self.deadline_s
+            while len(batch) < self.max_batch:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    batch.append(self._requests.get(timeout=remaining))
+                except queue.Empty:
+                    break
+            self._running.wait()  # paused while filling: hold the batch until resumed
+            return batch
+        return []
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            batch = self._next_batch()
+            if not batch:
+                continue
+            start = time.monotonic()
+            try:
+                replies = self._generate([request for request, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - every waiting worker must hear about it
+                log.exception("policy server batch of %d failed", len(batch))
+                for _, future in batch:
+                    future.set_exception(exc)
+                continue
+            for (_, future), reply in zip(batch, replies):
+                future.set_result(reply)
+            with self._stats_lock:
+                self._stats["requests"] += len(batch)
+                self._stats["batches"] += 1
+                self._stats["busy_s"] += time.monotonic() - start
+                for reply in replies:
+                    policy_tokens = int(reply["loss_mask"].sum())
+                    self._stats["generated_tokens"] += policy_tokens
+                    self._stats["prompt_tokens"] += len(reply["loss_mask"]) - policy_tokens
+
+    def _make_sampler(self) -> Sampler:
+        tokenizer = self.processor.tokenizer
+        constraint = None
+        if self.action_texts:
+            constraint = action_constraint(self.processor, self.action_texts, self.policy.config.text.vocab_size)
+        return Sampler(self.policy.module, self.policy.config, pad_token_id=tokenizer.pad_token_id or 0,
+                       decode_chunk=self.decode_chunk, batch_multiple=min(4, self.max_batch), constraint=constraint)
+
+    def _encode(self, request: dict) -> dict:
+        refs = np.asarray(request["image_refs"], np.int64).reshape(-1)
+        images = [self.buffer.screenshots.get(int(r)) for r in refs]
+        return self.processor(request["messages"], images)
+
+    def _generate(self, requests: list[dict]) -> list[dict]:
+        """Replies for `requests`, decoded together per distinct sampling setting (usually one)."""
+        replies: list[dict | None] = [None] * len(requests)
+        by_setting: dict[tuple, list[int]] = {}
+        for i, request in enumerate(requests):
+            key = (int(request["max_new_tokens"]), float(request.get("temperature", 1.0)),
+                   float(request.get("top_p", 1.0)))
+            by_setting.setdefault(key, []).append(i)
+        eos = self.processor.tokenizer.eos_token_id
+        for (max_new_tokens, temperature, top_p), members in by_setting.items():
+            prompts = [self._encode(requests[i]) for i in members]
+            sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=self.top_k,
+                                      top_p=top_p, stop_token_ids=() if eos is None else (eos,))
+            seed = int(self._rng.integers(2**31 - 1))
+            results = self._sampler.generate(self.weights, prompts, sampling, seed=seed)
+            for i, result in zip(members, results):
+                replies[i] = self._reply(result)
+        return replies
+
+    def _reply(self, result) -> dict:
+        """Prompt + response tokens. behave_logprobs are the policy's own log-probs of the sampled tokens
+        (temperature 1, no truncation or constraint: what the trainer recomputes, so the ratio is exactly one
+        for unchanged weights); versions are the weights version that produced each token."""
+        prompt, tokens = result.prompt_ids, result.tokens
+        n_prompt, n = len(prompt), len(tokens)
+        return {
+            "text": self.processor.decode(tokens, skip_special_tokens=True),
+            "input_ids": np.concatenate([prompt, tokens]).astype(np.int32),
+            "loss_mask": np.concatenate([np.zeros(n_prompt, np.int8), np.ones(n, np.int8)]),
+            "behave_logprobs": np.concatenate([np.zeros(n_prompt, np.float32), result.logprobs.astype(np.float32)]),
+            "versions": np.concatenate([np.full(n_prompt, -1, np.int32), result.versions.astype(np.int32)]),
+        }

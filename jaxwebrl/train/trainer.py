@@ -1,0 +1,238 @@
+"""The trainer loop: read the ring buffer, gather a filtered batch, update, publish weights v+1, checkpoint, log.
+
+Asynchronous mode (the paper): rollout workers never wait; the trainer trains as soon as `consumer_batch_size`
+fresh trajectories are there, and episodes older than `max_head_offpolicyness` versions are dropped.
+Synchronous mode (the baseline): the policy server is paused while the trainer updates, so rollout and
+training alternate.
+
+Exactly-once across restarts: the checkpoint stores a buffer cursor from which re-reading yields every episode
+not yet trained or dropped, plus the ids of those already consumed after that cursor; a restarted trainer reads
+from there and skips the consumed ones, so no episode is trained twice and none is skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Callable, Protocol
+
+import jax
+import numpy as np
+
+from jaxwebrl.train import rl_config
+from jaxwebrl.train.assembly import assemble
+from jaxwebrl.train.checkpoint import Checkpointer
+from jaxwebrl.train.dynamic_sampling import BatchGatherer, episode_scalar
+from jaxwebrl.train.ledger import ReadLedger
+from jaxwebrl.train.metrics import MetricsWriter
+from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
+
+log = logging.getLogger(__name__)
+
+
+class WeightSink(Protocol):
+    """Where new weights go (the policy server): `set_weights(params, version)`; optional pause/resume."""
+
+    def set_weights(self, params, version: int) -> None: ...
+
+
+@dataclasses.dataclass
+class TrainState:
+    params: object
+    opt_state: object
+    step: int
+    version: int
+    rng: jax.Array
+
+
+class Trainer:
+    """Owns the train state and the loop (see module docstring)."""
+
+    def __init__(self, config, workdir: str, *, policy, buffer, weight_sink: WeightSink,
+                 rollout_stats: Callable[[], dict] | None = None):
+        self.config = config
+        self.workdir = workdir
+        self.policy = policy
+        self.buffer = buffer
+        self.sink = weight_sink
+        self.rollout_stats = rollout_stats or (lambda: {})
+        t, a = config.train, config.actor
+        optimizer_config = OptimizerConfig(
+            lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
+            weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps, max_grad_norm=t.max_grad_norm,
+            updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs)
+        self.settings = UpdateSettings(
+            loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a), use_decoupled_loss=a.use_decoupled_loss,
+            n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs, temperature=1.0,  # = the sampler's behave_logprobs
+            advantage=rl_config.advantage_config(a, max_new_tokens=config.model.max_new_tokens))
+        self.updater = Updater(policy.module, self.settings, optimizer_config)
+        self.optimizer, self.lr_fn = self.updater.optimizer, self.updater.lr_fn
+        self.gatherer = BatchGatherer(group_size=config.env.group_size, consumer_batch_size=t.consumer_batch_size,
+                                      max_head_offpolicyness=config.rollout.max_head_offpolicyness,
+                                      dynamic_sampling=t.dynamic_sampling)
+        c = config.checkpoint
+        self.checkpointer = Checkpointer(f"{workdir}/checkpoints", keep=c.keep, keep_best=c.keep_best,
+                                         best_metric=c.best_metric, async_save=c.async_save)
+        self.state = self._restore_or_init()
+        self.ledger = ReadLedger(self._resume["cursor"], self._resume["consumed"])
+        self.metrics = MetricsWriter(workdir, total_steps=t.max_steps, tensorboard=config.metrics.tensorboard,
+                                     wandb_project=config.metrics.wandb_project,
+                                     wandb_entity=config.metrics.wandb_entity,
+                                     progress_bar=config.metrics.progress_bar, config=config.to_dict(),
+                                     start_step=self.state.step)
+        self._t0 = time.monotonic()
+        self._idle_s = 0.0
+        self._trained_trajectories = 0
+        self.trained_episode_ids: list[int] = []   # this process's, in training order
+        self.sink.set_weights(_copy(self.state.params), self.state.version)
+
+    # ------------------------------------------------------------------ state
+    def _restore_or_init(self) -> TrainState:
+        params = _copy(self.policy.params)  # the update donates its params; the policy's own stay intact
+        opt_state = self.optimizer.init(params)
+        rng = jax.random.key(self.config.seed)
+        self._resume = {"cursor": None, "consumed": []}
+        source = self.checkpointer
+        if self.checkpointer.latest_step() is None and self.config.checkpoint.restore_from:
+            source = Checkpointer(self.config.checkpoint.restore_from, async_save=False)
+        if source.latest_step() is None:
+            return TrainState(params, opt_state, 0, 0, rng)
+        params, opt_state, rng, meta = source.restore(params=params, opt_state=opt_state, rng=rng)
+        if source is self.checkpointer:  # our own run: continue its data stream exactly
+            self._resume = {"cursor": meta["buffer_cursor"], "consumed": meta["consumed_episode_ids"]}
+        log.info("resumed from %s step %d (policy version %d)", source.directory, meta["step"], meta["policy_version"])
+        return TrainState(params, opt_state, int(meta["step"]), int(meta["policy_version"]), rng)
+
+    def save(self, metrics: dict | None = None) -> None:
+        point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()))
+        meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
+                "consumed_episode_ids": point["consumed"]}
+        self.checkpointer.save(self.state.step, params=self.state.params, opt_state=self.state.opt_state,
+                               rng=self.state.rng, meta=meta, metrics=metrics)
+
+    # ------------------------------------------------------------------ loop
+    def poll(self) -> None:
+        """Read newly committed whole groups from the buffer into the gatherer."""
+        before = self.ledger.cursor
+        episodes, after = self.buffer.read(before, group_size=self.config.env.group_size)
+        self.gatherer.add(self.ledger.record(before, after, episodes))
+
+    def next_batch(self, stop: Callable[[], bool]) -> list[dict] | None:
+        """Block (polling) until a batch is ready or `stop()`; idle time is counted."""
+        start = time.monotonic()
+        try:
+            while not stop():
+                self.poll()
+                batch = self.gatherer.pop_batch(self.state.version)
+                if batch is not None:
+                    return batch
+                time.sleep(self.config.train.idle_sleep_s)
+            return None
+        finally:
+            self._idle_s += time.monotonic() - start
+
+    def train_step(self, episodes: list[dict]) -> dict:
+        """One optimizer step on `episodes`; publishes version v+1; returns the step's metrics."""
+        sync = self.config.rollout.mode == "sync"
+        if sync and hasattr(self.sink, "pause"):
+            self.sink.pause()
+        try:
+            staleness = self.gatherer.staleness(episodes, self.state.version)
+            batch, rows = assemble(episodes, screenshots=self.buffer.screenshots,
+                                   image_processor=self.policy.processor.image_processor,
+                                   n_minibatches=self.settings.n_minibatches,
+                                   max_seq_len=self.config.buffer.max_seq_len)
+            lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
+            params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch)
+            self.state.params, self.state.opt_state = params, opt_state
+            self.state.step += 1
+            self.state.version += 1
+            self.state.rng = jax.random.fold_in(self.state.rng, self.state.step)
+            self.sink.set_weights(_copy(params), self.state.version)
+        finally:
+            if sync and hasattr(self.sink, "resume"):
+                self.sink.resume()
+        self._trained_trajectories += len(episodes)
+        self.trained_episode_ids.extend(int(episode_scalar(e, "episode_id")) for e in episodes)
+        return self._step_metrics(episodes, rows, batch, stats, staleness, lr)
+
+    def run(self, stop: Callable[[], bool] = lambda: False) -> int:
+        """Train until `train.max_steps` or `stop()`; returns the number of steps taken in this call."""
+        taken = 0
+        try:
+            while self.state.step < self.config.train.max_steps and not stop():
+                episodes = self.next_batch(stop)
+                if episodes is None:
+                    break
+                scalars, histograms = self.train_step(episodes)
+                taken += 1
+                self.metrics.write(self.state.step, scalars, histograms)
+                if not np.isfinite(scalars["ppo_actor/update/actor_loss/avg"]):
+                    raise FloatingPointError(f"actor loss is {scalars['ppo_actor/update/actor_loss/avg']} at step "
+                                             f"{self.state.step}: lower train.lr or check the batch")
+                if self.state.step % self.config.checkpoint.save_every_steps == 0 or \
+                        self.state.step >= self.config.train.max_steps:
+                    self.save(scalars)
+        finally:
+            self.close()
+        return taken
+
+    def close(self) -> None:
+        self.checkpointer.close()
+        self.metrics.close()
+
+    # ------------------------------------------------------------------ metrics
+    def _step_metrics(self, episodes, rows, batch, stats, staleness, lr):
+        rewards = np.array([float(episode_scalar(e, "reward")) for e in episodes])
+        steps = np.array([len(e["input_ids"]) for e in episodes])
+        success = rewards > 0
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        memory = [float(np.mean(e["memory_chars"])) for e in episodes if "memory_chars" in e]
+        counts = self.gatherer.counts
+        rollout = self.rollout_stats()
+        loss_stats = {k.split("/", 1)[1]: v for k, v in stats.items() if k.startswith("loss_stats/")}
+        scalars = {
+            "rollout/reward": float(rewards.mean()),
+            "rollout/success_rate": float(success.mean()),
+            "rollout/steps_success/avg": float(steps[success].mean()) if success.any() else float("nan"),
+            "rollout/steps_failure/avg": float(steps[~success].mean()) if (~success).any() else float("nan"),
+            "rollout/memory_chars/avg": float(np.mean(memory)) if memory else float("nan"),
+            "rollout/env_failed": counts.env_failed,
+            "rollout/dropped_stale": counts.dropped_stale,
+            "rollout/dropped_uniform_groups": counts.dropped_uniform_groups,
+            "rollout/episodes_seen": counts.episodes_seen,
+            "rollout/staleness/mean": float(np.mean(staleness)),
+            "rollout/staleness/max": float(np.max(staleness)),
+            "ppo_actor/final_reward/avg": stats["final_reward"],
+            "ppo_actor/advantages/avg": stats["advantages"],
+            "ppo_actor/update/actor_loss/avg": stats["actor_loss"],
+            "ppo_actor/update/approx_kl_abs/avg": stats["approx_kl_abs"],
+            "ppo_actor/update/behave_approx_kl_abs/avg": stats["behave_approx_kl_abs"],
+            "ppo_actor/behave_cap_ratio": loss_stats.get("behave_cap_ratio", 0.0),
+            "ppo_actor/update/clip_ratio/avg": loss_stats.get("clip_ratio", 0.0),
+            "ppo_actor/update/dual_clip_ratio/avg": loss_stats.get("dual_clip_ratio", 0.0),
+            "ppo_actor/update/grad_norm": stats["grad_norm"],
+            "ppo_actor/update/lr": lr,
+            "ppo_actor/update/policy_tokens": stats["policy_tokens"],
+            "ppo_actor/rows": batch.num_real_rows,
+            "ppo_actor/trajectories": len(episodes),
+            "throughput/trajectories_per_hour": self._trained_trajectories / elapsed * 3600.0,
+            "throughput/tokens_per_s": float(rollout.get("generated_tokens", 0)) / elapsed,
+            "trainer/idle_fraction": self._idle_s / elapsed,
+            "policy/version": self.state.version,
+        }
+        lags = np.asarray(staleness)
+        top = min(self.config.rollout.max_head_offpolicyness, 4)
+        for k in range(top + 1):
+            scalars[f"rollout/staleness/hist_{k}"] = int(np.sum(lags == k))
+        if top < self.config.rollout.max_head_offpolicyness:
+            scalars[f"rollout/staleness/hist_gt{top}"] = int(np.sum(lags > top))
+        for key, value in loss_stats.items():
+            scalars.setdefault(f"ppo_actor/update/{key}/avg", value)
+        return scalars, {"rollout/staleness": list(staleness), "rollout/steps": steps.tolist()}
+
+
+def _copy(params):
+    """A copy of the params for the policy server (the update donates its own buffers)."""
+    return jax.tree.map(lambda x: x.copy(), params)
