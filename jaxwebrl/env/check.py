@@ -1,6 +1,8 @@
-"""Doctor: `python -m jaxwebrl.env.check` starts Chromium, lets the scripted oracles play MiniWoB++ tasks, and
-prints one JSON object (versions, sandbox state, success rate per task, timings per reset/screenshot/action).
-Exits 1 when the browser cannot start or the overall success rate is below --threshold.
+"""Doctor: `python -m jaxwebrl.env.check` starts Chromium, checks that the navigation allowlist holds (a loopback
+task page whose image and a navigate point outside it), lets the scripted oracles play MiniWoB++ tasks, and
+prints one JSON object (versions, sandbox state, allowlist result, success rate per task, timings per
+reset/screenshot/action). Exits 1 when the browser cannot start, the allowlist leaks, or the overall success
+rate is below --threshold.
 
     python -m jaxwebrl.env.check                          # every task with an oracle, 3 episodes each
     python -m jaxwebrl.env.check --tasks click-test,login-user --episodes 5
@@ -23,6 +25,58 @@ def _stats_ms(seconds: list[float]) -> dict:
     ms = np.asarray(seconds) * 1e3
     return {"count": int(ms.size), "mean": round(float(ms.mean()), 2), "p50": round(float(np.percentile(ms, 50)), 2),
             "p90": round(float(np.percentile(ms, 90)), 2), "max": round(float(ms.max()), 2)}
+
+
+def serve_directory(root: str):
+    """A quiet http.server on 127.0.0.1 (a free port) in a daemon thread; returns (server, base URL, paths seen)."""
+    import functools
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            seen.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=root))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}", seen
+
+
+def allowlist_check(browser) -> dict:
+    """Serve a task page and an 'outside' site on loopback; the page embeds an image from outside and the agent
+    tries to navigate there. Enforced when the page works, both are refused and outside sees no request."""
+    import tempfile
+
+    from jaxwebrl.env.actions import Action, format_action
+    from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
+
+    with tempfile.TemporaryDirectory() as task_dir, tempfile.TemporaryDirectory() as outside_dir:
+        outside, outside_url, outside_seen = serve_directory(outside_dir)
+        with open(os.path.join(task_dir, "index.html"), "w") as f:
+            f.write(f'<!doctype html><title>ok</title><img src="{outside_url}/pixel.png">')
+        site, site_url, _ = serve_directory(task_dir)
+        try:
+            width, height = browser.config.viewport
+            env = WebTaskEnv(WebTaskSpec.from_dict({
+                "task_id": "doctor/allowlist", "start_url": f"{site_url}/index.html", "goal": "stay", "max_steps": 2,
+                "evaluator": {"type": "js", "expression": "document.title === 'ok'"}, "viewport": [width, height]}),
+                browser=browser)
+            env.reset(0)
+            refused = env.step(format_action(Action("navigate", text=f"{outside_url}/evil.html")))
+            guard = browser.request_guard
+            result = {"page_works": refused.reward == 1.0,
+                      "navigate_refused": bool(refused.info["action_error"]),
+                      "subresource_blocked": guard is not None and f"{outside_url}/pixel.png" in guard.blocked,
+                      "outside_requests": len(outside_seen)}
+        finally:
+            for server in (site, outside):
+                server.shutdown()
+                server.server_close()
+    result["enforced"] = (result["page_works"] and result["navigate_refused"] and result["subresource_blocked"]
+                          and result["outside_requests"] == 0)
+    return result
 
 
 def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] | None) -> dict:
@@ -49,6 +103,14 @@ def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] 
     timings: dict[str, list[float]] = {"reset": [], "screenshot": [], "action": []}
     solved = total = 0
     try:
+        try:
+            report["allowlist"] = allowlist_check(browser)
+            if not report["allowlist"]["enforced"]:
+                report["errors"].append(f"navigation allowlist not enforced: {report['allowlist']}")
+        except Exception as exc:  # noqa: BLE001 - reported, and the task checks still run
+            report["errors"].append(f"allowlist check failed: {type(exc).__name__}: {exc}")
+            if not browser.alive:
+                browser.restart()
         for task in tasks:
             env = MiniWobEnv(task, browser=browser, screenshot_size=screenshot_size)
             results = []

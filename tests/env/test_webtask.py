@@ -1,12 +1,9 @@
 """JSON web-task specs in real headless Chromium, served from a local http.server: every evaluator kind,
 the navigation allowlist (agent navigate and page-initiated), spec validation, file:// tasks."""
 
-import functools
-import http.server
 import json
 import os
 import re
-import threading
 import time
 
 import pytest
@@ -14,6 +11,7 @@ import pytest
 from jaxwebrl.env.actions import Action, format_action
 from jaxwebrl.env.base import make_env
 from jaxwebrl.env.browser import Browser, BrowserConfig
+from jaxwebrl.env.check import serve_directory
 from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
 
 pytestmark = pytest.mark.browser
@@ -50,28 +48,12 @@ AWAY = Action("click", x=750, y=500)
 NEW_TAB = Action("click", x=250, y=916)
 
 
-class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves a folder and records every path asked for (to prove blocked requests never arrive)."""
-
-    requests: list
-
-    def log_message(self, *args):
-        self.requests.append(self.path)
-
-
-def _serve(root):
-    handler = type("Handler", (_RecordingHandler,), {"requests": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, handler.requests, f"http://127.0.0.1:{server.server_address[1]}"
-
-
 @pytest.fixture(scope="module")
 def outside(tmp_path_factory):
     """A second local server that no task allows: it must never see a request."""
     root = tmp_path_factory.mktemp("outside")
     (root / "evil.html").write_text("<p>evil</p>")
-    server, requests, url = _serve(root)
+    server, url, requests = serve_directory(str(root))
     yield url, requests
     server.shutdown()
     server.server_close()
@@ -83,7 +65,7 @@ def site(tmp_path_factory, outside):
     (root / "index.html").write_text(INDEX.replace("OUTSIDE", outside[0]))
     (root / "page2.html").write_text(PAGE2)
     (root / "long.html").write_text(LONG)
-    server, _, url = _serve(root)
+    server, url, _ = serve_directory(str(root))
     yield root, url
     server.shutdown()
     server.server_close()
