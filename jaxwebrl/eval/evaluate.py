@@ -133,6 +133,8 @@ def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int =
     if not tasks or not seeds:
         raise ValueError("evaluation needs at least one task and one seed")
     jobs = [(task, seed) for task in tasks for seed in seeds]
+    config = config.copy_and_resolve_references()
+    config.env.tasks = ",".join(tasks)   # the policy server's action constraint follows the evaluated tasks
     info = dict(policy_info or {})
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jaxwebrl-eval-") as scratch:

@@ -1,0 +1,53 @@
+"""launch/eval.py's path with the real policy server and sampler: the tiny policy on the toy env and on one
+MiniWoB++ task in real headless Chromium, initial and trained-checkpoint policies."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+from jaxwebrl.eval.evaluate import DEFAULT_SEED_START, evaluate
+from jaxwebrl.eval.policies import load_policy
+from tests.eval.trained import toy_config, write_trained_checkpoint
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_trained_checkpoint_on_toy_through_policy_server(tmp_path):
+    config, _ = write_trained_checkpoint(str(tmp_path / "run"))
+    policy, info = load_policy(config, str(tmp_path / "run"))
+    report = evaluate(config, policy, seeds=range(DEFAULT_SEED_START, DEFAULT_SEED_START + 4), episodes_per_seed=2,
+                      num_workers=2, temperature=0.0, policy_info=info, out_dir=str(tmp_path / "eval"))
+    assert set(report["tasks"]) == {"toy/A", "toy/B", "toy/C", "toy/D"}
+    assert report["overall"]["episodes"] == 8 and report["overall"]["env_failed"] == 0
+    assert report["policy"]["policy_version"] == 7 and report["setup"]["temperature"] == 0.0
+    for row in report["episodes"]:
+        assert row["steps"] == 3                      # the toy always plays its three turns
+    # greedy decoding of one policy on one instance is deterministic: both episodes of a seed agree
+    by_seed = {}
+    for row in report["episodes"]:
+        by_seed.setdefault(row["seed"], set()).add(row["reward"])
+    assert all(len(rewards) == 1 for rewards in by_seed.values())
+    assert (tmp_path / "eval" / "eval.md").read_text().startswith("| Policy | Easy | Avg |")
+
+
+def test_launch_eval_initial_policy_on_miniwob_in_chromium(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    out = subprocess.run(
+        [sys.executable, str(REPO / "launch" / "eval.py"), "--config=configs/constT10.py", "--policy=initial",
+         "--tasks=miniwob/click-test", "--num_seeds=2", "--num_workers=2", f"--out_dir={tmp_path}",
+         "--config.env.max_episode_steps=2"],
+        capture_output=True, text=True, env=env, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "eval.json").read_text())
+    task = report["tasks"]["miniwob/click-test"]
+    assert task["split"] == "easy" and task["episodes"] == 2 and task["env_failed"] == 0
+    steps = [r["steps"] for r in report["episodes"]]
+    assert all(1 <= s <= 2 for s in steps)
+    rate = task["invalid_action_rate"]
+    assert rate is not None and 0.0 <= rate <= 1.0
+    assert np.isfinite(report["overall"]["memory_chars"])
+    assert "| miniwob/click-test | easy | 2 |" in out.stdout
