@@ -37,6 +37,7 @@ EXTRAS = {
         "nbformat==5.11.1",
         "ipykernel==7.4.0",
         "matplotlib==3.11.2",
+        "ray==2.60.0",
     ],
     "notebooks": ["matplotlib==3.11.2", "nbclient==0.11.0", "nbformat==5.11.1", "ipykernel==7.4.0"],
     "ray": ["ray==2.60.0"],
