@@ -16,9 +16,9 @@ ratio = exp(recomputed − logprobs) is exactly one for unchanged weights. Tempe
 constraint change the distribution tokens are actually drawn from; `sampling_logprobs` is the log-prob under
 that distribution (0 for greedy), for exact importance weights when they are used.
 
-Constrained decoding: a `TokenConstraint` is a token-level automaton (`allowed [S, V]`, `next_state [S, V]`):
-at each step a row may only sample tokens its state allows. `TokenConstraint.from_vocab_mask` is the one-state
-case; `TokenConstraint.from_token_sequences` admits exactly a finite set of token sequences (well-formed actions).
+Constrained decoding: a `TokenConstraint` (jaxwebrl/models/constraints.py) is a token-level automaton
+(`allowed [S, V]`, `next_state [S, V]`): at each step a row may only sample tokens its state allows. It is
+built from a vocabulary mask, a finite set of token sequences, or a regex over the text (well-formed actions).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwebrl.models import kv_cache
+from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.parallel import partition
 from jaxwebrl.parallel.mesh import batch_divisor
 
@@ -65,63 +66,6 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenConstraint:
-    """Token automaton: `allowed [S, V] bool` (tokens a row in state s may sample), `next_state [S, V] int32`.
-
-    Rows start in `initial_state`. Disallowed tokens get probability zero before temperature/top-k/top-p.
-    """
-
-    allowed: np.ndarray
-    next_state: np.ndarray
-    initial_state: int = 0
-
-    def __post_init__(self):
-        if self.allowed.shape != self.next_state.shape or self.allowed.ndim != 2:
-            raise ValueError(f"allowed {self.allowed.shape} and next_state {self.next_state.shape} must both be [S, V]")
-        if not self.allowed.any(axis=1).all():
-            dead = np.flatnonzero(~self.allowed.any(axis=1)).tolist()
-            raise ValueError(f"constraint states {dead} allow no token: every state needs at least one (e.g. an end token)")
-
-    @classmethod
-    def from_vocab_mask(cls, allowed: np.ndarray) -> "TokenConstraint":
-        """One state: only tokens with `allowed[v]` are ever sampled."""
-        allowed = np.asarray(allowed, bool).reshape(1, -1)
-        return cls(allowed, np.zeros(allowed.shape, np.int32), 0)
-
-    @classmethod
-    def from_token_sequences(cls, sequences: Sequence[Sequence[int]], vocab_size: int, end_token_id: int,
-                             after_end: Sequence[int] | None = None) -> "TokenConstraint":
-        """Admits exactly `seq + [end_token_id]` for each of `sequences` (a trie). After the end token, the
-        row may only emit `after_end` tokens (default: the end token again; a stop token ends it anyway)."""
-        if not sequences:
-            raise ValueError("from_token_sequences needs at least one sequence")
-        children: list[dict[int, int]] = [{}]
-        terminal = [False]
-        for seq in sequences:
-            node = 0
-            for token in seq:
-                if not 0 <= int(token) < vocab_size:
-                    raise ValueError(f"token {token} of sequence {list(seq)} is outside the vocabulary [0, {vocab_size})")
-                if int(token) not in children[node]:
-                    children[node][int(token)] = len(children)
-                    children.append({})
-                    terminal.append(False)
-                node = children[node][int(token)]
-            terminal[node] = True
-        done_state = len(children)
-        allowed = np.zeros((done_state + 1, vocab_size), bool)
-        next_state = np.full((done_state + 1, vocab_size), done_state, np.int32)
-        for node, kids in enumerate(children):
-            for token, child in kids.items():
-                allowed[node, token] = True
-                next_state[node, token] = child
-            if terminal[node]:
-                allowed[node, end_token_id] = True
-        allowed[done_state, list(after_end) if after_end is not None else [end_token_id]] = True
-        return cls(allowed, next_state, 0)
 
 
 @dataclasses.dataclass

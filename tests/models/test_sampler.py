@@ -5,6 +5,8 @@ All model checks share one batch shape so the whole file compiles few programs: 
 irrelevant to earlier positions, so one compiled forward serves the argmax loop and teacher forcing alike).
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -180,20 +182,55 @@ def test_top_k_top_p_temperature(policy, sampler, prompts, reference_logits):
         np.testing.assert_allclose(r.logprobs, _log_softmax(rows)[np.arange(N), r.tokens], atol=1e-5)
 
 
-def test_constrained_decoding_emits_only_allowed_sequences(policy, prompts):
+ACTION_PATTERN = r'click\((\d{1,3}), (\d{1,3})\)|go_back\(\)|type\("[a-z ]{1,8}"\)'
+
+
+def _token_strings(tokenizer):
+    return [tokenizer.decode([v]) if v < 256 else None for v in range(tokenizer.vocab_size)]
+
+
+def test_constrained_decoding_emits_only_well_formed_actions(policy, prompts):
     tokenizer = policy.processor.tokenizer
     end = tokenizer.token_to_id("<|im_end|>")
-    actions = ["click(1, 2)", "click(10, 20)", "type(\"ok\")", "go_back()"]
-    sequences = [tokenizer.encode(a).tolist() for a in actions]
-    constraint = TokenConstraint.from_token_sequences(sequences, policy.config.text.vocab_size, end)
+    constraint = TokenConstraint.from_regex(ACTION_PATTERN, _token_strings(tokenizer), end)
     sampler = Sampler(policy.module, policy.config, pad_token_id=tokenizer.pad_token_id, decode_chunk=CHUNK,
                       prompt_multiple=WIDTH, constraint=constraint)
-    sampling = SamplingParams(max_new_tokens=16, temperature=1.0, stop_token_ids=(end,))
+    sampling = SamplingParams(max_new_tokens=20, temperature=1.0, stop_token_ids=(end,))
     results = sampler.generate((policy.params, 0), prompts * 2, sampling, seed=0)
     for r in results:
-        assert r.finish_reason == "stop_token"
-        assert tokenizer.decode(r.tokens[:-1]) in actions
+        assert r.finish_reason == "stop_token" and r.tokens[-1] == end
+        assert re.fullmatch(ACTION_PATTERN, tokenizer.decode(r.tokens[:-1]))
         assert (r.sampling_logprobs >= r.logprobs - 1e-6).all()  # mass renormalised onto the allowed tokens
+
+
+def _random_walks(constraint, end, count=300, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        state, out = constraint.initial_state, []
+        while True:
+            token = int(rng.choice(np.flatnonzero(constraint.allowed[state])))
+            if token == end:
+                yield out
+                break
+            out.append(token)
+            state = constraint.next_state[state, token]
+
+
+def test_constraint_builders_admit_exactly_their_language():
+    from jaxwebrl.models.tokenizer import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    end = tokenizer.token_to_id("<|im_end|>")
+    regex = TokenConstraint.from_regex(ACTION_PATTERN, _token_strings(tokenizer), end)
+    texts = {tokenizer.decode(seq) for seq in _random_walks(regex, end)}
+    assert all(re.fullmatch(ACTION_PATTERN, t) for t in texts) and len(texts) > 100
+    assert any(t.startswith("type(") for t in texts) and "go_back()" in texts
+    actions = ["click(1, 2)", "click(10, 20)", "go_back()"]
+    trie = TokenConstraint.from_token_sequences([tokenizer.encode(a).tolist() for a in actions],
+                                                tokenizer.vocab_size, end)
+    assert {tokenizer.decode(seq) for seq in _random_walks(trie, end)} == set(actions)
+    with pytest.raises(ValueError, match="no token sequence"):
+        TokenConstraint.from_regex("é+", [None] * 256 + ["x"], 0)
 
 
 def test_sample_logits_unit():

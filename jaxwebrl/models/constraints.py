@@ -1,0 +1,296 @@
+"""Token-level constraints for constrained decoding: automata whose states say which tokens may come next.
+
+A `TokenConstraint` has `allowed [S, V] bool` (tokens a row in state s may sample) and `next_state [S, V]
+int32`; the sampler masks disallowed tokens before temperature/top-k/top-p and advances each row's state.
+
+Builders:
+- `from_vocab_mask(allowed [V])`: one state.
+- `from_token_sequences(seqs, V, end)`: exactly a finite set of token sequences, then the end token (a trie).
+- `from_regex(pattern, token_strings, end)`: any token sequence whose text fully matches `pattern` (Python `re`
+  syntax: literals, classes, `.`, groups, `|`, `?`, `*`, `+`, `{m,n}`), then the end token. The pattern is
+  compiled to a character DFA, and a token is allowed in a state when its whole text walks the DFA without
+  leaving the states from which a match can still be completed. E.g. well-formed actions for the tiny policy:
+  `from_regex(r'click\\((\\d{1,3}), (\\d{1,3})\\)|go_back\\(\\)', strings, im_end)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Sequence
+
+import numpy as np
+
+try:  # Python 3.11+
+    import re._constants as sre_constants
+    import re._parser as sre_parse
+except ImportError:  # pragma: no cover - older Pythons
+    import sre_constants  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenConstraint:
+    """Token automaton: `allowed [S, V] bool`, `next_state [S, V] int32`; rows start in `initial_state`."""
+
+    allowed: np.ndarray
+    next_state: np.ndarray
+    initial_state: int = 0
+
+    def __post_init__(self):
+        if self.allowed.shape != self.next_state.shape or self.allowed.ndim != 2:
+            raise ValueError(f"allowed {self.allowed.shape} and next_state {self.next_state.shape} must both be [S, V]")
+        if not self.allowed.any(axis=1).all():
+            dead = np.flatnonzero(~self.allowed.any(axis=1)).tolist()
+            raise ValueError(f"constraint states {dead} allow no token: every state needs at least one (e.g. an end token)")
+
+    @classmethod
+    def from_vocab_mask(cls, allowed: np.ndarray) -> "TokenConstraint":
+        """One state: only tokens with `allowed[v]` are ever sampled."""
+        allowed = np.asarray(allowed, bool).reshape(1, -1)
+        return cls(allowed, np.zeros(allowed.shape, np.int32), 0)
+
+    @classmethod
+    def from_token_sequences(cls, sequences: Sequence[Sequence[int]], vocab_size: int, end_token_id: int,
+                             after_end: Sequence[int] | None = None) -> "TokenConstraint":
+        """Admits exactly `seq + [end_token_id]` for each of `sequences` (a trie). After the end token, the
+        row may only emit `after_end` tokens (default: the end token again; a stop token ends it anyway)."""
+        if not sequences:
+            raise ValueError("from_token_sequences needs at least one sequence")
+        children: list[dict[int, int]] = [{}]
+        terminal = [False]
+        for seq in sequences:
+            node = 0
+            for token in seq:
+                if not 0 <= int(token) < vocab_size:
+                    raise ValueError(f"token {token} of sequence {list(seq)} is outside the vocabulary [0, {vocab_size})")
+                if int(token) not in children[node]:
+                    children[node][int(token)] = len(children)
+                    children.append({})
+                    terminal.append(False)
+                node = children[node][int(token)]
+            terminal[node] = True
+        transitions = [dict(kids) for kids in children]
+        return _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end)
+
+    @classmethod
+    def from_regex(cls, pattern: str, token_strings: Sequence[str | None], end_token_id: int,
+                   after_end: Sequence[int] | None = None) -> "TokenConstraint":
+        """Token sequences whose concatenated text fully matches `pattern`, then `end_token_id`.
+
+        `token_strings[v]` is token v's text (None for tokens that may never appear, e.g. special tokens);
+        build it with `[tokenizer.decode([v]) for v in range(V)]`, mapping special tokens to None.
+        """
+        dfa = _CharDFA.compile(pattern)
+        vocab_size = len(token_strings)
+        index = {dfa.start: 0}  # DFA state -> automaton state, over the states token walks can reach
+        transitions: list[dict[int, int]] = [{}]
+        frontier = [dfa.start]
+        while frontier:
+            state = frontier.pop()
+            for token, text in enumerate(token_strings):
+                if not text or token == end_token_id:
+                    continue
+                end = dfa.walk(state, text)
+                if end is None:
+                    continue
+                if end not in index:
+                    index[end] = len(transitions)
+                    transitions.append({})
+                    frontier.append(end)
+                transitions[index[state]][token] = index[end]
+        accepting = dfa.accepting
+        terminal = [False] * len(transitions)
+        for state, i in index.items():
+            terminal[i] = state in accepting
+        transitions, terminal, start = _prune(transitions, terminal, 0)
+        if start is None:
+            raise ValueError(f"no token sequence of this vocabulary spells a match of {pattern!r}")
+        return _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end, start)
+
+
+def _prune(transitions: list[dict[int, int]], terminal: list[bool], start: int):
+    """Drops states from which no terminal state is reachable (and edges into them); renumbers from 0."""
+    alive = {i for i, t in enumerate(terminal) if t}
+    changed = True
+    while changed:
+        changed = False
+        for i, edges in enumerate(transitions):
+            if i not in alive and any(j in alive for j in edges.values()):
+                alive.add(i)
+                changed = True
+    if start not in alive:
+        return [], [], None
+    order = sorted(alive)
+    renumber = {old: new for new, old in enumerate(order)}
+    pruned = [{tok: renumber[j] for tok, j in transitions[i].items() if j in alive} for i in order]
+    return pruned, [terminal[i] for i in order], renumber[start]
+
+
+def _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end, start: int = 0) -> TokenConstraint:
+    """Tables for `transitions` plus a final state entered by `end_token_id` from terminal states."""
+    done_state = len(transitions)
+    allowed = np.zeros((done_state + 1, vocab_size), bool)
+    next_state = np.full((done_state + 1, vocab_size), done_state, np.int32)
+    for node, edges in enumerate(transitions):
+        for token, child in edges.items():
+            allowed[node, token] = True
+            next_state[node, token] = child
+        if terminal[node]:
+            allowed[node, end_token_id] = True
+    allowed[done_state, list(after_end) if after_end is not None else [end_token_id]] = True
+    return TokenConstraint(allowed, next_state, start)
+
+
+class _CharDFA:
+    """A character DFA built from a regex by Thompson's construction and the subset construction (lazily)."""
+
+    def __init__(self, nfa_edges, nfa_eps, nfa_start, nfa_accept):
+        self._edges = nfa_edges  # state -> list of (predicate, next)
+        self._eps = nfa_eps  # state -> list of next
+        self._accept = nfa_accept
+        self._states: dict[frozenset, int] = {}
+        self._sets: list[frozenset] = []
+        self._step: dict[tuple[int, str], int | None] = {}
+        self.start = self._intern(self._closure({nfa_start}))
+
+    @classmethod
+    def compile(cls, pattern: str) -> "_CharDFA":
+        builder = _NFABuilder()
+        start, accept = builder.build(sre_parse.parse(pattern))
+        return cls(builder.edges, builder.eps, start, accept)
+
+    def _closure(self, states) -> frozenset:
+        stack, seen = list(states), set(states)
+        while stack:
+            for nxt in self._eps.get(stack.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return frozenset(seen)
+
+    def _intern(self, nfa_set: frozenset) -> int:
+        if nfa_set not in self._states:
+            self._states[nfa_set] = len(self._sets)
+            self._sets.append(nfa_set)
+        return self._states[nfa_set]
+
+    def step(self, state: int, char: str) -> int | None:
+        key = (state, char)
+        if key not in self._step:
+            moved = {nxt for s in self._sets[state] for pred, nxt in self._edges.get(s, ()) if pred(char)}
+            self._step[key] = self._intern(self._closure(moved)) if moved else None
+        return self._step[key]
+
+    def walk(self, state: int, text: str) -> int | None:
+        for char in text:
+            state = self.step(state, char)
+            if state is None:
+                return None
+        return state
+
+    @property
+    def accepting(self) -> set[int]:
+        return {i for i, s in enumerate(self._sets) if self._accept in s}
+
+
+class _NFABuilder:
+    """Thompson NFA from a `re` parse tree; edges carry character predicates."""
+
+    def __init__(self):
+        self.edges: dict[int, list] = {}
+        self.eps: dict[int, list[int]] = {}
+        self.count = 0
+
+    def _new(self) -> int:
+        self.count += 1
+        return self.count - 1
+
+    def _eps(self, a: int, b: int) -> None:
+        self.eps.setdefault(a, []).append(b)
+
+    def _char(self, pred) -> tuple[int, int]:
+        a, b = self._new(), self._new()
+        self.edges.setdefault(a, []).append((pred, b))
+        return a, b
+
+    def build(self, tree) -> tuple[int, int]:
+        start = end = self._new()
+        for op, arg in tree:
+            a, b = self._node(op, arg)
+            self._eps(end, a)
+            end = b
+        return start, end
+
+    def _node(self, op, arg) -> tuple[int, int]:
+        c = sre_constants
+        if op is c.LITERAL:
+            return self._char(lambda ch, code=arg: ord(ch) == code)
+        if op is c.NOT_LITERAL:
+            return self._char(lambda ch, code=arg: ord(ch) != code)
+        if op is c.ANY:
+            return self._char(lambda ch: ch != "\n")
+        if op is c.IN:
+            return self._char(_class_predicate(arg))
+        if op is c.SUBPATTERN:
+            return self.build(arg[-1])
+        if op is c.BRANCH:
+            start, end = self._new(), self._new()
+            for alternative in arg[1]:
+                a, b = self.build(alternative)
+                self._eps(start, a)
+                self._eps(b, end)
+            return start, end
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT)):
+            low, high, sub = arg
+            start = end = self._new()
+            for _ in range(low):
+                a, b = self.build(sub)
+                self._eps(end, a)
+                end = b
+            if high == c.MAXREPEAT:
+                a, b = self.build(sub)
+                self._eps(end, a)
+                self._eps(b, a)
+                loop_end = self._new()
+                self._eps(end, loop_end)
+                self._eps(b, loop_end)
+                return start, loop_end
+            final = self._new()
+            self._eps(end, final)
+            for _ in range(high - low):
+                a, b = self.build(sub)
+                self._eps(end, a)
+                self._eps(b, final)
+                end = b
+            return start, final
+        if op is c.AT:
+            a = self._new()
+            return a, a  # anchors: the whole text is matched anyway
+        raise ValueError(f"regex feature {op} is not supported in constraints (use literals, classes, groups, "
+                         "alternation and repetition)")
+
+
+def _class_predicate(items):
+    c = sre_constants
+    categories = {
+        c.CATEGORY_DIGIT: str.isdigit, c.CATEGORY_NOT_DIGIT: lambda ch: not ch.isdigit(),
+        c.CATEGORY_SPACE: str.isspace, c.CATEGORY_NOT_SPACE: lambda ch: not ch.isspace(),
+        c.CATEGORY_WORD: lambda ch: ch.isalnum() or ch == "_",
+        c.CATEGORY_NOT_WORD: lambda ch: not (ch.isalnum() or ch == "_"),
+    }
+    negate = any(op is c.NEGATE for op, _ in items)
+    tests = []
+    for op, arg in items:
+        if op is c.LITERAL:
+            tests.append(lambda ch, code=arg: ord(ch) == code)
+        elif op is c.RANGE:
+            tests.append(lambda ch, lo=arg[0], hi=arg[1]: lo <= ord(ch) <= hi)
+        elif op is c.CATEGORY:
+            tests.append(categories[arg])
+        elif op is not c.NEGATE:
+            raise ValueError(f"character-class item {op} is not supported in constraints")
+    return lambda ch: any(t(ch) for t in tests) != negate
+
+
+_ = re  # the `re` syntax is what from_regex accepts
