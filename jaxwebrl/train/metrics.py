@@ -49,7 +49,11 @@ class MetricsWriter:
                  start_step: int = 0):
         os.makedirs(workdir, exist_ok=True)
         self.path = os.path.join(workdir, "metrics.jsonl")
+        self.episodes_path = os.path.join(workdir, "trained_episodes.jsonl")
+        for path in (self.path, self.episodes_path):  # a resumed run redoes the steps after its checkpoint
+            _drop_records_after(path, start_step)
         self._file = open(self.path, "a", encoding="utf-8")
+        self._episodes_file = open(self.episodes_path, "a", encoding="utf-8")
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -62,6 +66,11 @@ class MetricsWriter:
             self._wandb = wandb.init(project=wandb_project, entity=wandb_entity, config=config, dir=workdir,
                                      resume="allow")
         self._bar = _ProgressBar(total_steps, start_step) if progress_bar and sys.stderr.isatty() else None
+
+    def write_episodes(self, step: int, episode_ids: list[int]) -> None:
+        """Which buffer episodes train step `step` trained on (WORKDIR/trained_episodes.jsonl, an audit trail)."""
+        self._episodes_file.write(json.dumps({"step": int(step), "episode_ids": [int(i) for i in episode_ids]}) + "\n")
+        self._episodes_file.flush()
 
     def write(self, step: int, scalars: dict[str, float], histograms: dict[str, list[float]] | None = None) -> None:
         """Record train step `step`: scalars become flat keys; histograms are logged to TensorBoard and wandb."""
@@ -90,6 +99,7 @@ class MetricsWriter:
         if self._bar is not None:
             self._bar.close()
         self._file.close()
+        self._episodes_file.close()
         if self._tb is not None:
             self._tb.close()
         if self._wandb is not None:
@@ -100,6 +110,21 @@ def read_metrics(workdir: str) -> list[dict]:
     """All records of WORKDIR/metrics.jsonl, oldest first."""
     with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _drop_records_after(path: str, step: int) -> None:
+    """Keep only the records of steps <= `step` (atomic rewrite; nothing to do for a fresh run)."""
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f if line.strip()]
+    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    if len(kept) == len(lines):
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
 
 
 def _finite_or_none(value) -> float | None:

@@ -168,6 +168,7 @@ class Trainer:
                 scalars, histograms = self.train_step(episodes)
                 taken += 1
                 self.metrics.write(self.state.step, scalars, histograms)
+                self.metrics.write_episodes(self.state.step, [int(episode_scalar(e, "episode_id")) for e in episodes])
                 if not np.isfinite(scalars["ppo_actor/update/actor_loss/avg"]):
                     raise FloatingPointError(f"actor loss is {scalars['ppo_actor/update/actor_loss/avg']} at step "
                                              f"{self.state.step}: lower train.lr or check the batch")

@@ -66,3 +66,17 @@ def test_metrics_jsonl_and_tensorboard(tmp_path):
         assert all(isinstance(json.loads(line), dict) for line in f)
     events = os.listdir(tmp_path / "tensorboard")
     assert any(name.startswith("events.out.tfevents") for name in events)
+
+
+def test_resumed_writer_drops_the_steps_after_its_checkpoint(tmp_path):
+    writer = MetricsWriter(str(tmp_path), total_steps=3, tensorboard=False, progress_bar=False)
+    for step in (1, 2, 3):
+        writer.write(step, {"rollout/reward": float(step)})
+        writer.write_episodes(step, [10 * step, 10 * step + 1])
+    writer.close()
+    resumed = MetricsWriter(str(tmp_path), total_steps=3, tensorboard=False, progress_bar=False, start_step=1)
+    resumed.write(2, {"rollout/reward": 20.0})
+    resumed.close()
+    assert [(r["step"], r["rollout/reward"]) for r in read_metrics(str(tmp_path))] == [(1, 1.0), (2, 20.0)]
+    with open(tmp_path / "trained_episodes.jsonl") as f:
+        assert [json.loads(line) for line in f] == [{"step": 1, "episode_ids": [10, 11]}]

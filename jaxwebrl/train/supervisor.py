@@ -1,0 +1,142 @@
+"""Start, supervise and stop a training run: ring buffer, policy server, rollout worker pool, trainer.
+
+    run(config, workdir)   # what launch/train.py calls after the config validated
+
+One process holds the trainer and the policy server (they share the device(s); the server decodes on its own
+thread between the trainer's updates and gets each new version in memory). Rollout workers are separate
+processes (Chromium per worker) supervised by `jaxwebrl.rollout.pool.WorkerPool`, which replaces a worker that
+dies. SIGINT/SIGTERM, `train.max_steps` or a fatal error end the run the same way: trainer stops and saves,
+workers and their browsers are terminated, the server closes; no child process outlives `run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+
+from jaxwebrl.train.config_validation import env_specs
+
+log = logging.getLogger(__name__)
+
+
+def buffer_path(config, workdir: str) -> str:
+    return config.buffer.path or os.path.join(workdir, "buffer")
+
+
+def buffer_for(config, workdir: str):
+    """Open WORKDIR/buffer (or config.buffer.path) when it exists, else create it."""
+    from jaxwebrl.buffer import RingBuffer
+
+    path = buffer_path(config, workdir)
+    if os.path.isfile(os.path.join(path, "buffer.json")):
+        return RingBuffer.open(path)
+    return RingBuffer.create(path, capacity_steps=config.buffer.capacity_steps, max_seq_len=config.buffer.max_seq_len,
+                             screenshot_shape=(config.env.screenshot_height, config.env.screenshot_width, 3),
+                             max_images_per_step=config.env.prompt_window + 1)
+
+
+def build_policy(config):
+    """The policy the config names: the tiny random Qwen3-VL, or a local HF checkpoint."""
+    if config.model.name == "tiny":
+        from jaxwebrl.models.policy import tiny_policy
+
+        return tiny_policy(seed=config.seed)
+    from jaxwebrl.models import load_pretrained
+
+    return load_pretrained(config.model.checkpoint, dtype=config.model.dtype)
+
+
+def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir: str) -> dict:
+    """The JSON spec of the rollout worker pool for this config."""
+    e, m = config.env, config.model
+    tasks = env_specs(config)
+    env_options = {"screenshot_size": [e.screenshot_width, e.screenshot_height]}  # (W, H)
+    if "toy" not in tasks:  # the toy env has a fixed horizon of its own
+        env_options["max_steps"] = e.max_episode_steps
+    prompt = {"window": e.prompt_window, "action_style": e.action_style}
+    if e.system_prompt is not None:
+        prompt["system_prompt"] = e.system_prompt
+    return {
+        "worker": {"tasks": tasks, "group_size": e.group_size, "env_options": env_options,
+                   "step_timeout_s": e.step_timeout_s, "max_new_tokens": m.max_new_tokens,
+                   "temperature": m.temperature, "top_p": m.top_p,
+                   "prompt": prompt, "seed": config.seed},
+        "policy": {"kind": "remote", "address": address, "token": token},
+        "buffer": {"path": buffer_path},
+        "stats_dir": stats_dir,
+    }
+
+
+def _log_to_stderr() -> None:
+    """jaxwebrl's INFO logs on stderr (absl may own the root logger, so configure our package logger)."""
+    package = logging.getLogger("jaxwebrl")
+    package.setLevel(logging.INFO)
+    if not package.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package.addHandler(handler)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event):
+    """SIGINT/SIGTERM set `stop` (the loop then ends cleanly); a second Ctrl-C raises KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.warning("signal %d: stopping (saving, closing workers and browsers)", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
+    """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code."""
+    from jaxwebrl.rollout.policy_server import PolicyServer
+    from jaxwebrl.rollout.pool import WorkerPool
+    from jaxwebrl.rollout.transport import TransportServer, new_token
+    from jaxwebrl.train.trainer import Trainer
+
+    _log_to_stderr()
+    os.makedirs(workdir, exist_ok=True)
+    stop = stop or threading.Event()
+    buffer = buffer_for(config, workdir)
+    policy = build_policy(config)
+    server = PolicyServer.from_config(policy, buffer, config)
+    token = new_token()
+    transport = pool = trainer = None
+    with _stop_on_signals(stop), contextlib.ExitStack() as cleanup:
+        cleanup.callback(server.close)
+        trainer = Trainer(config, workdir, policy=policy, buffer=buffer, weight_sink=server,
+                          rollout_stats=server.stats)
+        if trainer.state.step >= config.train.max_steps:
+            log.info("workdir %s already holds %d steps (train.max_steps=%d): nothing to do",
+                     workdir, trainer.state.step, config.train.max_steps)
+            trainer.close()
+            return 0
+        transport = TransportServer(server.handle, token=token, host=config.rollout.host,
+                                    num_threads=max(4, 2 * config.rollout.num_workers)).start()
+        cleanup.callback(transport.close)
+        spec = worker_spec(config, buffer_path=buffer_path(config, workdir), address=transport.address, token=token, stats_dir=os.path.join(workdir, "rollout_stats"))
+        pool = WorkerPool(spec, config.rollout.num_workers).start()
+        cleanup.callback(pool.close)
+
+        def should_stop() -> bool:
+            pool.raise_if_failed()
+            return stop.is_set()
+
+        trainer.run(should_stop)
+        log.info("stopped at step %d (policy version %d); worker restarts: %d",
+                 trainer.state.step, trainer.state.version, pool.restarts)
+    return 0
