@@ -1,0 +1,93 @@
+"""Scripted demonstrations for a supervised warm start: the environments' oracles play, the agent's prompt is
+recorded exactly as a rollout worker builds it, and the oracle's action becomes the target response.
+
+    steps = oracle_demonstrations(["miniwob/click-test", "toy"], seeds=range(100), prompt=PromptConfig(window=0))
+    steps[0] == {"task", "seed", "step", "messages", "images": [uint8 [H, W, 3]], "response": str}
+
+Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (short call text such as
+`click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. Only
+episodes the oracle wins are kept. MiniWoB++ tasks need an oracle (`jaxwebrl.env.oracles.oracle_tasks()`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+import numpy as np
+
+from jaxwebrl.env.actions import Action, format_action, parse_action
+from jaxwebrl.env.base import make_env
+from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
+
+
+def call_text(action: Action) -> str:
+    """The short call-style text of an action (`click(250, 500)`, `type(text="abc")`, `key("Enter")`)."""
+    if action.kind == "click":
+        return f"click({action.x}, {action.y})"
+    if action.kind == "type" and not action.has_point:
+        return f"type(text={json.dumps(action.text, ensure_ascii=False)})"
+    if action.kind == "key":
+        return f"key({', '.join(json.dumps(k) for k in action.keys or ())})"
+    return format_action(action)  # no shorter form: the canonical tool call (the parser reads both)
+
+
+def response_text(action: Action, action_style: str) -> str:
+    text = call_text(action) if action_style == "call" else format_action(action)
+    if parse_action(text).kind != action.kind:
+        raise ValueError(f"{text!r} does not parse back to a {action.kind} action")
+    return f"Memory: {{}}\nAction: {text}"
+
+
+def _oracle(task_id: str):
+    """env -> Action for the env's current state."""
+    if task_id == "toy":
+        from jaxwebrl.env import toy
+
+        return lambda env, obs, step: parse_action(toy.oracle_action_text(obs.goal, step))
+    if task_id.startswith("miniwob/"):
+        from jaxwebrl.env.oracles import get_oracle
+
+        oracle = get_oracle(task_id.split("/", 1)[1])
+        return lambda env, obs, step: oracle(env)
+    raise ValueError(f"no scripted oracle for {task_id!r}: demonstrations need 'toy' or a MiniWoB++ task with "
+                     f"an oracle (jaxwebrl.env.oracles.oracle_tasks())")
+
+
+def play_demonstration(env, seed: int, prompt: PromptConfig) -> tuple[list[dict], float]:
+    """One oracle episode on `env`: its steps (see module docstring) and the final reward."""
+    oracle = _oracle(env.task_id)
+    obs = env.reset(seed)
+    images: list[np.ndarray] = []
+    history: list[StepRecord] = []
+    steps: list[dict] = []
+    while True:
+        images.append(np.asarray(obs.screenshot, np.uint8).copy())
+        p = build_prompt(obs.goal, history, len(images) - 1, {}, prompt, max_steps=env.max_steps)
+        action = oracle(env, obs, len(steps))
+        response = response_text(action, prompt.action_style)
+        steps.append({"task": env.task_id, "seed": int(seed), "step": len(steps), "messages": p.messages,
+                      "images": [images[r] for r in p.image_refs], "response": response})
+        result = env.step(action)
+        error = result.info.get("action_error")
+        history.append(StepRecord(len(images) - 1, response, summarize_action(action), str(error) if error else None))
+        if result.terminated or result.truncated or len(steps) >= env.max_steps:
+            return steps, float(result.reward)
+        obs = result.observation
+
+
+def oracle_demonstrations(tasks: Iterable[str], seeds: Iterable[int], *, prompt: PromptConfig | None = None,
+                          env_options: dict | None = None) -> list[dict]:
+    """Steps of the oracle's winning episodes on every (task, seed); see the module docstring."""
+    prompt = prompt or PromptConfig()
+    out: list[dict] = []
+    for task in tasks:
+        env = make_env(task, **(env_options or {}))
+        try:
+            for seed in seeds:
+                steps, reward = play_demonstration(env, int(seed), prompt)
+                if reward > 0:
+                    out.extend(steps)
+        finally:
+            env.close()
+    return out

@@ -1,0 +1,85 @@
+"""Supervised warm start on scripted demonstrations (demos.py): next-token cross-entropy on the response tokens.
+
+    rows = demo_rows(demos, policy.processor)          # tokenised as the policy server tokenises prompts
+    params, losses = sft_train(policy, rows, steps=200, batch_size=8, lr=1e-3)
+
+A row is the prompt exactly as `processor(messages, images)` renders it for the policy server, followed by the
+response tokens and the end-of-turn token (where the sampler stops); only response and end tokens carry loss.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+
+def demo_rows(demos: list[dict], processor) -> list[dict]:
+    """Demonstration steps -> dict(input_ids [L] int32, loss_mask [L] float32, pixel_values [P, D] f32,
+    image_grid_thw [n, 3] int)."""
+    eos = processor.tokenizer.eos_token_id
+    rows = []
+    for demo in demos:
+        prompt = processor(demo["messages"], demo["images"])
+        response = np.asarray(processor.tokenizer.encode(demo["response"], add_special_tokens=False), np.int32)
+        if eos is not None:
+            response = np.append(response, np.int32(eos))
+        ids = np.concatenate([prompt["input_ids"], response]).astype(np.int32)
+        mask = np.concatenate([np.zeros(len(prompt["input_ids"]), np.float32), np.ones(len(response), np.float32)])
+        rows.append({"input_ids": ids, "loss_mask": mask, "pixel_values": prompt["pixel_values"],
+                     "image_grid_thw": np.asarray(prompt["image_grid_thw"]).reshape(-1, 3)})
+    return rows
+
+
+def pad_rows(rows: list[dict], multiple: int = 64):
+    """Right-pad rows to one width (a multiple of `multiple`, to bound recompilation).
+    Returns (input_ids [B, T] int32, attention_mask [B, T] int32, loss_mask [B, T] f32, pixel_values, grid tuple)."""
+    width = -(-max(len(r["input_ids"]) for r in rows) // multiple) * multiple
+    ids = np.zeros((len(rows), width), np.int32)
+    attention = np.zeros((len(rows), width), np.int32)
+    loss = np.zeros((len(rows), width), np.float32)
+    for i, r in enumerate(rows):
+        n = len(r["input_ids"])
+        ids[i, :n], attention[i, :n], loss[i, :n] = r["input_ids"], 1, r["loss_mask"]
+    pixels = np.concatenate([r["pixel_values"] for r in rows]).astype(np.float32)
+    grid = tuple(tuple(int(v) for v in g) for r in rows for g in r["image_grid_thw"])
+    return ids, attention, loss, pixels, grid
+
+
+@functools.partial(jax.jit, static_argnames=("module", "optimizer", "grid"), donate_argnames=("params", "opt_state"))
+def _sft_step(module, optimizer, params, opt_state, ids, attention, loss_mask, pixels, grid):
+    def loss_fn(p):
+        logits, _ = module.apply({"params": p}, ids, attention_mask=attention, pixel_values=pixels,
+                                 image_grid_thw=np.asarray(grid))
+        logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+        picked = jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1)[..., 0]
+        mask = loss_mask[:, 1:]
+        return -(picked * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+def sft_train(policy, rows: list[dict], *, steps: int, batch_size: int, lr: float, seed: int = 0,
+              log_every: int = 0) -> tuple[object, list[float]]:
+    """AdamW (grad-norm clip 1) on random minibatches of `rows` for `steps` steps; returns (params, losses)."""
+    if not rows:
+        raise ValueError("no demonstration rows: the oracle won no episode (check tasks and seeds)")
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(lr, weight_decay=0.0))
+    params = jax.tree.map(jnp.array, policy.params)   # a copy: the step donates its input buffers
+    opt_state = optimizer.init(params)
+    rng = np.random.default_rng(seed)
+    losses = []
+    for step in range(steps):
+        batch = [rows[i] for i in rng.choice(len(rows), size=min(batch_size, len(rows)), replace=False)]
+        ids, attention, loss_mask, pixels, grid = pad_rows(batch)
+        params, opt_state, loss = _sft_step(policy.module, optimizer, params, opt_state, jnp.asarray(ids),
+                                            jnp.asarray(attention), jnp.asarray(loss_mask), jnp.asarray(pixels), grid)
+        losses.append(float(loss))
+        if log_every and (step + 1) % log_every == 0:
+            print(f"sft step {step + 1}/{steps}: loss {np.mean(losses[-log_every:]):.4f}", flush=True)
+    return params, losses

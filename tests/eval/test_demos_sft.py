@@ -1,0 +1,44 @@
+"""Scripted demonstrations (oracle episodes recorded as the worker prompts them) and the SFT step on them."""
+
+import numpy as np
+import pytest
+
+from jaxwebrl.env.actions import parse_action
+from jaxwebrl.env.prompt import PromptConfig
+from jaxwebrl.eval.demos import call_text, oracle_demonstrations, response_text
+from jaxwebrl.eval.sft import demo_rows, pad_rows, sft_train
+from jaxwebrl.models.policy import tiny_policy
+
+SHORT = PromptConfig(window=0, system_prompt="Press the buttons of the pattern. Answer: Memory: {} then Action.")
+
+
+def test_toy_demonstrations_are_the_oracle_path_in_worker_prompts():
+    demos = oracle_demonstrations(["toy"], range(4), prompt=SHORT, env_options={"screenshot_size": (64, 64)})
+    assert len(demos) == 12                                  # 4 won episodes x 3 turns
+    pattern_c = [d["response"].split("Action: ")[1] for d in demos if d["seed"] == 2]
+    assert pattern_c == ["click(750, 500)", "click(250, 500)", "click(750, 500)"]   # C = [1, 0, 1]
+    assert all(d["response"].startswith("Memory: {}\nAction: ") for d in demos)
+    last = demos[2]["messages"][-1]["content"]
+    assert last[-1]["text"].startswith("Step 3 of at most 3.") and len(demos[2]["images"]) == 1
+
+
+def test_call_text_parses_back():
+    for text in ["click(12, 900)", 'type(text="a \\"b\\"")', 'key("Enter")']:
+        action = parse_action(text)
+        assert parse_action(call_text(action)) == parse_action(call_text(parse_action(call_text(action))))
+        assert call_text(action) == text
+    assert response_text(parse_action("click(1, 2)"), "tool_call").startswith("Memory: {}\nAction: <tool_call>")
+
+
+@pytest.mark.slow
+def test_sft_fits_the_demonstrations():
+    policy = tiny_policy(seed=0)
+    demos = oracle_demonstrations(["toy"], range(4), prompt=SHORT, env_options={"screenshot_size": (64, 64)})
+    rows = demo_rows(demos, policy.processor)
+    ids, attention, loss_mask, pixels, grid = pad_rows(rows[:2])
+    assert ids.shape[1] % 64 == 0 and len(grid) == 2 and loss_mask.sum() == sum(r["loss_mask"].sum() for r in rows[:2])
+    response = rows[0]["input_ids"][rows[0]["loss_mask"] > 0]
+    assert response[-1] == policy.processor.tokenizer.eos_token_id
+    assert policy.processor.decode(response[:-1]) == demos[0]["response"]
+    _, losses = sft_train(policy, rows, steps=12, batch_size=4, lr=1e-2)
+    assert np.mean(losses[-3:]) < 0.5 * np.mean(losses[:3])
