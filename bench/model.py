@@ -96,13 +96,14 @@ def bench_decode(prompt_len: int, new_tokens: int, repeats: int) -> dict:
     }
 
 
-def preset_50m() -> tuple:
+def preset_50m():
     """A ~50M-parameter Qwen3-VL text decoder (the vision tower stays tiny; the train step is text-only)."""
     base = tiny_config()
     text = TextConfig(vocab_size=8192, hidden_size=512, intermediate_size=1536, num_layers=14, num_heads=8,
                       num_kv_heads=4, head_dim=64, rope_theta=1e6, mrope_section=(8, 12, 12),
                       max_position_embeddings=4096)
-    return base.replace(text=text, vision=dataclasses.replace(base.vision, out_hidden_size=512), image_token_id=8188, video_token_id=8189, vision_start_token_id=8190,
+    vision = dataclasses.replace(base.vision, out_hidden_size=512)
+    return base.replace(text=text, vision=vision, image_token_id=8188, video_token_id=8189, vision_start_token_id=8190,
                         vision_end_token_id=8191)
 
 

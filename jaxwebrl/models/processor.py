@@ -151,7 +151,8 @@ def _as_rgb_uint8(image: Any) -> np.ndarray:
     if array.ndim == 3 and array.shape[-1] == 3:
         return array
     if array.ndim == 2 or (array.ndim == 3 and array.shape[-1] in (1, 4)):
-        return np.asarray(Image.fromarray(array.squeeze(-1) if array.ndim == 3 and array.shape[-1] == 1 else array).convert("RGB"))
+        single = array.squeeze(-1) if array.ndim == 3 and array.shape[-1] == 1 else array
+        return np.asarray(Image.fromarray(single).convert("RGB"))
     raise ValueError(f"images must be [H, W, 3] (channels last), got shape {array.shape}")
 
 
@@ -264,7 +265,8 @@ class Processor:
         add_generation_prompt: bool = True,
         **template_kwargs: Any,
     ) -> dict[str, np.ndarray]:
-        """Messages + images -> dict(input_ids `[L] int32`, pixel_values `[P, patch_dim] float32`, image_grid_thw `[n, 3] int32`).
+        """Messages + images -> dict(input_ids `[L] int32`, pixel_values `[P, patch_dim] float32`,
+        image_grid_thw `[n, 3] int32`).
 
         `add_generation_prompt=True` (the default) ends the prompt with the assistant header, ready to sample.
         """

@@ -270,7 +270,7 @@ def _byte_of_symbol(symbol: str) -> int:
 
 
 def _build_unicode_to_byte() -> dict[str, int]:
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     codepoints = printable[:]
     extra = 0
     for byte in range(256):
