@@ -18,6 +18,7 @@ INSTALL_REQUIRES = [
     "pillow==13.0.0",
     "safetensors==0.8.0",
     "tokenizers==0.23.3",
+    "jinja2>=3.1.6",
     "selenium==4.51.0",
     "miniwob==1.1.0",
     "pyzmq==27.3.0",
