@@ -78,6 +78,7 @@ def _log_to_stderr() -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         package.addHandler(handler)
+        package.propagate = False
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from jaxwebrl.train.checkpoint import Checkpointer
 from jaxwebrl.train.dynamic_sampling import BatchGatherer, episode_scalar
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter
-from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
+from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateInterrupted, UpdateSettings
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class Trainer:
         finally:
             self._idle_s += time.monotonic() - start
 
-    def train_step(self, episodes: list[dict]) -> dict:
+    def train_step(self, episodes: list[dict], should_stop=None) -> dict:
         """One optimizer step on `episodes`; publishes version v+1; returns the step's metrics."""
         sync = self.config.rollout.mode == "sync"
         if sync and hasattr(self.sink, "pause"):
@@ -144,7 +144,7 @@ class Trainer:
                                    n_minibatches=self.settings.n_minibatches,
                                    max_seq_len=self.config.buffer.max_seq_len)
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
-            params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch)
+            params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch, should_stop)
             self.state.params, self.state.opt_state = params, opt_state
             self.state.step += 1
             self.state.version += 1
@@ -165,7 +165,12 @@ class Trainer:
                 episodes = self.next_batch(stop)
                 if episodes is None:
                     break
-                scalars, histograms = self.train_step(episodes)
+                try:
+                    scalars, histograms = self.train_step(episodes, stop)
+                except UpdateInterrupted:
+                    log.info("stopped during train step %d: it is discarded (resume from step %d)",
+                             self.state.step + 1, self.state.step)
+                    break
                 taken += 1
                 self.metrics.write(self.state.step, scalars, histograms)
                 self.metrics.write_episodes(self.state.step, [int(episode_scalar(e, "episode_id")) for e in episodes])

@@ -25,6 +25,10 @@ from jaxwebrl.rl import losses
 from jaxwebrl.train.assembly import UpdateBatch
 
 
+class UpdateInterrupted(RuntimeError):
+    """A train step was abandoned between minibatch updates (Ctrl-C); its partial update is discarded."""
+
+
 @dataclasses.dataclass(frozen=True)
 class UpdateSettings:
     """Static knobs of the update (hashable)."""
@@ -140,7 +144,9 @@ class Updater:
         self._advantages = adv_lib.jitted_token_advantages(settings.advantage)
 
     # ------------------------------------------------------------------ host driver
-    def __call__(self, params, opt_state, batch: UpdateBatch):
+    def __call__(self, params, opt_state, batch: UpdateBatch, should_stop=None):
+        """One train step. `should_stop()` is checked between minibatch updates: when it turns true the step is
+        abandoned with UpdateInterrupted (the donated params are gone: resume from the last checkpoint)."""
         s = self.settings
         rows = batch.input_ids.shape[0]
         if rows % s.n_minibatches:
@@ -160,6 +166,8 @@ class Updater:
         per_update: list[dict[str, Any]] = []
         for _ in range(s.n_epochs):
             for mb, grid in minibatches:
+                if should_stop is not None and should_stop():
+                    raise UpdateInterrupted("train step abandoned on request")
                 params, opt_state, stats = self._step(params, opt_state, mb, grid)
                 per_update.append(stats)
         stats = {k: float(np.mean([float(u[k]) for u in per_update])) for k in per_update[0]}

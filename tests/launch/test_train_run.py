@@ -1,0 +1,115 @@
+"""launch/train.py end to end: the contract run, a killed rollout worker replaced, a killed trainer resumed with
+no episode trained twice, and no process left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from jaxwebrl.train.metrics import DASHBOARD_KEYS, read_metrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "--config.train.ppo_n_epochs=1",
+         "--config.metrics.progress_bar=False", "--config.rollout.server_max_batch=2"]
+TOY = ["--config=configs/constT10.py:toy", "--config.buffer.max_seq_len=512",
+       "--config.env.system_prompt=Press the buttons of the pattern. Reply: Memory: {} then Action: click(x, y)."]
+
+
+def start(workdir, *args):
+    cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--workdir={workdir}", *args]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(predicate, timeout_s, proc=None, what=""):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"run exited ({proc.returncode}) before {what}:\n{proc.stdout.read()[-3000:]}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def worker_stats(workdir):
+    out = []
+    stats_dir = os.path.join(workdir, "rollout_stats")
+    for name in os.listdir(stats_dir) if os.path.isdir(stats_dir) else []:
+        try:
+            with open(os.path.join(stats_dir, name)) as f:
+                out.append(json.load(f))
+        except (OSError, json.JSONDecodeError):
+            pass
+    return out
+
+
+def checkpoint_steps(workdir):
+    path = os.path.join(workdir, "checkpoints")
+    return sorted(int(d) for d in os.listdir(path) if d.isdigit()) if os.path.isdir(path) else []
+
+
+def assert_gone(pids):
+    time.sleep(1.0)
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes left behind: {alive}"
+
+
+@pytest.mark.slow
+def test_killed_worker_replaced_and_killed_trainer_resumes_exactly_once(tmp_path):
+    workdir = str(tmp_path / "run")
+    proc = start(workdir, *TOY, *SMALL, "--config.train.max_steps=50")  # killed long before
+    try:
+        wait_for(lambda: len({s["worker_id"] for s in worker_stats(workdir)}) == 2, 600, proc, "both workers")
+        victim = next(s["pid"] for s in worker_stats(workdir) if s["worker_id"] == 0)
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: any(s["worker_id"] == 0 and s["incarnation"] >= 1 for s in worker_stats(workdir)), 600,
+                 proc, "the replacement of the killed worker")
+        wait_for(lambda: checkpoint_steps(workdir), 900, proc, "a first checkpoint")
+        workers = [s["pid"] for s in worker_stats(workdir)]
+        proc.kill()  # SIGKILL the trainer (and the policy server in it) mid-run
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_gone(workers)  # its workers die with it
+    restored = max(checkpoint_steps(workdir))
+
+    final = restored + 1
+    proc = start(workdir, *TOY, *SMALL, f"--config.train.max_steps={final}")
+    out, _ = proc.communicate(timeout=1500)
+    assert proc.returncode == 0, out[-3000:]
+    assert_gone([s["pid"] for s in worker_stats(workdir)])
+    records = read_metrics(workdir)
+    assert [r["step"] for r in records] == list(range(1, final + 1))
+    assert not [k for k in DASHBOARD_KEYS if k not in records[-1]]
+    with open(os.path.join(workdir, "trained_episodes.jsonl")) as f:
+        trained = [json.loads(line) for line in f]
+    assert [t["step"] for t in trained] == list(range(1, final + 1))
+    ids = [i for t in trained for i in t["episode_ids"]]
+    assert len(ids) == len(set(ids)), "an episode was trained twice"
+    assert max(checkpoint_steps(workdir)) == final
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_default_config_contract_run(tmp_path):
+    """The contract: the default (tiny, MiniWoB++ in headless Chromium) config stops by itself after N updates."""
+    workdir = str(tmp_path / "run")
+    proc = start(workdir, "--config=configs/constT10.py", *SMALL, "--config.env.tasks=miniwob/click-test",
+                 "--config.train.max_steps=1", "--config.train.dynamic_sampling=False")
+    out, _ = proc.communicate(timeout=1500)
+    assert proc.returncode == 0, out[-3000:]
+    records = read_metrics(workdir)
+    assert [r["step"] for r in records] == [1]
+    assert not [k for k in DASHBOARD_KEYS if k not in records[0]]
+    assert checkpoint_steps(workdir) == [1]
+    stats = worker_stats(workdir)
+    assert stats and sum(s["episodes"] for s in stats) >= 4
+    assert_gone([s["pid"] for s in stats])
+    leftover = [p.pid for p in psutil.process_iter(["cmdline"]) if workdir in " ".join(p.info["cmdline"] or [])]
+    assert not leftover
