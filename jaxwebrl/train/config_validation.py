@@ -12,7 +12,7 @@ import shutil
 from ml_collections import config_dict
 
 MODES = ("async", "sync")
-LAUNCHERS = ("local",)
+LAUNCHERS = ("local", "ray")
 MODEL_NAMES = ("tiny", "pretrained")
 NORM_LEVELS = ("group", "batch", None)
 LR_SCHEDULES = ("constant", "cosine")
@@ -60,6 +60,11 @@ def _check_rollout(c) -> None:
         _fail("rollout.mode", r.mode, f"use one of {MODES}")
     if r.launcher not in LAUNCHERS:
         _fail("rollout.launcher", r.launcher, f"use one of {LAUNCHERS}")
+    if r.launcher == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            _fail("rollout.launcher", "ray", "Ray is not installed: pip install 'jaxwebrl[ray]', or use 'local'")
     if r.num_workers < 1:
         _fail("rollout.num_workers", r.num_workers, "need at least 1 rollout worker")
     if r.max_head_offpolicyness < 0:

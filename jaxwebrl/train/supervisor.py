@@ -105,7 +105,7 @@ def _stop_on_signals(stop: threading.Event):
 def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
     """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code."""
     from jaxwebrl.rollout.policy_server import PolicyServer
-    from jaxwebrl.rollout.pool import WorkerPool
+    from jaxwebrl.rollout.ray_launcher import pool_for
     from jaxwebrl.rollout.transport import TransportServer, new_token
     from jaxwebrl.train.trainer import Trainer
 
@@ -130,7 +130,7 @@ def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
                                     num_threads=max(4, 2 * config.rollout.num_workers)).start()
         cleanup.callback(transport.close)
         spec = worker_spec(config, buffer_path=buffer_path(config, workdir), address=transport.address, token=token, stats_dir=os.path.join(workdir, "rollout_stats"))
-        pool = WorkerPool(spec, config.rollout.num_workers).start()
+        pool = pool_for(config, spec).start()   # local processes or Ray actors, by rollout.launcher
         cleanup.callback(pool.close)
 
         def should_stop() -> bool:
