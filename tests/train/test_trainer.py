@@ -1,5 +1,7 @@
 """The trainer loop on real buffered toy episodes: dashboard metrics, Orbax checkpoints, exact resume."""
 
+import time
+
 import jax
 import numpy as np
 import pytest
@@ -27,6 +29,7 @@ def toy_config(max_steps):
     c.train.consumer_batch_size = 4         # 2 groups of 2: small rows, quick steps on a busy 2-core box
     c.env.group_size = 2
     c.train.ppo_n_epochs = 1
+    c.train.dynamic_sampling = False        # every buffered group trains: the data suffices for 4 steps exactly
     c.rollout.max_head_offpolicyness = 100   # the episodes were all made before training starts
     c.buffer.max_seq_len = 512
     c.metrics.progress_bar = False
@@ -41,14 +44,15 @@ def policy():
 
 @pytest.fixture
 def filled_buffer(toy_buffer):
-    play_toy(toy_buffer, groups=16, group_size=2, epsilon=0.6, seed=11)
+    play_toy(toy_buffer, groups=8, group_size=2, epsilon=0.6, seed=11)
     return toy_buffer
 
 
-def train(config, workdir, policy, buffer, stop_at=None):
+def train(config, workdir, policy, buffer, stop_at=None, timeout_s=900):
     sink = RecordingSink()
     trainer = Trainer(config, str(workdir), policy=policy, buffer=buffer, weight_sink=sink)
-    trainer.run(stop=(lambda: trainer.state.step >= stop_at) if stop_at else (lambda: False))
+    deadline = time.monotonic() + timeout_s   # a starved run fails the test instead of hanging it
+    trainer.run(stop=lambda: (stop_at is not None and trainer.state.step >= stop_at) or time.monotonic() > deadline)
     return trainer, sink
 
 
