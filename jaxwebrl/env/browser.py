@@ -48,6 +48,9 @@ from jaxwebrl.env.request_guard import RequestGuard
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "apt-get install -y chromium chromium-driver"
+# After an input action: two animation frames (wheel scrolls and layout land), at most 150 ms where frames stall.
+SETTLE_JS = "new Promise(r => { requestAnimationFrame(() => requestAnimationFrame(r)); setTimeout(r, 150); })"
+POPUP_URL_WAIT_S = 3.0  # a new tab reports about:blank until its navigation commits (seconds on a loaded machine)
 CLOSED_NETWORK_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
@@ -458,11 +461,25 @@ class Browser:
         for handle in self._guard("window_handles", lambda: self.driver.window_handles):
             if handle != self._main_window:
                 self._guard("switch_to.window", self.driver.switch_to.window, handle)
-                urls.append(self.current_url())
+                urls.append(self._committed_url())
                 self._guard("close", self.driver.close)
         if urls:
             self._guard("switch_to.window", self.driver.switch_to.window, self._main_window)
         return urls
+
+    def _settle(self) -> None:
+        """Let the page apply an input action before anything reads its state: CDP input calls return once the
+        event is dispatched, while scrolling, new tabs and layout complete on later frames."""
+        self._cdp("Runtime.evaluate", {"expression": SETTLE_JS, "awaitPromise": True})
+
+    def _committed_url(self) -> str:
+        """The current tab's URL once its first navigation has committed (bounded by POPUP_URL_WAIT_S): a popup
+        read while still about:blank would be closed without being followed."""
+        url, deadline = self.current_url(), time.monotonic() + POPUP_URL_WAIT_S
+        while url in ("", "about:blank") and time.monotonic() < deadline:
+            time.sleep(0.05)
+            url = self.current_url()
+        return url
 
     def go_back(self) -> None:
         self._guard("back", self.driver.back)
@@ -557,6 +574,8 @@ class Browser:
                 error = str(exc)
         else:
             raise ValueError(f"Browser.perform cannot execute a {kind!r} action")
+        if kind in ("click", "type", "key", "scroll"):
+            self._settle()
         popup = self._follow_popup()
         blocked = self.enforce_allowlist() if check_url else None
         blocked = blocked or popup
