@@ -138,6 +138,17 @@ _PPO_STATIC = ("eps_clip", "eps_clip_higher", "c_clip", "behav_imp_weight_cap", 
                "agg_normalizer", "importance_sampling_level", "filter_positive")
 
 
+
+def _behaviour_weighted_loss(pg, prox, behave, valid, *, cap, agg_mode, agg_normalizer, rejection=None,
+                             segment_ids=None):
+    """Paper steps 6-7 for any surrogate pg [B, T]: multiply by the behaviour weight w = exp(prox - behave), drop
+    tokens over the cap (they stay in the denominator), aggregate. Returns (loss, (w, kept, dropped, rejected))."""
+    w, kept, dropped, rejected = rejection_lib.behaviour_weight(
+        prox, behave, valid, cap=cap, rejection=rejection, segment_ids=segment_ids)
+    per_token = jnp.where(kept, w * pg, 0.0)
+    loss = aggregation.aggregate(per_token, valid, agg_mode, segment_ids=segment_ids, normalizer=agg_normalizer)
+    return loss, (w, kept, dropped, rejected)
+
 @functools.partial(jax.jit, static_argnames=_PPO_STATIC)
 def _ppo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, segment_ids, keep_mask, *,
               eps_clip, eps_clip_higher, c_clip, behav_imp_weight_cap, rejection, agg_mode, agg_normalizer,
@@ -167,10 +178,9 @@ def _ppo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, s
         cap_value = c_clip * jnp.abs(adv)
         dual_mask = cap_value < pg
         pg = jnp.where(dual_mask, cap_value, pg)
-    w, kept, dropped, rejected = rejection_lib.behaviour_weight(
-        prox, behave, valid, cap=behav_imp_weight_cap, rejection=rejection, segment_ids=segment_ids)
-    per_token = jnp.where(kept, w * pg, 0.0)
-    loss = aggregation.aggregate(per_token, valid, agg_mode, segment_ids=segment_ids, normalizer=agg_normalizer)
+    loss, (w, kept, dropped, rejected) = _behaviour_weighted_loss(
+        pg, prox, behave, valid, cap=behav_imp_weight_cap, agg_mode=agg_mode, agg_normalizer=agg_normalizer,
+        rejection=rejection, segment_ids=segment_ids)
     return loss, _stats(loss, lp, prox, behave, valid, ratio, w, kept, dropped, rejected, clip_mask, dual_mask)
 
 
@@ -253,9 +263,8 @@ def _sapo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, 
     tau = jnp.where(adv > 0, tau_pos, tau_neg)
     p = jax.nn.sigmoid(tau * (ratio - 1.0))
     pg = -(4.0 / tau) * p * adv
-    w, kept, dropped, rejected = rejection_lib.behaviour_weight(prox, behave, valid, cap=behav_imp_weight_cap)
-    per_token = jnp.where(kept, w * pg, 0.0)
-    loss = aggregation.aggregate(per_token, valid, agg_mode, normalizer=agg_normalizer)
+    loss, (w, kept, dropped, rejected) = _behaviour_weighted_loss(
+        pg, prox, behave, valid, cap=behav_imp_weight_cap, agg_mode=agg_mode, agg_normalizer=agg_normalizer)
     gate = jax.lax.stop_gradient(4.0 * p * (1.0 - p))
     return loss, _stats(loss, lp, prox, behave, valid, ratio, w, kept, dropped, rejected,
                         sapo_gate=jnp.where(valid, gate, 0.0).sum() / jnp.maximum(valid.sum(), 1))
@@ -286,9 +295,8 @@ def _cispo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask,
     low = 0.0 if eps_clip is None else 1.0 - eps_clip
     clipped = jnp.clip(ratio, low, 1.0 + eps_clip_higher)
     pg = -jax.lax.stop_gradient(clipped) * adv * lp
-    w, kept, dropped, rejected = rejection_lib.behaviour_weight(prox, behave, valid, cap=behav_imp_weight_cap)
-    per_token = jnp.where(kept, w * pg, 0.0)
-    loss = aggregation.aggregate(per_token, valid, agg_mode, normalizer=agg_normalizer)
+    loss, (w, kept, dropped, rejected) = _behaviour_weighted_loss(
+        pg, prox, behave, valid, cap=behav_imp_weight_cap, agg_mode=agg_mode, agg_normalizer=agg_normalizer)
     return loss, _stats(loss, lp, prox, behave, valid, ratio, w, kept, dropped, rejected,
                         clip_mask=jax.lax.stop_gradient(clipped != ratio))
 
