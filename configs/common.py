@@ -127,6 +127,21 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
     c.metrics.wandb_entity = config_dict.placeholder(str)
     c.metrics.progress_bar = True
 
+    # Multi-host trainer: run launch/train.py once per process with the same flags; unset fields fall back to the
+    # JAXWEBRL_* environment (docs/scaling.md). One process and no mesh axis set: the plain one-device trainer.
+    c.distributed = config_dict.ConfigDict()
+    c.distributed.coordinator_address = config_dict.placeholder(str)   # process 0's "host:port" ($JAXWEBRL_COORDINATOR)
+    c.distributed.num_processes = config_dict.placeholder(int)         # $JAXWEBRL_NUM_PROCESSES (unset: 1)
+    c.distributed.process_id = config_dict.placeholder(int)            # this process's rank ($JAXWEBRL_PROCESS_ID)
+    c.distributed.local_device_ids = config_dict.placeholder(str)      # "0,1,2,3": GPUs this process owns
+    c.distributed.local_device_count = config_dict.placeholder(int)    # CPU backend only: fake devices (tests)
+    c.distributed.auto = config_dict.placeholder(bool)                 # True: JAX detects TPU slice / SLURM / MPI
+    c.distributed.server_devices = 0               # each process's last k local devices kept for the policy server
+    c.distributed.mesh = config_dict.ConfigDict()  # trainer mesh; several processes: data = #processes, fsdp = -1
+    c.distributed.mesh.data = config_dict.placeholder(int)
+    c.distributed.mesh.fsdp = config_dict.placeholder(int)
+    c.distributed.mesh.tensor = config_dict.placeholder(int)
+
     _apply_variant(c, variant)
     return c
 

@@ -252,6 +252,20 @@ def sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def all_processes(flag: bool) -> bool:
+    """True when `flag` is true on every process (a collective: all must call it at the same point)."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    return bool(np.all(multihost_utils.process_allgather(np.asarray(bool(flag), np.int32))))
+
+
+def any_process(flag: bool) -> bool:
+    """True when `flag` is true on some process (a collective, like `all_processes`)."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    return bool(np.any(multihost_utils.process_allgather(np.asarray(bool(flag), np.int32))))
+
+
 def is_primary() -> bool:
     """True on the process that writes logs, metrics and JSON side files (process 0)."""
     return jax.process_index() == 0

@@ -32,6 +32,7 @@ def validate(config: config_dict.ConfigDict, workdir: str | None = None) -> None
     _check_model(config)
     _check_env(config)
     _check_paths(config, workdir)
+    _check_distributed(config)
 
 
 def env_specs(config: config_dict.ConfigDict) -> list[str]:
@@ -223,6 +224,30 @@ def _check_paths(c, workdir) -> None:
             import wandb  # noqa: F401
         except ImportError:
             _fail("metrics.wandb_project", c.metrics.wandb_project, "wandb is not installed: pip install wandb, or unset it")
+
+
+def _check_distributed(c) -> None:
+    """Join settings as `distributed.initialize` will resolve them (config, then JAXWEBRL_* environment), and
+    the trainer mesh; nothing is joined here."""
+    if "distributed" not in c:
+        return
+    from jaxwebrl.parallel import distributed, multihost
+
+    section = c.distributed.to_dict()
+    try:
+        settings = distributed.resolve_settings(multihost.initialize_settings(section))
+    except ValueError as err:
+        raise ConfigError(_one_line(err)) from None
+    if section["server_devices"] < 0:
+        _fail("distributed.server_devices", section["server_devices"], "must be >= 0 (0: the server shares a device)")
+    for axis, size in section["mesh"].items():
+        if size is not None and (size == 0 or size < -1):
+            _fail(f"distributed.mesh.{axis}", size, "must be a positive size or -1 (all the devices the others leave)")
+    if sum(size == -1 for size in section["mesh"].values()) > 1:
+        _fail("distributed.mesh", section["mesh"], "at most one axis may be -1")
+    if section["server_devices"] and multihost.mesh_sizes(section, settings.num_processes) is None:
+        _fail("distributed.server_devices", section["server_devices"],
+              "reserves devices from a trainer mesh: set distributed.mesh (e.g. mesh.fsdp=-1) or run several processes")
 
 
 def _which(name: str) -> str | None:

@@ -7,6 +7,11 @@ thread between the trainer's updates and gets each new version in memory). Rollo
 processes (Chromium per worker) supervised by `jaxwebrl.rollout.pool.WorkerPool`, which replaces a worker that
 dies. SIGINT/SIGTERM, `train.max_steps` or a fatal error end the run the same way: trainer stops and saves,
 workers and their browsers are terminated, the server closes; no child process outlives `run`.
+
+Multi-host (`config.distributed`, docs/scaling.md): `run` is called once per process with the same config. The
+processes join one JAX job first; every one builds the same trainer on one mesh spanning them all, reads the same
+buffer and runs the same updates, and they agree on when to stop. Process 0 alone runs the policy server (on a
+gathered copy of the weights, `parallel/multihost.py`), the transport, the worker pool and the metrics files.
 """
 
 from __future__ import annotations
@@ -104,6 +109,11 @@ def _stop_on_signals(stop: threading.Event):
 
 def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
     """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code."""
+    from jaxwebrl.parallel import distributed, multihost
+
+    settings = distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
+    import jax
+
     from jaxwebrl.rollout.policy_server import PolicyServer
     from jaxwebrl.rollout.ray_launcher import pool_for
     from jaxwebrl.rollout.transport import TransportServer, new_token
@@ -112,32 +122,54 @@ def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
     _log_to_stderr()
     os.makedirs(workdir, exist_ok=True)
     stop = stop or threading.Event()
-    buffer = buffer_for(config, workdir)
+    primary = distributed.is_primary()
+    layout = multihost.layout(config)
+    if settings.multi_process:
+        log.info("process %d of %d: %d local of %d devices; trainer mesh %s", settings.process_id,
+                 settings.num_processes, jax.local_device_count(), jax.device_count(), dict(layout.mesh.shape))
+    buffer = buffer_for(config, workdir) if primary else None   # process 0 creates it, the others open it
+    distributed.sync("buffer ready")
+    if buffer is None:
+        from jaxwebrl.buffer import RingBuffer
+
+        buffer = RingBuffer.open(buffer_path(config, workdir))
     policy = build_policy(config)
-    server = PolicyServer.from_config(policy, buffer, config)
+    server = PolicyServer.from_config(policy, buffer, config) if primary else None
+    sink = server if layout.mesh is None else multihost.HostWeightSink(server, layout.server_device)
     token = new_token()
     transport = pool = trainer = None
+    failure: list[BaseException] = []
     with _stop_on_signals(stop), contextlib.ExitStack() as cleanup:
-        cleanup.callback(server.close)
-        trainer = Trainer(config, workdir, policy=policy, buffer=buffer, weight_sink=server,
-                          rollout_stats=server.stats)
+        if server is not None:
+            cleanup.callback(server.close)
+        trainer = Trainer(config, workdir, policy=policy, buffer=buffer, weight_sink=sink,
+                          rollout_stats=server.stats if server is not None else None, mesh=layout.mesh)
         if trainer.state.step >= config.train.max_steps:
             log.info("workdir %s already holds %d steps (train.max_steps=%d): nothing to do",
                      workdir, trainer.state.step, config.train.max_steps)
             trainer.close()
             return 0
-        transport = TransportServer(server.handle, token=token, host=config.rollout.host,
-                                    num_threads=max(4, 2 * config.rollout.num_workers)).start()
-        cleanup.callback(transport.close)
-        spec = worker_spec(config, buffer_path=buffer_path(config, workdir), address=transport.address, token=token, stats_dir=os.path.join(workdir, "rollout_stats"))
-        pool = pool_for(config, spec).start()   # local processes or Ray actors, by rollout.launcher
-        cleanup.callback(pool.close)
+        if primary:
+            transport = TransportServer(server.handle, token=token, host=config.rollout.host,
+                                        num_threads=max(4, 2 * config.rollout.num_workers)).start()
+            cleanup.callback(transport.close)
+            spec = worker_spec(config, buffer_path=buffer_path(config, workdir), address=transport.address,
+                               token=token, stats_dir=os.path.join(workdir, "rollout_stats"))
+            pool = pool_for(config, spec).start()   # local processes or Ray actors, by rollout.launcher
+            cleanup.callback(pool.close)
 
         def should_stop() -> bool:
-            pool.raise_if_failed()
-            return stop.is_set()
+            """Every process stops at the same point: when any of them has a signal, `stop` or a failed pool."""
+            if pool is not None and not failure:
+                try:
+                    pool.raise_if_failed()
+                except Exception as err:  # noqa: BLE001 - re-raised below, once every process has stopped
+                    failure.append(err)
+            return distributed.any_process(stop.is_set() or bool(failure))
 
         trainer.run(should_stop)
         log.info("stopped at step %d (policy version %d); worker restarts: %d",
-                 trainer.state.step, trainer.state.version, pool.restarts)
+                 trainer.state.step, trainer.state.version, pool.restarts if pool is not None else 0)
+    if failure:
+        raise failure[0]
     return 0

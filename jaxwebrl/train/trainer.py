@@ -20,6 +20,8 @@ from typing import Callable, Protocol
 import jax
 import numpy as np
 
+from jaxwebrl.parallel import distributed
+from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.checkpoint import Checkpointer
@@ -50,13 +52,15 @@ class Trainer:
     """Owns the train state and the loop (see module docstring)."""
 
     def __init__(self, config, workdir: str, *, policy, buffer, weight_sink: WeightSink,
-                 rollout_stats: Callable[[], dict] | None = None):
+                 rollout_stats: Callable[[], dict] | None = None, mesh=None):
         self.config = config
         self.workdir = workdir
         self.policy = policy
         self.buffer = buffer
         self.sink = weight_sink
         self.rollout_stats = rollout_stats or (lambda: {})
+        self.mesh = mesh        # None: one device; else params sharded on it (multi-host: parallel/multihost.py)
+        self._held = None       # a batch popped here while another process's was not ready yet
         t, a = config.train, config.actor
         optimizer_config = OptimizerConfig(
             lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
@@ -76,11 +80,11 @@ class Trainer:
                                          best_metric=c.best_metric, async_save=c.async_save)
         self.state = self._restore_or_init()
         self.ledger = ReadLedger(self._resume["cursor"], self._resume["consumed"])
-        self.metrics = MetricsWriter(workdir, total_steps=t.max_steps, tensorboard=config.metrics.tensorboard,
-                                     wandb_project=config.metrics.wandb_project,
-                                     wandb_entity=config.metrics.wandb_entity,
-                                     progress_bar=config.metrics.progress_bar, config=config.to_dict(),
-                                     start_step=self.state.step)
+        writer = MetricsWriter if distributed.is_primary() else NullMetrics   # process 0 alone writes files
+        self.metrics = writer(workdir, total_steps=t.max_steps, tensorboard=config.metrics.tensorboard,
+                              wandb_project=config.metrics.wandb_project, wandb_entity=config.metrics.wandb_entity,
+                              progress_bar=config.metrics.progress_bar, config=config.to_dict(),
+                              start_step=self.state.step)
         self._t0 = time.monotonic()
         self._idle_s = 0.0
         self._trained_trajectories = 0
@@ -90,8 +94,10 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def _restore_or_init(self) -> TrainState:
         params = _copy(self.policy.params)  # the update donates its params; the policy's own stay intact
-        opt_state = self.optimizer.init(params)
         rng = jax.random.key(self.config.seed)
+        if self.mesh is not None:   # global arrays every process's update and Orbax save share
+            params, rng = place_train_state(params, rng, self.mesh)
+        opt_state = (jax.jit(self.optimizer.init) if self.mesh is not None else self.optimizer.init)(params)
         self._resume = {"cursor": None, "consumed": []}
         source = self.checkpointer
         if self.checkpointer.latest_step() is None and self.config.checkpoint.restore_from:
@@ -119,13 +125,16 @@ class Trainer:
         self.gatherer.add(self.ledger.record(before, after, episodes))
 
     def next_batch(self, stop: Callable[[], bool]) -> list[dict] | None:
-        """Block (polling) until a batch is ready or `stop()`; idle time is counted."""
+        """Block (polling) until a batch is ready or `stop()`; idle time is counted. With several processes each
+        polls the shared buffer and they go on together, once every one has the (same, FIFO) batch."""
         start = time.monotonic()
         try:
             while not stop():
                 self.poll()
-                batch = self.gatherer.pop_batch(self.state.version)
-                if batch is not None:
+                if self._held is None:
+                    self._held = self.gatherer.pop_batch(self.state.version)
+                if distributed.all_processes(self._held is not None):
+                    batch, self._held = self._held, None
                     return batch
                 time.sleep(self.config.train.idle_sleep_s)
             return None

@@ -37,7 +37,8 @@ def start_two_processes(out_dir):
     return procs
 
 
-def finish(procs, out_dir, timeout_s=540):
+def finish(procs, timeout_s=540):
+    """Wait for every (process, log file) pair; fail with the log's tail when one exits non-zero."""
     try:
         for proc, log in procs:
             proc.wait(timeout=timeout_s)
@@ -47,11 +48,11 @@ def finish(procs, out_dir, timeout_s=540):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    for rank, (proc, _) in enumerate(procs):
+    for proc, log in procs:
         if proc.returncode != 0:
-            with open(os.path.join(out_dir, f"log_{rank}.txt")) as f:
-                tail = "".join(line for line in f.readlines() if "[Gloo]" not in line)[-3000:]
-            pytest.fail(f"process {rank} exited with {proc.returncode}:\n{tail}")
+            with open(log.name) as f:
+                tail = "".join(line for line in f.readlines() if "[Gloo]" not in line)[-4000:]
+            pytest.fail(f"{log.name} exited with {proc.returncode}:\n{tail}")
 
 
 @pytest.mark.slow
@@ -64,13 +65,14 @@ def test_two_processes_match_one_process_on_eight_devices(tmp_path):
         params, opt_state, losses = train_steps.train(mesh)
         single = train_steps.flat(params)
     finally:
-        finish(procs, out_dir)
+        finish(procs)
 
     reports = [json.load(open(os.path.join(out_dir, f"report_{rank}.json"))) for rank in range(2)]
     for report in reports:
         assert report["processes"] == 2 and report["devices"] == 8 and report["local_devices"] == 4
         assert report["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
         assert report["param_processes"] == [0, 1]  # parameters really live on both processes' devices
+        assert report["make_mesh_is_process_mesh"]   # make_mesh hands multi-process devices to process_mesh
         assert report["restored_equal"] and report["meta"]["version"] == train_steps.STEPS
         np.testing.assert_allclose(report["losses"], losses, rtol=1e-4, atol=1e-6)
     multi = [dict(np.load(os.path.join(out_dir, f"params_{rank}.npz"))) for rank in range(2)]

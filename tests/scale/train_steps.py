@@ -82,9 +82,11 @@ def main(out_dir: str) -> None:
     settings = distributed.initialize()
     import jax
 
+    from jaxwebrl.parallel.mesh import make_mesh
     from jaxwebrl.train.checkpoint import Checkpointer
 
     mesh = distributed.process_mesh({"data": settings.num_processes, "fsdp": -1})
+    handed_off = make_mesh({"data": settings.num_processes, "fsdp": -1})   # sees several processes' devices
     params, opt_state, losses = train(mesh)
 
     checkpointer = Checkpointer(os.path.join(out_dir, "ckpt"), keep=1, keep_best=False)
@@ -104,7 +106,8 @@ def main(out_dir: str) -> None:
     with open(os.path.join(out_dir, f"report_{process}.json"), "w") as f:
         json.dump({"processes": jax.process_count(), "devices": jax.device_count(),
                    "local_devices": jax.local_device_count(), "mesh": dict(mesh.shape), "losses": losses,
-                   "restored_equal": same, "meta": meta, "param_processes": spans}, f)
+                   "restored_equal": same, "meta": meta, "param_processes": spans,
+                   "make_mesh_is_process_mesh": handed_off.devices.tolist() == mesh.devices.tolist()}, f)
     distributed.shutdown()
 
 

@@ -1,0 +1,138 @@
+"""The trainer's side of a multi-controller job: which devices train, where the policy server decodes, and the
+small agreements that keep every process's trainer loop in lockstep.
+
+`launch/train.py` runs once per process with the same flags. `config.distributed` (or the JAXWEBRL_* environment,
+see `distributed.py`) joins the processes; then every process builds the same trainer on one mesh that spans
+them all, reads the same episodes from the shared buffer and runs the same update. Process 0 alone runs the
+policy server, the rollout worker pool and the metrics writer.
+
+    layout = multihost.layout(config)          # after distributed.initialize
+    layout.mesh          # trainer Mesh (data, fsdp, tensor) over every process, or None (plain one-device run)
+    layout.server_device # the local device process 0's policy server decodes on
+
+The policy server is request-driven on one process, so it cannot take part in SPMD programs over other hosts'
+devices. It gets a whole copy of the weights instead: after each update every process calls
+`HostWeightSink.set_weights` (an all-gather of the sharded params, `distributed.global_to_host`), and process 0
+hands the copy to its server on `server_device`. With `distributed.server_devices = k`, each process keeps its
+last k local devices out of the trainer mesh (`distributed.split_server_devices`), and process 0's server
+decodes on the first of its own; with 0 the server shares local device 0 with the trainer (as on one host).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxwebrl.parallel import distributed
+from jaxwebrl.parallel.mesh import AXES
+
+LAYOUT_KEYS = ("mesh", "server_devices")   # config.distributed keys that are not initialize()'s
+
+
+def initialize_settings(section: Mapping[str, Any] | None) -> dict:
+    """The part of `config.distributed` that `distributed.initialize` takes (the join settings)."""
+    section = dict(section or {})
+    return {k: v for k, v in section.items() if k not in LAYOUT_KEYS}
+
+
+def mesh_sizes(section: Mapping[str, Any] | None, num_processes: int) -> dict | None:
+    """The trainer mesh sizes `config.distributed.mesh` asks for, or None for the plain one-device trainer.
+
+    Several processes always use a mesh: `data` defaults to the process count (data parallel across hosts) and
+    `fsdp` to -1 (the devices left, sharding params and optimizer state inside a host). One process uses a mesh
+    only when some axis is set (e.g. `--config.distributed.mesh.fsdp=-1`).
+    """
+    given = {axis: int(v) for axis, v in dict(dict(section or {}).get("mesh") or {}).items() if v is not None}
+    unknown = set(given) - set(AXES)
+    if unknown:
+        raise ValueError(f"unknown mesh axes distributed.mesh.{sorted(unknown)}: the axes are {AXES}")
+    if num_processes == 1 and not given:
+        return None
+    sizes = dict(given)
+    if -1 not in sizes.values() and "data" not in sizes:
+        sizes["data"] = num_processes
+    if -1 not in sizes.values():
+        sizes.setdefault("fsdp", -1)
+    sizes.setdefault("tensor", 1)
+    sizes.setdefault("fsdp", 1)
+    sizes.setdefault("data", 1)
+    return {axis: sizes[axis] for axis in AXES}
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where the trainer and the policy server run (see the module docstring)."""
+
+    mesh: Mesh | None
+    server_device: jax.Device
+
+
+def layout(config) -> Layout:
+    """The trainer mesh and the server's device for this process, from `config.distributed` (call after
+    `distributed.initialize`)."""
+    section = config.get("distributed") if hasattr(config, "get") else None
+    section = dict(section or {})
+    sizes = mesh_sizes(section, jax.process_count())
+    reserved = int(section.get("server_devices") or 0)
+    if sizes is None:
+        if reserved:
+            raise ValueError(f"distributed.server_devices={reserved} needs a trainer mesh: set "
+                             "distributed.mesh (e.g. --config.distributed.mesh.fsdp=-1) or run several processes")
+        return Layout(None, jax.local_devices()[0])
+    if reserved:
+        train, server = distributed.split_server_devices(reserved)
+        local_server = [d for d in server if d.process_index == jax.process_index()]
+        return Layout(distributed.process_mesh(sizes, train), local_server[0])
+    return Layout(distributed.process_mesh(sizes), jax.local_devices()[0])
+
+
+def place_train_state(params, rng: jax.Array, mesh: Mesh):
+    """(params sharded on `mesh` by the partition rules, `rng` replicated on it): global arrays that every
+    process's jitted update and Orbax save can use. Every process passes the same host values (same seed)."""
+    from jaxwebrl.parallel.partition import param_shardings
+
+    params = distributed.shard_from_host(jax.tree.map(np.asarray, params), param_shardings(params, mesh))
+    return params, distributed.replicated_key(rng, mesh)
+
+
+class HostWeightSink:
+    """The trainer's weight sink when params live on a mesh: every process gathers the params (a collective),
+    and process 0 hands a copy on `device` to its policy server (`server`; None on the other processes)."""
+
+    def __init__(self, server, device: jax.Device):
+        self.server = server
+        self.device = device
+
+    def set_weights(self, params, version: int) -> None:
+        host = distributed.global_to_host(params)   # every process, same point: an all-gather
+        if self.server is not None:
+            self.server.set_weights(jax.device_put(host, self.device), version)
+
+    def pause(self) -> None:
+        if self.server is not None and hasattr(self.server, "pause"):
+            self.server.pause()
+
+    def resume(self) -> None:
+        if self.server is not None and hasattr(self.server, "resume"):
+            self.server.resume()
+
+
+class NullMetrics:
+    """The metrics writer of processes other than 0: they train the same steps but write no files (takes
+    MetricsWriter's arguments and ignores them)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def write(self, step, scalars, histograms=None) -> None:
+        pass
+
+    def write_episodes(self, step, episode_ids) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

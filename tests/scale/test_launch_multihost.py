@@ -1,0 +1,105 @@
+"""launch/train.py as a multi-controller job: two processes (coordinator on 127.0.0.1, 4 fake CPU devices each,
+settings from --config.distributed.*) train the toy config for 2 steps and agree with one process on 8 devices.
+
+Both runs start from a copy of one buffer of recorded episodes, so they train the same FIFO batches whatever the
+live rollout worker (process 0's only) adds meanwhile."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.train.metrics import read_metrics
+from tests.scale import train_steps
+from tests.scale.test_multiprocess import finish, free_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEPS, GROUP, BATCH = 2, 2, 4
+FLAGS = ["--config=configs/grpo.py:toy", f"--config.train.max_steps={STEPS}", f"--config.env.group_size={GROUP}",
+         f"--config.train.consumer_batch_size={BATCH}", "--config.train.ppo_n_epochs=1",
+         "--config.train.dynamic_sampling=False", "--config.rollout.num_workers=1",
+         "--config.rollout.server_max_batch=2", "--config.metrics.progress_bar=False",
+         "--config.metrics.tensorboard=False",
+         "--config.model.max_new_tokens=8",        # the live worker's episodes are not trained: keep them cheap
+         "--config.model.constrained_actions=False"]  # the recorded responses follow no action grammar
+
+
+def recorded_buffer(path: str) -> list[int]:
+    """A buffer holding STEPS batches of recorded text-only episodes (mixed rewards in every group); returns the
+    episode ids in commit order."""
+    buffer = RingBuffer.create(path, capacity_steps=2048, max_seq_len=512, screenshot_shape=(64, 64, 3),
+                               max_images_per_step=1)
+    for episode in train_steps.synthetic_episodes(seed=0, groups=STEPS * BATCH // GROUP, group_size=GROUP):
+        buffer.append(episode)
+    episodes, _ = buffer.read(None, group_size=GROUP)
+    return [int(np.asarray(e["episode_id"]).reshape(-1)[0]) for e in episodes]
+
+
+def launch(workdir: str, devices: int, *flags: str, log_name: str = "log.txt"):
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
+               PYTHONPATH=REPO)
+    for key in [k for k in env if k.startswith("JAXWEBRL_")]:
+        del env[key]
+    log = open(os.path.join(os.path.dirname(workdir), log_name), "w")
+    cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--workdir={workdir}", *FLAGS,
+           f"--config.buffer.path={workdir}/buffer", *flags]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), log
+
+
+def restored_params(workdir: str):
+    from jaxwebrl.train.checkpoint import Checkpointer
+    from jaxwebrl.train.update import OptimizerConfig, make_optimizer
+
+    params = tiny_policy(seed=0).params
+    optimizer, _ = make_optimizer(OptimizerConfig(lr=1e-3, total_steps=STEPS))
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False)
+    assert checkpointer.latest_step() == STEPS
+    restored, _, _, meta = checkpointer.restore(params=params, opt_state=optimizer.init(params), rng=jax.random.key(0))
+    checkpointer.close()
+    return train_steps.flat(restored), meta
+
+
+@pytest.mark.slow
+def test_two_launch_processes_train_like_one_process_on_eight_devices(tmp_path):
+    recorded = recorded_buffer(str(tmp_path / "recorded"))
+    assert len(recorded) == STEPS * BATCH
+    multi, single = str(tmp_path / "multi" / "run"), str(tmp_path / "single" / "run")
+    for workdir in (multi, single):
+        shutil.copytree(str(tmp_path / "recorded"), os.path.join(workdir, "buffer"))
+    port = free_port()
+    runs = [launch(multi, 4, f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+                   "--config.distributed.num_processes=2", f"--config.distributed.process_id={rank}",
+                   log_name=f"log_{rank}.txt") for rank in range(2)]
+    runs.append(launch(single, 8, "--config.distributed.mesh.data=2", "--config.distributed.mesh.fsdp=-1"))
+    finish(runs, timeout_s=600)
+
+    for rank in range(2):
+        log = open(os.path.join(os.path.dirname(multi), f"log_{rank}.txt")).read()
+        assert f"process {rank} of 2: 4 local of 8 devices; trainer mesh {{'data': 2, 'fsdp': 4, 'tensor': 1}}" in log
+    # only process 0 wrote metrics and the audit trail: one record per step, the recorded episodes in FIFO order
+    records = {name: read_metrics(workdir) for name, workdir in (("multi", multi), ("single", single))}
+    assert [r["step"] for r in records["multi"]] == [r["step"] for r in records["single"]] == [1, 2]
+    for workdir in (multi, single):
+        with open(os.path.join(workdir, "trained_episodes.jsonl")) as f:
+            trained = [json.loads(line)["episode_ids"] for line in f]
+        assert trained == [recorded[:BATCH], recorded[BATCH:]]
+    for key in ("ppo_actor/update/actor_loss/avg", "ppo_actor/update/grad_norm", "ppo_actor/update/policy_tokens"):
+        np.testing.assert_allclose([r[key] for r in records["multi"]], [r[key] for r in records["single"]],
+                                   rtol=1e-4, atol=1e-6, err_msg=key)
+
+    # the Orbax checkpoint both processes wrote holds the parameters the single process trained
+    (multi_params, multi_meta), (single_params, single_meta) = restored_params(multi), restored_params(single)
+    assert multi_meta["policy_version"] == single_meta["policy_version"] == STEPS
+    initial = train_steps.flat(tiny_policy(seed=0).params)
+    moved = 0
+    for key, value in single_params.items():
+        np.testing.assert_allclose(multi_params[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+        moved += not np.allclose(value, initial[key])
+    assert moved > len(single_params) // 2   # the two steps really trained

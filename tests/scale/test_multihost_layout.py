@@ -1,0 +1,105 @@
+"""config.distributed on one process: validation names the key, the trainer mesh and the policy server's device,
+the weight sink that gathers sharded params for the server, and the lockstep agreements (trivial on one process)."""
+
+import jax
+import numpy as np
+import pytest
+
+from configs.common import base_config
+from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.parallel import distributed, multihost
+from jaxwebrl.train.config_validation import ConfigError, validate
+
+
+def toy(**distributed_fields):
+    config = base_config("toy")
+    for key, value in distributed_fields.items():
+        if key.startswith("mesh_"):
+            config.distributed.mesh[key[len("mesh_"):]] = value
+        else:
+            config.distributed[key] = value
+    return config
+
+
+@pytest.mark.parametrize("fields, expected", [
+    ({"num_processes": 2, "process_id": 0}, "needs distributed.coordinator_address"),
+    ({"num_processes": 2, "coordinator_address": "10.0.0.1:1234"}, "needs distributed.process_id"),
+    ({"mesh_fsdp": 0}, r"distributed.mesh.fsdp=0: must be a positive size or -1"),
+    ({"mesh_data": -1, "mesh_fsdp": -1}, "at most one axis may be -1"),
+    ({"server_devices": 1}, r"distributed.server_devices=1: reserves devices from a trainer mesh"),
+    ({"server_devices": -1}, "must be >= 0"),
+])
+def test_bad_distributed_settings_fail_validation_naming_the_key(fields, expected, monkeypatch):
+    for var in distributed.ENV.values():
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ConfigError, match=expected):
+        validate(toy(**fields))
+
+
+def test_environment_fills_what_the_config_leaves_unset(monkeypatch):
+    monkeypatch.setenv("JAXWEBRL_NUM_PROCESSES", "2")
+    with pytest.raises(ConfigError, match="needs distributed.coordinator_address"):
+        validate(toy())
+    validate(toy(coordinator_address="127.0.0.1:1234", process_id=1))
+
+
+def test_mesh_sizes_default_to_data_across_hosts_and_fsdp_inside():
+    assert multihost.mesh_sizes({}, 1) is None   # one process, no axis set: the plain one-device trainer
+    assert multihost.mesh_sizes({"mesh": {"data": None}}, 4) == {"data": 4, "fsdp": -1, "tensor": 1}
+    assert multihost.mesh_sizes({"mesh": {"fsdp": -1}}, 1) == {"data": 1, "fsdp": -1, "tensor": 1}
+    assert multihost.mesh_sizes({"mesh": {"data": 1, "fsdp": 16}}, 4) == {"data": 1, "fsdp": 16, "tensor": 1}
+    assert multihost.mesh_sizes({"mesh": {"tensor": -1}}, 1) == {"data": 1, "fsdp": 1, "tensor": -1}
+    assert multihost.initialize_settings(toy(num_processes=1).distributed.to_dict()) == {
+        "coordinator_address": None, "num_processes": 1, "process_id": None, "local_device_ids": None,
+        "local_device_count": None, "auto": None}
+
+
+def test_layout_keeps_server_devices_out_of_the_trainer_mesh():
+    plain = multihost.layout(toy())
+    assert plain.mesh is None and plain.server_device == jax.local_devices()[0]
+    split = multihost.layout(toy(server_devices=2, mesh_data=2, mesh_fsdp=-1))
+    assert dict(split.mesh.shape) == {"data": 2, "fsdp": 3, "tensor": 1}
+    assert split.server_device not in set(split.mesh.devices.flat)
+
+
+class RecordingServer:
+    def __init__(self):
+        self.published, self.paused = [], 0
+
+    def set_weights(self, params, version):
+        self.published.append((params, version))
+
+    def pause(self):
+        self.paused += 1
+
+    def resume(self):
+        self.paused -= 1
+
+
+def test_sharded_params_reach_the_server_whole_on_its_device():
+    layout = multihost.layout(toy(server_devices=2, mesh_data=3, mesh_fsdp=2))
+    host = tiny_policy(seed=0).params
+    params, key = multihost.place_train_state(host, jax.random.key(5), layout.mesh)
+    assert {len(leaf.sharding.device_set) for leaf in jax.tree.leaves(params)} == {6}
+    assert any(not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(params))   # FSDP-sharded
+    assert key.sharding.is_fully_replicated
+    server = RecordingServer()
+    sink = multihost.HostWeightSink(server, layout.server_device)
+    sink.set_weights(params, 3)
+    (published, version), = server.published
+    assert version == 3
+    for leaf, want in zip(jax.tree.leaves(published), jax.tree.leaves(host)):
+        assert leaf.devices() == {layout.server_device}
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(want))
+    sink.pause()
+    assert server.paused == 1
+    sink.resume()
+    multihost.HostWeightSink(None, layout.server_device).set_weights(params, 4)   # other processes: gather only
+    metrics = multihost.NullMetrics("workdir", total_steps=2)
+    metrics.write(1, {"loss": 0.0})
+    metrics.close()
+
+
+def test_agreements_are_the_local_flag_on_one_process():
+    assert distributed.all_processes(True) and not distributed.all_processes(False)
+    assert distributed.any_process(True) and not distributed.any_process(False)
