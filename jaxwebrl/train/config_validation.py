@@ -245,7 +245,7 @@ def _check_distributed(c) -> None:
             _fail(f"distributed.mesh.{axis}", size, "must be a positive size or -1 (all the devices the others leave)")
     if sum(size == -1 for size in section["mesh"].values()) > 1:
         _fail("distributed.mesh", section["mesh"], "at most one axis may be -1")
-    if section["server_devices"] and multihost.mesh_sizes(section, settings.num_processes) is None:
+    if section["server_devices"] and not settings.multi_process and multihost.mesh_sizes(section, 1) is None:
         _fail("distributed.server_devices", section["server_devices"],
               "reserves devices from a trainer mesh: set distributed.mesh (e.g. mesh.fsdp=-1) or run several processes")
 

@@ -111,7 +111,7 @@ def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
     """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code."""
     from jaxwebrl.parallel import distributed, multihost
 
-    settings = distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
+    distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
     import jax
 
     from jaxwebrl.rollout.policy_server import PolicyServer
@@ -124,9 +124,9 @@ def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
     stop = stop or threading.Event()
     primary = distributed.is_primary()
     layout = multihost.layout(config)
-    if settings.multi_process:
-        log.info("process %d of %d: %d local of %d devices; trainer mesh %s", settings.process_id,
-                 settings.num_processes, jax.local_device_count(), jax.device_count(), dict(layout.mesh.shape))
+    if layout.mesh is not None:
+        log.info("process %d of %d: %d local of %d devices; trainer mesh %s", jax.process_index(),
+                 jax.process_count(), jax.local_device_count(), jax.device_count(), dict(layout.mesh.shape))
     buffer = buffer_for(config, workdir) if primary else None   # process 0 creates it, the others open it
     distributed.sync("buffer ready")
     if buffer is None:

@@ -41,6 +41,7 @@ def test_environment_fills_what_the_config_leaves_unset(monkeypatch):
     with pytest.raises(ConfigError, match="needs distributed.coordinator_address"):
         validate(toy())
     validate(toy(coordinator_address="127.0.0.1:1234", process_id=1))
+    validate(toy(auto=True, server_devices=1))   # a detected cluster always trains on a mesh
 
 
 def test_mesh_sizes_default_to_data_across_hosts_and_fsdp_inside():
