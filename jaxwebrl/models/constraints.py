@@ -108,6 +108,19 @@ class TokenConstraint:
             raise ValueError(f"no token sequence of this vocabulary spells a match of {pattern!r}")
         return _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end, start)
 
+    def walk(self, tokens: Sequence[int]) -> np.ndarray:
+        """int32 [L]: the state in which each of `tokens` was chosen, walking from the initial state (so
+        `allowed[states[i]]` is the set token i was drawn from). A token the automaton does not allow raises
+        ValueError: the tokens were not generated under this constraint."""
+        state, out = self.initial_state, np.zeros(len(tokens), np.int32)
+        for i, token in enumerate(tokens):
+            if not self.allowed[state, int(token)]:
+                raise ValueError(f"token {int(token)} at position {i} is not allowed by this constraint: the response "
+                                 "was not generated under it (did model.constrained_actions or the task set change?)")
+            out[i] = state
+            state = int(self.next_state[state, int(token)])
+        return out
+
 
 def _prune(transitions: list[dict[int, int]], terminal: list[bool], start: int):
     """Drops states from which no terminal state is reachable (and edges into them); renumbers from 0."""

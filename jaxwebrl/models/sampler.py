@@ -10,11 +10,12 @@ callable returning it; it is read before the prefill and before every decode chu
 new weights mid-generation: params are jit arguments (never constants), so a swap recompiles nothing, and
 every generated token records the version that produced it.
 
-Log-probabilities. `logprobs` is `log_softmax(logits)[token]` of the policy's unmodified logits (fp32,
-temperature 1, no top-k/top-p/constraint), which is what the trainer recomputes by teacher forcing, so
-ratio = exp(recomputed − logprobs) is exactly one for unchanged weights. Temperature, top-k, top-p and a
-constraint change the distribution tokens are actually drawn from; `sampling_logprobs` is the log-prob under
-that distribution (0 for greedy), for exact importance weights when they are used.
+Log-probabilities. `logprobs` is the log-prob of each token under the policy: the model's logits restricted
+to the tokens the constraint allows (all tokens without one), fp32, temperature 1, no top-k/top-p. That is
+what the trainer recomputes by teacher forcing (replaying the constraint), so ratio = exp(recomputed −
+logprobs) is exactly one for unchanged weights, and a token the grammar forced has log-prob 0: it carries no
+gradient. Temperature, top-k and top-p change the distribution tokens are actually drawn from;
+`sampling_logprobs` is the log-prob under that distribution (0 for greedy), for exact importance weights.
 
 Constrained decoding: a `TokenConstraint` (jaxwebrl/models/constraints.py) is a token-level automaton
 (`allowed [S, V]`, `next_state [S, V]`): at each step a row may only sample tokens its state allows. It is
@@ -74,7 +75,7 @@ class SampledSequence:
 
     prompt_ids: np.ndarray  # [L] int32, unpadded
     tokens: np.ndarray  # [n] int32
-    logprobs: np.ndarray  # [n] float32, log_softmax of the unmodified policy logits
+    logprobs: np.ndarray  # [n] float32, under the policy: logits restricted to the constraint, temperature 1
     sampling_logprobs: np.ndarray  # [n] float32, under the distribution actually sampled from
     versions: np.ndarray  # [n] int32, policy version that produced each token
     finish_reason: str  # "stop_token", "stop_string" or "length"
@@ -98,11 +99,12 @@ class DecodeState(NamedTuple):
 def sample_logits(logits: jax.Array, rng: jax.Array, sampling: SamplingParams, allowed: jax.Array | None = None):
     """Draws one token per row. logits `[B, V] float32`; allowed `[B, V] bool` or None.
 
-    Returns (token [B] int32, logprob [B] f32 of the unmodified logits, sampling_logprob [B] f32).
+    Returns (token [B] int32, logprob [B] f32 under the policy (logits restricted to `allowed`, temperature 1),
+    sampling_logprob [B] f32 under the distribution sampled from).
     """
     logits = logits.astype(jnp.float32)
-    policy_logprobs = jax.nn.log_softmax(logits, axis=-1)
     processed = logits if allowed is None else jnp.where(allowed, logits, _NEG_INF)
+    policy_logprobs = jax.nn.log_softmax(processed, axis=-1)
     if sampling.temperature == 0:
         token = jnp.argmax(processed, axis=-1).astype(jnp.int32)
         sampling_logprob = jnp.zeros(token.shape, jnp.float32)

@@ -23,35 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint
-from jaxwebrl.train.config_validation import env_specs
+from jaxwebrl.models.sampler import Sampler, SamplingParams
+from jaxwebrl.rollout.action_space import action_constraint, config_action_texts
 
 log = logging.getLogger(__name__)
-
-# Constrained decoding of a policy that has never seen the action grammar (the tiny default): the response is
-# exactly "Memory: {}\nAction: <one of these>" + end token. Clicks on a 100-unit grid of the 0-1000 space.
-CLICK_GRID = tuple(f"click({x}, {y})" for y in range(50, 1000, 100) for x in range(50, 1000, 100))
-
-
-def constrained_action_texts(specs: list[str]) -> tuple[str, ...]:
-    """The action texts a constrained policy may emit for these env specs."""
-    from jaxwebrl.env import toy
-
-    texts: list[str] = []
-    if "toy" in specs:
-        texts += toy.ACTION_TEXTS
-    if any(spec != "toy" for spec in specs):
-        texts += [t for t in CLICK_GRID if t not in texts]
-    return tuple(texts)
-
-
-def action_constraint(processor, action_texts, vocab_size: int) -> TokenConstraint:
-    """Token automaton admitting exactly `Memory: {}\nAction: <text>` + end token for each text."""
-    tokenizer = processor.tokenizer
-    sequences = [tokenizer.encode(f"Memory: {{}}\nAction: {text}", add_special_tokens=False).tolist()
-                 for text in action_texts]
-    return TokenConstraint.from_token_sequences(sequences, vocab_size, end_token_id=tokenizer.eos_token_id)
-
 
 class PolicyServer:
     """Batched, versioned generation (see module docstring)."""
@@ -82,7 +57,7 @@ class PolicyServer:
     @classmethod
     def from_config(cls, policy, buffer, config) -> "PolicyServer":
         r = config.rollout
-        texts = constrained_action_texts(env_specs(config)) if config.model.constrained_actions else None
+        texts = config_action_texts(config)
         return cls(policy, buffer, max_batch=r.server_max_batch, deadline_ms=r.server_deadline_ms,
                    decode_chunk=r.decode_chunk, top_k=config.model.top_k, action_texts=texts, seed=config.seed)
 
@@ -213,8 +188,9 @@ class PolicyServer:
 
     def _reply(self, result) -> dict:
         """Prompt + response tokens. behave_logprobs are the policy's own log-probs of the sampled tokens
-        (temperature 1, no truncation or constraint: what the trainer recomputes, so the ratio is exactly one
-        for unchanged weights); versions are the weights version that produced each token."""
+        (temperature 1, no truncation, restricted to the action grammar when there is one: what the trainer
+        recomputes, so the ratio is exactly one for unchanged weights); versions are the weights version that
+        produced each token."""
         prompt, tokens = result.prompt_ids, result.tokens
         n_prompt, n = len(prompt), len(tokens)
         return {

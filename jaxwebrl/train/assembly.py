@@ -13,6 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxwebrl.buffer import batching
+from jaxwebrl.models.constraints import TokenConstraint
+from jaxwebrl.rollout.action_space import constraint_states, decision_mask
 
 
 class UpdateBatch(NamedTuple):
@@ -22,7 +24,10 @@ class UpdateBatch(NamedTuple):
     tokens); behave_logprobs [B, T] float32; rewards [B] float32 raw episode reward; episode_ids, group_ids [B]
     int64; num_real_rows: rows before the padding rows (padding has loss_mask 0); pixel_values [P, D] float32
     (patches of every image, row-major), image_grid_thw [N, 3] int64 and images_per_row [B] int32 (or None
-    when no row has images). A minibatch compiles once per (rows, T, image grid) shape.
+    when no row has images). When the policy decoded under an action constraint: constraint_states [B, T]
+    int32, the automaton state each policy token was drawn in (-1 elsewhere; log-probs are recomputed under
+    the allowed set of that state), and decision_mask [B, T] int32, the policy tokens that carry loss (the
+    grammar left a choice); both None otherwise. A minibatch compiles once per (rows, T, image grid) shape.
     """
 
     input_ids: np.ndarray
@@ -36,6 +41,13 @@ class UpdateBatch(NamedTuple):
     pixel_values: np.ndarray | None = None
     image_grid_thw: np.ndarray | None = None
     images_per_row: np.ndarray | None = None
+    constraint_states: np.ndarray | None = None
+    decision_mask: np.ndarray | None = None
+
+    @property
+    def objective_mask(self) -> np.ndarray:
+        """[B, T] int32: the tokens the loss is taken over (decision_mask when set, else loss_mask)."""
+        return self.loss_mask if self.decision_mask is None else self.decision_mask
 
 
 def row_bucket(num_rows: int, n_minibatches: int) -> int:
@@ -45,8 +57,9 @@ def row_bucket(num_rows: int, n_minibatches: int) -> int:
 
 
 def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatches: int, max_seq_len: int,
-             pad_id: int = 0) -> tuple[UpdateBatch, list[dict]]:
-    """(UpdateBatch, rows) for `episodes`; rows are the buffer's step-row dicts, in batch order."""
+             pad_id: int = 0, constraint: TokenConstraint | None = None) -> tuple[UpdateBatch, list[dict]]:
+    """(UpdateBatch, rows) for `episodes`; rows are the buffer's step-row dicts, in batch order.
+    `constraint`: the action automaton the policy decoded under, if any (sets `decision_mask`)."""
     rows = batching.episodes_to_rows(episodes)
     if not rows:
         raise ValueError("assemble needs at least one episode with at least one step")
@@ -67,14 +80,20 @@ def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatche
         pixel_values = np.concatenate([processed[i][0] for i in order], axis=0).astype(np.float32)
         grid = np.concatenate([np.asarray(processed[i][1]).reshape(-1, 3) for i in order], axis=0).astype(np.int64)
         images_per_row = (index >= 0).sum(axis=1).astype(np.int32)
+    loss_mask = padded["loss_mask"].astype(np.int32)
+    states = decisions = None
+    if constraint is not None:
+        states = constraint_states(constraint, padded["input_ids"], loss_mask)
+        decisions = decision_mask(constraint, states)
     batch = UpdateBatch(
         input_ids=padded["input_ids"].astype(np.int32),
         attention_mask=attention,
-        loss_mask=padded["loss_mask"].astype(np.int32),
+        loss_mask=loss_mask,
         behave_logprobs=padded["behave_logprobs"].astype(np.float32),
         rewards=padded["reward"][:len(rows)].astype(np.float32),
         episode_ids=padded["episode_id"][:len(rows)].astype(np.int64),
         group_ids=padded["group_id"][:len(rows)].astype(np.int64),
         num_real_rows=len(rows),
-        pixel_values=pixel_values, image_grid_thw=grid, images_per_row=images_per_row)
+        pixel_values=pixel_values, image_grid_thw=grid, images_per_row=images_per_row,
+        constraint_states=states, decision_mask=decisions)
     return batch, rows

@@ -22,6 +22,7 @@ import numpy as np
 
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
+from jaxwebrl.rollout.action_space import action_constraint, config_action_texts
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.checkpoint import Checkpointer
@@ -70,7 +71,11 @@ class Trainer:
             loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a), use_decoupled_loss=a.use_decoupled_loss,
             n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs, temperature=1.0,  # = the sampler's behave_logprobs
             advantage=rl_config.advantage_config(a, max_new_tokens=config.model.max_new_tokens))
-        self.updater = Updater(policy.module, self.settings, optimizer_config)
+        texts = config_action_texts(config)   # the policy server's grammar: the policy is restricted to it
+        self.constraint = None if texts is None else action_constraint(policy.processor, texts,
+                                                                         policy.config.text.vocab_size)
+        self.updater = Updater(policy.module, self.settings, optimizer_config,
+                               allowed_table=None if self.constraint is None else self.constraint.allowed)
         self.optimizer, self.lr_fn = self.updater.optimizer, self.updater.lr_fn
         self.gatherer = BatchGatherer(group_size=config.env.group_size, consumer_batch_size=t.consumer_batch_size,
                                       max_head_offpolicyness=config.rollout.max_head_offpolicyness,
@@ -151,7 +156,7 @@ class Trainer:
             batch, rows = assemble(episodes, screenshots=self.buffer.screenshots,
                                    image_processor=self.policy.processor.image_processor,
                                    n_minibatches=self.settings.n_minibatches,
-                                   max_seq_len=self.config.buffer.max_seq_len)
+                                   max_seq_len=self.config.buffer.max_seq_len, constraint=self.constraint)
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
             params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch, should_stop)
             self.state.params, self.state.opt_state = params, opt_state

@@ -76,9 +76,15 @@ def make_optimizer(config: OptimizerConfig):
     return optax.chain(*chain), lr_fn
 
 
-def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float) -> jax.Array:
-    """log π(x_t | x_<t) at every position t ≥ 1 (position 0 gets 0): [B, T, V] logits -> [B, T] float32."""
-    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32) / temperature, axis=-1)
+def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float,
+                   allowed: jax.Array | None = None) -> jax.Array:
+    """log π(x_t | x_<t) at every position t ≥ 1 (position 0 gets 0): [B, T, V] logits -> [B, T] float32.
+    allowed [B, T, V] bool or None: the tokens position t could be drawn from (the action grammar); the
+    softmax is taken over those only, as the sampler did."""
+    logits = logits[:, :-1].astype(jnp.float32) / temperature
+    if allowed is not None:
+        logits = jnp.where(allowed[:, 1:], logits, jnp.finfo(jnp.float32).min)
+    logp = jax.nn.log_softmax(logits, axis=-1)
     picked = jnp.take_along_axis(logp, input_ids[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
     return jnp.pad(picked, ((0, 0), (1, 0)))
 
@@ -92,7 +98,11 @@ def _forward_logprobs(module, temperature, params, mb, grid):
     logits, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
                              pixel_values=mb.get("pixel_values"),
                              image_grid_thw=None if grid is None else np.asarray(grid, np.int64))
-    return token_logprobs(logits, mb["input_ids"], temperature)
+    allowed = None
+    if "constraint_states" in mb:  # [S, V] table rows per token; unconstrained positions allow every token
+        states = mb["constraint_states"]
+        allowed = jnp.where(states[..., None] >= 0, mb["allowed_table"][jnp.maximum(states, 0)], True)
+    return token_logprobs(logits, mb["input_ids"], temperature, allowed)
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,8 +146,12 @@ class Updater:
     `updater.optimizer.init(params)` makes the optimizer state; `updater.lr_fn(count)` is the schedule.
     """
 
-    def __init__(self, module, settings: UpdateSettings, optimizer_config: OptimizerConfig):
+    def __init__(self, module, settings: UpdateSettings, optimizer_config: OptimizerConfig,
+                 allowed_table: np.ndarray | None = None):
+        """allowed_table: [S, V] bool, the action constraint's `allowed` when the policy decodes under one (the
+        batches then carry `constraint_states`)."""
         self.module = module
+        self.allowed_table = None if allowed_table is None else jnp.asarray(allowed_table, bool)
         self.settings = settings
         self.optimizer, self.lr_fn = make_optimizer(optimizer_config)
         self._logprobs, self._step = _compiled(module, settings, optimizer_config)
@@ -195,10 +209,16 @@ class Updater:
             sl = slice(i * per, (i + 1) * per)
             mb = {"input_ids": jnp.asarray(batch.input_ids[sl], jnp.int32),
                   "attention_mask": jnp.asarray(batch.attention_mask[sl], jnp.int32),
-                  "loss_mask": jnp.asarray(batch.loss_mask[sl], jnp.int32),
+                  "loss_mask": jnp.asarray(batch.objective_mask[sl], jnp.int32),
                   "behave_logprobs": jnp.asarray(batch.behave_logprobs[sl], jnp.float32)}
             if advantages is not None:
                 mb["advantages"] = jnp.asarray(advantages[sl], jnp.float32)
+            if batch.constraint_states is not None:
+                if self.allowed_table is None:
+                    raise ValueError("the batch was decoded under an action constraint (constraint_states is set) "
+                                     "but the Updater has no allowed_table: pass the constraint's `allowed`")
+                mb["constraint_states"] = jnp.asarray(batch.constraint_states[sl], jnp.int32)
+                mb["allowed_table"] = self.allowed_table
             grid = None
             if batch.pixel_values is not None:
                 first_img = int(image_end[i * per - 1]) if i else 0

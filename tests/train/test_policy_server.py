@@ -9,7 +9,8 @@ import pytest
 
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.rollout.client import InProcessClient
-from jaxwebrl.rollout.policy_server import PolicyServer, constrained_action_texts
+from jaxwebrl.rollout.action_space import action_constraint, constrained_action_texts
+from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
@@ -45,12 +46,20 @@ def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy
         for versions, mask in zip(e["versions"], e["loss_mask"]):
             assert (versions[mask == 1] == 0).all() and (versions[mask == 0] == -1).all()
 
+    # the trainer replays the grammar: the same restricted log-probs, forced tokens at exactly 0, and the one
+    # choice of a toy response (button 0 or 1) the only token that carries loss
+    constraint = action_constraint(policy.processor, constrained_action_texts(["toy"]), policy.config.text.vocab_size)
     batch, _ = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
-                        n_minibatches=1, max_seq_len=512)
-    updater = Updater(policy.module, UpdateSettings(n_minibatches=1, n_epochs=1), OptimizerConfig(lr=1e-3, total_steps=1))
+                        n_minibatches=1, max_seq_len=512, constraint=constraint)
+    updater = Updater(policy.module, UpdateSettings(n_minibatches=1, n_epochs=1), OptimizerConfig(lr=1e-3, total_steps=1),
+                      allowed_table=constraint.allowed)
     recomputed = updater.proximal_logprobs(policy.params, batch)
     mask = batch.loss_mask.astype(bool)
     np.testing.assert_allclose(recomputed[mask], batch.behave_logprobs[mask], atol=1e-4)
+    decisions = batch.decision_mask.astype(bool)
+    assert (batch.decision_mask.sum(axis=1)[:batch.num_real_rows] == 1).all()
+    assert (recomputed[mask & ~decisions] == 0).all()
+    assert (recomputed[decisions] < 0).all() and (recomputed[decisions] > np.log(1e-3)).all()
 
 
 def test_new_weights_take_effect_and_are_recorded(policy, toy_buffer):
