@@ -7,6 +7,11 @@ recorded exactly as a rollout worker builds it, and the oracle's action becomes 
 Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (short call text such as
 `click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. Only
 episodes the oracle wins are kept. MiniWoB++ tasks need an oracle (`jaxwebrl.env.oracles.oracle_tasks()`).
+
+`action_texts` (a constrained policy's action space, `jaxwebrl.rollout.action_space.config_action_texts`) snaps
+every oracle click to the nearest allowed click, and that snapped click is what is played and recorded, so the
+demonstrations hold only responses the constrained policy can emit (an episode the snapped oracle loses is
+dropped like any other).
 """
 
 from __future__ import annotations
@@ -39,6 +44,21 @@ def response_text(action: Action, action_style: str) -> str:
     return f"Memory: {{}}\nAction: {text}"
 
 
+def snap_click(action: Action, action_texts, task_id: str = "") -> Action:
+    """The click of `action_texts` nearest (Euclidean, 0-1000 space) to the click `action`.
+
+    Raises ValueError for any other action kind: a constrained policy cannot emit it, so the task does not
+    suit it (choose click-only tasks)."""
+    if action.kind != "click":
+        raise ValueError(f"{task_id or 'the task'}: the oracle needs a {action.kind!r} action, which the constrained "
+                         f"action space (clicks only) cannot express; choose click-only tasks or turn "
+                         f"model.constrained_actions off")
+    clicks = [a for a in (parse_action(t) for t in action_texts) if a.kind == "click"]
+    if not clicks:
+        raise ValueError("action_texts holds no click: nothing to snap a click to")
+    return min(clicks, key=lambda c: (c.x - action.x) ** 2 + (c.y - action.y) ** 2)
+
+
 def _oracle(task_id: str):
     """env -> Action for the env's current state."""
     if task_id == "toy":
@@ -54,8 +74,9 @@ def _oracle(task_id: str):
                      f"an oracle (jaxwebrl.env.oracles.oracle_tasks())")
 
 
-def play_demonstration(env, seed: int, prompt: PromptConfig) -> tuple[list[dict], float]:
-    """One oracle episode on `env`: its steps (see module docstring) and the final reward."""
+def play_demonstration(env, seed: int, prompt: PromptConfig, action_texts=None) -> tuple[list[dict], float]:
+    """One oracle episode on `env` (clicks snapped to `action_texts` when given): its steps (see module
+    docstring) and the final reward."""
     oracle = _oracle(env.task_id)
     obs = env.reset(seed)
     images: list[np.ndarray] = []
@@ -65,6 +86,8 @@ def play_demonstration(env, seed: int, prompt: PromptConfig) -> tuple[list[dict]
         images.append(np.asarray(obs.screenshot, np.uint8).copy())
         p = build_prompt(obs.goal, history, len(images) - 1, {}, prompt, max_steps=env.max_steps)
         action = oracle(env, obs, len(steps))
+        if action_texts is not None:
+            action = snap_click(action, action_texts, env.task_id)
         response = response_text(action, prompt.action_style)
         steps.append({"task": env.task_id, "seed": int(seed), "step": len(steps), "messages": p.messages,
                       "images": [images[r] for r in p.image_refs], "response": response})
@@ -77,7 +100,7 @@ def play_demonstration(env, seed: int, prompt: PromptConfig) -> tuple[list[dict]
 
 
 def oracle_demonstrations(tasks: Iterable[str], seeds: Iterable[int], *, prompt: PromptConfig | None = None,
-                          env_options: dict | None = None) -> list[dict]:
+                          env_options: dict | None = None, action_texts=None) -> list[dict]:
     """Steps of the oracle's winning episodes on every (task, seed); see the module docstring."""
     prompt = prompt or PromptConfig()
     out: list[dict] = []
@@ -85,7 +108,7 @@ def oracle_demonstrations(tasks: Iterable[str], seeds: Iterable[int], *, prompt:
         env = make_env(task, **(env_options or {}))
         try:
             for seed in seeds:
-                steps, reward = play_demonstration(env, int(seed), prompt)
+                steps, reward = play_demonstration(env, int(seed), prompt, action_texts)
                 if reward > 0:
                     out.extend(steps)
         finally:

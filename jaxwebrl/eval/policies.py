@@ -2,6 +2,9 @@
 
     policy = load_policy(config, source)     # source: "initial", WORKDIR, WORKDIR/checkpoints, HF dir, params dir
 
+`config.model.init_params` (a params checkpoint such as launch/sft.py writes, or a training checkpoint) replaces
+the base model's initial weights: the warm start a run begins from at step 0 with a fresh optimizer.
+
 The recipe (`config.model`) names the base model: its architecture, processor and initial weights. A training
 checkpoint (`jaxwebrl.train.checkpoint` layout, `<dir>/<step>/{state, meta}`) holds only weights, so it is read
 into the base model's structure; only the params are restored (the optimizer state stays on disk).
@@ -21,8 +24,32 @@ PARAMS_INFO = "jaxwebrl_params.json"   # provenance file inside a standalone par
 
 
 def base_policy(config, *, with_params: bool = True) -> Policy:
-    """The recipe's initial policy (`config.model`), as the trainer builds it; `with_params=False` gives a
-    skeleton whose params are `jax.ShapeDtypeStruct` leaves (nothing allocated, nothing read)."""
+    """The recipe's initial policy (`config.model`, with `model.init_params` applied), as the trainer builds it;
+    `with_params=False` gives a skeleton whose params are `jax.ShapeDtypeStruct` leaves (nothing allocated,
+    nothing read)."""
+    policy = _base_model(config, with_params=with_params)
+    return with_init_params(config, policy) if with_params else policy
+
+
+def with_init_params(config, policy: Policy) -> Policy:
+    """`policy` with its params replaced by those of `config.model.init_params` (unchanged when unset):
+    a params checkpoint (`jaxwebrl_params.json` + `params/`, launch/sft.py or launch/export.py --params_out) or
+    a training workdir / checkpoints dir (its latest step)."""
+    source = config.model.get("init_params")
+    if not source:
+        return policy
+    checkpoint_dir = training_checkpoint_dir(source)
+    if checkpoint_dir is not None:
+        params, _ = restore_params(checkpoint_dir, policy.params)
+    elif is_params_checkpoint(source):
+        params, _ = load_params_checkpoint(source, policy.params)
+    else:
+        raise FileNotFoundError(f"model.init_params={source!r} holds neither a params checkpoint ({PARAMS_INFO}) nor "
+                                f"a training checkpoint (<step>/state): give launch/sft.py's --workdir")
+    return policy.replace_params(params)
+
+
+def _base_model(config, *, with_params: bool) -> Policy:
     m = config.model
     if m.name == "tiny":
         from jaxwebrl.models.config import tiny_config

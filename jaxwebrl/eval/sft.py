@@ -2,6 +2,12 @@
 
     rows = demo_rows(demos, policy.processor)          # tokenised as the policy server tokenises prompts
     params, losses = sft_train(policy, rows, steps=200, batch_size=8, lr=1e-3)
+    summary = warm_start(config, "runs/sft", seeds=range(64), steps=200)   # launch/sft.py: all of it, saved
+
+`warm_start` records demonstrations exactly as the recipe's rollout workers prompt (tasks, screenshot size,
+prompt window, system prompt, action style, horizon; clicks snapped to the constrained action space), trains
+the recipe's initial policy on them and writes a params checkpoint that `--config.model.init_params=DIR`
+(an RL run starting at step 0 from it) and `launch/eval.py --policy=DIR` read.
 
 A row is the prompt exactly as `processor(messages, images)` renders it for the policy server, followed by the
 response tokens and the end-of-turn token (where the sampler stops); only response and end tokens carry loss.
@@ -10,6 +16,9 @@ response tokens and the end-of-turn token (where the sampler stops); only respon
 from __future__ import annotations
 
 import functools
+import json
+import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +41,27 @@ def demo_rows(demos: list[dict], processor) -> list[dict]:
         rows.append({"input_ids": ids, "loss_mask": mask, "pixel_values": prompt["pixel_values"],
                      "image_grid_thw": np.asarray(prompt["image_grid_thw"]).reshape(-1, 3)})
     return rows
+
+
+def decision_rows(rows: list[dict], constraint) -> list[dict]:
+    """`rows` with loss only on the response tokens where `constraint` (the policy server's action automaton,
+    a `TokenConstraint`) admitted more than one token: the forced tokens of a constrained response teach nothing
+    the sampler uses, and would outnumber the decisions ~10 to 1 in the mean. A row's response is walked from
+    the automaton's initial state."""
+    free = constraint.allowed.sum(axis=1) > 1                       # [S] states that leave a choice
+    out = []
+    for r in rows:
+        mask = np.zeros(len(r["input_ids"]), np.float32)
+        state = constraint.initial_state
+        for i in np.flatnonzero(r["loss_mask"] > 0):
+            token = int(r["input_ids"][i])
+            if not constraint.allowed[state, token]:
+                raise ValueError(f"demonstration token {token} is outside the constrained action space: record the "
+                                 f"demonstrations with the same action_texts as the policy server")
+            mask[i] = float(free[state])
+            state = int(constraint.next_state[state, token])
+        out.append({**r, "loss_mask": mask})
+    return out
 
 
 def pad_rows(rows: list[dict], multiple: int = 64):
@@ -83,3 +113,42 @@ def sft_train(policy, rows: list[dict], *, steps: int, batch_size: int, lr: floa
         if log_every and (step + 1) % log_every == 0:
             print(f"sft step {step + 1}/{steps}: loss {np.mean(losses[-log_every:]):.4f}", flush=True)
     return params, losses
+
+
+def warm_start(config, out_dir: str, *, seeds, steps: int, batch_size: int = 8, lr: float = 1e-3,
+               log_every: int = 0) -> dict:
+    """Demonstrations of the oracles on `config.env.tasks` x `seeds` (training seeds: keep them disjoint from
+    the evaluation seeds), `sft_train` of the recipe's initial policy, then `out_dir/params` +
+    `out_dir/jaxwebrl_params.json` (export.save_params) and `out_dir/sft.json`. Returns the sft.json dict."""
+    from jaxwebrl.env.prompt import PromptConfig
+    from jaxwebrl.eval.demos import oracle_demonstrations
+    from jaxwebrl.eval.evaluate import worker_config
+    from jaxwebrl.eval.export import save_params
+    from jaxwebrl.eval.policies import base_policy
+    from jaxwebrl.rollout.action_space import action_constraint, config_action_texts
+    from jaxwebrl.train.config_validation import env_specs
+
+    tasks, seeds = env_specs(config), [int(s) for s in seeds]
+    wconfig = worker_config(config, tasks, episodes_per_seed=1, temperature=None)
+    start = time.monotonic()
+    demos = oracle_demonstrations(tasks, seeds, prompt=PromptConfig.from_dict(wconfig.prompt),
+                                  env_options=dict(wconfig.env_options), action_texts=config_action_texts(config))
+    demo_s = time.monotonic() - start
+    policy = base_policy(config)
+    rows = demo_rows(demos, policy.processor)
+    texts = config_action_texts(config)
+    if texts is not None:   # constrained policy: the loss goes where the grammar left a choice, as in RL
+        rows = decision_rows(rows, action_constraint(policy.processor, texts, policy.config.text.vocab_size))
+    start = time.monotonic()
+    params, losses = sft_train(policy, rows, steps=steps, batch_size=batch_size, lr=lr, seed=config.seed,
+                               log_every=log_every)
+    won = {task: len({d["seed"] for d in demos if d["task"] == task and d["step"] == 0}) for task in tasks}
+    summary = {"tasks": tasks, "seeds": [min(seeds), max(seeds)] if seeds else [], "num_seeds": len(seeds),
+               "won_episodes": won, "demo_steps": len(demos), "sft_steps": steps, "batch_size": batch_size,
+               "lr": lr, "loss_first": losses[0] if losses else None,
+               "loss_last10": float(np.mean(losses[-10:])) if losses else None,
+               "demo_s": round(demo_s, 1), "train_s": round(time.monotonic() - start, 1)}
+    save_params(params, out_dir, {"source": "sft", "step": steps, "policy_version": 0, **summary})
+    with open(os.path.join(out_dir, "sft.json"), "w", encoding="utf-8") as f:
+        json.dump({**summary, "losses": [round(v, 5) for v in losses]}, f, indent=2)
+    return summary

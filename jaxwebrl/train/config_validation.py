@@ -216,6 +216,10 @@ def _check_env(c) -> None:
 def _check_paths(c, workdir) -> None:
     if workdir is not None and os.path.exists(workdir) and not os.path.isdir(workdir):
         _fail("--workdir", workdir, "exists and is not a directory: choose a directory path")
+    init = c.model.get("init_params")
+    if init is not None and not _holds_params(init):
+        _fail("model.init_params", init, "no params checkpoint (jaxwebrl_params.json) or training checkpoint "
+              "(<step>/state) there: give launch/sft.py's --workdir or a run's checkpoints/ dir")
     ckpt = c.checkpoint.restore_from
     if ckpt is not None and not os.path.isdir(ckpt):
         _fail("checkpoint.restore_from", ckpt, "checkpoint directory not found: give an existing checkpoints/ dir")
@@ -248,6 +252,14 @@ def _check_distributed(c) -> None:
     if section["server_devices"] and not settings.multi_process and multihost.mesh_sizes(section, 1) is None:
         _fail("distributed.server_devices", section["server_devices"],
               "reserves devices from a trainer mesh: set distributed.mesh (e.g. mesh.fsdp=-1) or run several processes")
+
+
+def _holds_params(path: str) -> bool:
+    """A params checkpoint (launch/sft.py, launch/export.py --params_out), a workdir or its checkpoints/ dir."""
+    if os.path.isfile(os.path.join(path, "jaxwebrl_params.json")):
+        return True
+    return any(os.path.isdir(d) and any(n.isdigit() and os.path.isdir(os.path.join(d, n, "state")) for n in os.listdir(d))
+               for d in (path, os.path.join(path, "checkpoints")))
 
 
 def _which(name: str) -> str | None:

@@ -44,14 +44,17 @@ def buffer_for(config, workdir: str):
 
 
 def build_policy(config):
-    """The policy the config names: the tiny random Qwen3-VL, or a local HF checkpoint."""
+    """The policy the config names (the tiny random Qwen3-VL, or a local HF checkpoint), with the warm-start
+    weights of `model.init_params` when set."""
+    from jaxwebrl.eval.policies import with_init_params
+
     if config.model.name == "tiny":
         from jaxwebrl.models.policy import tiny_policy
 
-        return tiny_policy(seed=config.seed)
+        return with_init_params(config, tiny_policy(seed=config.seed))
     from jaxwebrl.models import load_pretrained
 
-    return load_pretrained(config.model.checkpoint, dtype=config.model.dtype)
+    return with_init_params(config, load_pretrained(config.model.checkpoint, dtype=config.model.dtype))
 
 
 def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir: str) -> dict:

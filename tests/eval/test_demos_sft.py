@@ -5,9 +5,12 @@ import pytest
 
 from jaxwebrl.env.actions import parse_action
 from jaxwebrl.env.prompt import PromptConfig
-from jaxwebrl.eval.demos import call_text, oracle_demonstrations, response_text
-from jaxwebrl.eval.sft import demo_rows, pad_rows, sft_train
+from jaxwebrl.eval.demos import call_text, oracle_demonstrations, response_text, snap_click
+from jaxwebrl.eval.sft import decision_rows, demo_rows, pad_rows, sft_train
+from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.models.processor import tiny_processor
+from jaxwebrl.rollout.action_space import CLICK_GRID, RESPONSE_PREFIX, action_constraint
 
 SHORT = PromptConfig(window=0, system_prompt="Press the buttons of the pattern. Answer: Memory: {} then Action.")
 
@@ -42,3 +45,27 @@ def test_sft_fits_the_demonstrations():
     assert policy.processor.decode(response[:-1]) == demos[0]["response"]
     _, losses = sft_train(policy, rows, steps=12, batch_size=4, lr=1e-2)
     assert np.mean(losses[-3:]) < 0.5 * np.mean(losses[:3])
+
+
+def test_snap_click_picks_the_nearest_allowed_click_and_refuses_other_kinds():
+    assert call_text(snap_click(parse_action("click(101, 949)"), CLICK_GRID)) == "click(150, 950)"
+    assert call_text(snap_click(parse_action("click(0, 0)"), CLICK_GRID)) == "click(50, 50)"
+    with pytest.raises(ValueError, match="miniwob/enter-text: the oracle needs a 'type' action"):
+        snap_click(parse_action('type(text="x")'), CLICK_GRID, "miniwob/enter-text")
+
+
+def test_snapped_miniwob_demonstrations_hold_only_emittable_clicks_and_decisions_carry_the_loss():
+    prompt = PromptConfig(window=0, system_prompt="Click.")
+    demos = oracle_demonstrations(["miniwob/click-tab"], range(3), prompt=prompt, action_texts=CLICK_GRID,
+                                  env_options={"screenshot_size": (112, 140), "max_steps": 5})
+    assert len(demos) == 3 and {d["seed"] for d in demos} == {0, 1, 2}         # the snapped oracle wins each
+    assert all(d["response"][len(RESPONSE_PREFIX):] in CLICK_GRID for d in demos)
+    assert demos[0]["images"][0].shape == (140, 112, 3)
+    processor = tiny_processor()
+    rows = demo_rows(demos, processor)
+    constraint = action_constraint(processor, CLICK_GRID, tiny_config().text.vocab_size)
+    for row, decided in zip(rows, decision_rows(rows, constraint)):
+        response = row["input_ids"][row["loss_mask"] > 0]
+        chosen = row["input_ids"][decided["loss_mask"] > 0]
+        text = processor.decode(chosen)
+        assert 2 <= len(chosen) < len(response) // 4 and text.isdigit()   # digits of x and y, nothing forced
