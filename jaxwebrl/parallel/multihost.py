@@ -16,12 +16,17 @@ devices. It gets a whole copy of the weights instead: after each update every pr
 hands the copy to its server on `server_device`. With `distributed.server_devices = k`, each process keeps its
 last k local devices out of the trainer mesh (`distributed.split_server_devices`), and process 0's server
 decodes on the first of its own; with 0 the server shares local device 0 with the trainer (as on one host).
+
+Lockstep: `LockstepBuffer` gives every process the episodes process 0 read, `distributed.all_processes` /
+`any_process` agree on "batch ready" and "stop", and `NullMetrics` keeps the other processes from writing files.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import time
+import zlib
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
@@ -119,6 +124,95 @@ class HostWeightSink:
     def resume(self) -> None:
         if self.server is not None and hasattr(self.server, "resume"):
             self.server.resume()
+
+
+class LockstepBuffer:
+    """The ring buffer as every process of a multi-controller trainer reads it (everything but `read` is the
+    buffer's own).
+
+    Process 0 reads what is there. Every other process then reads the same log range from the same cursor, up to
+    process 0's end of the log, so it gets the same episodes and the same cursor. Whether a group is complete or
+    given up as incomplete depends on how far the log has been read, so reading "whatever is there now" could
+    give two processes different batches, hence different shapes, and their collectives would hang. A process
+    that still sees fewer records (a shared filesystem's lag) re-reads from the same cursor. Then the episode ids
+    are compared (count and CRC32): a difference (the ring overwrote them under a lagging reader) fails every
+    process with a clear error instead of hanging.
+
+    `read` is a collective: every process calls it at the same point (the trainer's poll loop is in lockstep).
+    """
+
+    def __init__(self, buffer, *, primary: bool | None = None, broadcast: Callable | None = None,
+                 agree_any: Callable[[bool], bool] | None = None, timeout_s: float = 120.0, retry_s: float = 0.05):
+        from jax.experimental import multihost_utils
+
+        self._buffer = buffer
+        self._primary = distributed.is_primary() if primary is None else primary
+        self._broadcast = broadcast or multihost_utils.broadcast_one_to_all
+        self._agree_any = agree_any or distributed.any_process
+        self._timeout_s, self._retry_s = timeout_s, retry_s
+
+    def __getattr__(self, name):
+        return getattr(self._buffer, name)
+
+    def read(self, since=None, min_version: int | None = None, *, group_size: int | None = None, **options):
+        if self._primary:
+            cursor = self._buffer.oldest_cursor() if since is None else since   # what read(None) starts from
+            result = self._buffer.read(cursor, min_version, group_size=group_size, **options)
+            self._broadcast(_header(_next(cursor), result.cursor["next"], result.episodes))
+            same, detail = True, ""
+        else:
+            start, end, count, digest = _unpack(self._broadcast(np.zeros(HEADER, np.int32)))
+            cursor = {"next": start, "pending": []} if since is None else since
+            result = self._read_up_to(cursor, end, min_version, group_size, options)
+            ids = _episode_ids(result.episodes)
+            same = (_next(cursor), result.cursor["next"], len(ids), _crc(ids)) == (start, end, count, digest)
+            detail = (f": process {jax.process_index()} read log {_next(cursor)}..{result.cursor['next']}, "
+                      f"{len(ids)} episodes; process 0 read {start}..{end}, {count} episodes")
+        if self._agree_any(not same):   # every process fails together rather than hang in a later collective
+            raise RuntimeError(
+                "the trainer processes read different episodes from the ring buffer" + detail + ". The ring "
+                "overwrote them under a lagging reader, or buffer.path is not the same shared path on every host: "
+                "raise buffer.capacity_steps, or give every process the same buffer.path")
+        return result
+
+    def _read_up_to(self, cursor, end: int, min_version, group_size, options):
+        """One read from `cursor` through log seq `end` (re-read while this process sees fewer records)."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            result = self._buffer.read(cursor, min_version, group_size=group_size,
+                                       **dict(options, max_episodes=max(0, end - _next(cursor))))
+            if result.cursor["next"] >= end or time.monotonic() > deadline:
+                return result
+            time.sleep(self._retry_s)   # process 0 saw commits this process cannot see yet
+
+
+HEADER = 7   # int32: start (2 limbs), end (2 limbs), episode count, CRC32 of the ids (2 limbs)
+
+
+def _limbs(value: int) -> list[int]:
+    return [int(value) >> 31, int(value) & 0x7FFFFFFF]
+
+
+def _header(start: int, end: int, episodes: list) -> np.ndarray:
+    ids = _episode_ids(episodes)
+    return np.asarray(_limbs(start) + _limbs(end) + [len(ids)] + _limbs(_crc(ids)), np.int32)
+
+
+def _unpack(header) -> tuple[int, int, int, int]:
+    h = [int(v) for v in np.asarray(header)]
+    return (h[0] << 31) + h[1], (h[2] << 31) + h[3], h[4], (h[5] << 31) + h[6]
+
+
+def _episode_ids(episodes: list) -> np.ndarray:
+    return np.asarray([np.asarray(e["episode_id"]).reshape(-1)[0] for e in episodes], np.int64)
+
+
+def _crc(ids: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(ids, np.int64).tobytes())
+
+
+def _next(cursor) -> int:
+    return int(cursor["next"]) if isinstance(cursor, dict) else int(cursor)
 
 
 class NullMetrics:

@@ -145,7 +145,8 @@ def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
     with _stop_on_signals(stop), contextlib.ExitStack() as cleanup:
         if server is not None:
             cleanup.callback(server.close)
-        trainer = Trainer(config, workdir, policy=policy, buffer=buffer, weight_sink=sink,
+        reads = multihost.LockstepBuffer(buffer) if jax.process_count() > 1 else buffer   # same episodes everywhere
+        trainer = Trainer(config, workdir, policy=policy, buffer=reads, weight_sink=sink,
                           rollout_stats=server.stats if server is not None else None, mesh=layout.mesh)
         if trainer.state.step >= config.train.max_steps:
             log.info("workdir %s already holds %d steps (train.max_steps=%d): nothing to do",

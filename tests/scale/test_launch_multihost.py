@@ -83,6 +83,8 @@ def test_two_launch_processes_train_like_one_process_on_eight_devices(tmp_path):
     for rank in range(2):
         log = open(os.path.join(os.path.dirname(multi), f"log_{rank}.txt")).read()
         assert f"process {rank} of 2: 4 local of 8 devices; trainer mesh {{'data': 2, 'fsdp': 4, 'tensor': 1}}" in log
+    log = open(os.path.join(os.path.dirname(single), "log.txt")).read()
+    assert "process 0 of 1: 8 local of 8 devices; trainer mesh {'data': 2, 'fsdp': 4, 'tensor': 1}" in log
     # only process 0 wrote metrics and the audit trail: one record per step, the recorded episodes in FIFO order
     records = {name: read_metrics(workdir) for name, workdir in (("multi", multi), ("single", single))}
     assert [r["step"] for r in records["multi"]] == [r["step"] for r in records["single"]] == [1, 2]

@@ -104,3 +104,38 @@ def test_sharded_params_reach_the_server_whole_on_its_device():
 def test_agreements_are_the_local_flag_on_one_process():
     assert distributed.all_processes(True) and not distributed.all_processes(False)
     assert distributed.any_process(True) and not distributed.any_process(False)
+
+
+def test_other_processes_read_the_same_log_range_as_process_0(tmp_path):
+    from jaxwebrl.buffer import RingBuffer
+    from tests.scale.train_steps import synthetic_episodes
+
+    buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=64,
+                               screenshot_shape=(8, 8, 3), max_images_per_step=1)
+    episodes = synthetic_episodes(seed=0, groups=3, group_size=2)
+    for episode in episodes[:5]:   # the third group is still filling
+        buffer.append(episode)
+    sent = []
+    leader = multihost.LockstepBuffer(buffer, primary=True, broadcast=lambda header: sent.append(header) or header)
+    ids = lambda result: [int(np.asarray(e["episode_id"]).reshape(-1)[0]) for e in result.episodes]
+    first = leader.read(None, group_size=2)
+    assert len(first.episodes) == 4 and first.cursor["pending"]
+    buffer.append(episodes[5])     # committed after process 0's read: the others must not see it yet
+
+    def follower(header, **kw):
+        return multihost.LockstepBuffer(buffer, primary=False, broadcast=lambda _: header, agree_any=bool, **kw)
+
+    same = follower(sent[0]).read(None, group_size=2)
+    assert ids(same) == ids(first) and same.cursor == first.cursor
+    assert follower(sent[0]).screenshots is buffer.screenshots   # everything else is the buffer's own
+    second = leader.read(first.cursor, group_size=2)
+    assert ids(follower(sent[1]).read(first.cursor, group_size=2)) == ids(second) and len(second.episodes) == 2
+
+    wrong = sent[0].copy()
+    wrong[4] += 1                  # process 0 read one more episode than this process finds in the range
+    with pytest.raises(RuntimeError, match="read log 0..5, 4 episodes; process 0 read 0..5, 5 episodes"):
+        follower(wrong).read(None, group_size=2)
+    ahead = sent[1].copy()
+    ahead[3] += 5                  # commits this process never sees: it retries, then fails instead of hanging
+    with pytest.raises(RuntimeError, match="raise buffer.capacity_steps"):
+        follower(ahead, timeout_s=0.2).read(first.cursor, group_size=2)
