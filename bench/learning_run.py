@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="run directory (one subdirectory per stage)")
     parser.add_argument("--config", default="configs/constT10.py", help="recipe[:variant] of every stage")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {STAGES}")
-    parser.add_argument("--sft_steps", type=int, default=300)
+    parser.add_argument("--sft_steps", type=int, default=100, help="100: ~47%% held out, room for RL")
     parser.add_argument("--sft_seeds", type=int, default=64, help="training instances per task for demonstrations")
     parser.add_argument("--rl_minutes", type=float, default=30.0, help="RL wall-clock budget")
     parser.add_argument("--eval_seeds", type=int, default=20, help="held-out instances per task")
