@@ -9,8 +9,8 @@ log-prob 0 and would otherwise only dilute the token-mean of the one token that 
 
     texts = config_action_texts(config)                            # None when model.constrained_actions is off
     constraint = action_constraint(processor, texts, vocab_size)   # TokenConstraint
-    states = constraint_states(constraint, input_ids, loss_mask)   # [B, T] int32 state of each policy token
-    mask = decision_mask(constraint, states)                       # [B, T] int32: policy tokens with a choice
+    states, admitted = constraint_states(constraint, input_ids, loss_mask)   # [B, T] state of each policy token
+    mask = decision_mask(constraint, states, loss_mask, admitted)            # [B, T] policy tokens with a choice
 """
 
 from __future__ import annotations
@@ -49,22 +49,34 @@ def action_constraint(processor, action_texts, vocab_size: int) -> TokenConstrai
     return TokenConstraint.from_token_sequences(sequences, vocab_size, end_token_id=tokenizer.eos_token_id)
 
 
-def constraint_states(constraint: TokenConstraint, input_ids: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
-    """[B, T] int32: the automaton state each policy token (`loss_mask` 1) was drawn in; -1 elsewhere.
+def constraint_states(constraint: TokenConstraint, input_ids: np.ndarray,
+                      loss_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(states [B, T] int32, admitted [B] bool): the automaton state each policy token (`loss_mask` 1) was drawn
+    in, -1 elsewhere; admitted[b] is False when a response of row b is not in the grammar (not decoded under
+    it: scripted or demonstration episodes, or a grammar that changed since), whose states stay -1.
 
     Each maximal run of policy tokens in a row is one response, replayed from the initial state.
     input_ids, loss_mask: [B, T] integer arrays (padding has loss_mask 0).
     """
     input_ids, policy = np.asarray(input_ids), np.asarray(loss_mask).astype(bool)
-    out = np.full(policy.shape, -1, np.int32)
+    states = np.full(policy.shape, -1, np.int32)
+    admitted = np.ones(policy.shape[0], bool)
     for b in range(policy.shape[0]):
         edges = np.flatnonzero(np.diff(np.concatenate([[0], policy[b].astype(np.int8), [0]])))
         for start, end in zip(edges[::2], edges[1::2]):
-            out[b, start:end] = constraint.walk(input_ids[b, start:end])
-    return out
+            try:
+                states[b, start:end] = constraint.walk(input_ids[b, start:end])
+            except ValueError:
+                admitted[b] = False
+        if not admitted[b]:
+            states[b] = -1
+    return states, admitted
 
 
-def decision_mask(constraint: TokenConstraint, states: np.ndarray) -> np.ndarray:
-    """[B, T] int32: 1 where a policy token was drawn in a state that admitted more than one token."""
+def decision_mask(constraint: TokenConstraint, states: np.ndarray, loss_mask: np.ndarray,
+                  admitted: np.ndarray) -> np.ndarray:
+    """[B, T] int32: the policy tokens that carry loss — in admitted rows those drawn in a state that admitted
+    more than one token, in the other rows every policy token (they are trained unconstrained)."""
     choices = constraint.allowed.sum(axis=1)                      # [S]
-    return ((states >= 0) & (choices[np.maximum(states, 0)] > 1)).astype(np.int32)
+    free = (states >= 0) & (choices[np.maximum(states, 0)] > 1)
+    return np.where(admitted[:, None], free, np.asarray(loss_mask) > 0).astype(np.int32)

@@ -8,6 +8,7 @@ compiles a handful of shapes, not one per batch.
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
 import numpy as np
@@ -15,6 +16,8 @@ import numpy as np
 from jaxwebrl.buffer import batching
 from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.rollout.action_space import constraint_states, decision_mask
+
+log = logging.getLogger(__name__)
 
 
 class UpdateBatch(NamedTuple):
@@ -25,9 +28,10 @@ class UpdateBatch(NamedTuple):
     int64; num_real_rows: rows before the padding rows (padding has loss_mask 0); pixel_values [P, D] float32
     (patches of every image, row-major), image_grid_thw [N, 3] int64 and images_per_row [B] int32 (or None
     when no row has images). When the policy decoded under an action constraint: constraint_states [B, T]
-    int32, the automaton state each policy token was drawn in (-1 elsewhere; log-probs are recomputed under
-    the allowed set of that state), and decision_mask [B, T] int32, the policy tokens that carry loss (the
-    grammar left a choice); both None otherwise. A minibatch compiles once per (rows, T, image grid) shape.
+    int32, the automaton state each policy token was drawn in (-1 elsewhere, and in rows whose response is
+    outside the grammar; log-probs are recomputed under the allowed set of that state), and decision_mask
+    [B, T] int32, the policy tokens that carry loss (the grammar left a choice; every policy token of a row
+    outside it); both None otherwise. A minibatch compiles once per (rows, T, image grid) shape.
     """
 
     input_ids: np.ndarray
@@ -83,8 +87,12 @@ def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatche
     loss_mask = padded["loss_mask"].astype(np.int32)
     states = decisions = None
     if constraint is not None:
-        states = constraint_states(constraint, padded["input_ids"], loss_mask)
-        decisions = decision_mask(constraint, states)
+        states, admitted = constraint_states(constraint, padded["input_ids"], loss_mask)
+        decisions = decision_mask(constraint, states, loss_mask, admitted)
+        outside = int((~admitted[:len(rows)]).sum())
+        if outside:
+            log.warning("%d of %d step rows hold responses outside the action grammar (not decoded under it); "
+                        "they are trained on the unrestricted softmax", outside, len(rows))
     batch = UpdateBatch(
         input_ids=padded["input_ids"].astype(np.int32),
         attention_mask=attention,

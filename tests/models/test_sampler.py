@@ -244,7 +244,8 @@ def test_sample_logits_unit():
     assert draw(SamplingParams(1)) == {0, 1, 2, 3}
     allowed = jnp.array([[False, False, True, True]])
     token, logprob, sampling_logprob = sample_logits(logits, keys[0], SamplingParams(1, temperature=0.0), allowed)
-    assert int(token[0]) == 2 and float(logprob[0]) == pytest.approx(np.log(0.15), abs=1e-6)
+    # the policy is the model restricted to the allowed tokens: 0.15 / (0.15 + 0.05)
+    assert int(token[0]) == 2 and float(logprob[0]) == pytest.approx(np.log(0.75), abs=1e-6)
     assert float(sampling_logprob[0]) == 0.0
     with pytest.raises(ValueError, match="allow no token"):
         TokenConstraint.from_vocab_mask(np.zeros(4, bool))
