@@ -72,8 +72,10 @@ def curve(workdir: str) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
-            if "rollout/success_rate" in row:
-                out.append({"step": row["step"], "success": round(row["rollout/success_rate"], 3)})
+            if "rollout/success_rate" in row:   # the trained batch (dynamic sampling keeps it near 50%) and
+                seen = row.get("rollout/success_rate_seen")   # every episode read since the previous step
+                out.append({"step": row["step"], "success": round(row["rollout/success_rate"], 3),
+                            "success_seen": None if seen is None or seen != seen else round(seen, 3)})
     return out
 
 

@@ -44,6 +44,7 @@ class GatherCounts:
     """Running totals since the trainer started (logged as rollout/*)."""
 
     episodes_seen: int = 0
+    successes_seen: int = 0            # of episodes_seen (env-failed ones never count as successes)
     env_failed: int = 0
     dropped_stale: int = 0
     dropped_uniform_groups: int = 0
@@ -67,6 +68,8 @@ class BatchGatherer:
         """Take newly committed episodes; a group becomes complete when its G-th episode arrives."""
         for episode in episodes:
             self.counts.episodes_seen += 1
+            if not bool(episode_scalar(episode, "env_failed")) and float(episode_scalar(episode, "reward")) > 0:
+                self.counts.successes_seen += 1
             group_id = int(episode_scalar(episode, "group_id"))
             members = self._open.setdefault(group_id, [])
             members.append(episode)

@@ -92,6 +92,7 @@ class Trainer:
                               start_step=self.state.step)
         self._t0 = time.monotonic()
         self._idle_s = 0.0
+        self._seen_mark = (0, 0)              # (episodes, successes) read up to the previous step's metrics
         self._trained_trajectories = 0
         self.trained_episode_ids: list[int] = []   # this process's, in training order
         self.sink.set_weights(_copy(self.state.params), self.state.version)
@@ -203,6 +204,13 @@ class Trainer:
         self.metrics.close()
 
     # ------------------------------------------------------------------ metrics
+    def _seen_success_rate(self, counts) -> float:
+        """Success rate of the episodes read since the previous call (NaN when none were)."""
+        seen, won = counts.episodes_seen, counts.successes_seen
+        last_seen, last_won = self._seen_mark
+        self._seen_mark = (seen, won)
+        return (won - last_won) / (seen - last_seen) if seen > last_seen else float("nan")
+
     def _step_metrics(self, episodes, rows, batch, stats, staleness, lr):
         rewards = np.array([float(episode_scalar(e, "reward")) for e in episodes])
         steps = np.array([len(e["input_ids"]) for e in episodes])
@@ -222,6 +230,8 @@ class Trainer:
             "rollout/dropped_stale": counts.dropped_stale,
             "rollout/dropped_uniform_groups": counts.dropped_uniform_groups,
             "rollout/episodes_seen": counts.episodes_seen,
+            # every episode read since the last step, before dynamic sampling (which keeps the batch near 50%)
+            "rollout/success_rate_seen": self._seen_success_rate(counts),
             "rollout/staleness/mean": float(np.mean(staleness)),
             "rollout/staleness/max": float(np.max(staleness)),
             "ppo_actor/final_reward/avg": stats["final_reward"],

@@ -68,6 +68,10 @@ def test_steps_publish_versions_log_dashboard_and_checkpoint(policy, filled_buff
         assert record["ppo_actor/trajectories"] >= 4
     assert trainer.checkpointer.all_steps() == [1, 2]
     assert len(set(trainer.trained_episode_ids)) == len(trainer.trained_episode_ids)
+    # the first step read the whole buffer: its seen-success is every episode's, before dynamic sampling
+    episodes, _ = filled_buffer.read(None, group_size=2)
+    won = np.mean([float(e["reward"][-1]) > 0 for e in episodes])
+    assert records[0]["rollout/success_rate_seen"] == pytest.approx(won)
 
 
 def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path):
