@@ -83,9 +83,7 @@ def _base_model(config, *, with_params: bool) -> Policy:
 def training_checkpoint_dir(path: str) -> str | None:
     """`path` if it is a trainer checkpoint directory, `path/checkpoints` for a workdir, else None."""
     for candidate in (path, os.path.join(path, "checkpoints")):
-        if os.path.isdir(candidate) and any(
-                name.isdigit() and os.path.isdir(os.path.join(candidate, name, "state"))
-                for name in os.listdir(candidate)):
+        if os.path.isdir(candidate) and checkpoint_steps(candidate):
             return candidate
     return None
 

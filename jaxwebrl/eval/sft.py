@@ -48,18 +48,16 @@ def decision_rows(rows: list[dict], constraint) -> list[dict]:
     a `TokenConstraint`) admitted more than one token: the forced tokens of a constrained response teach nothing
     the sampler uses, and would outnumber the decisions ~10 to 1 in the mean. A row's response is walked from
     the automaton's initial state."""
-    free = constraint.allowed.sum(axis=1) > 1                       # [S] states that leave a choice
     out = []
     for r in rows:
+        response = np.flatnonzero(r["loss_mask"] > 0)
+        try:
+            states = constraint.walk(r["input_ids"][response])
+        except ValueError as err:
+            raise ValueError(f"demonstration outside the constrained action space ({err}): record the "
+                             f"demonstrations with the same action_texts as the policy server") from None
         mask = np.zeros(len(r["input_ids"]), np.float32)
-        state = constraint.initial_state
-        for i in np.flatnonzero(r["loss_mask"] > 0):
-            token = int(r["input_ids"][i])
-            if not constraint.allowed[state, token]:
-                raise ValueError(f"demonstration token {token} is outside the constrained action space: record the "
-                                 f"demonstrations with the same action_texts as the policy server")
-            mask[i] = float(free[state])
-            state = int(constraint.next_state[state, token])
+        mask[response] = constraint.choice_states[states]
         out.append({**r, "loss_mask": mask})
     return out
 
@@ -129,14 +127,14 @@ def warm_start(config, out_dir: str, *, seeds, steps: int, batch_size: int = 8, 
     from jaxwebrl.train.config_validation import env_specs
 
     tasks, seeds = env_specs(config), [int(s) for s in seeds]
+    texts = config_action_texts(config)   # None: the policy is not constrained
     wconfig = worker_config(config, tasks, episodes_per_seed=1, temperature=None)
     start = time.monotonic()
     demos = oracle_demonstrations(tasks, seeds, prompt=PromptConfig.from_dict(wconfig.prompt),
-                                  env_options=dict(wconfig.env_options), action_texts=config_action_texts(config))
+                                  env_options=dict(wconfig.env_options), action_texts=texts)
     demo_s = time.monotonic() - start
     policy = base_policy(config)
     rows = demo_rows(demos, policy.processor)
-    texts = config_action_texts(config)
     if texts is not None:   # constrained policy: the loss goes where the grammar left a choice, as in RL
         rows = decision_rows(rows, action_constraint(policy.processor, texts, policy.config.text.vocab_size))
     start = time.monotonic()

@@ -108,6 +108,11 @@ class TokenConstraint:
             raise ValueError(f"no token sequence of this vocabulary spells a match of {pattern!r}")
         return _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end, start)
 
+    @property
+    def choice_states(self) -> np.ndarray:
+        """bool [S]: the states that admit more than one token (a token drawn there was a decision)."""
+        return self.allowed.sum(axis=1) > 1
+
     def walk(self, tokens: Sequence[int]) -> np.ndarray:
         """int32 [L]: the state in which each of `tokens` was chosen, walking from the initial state (so
         `allowed[states[i]]` is the set token i was drawn from). A token the automaton does not allow raises

@@ -254,16 +254,19 @@ def sync(name: str) -> None:
 
 def all_processes(flag: bool) -> bool:
     """True when `flag` is true on every process (a collective: all must call it at the same point)."""
-    if jax.process_count() == 1:
-        return bool(flag)
-    return bool(np.all(multihost_utils.process_allgather(np.asarray(bool(flag), np.int32))))
+    return bool(np.all(_gather_flag(flag)))
 
 
 def any_process(flag: bool) -> bool:
     """True when `flag` is true on some process (a collective, like `all_processes`)."""
+    return bool(np.any(_gather_flag(flag)))
+
+
+def _gather_flag(flag: bool) -> np.ndarray:
+    """[num_processes] int32: every process's `flag` (no communication on one process)."""
     if jax.process_count() == 1:
-        return bool(flag)
-    return bool(np.any(multihost_utils.process_allgather(np.asarray(bool(flag), np.int32))))
+        return np.asarray([bool(flag)], np.int32)
+    return np.asarray(multihost_utils.process_allgather(np.asarray(bool(flag), np.int32)))
 
 
 def is_primary() -> bool:

@@ -77,6 +77,5 @@ def decision_mask(constraint: TokenConstraint, states: np.ndarray, loss_mask: np
                   admitted: np.ndarray) -> np.ndarray:
     """[B, T] int32: the policy tokens that carry loss — in admitted rows those drawn in a state that admitted
     more than one token, in the other rows every policy token (they are trained unconstrained)."""
-    choices = constraint.allowed.sum(axis=1)                      # [S]
-    free = (states >= 0) & (choices[np.maximum(states, 0)] > 1)
+    free = (states >= 0) & constraint.choice_states[np.maximum(states, 0)]
     return np.where(admitted[:, None], free, np.asarray(loss_mask) > 0).astype(np.int32)

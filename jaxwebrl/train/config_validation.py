@@ -256,10 +256,9 @@ def _check_distributed(c) -> None:
 
 def _holds_params(path: str) -> bool:
     """A params checkpoint (launch/sft.py, launch/export.py --params_out), a workdir or its checkpoints/ dir."""
-    if os.path.isfile(os.path.join(path, "jaxwebrl_params.json")):
-        return True
-    return any(os.path.isdir(d) and any(n.isdigit() and os.path.isdir(os.path.join(d, n, "state")) for n in os.listdir(d))
-               for d in (path, os.path.join(path, "checkpoints")))
+    from jaxwebrl.eval.policies import is_params_checkpoint, training_checkpoint_dir
+
+    return is_params_checkpoint(path) or training_checkpoint_dir(path) is not None
 
 
 def _which(name: str) -> str | None:
