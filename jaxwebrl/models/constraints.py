@@ -113,6 +113,21 @@ class TokenConstraint:
         """bool [S]: the states that admit more than one token (a token drawn there was a decision)."""
         return self.allowed.sum(axis=1) > 1
 
+    def forced_prefix(self, stop_token_ids: Sequence[int] = (), limit: int | None = None) -> tuple[np.ndarray, int]:
+        """(tokens [P] int32, state after them): what every row must emit first. From the initial state, while a
+        state admits exactly one token that is not a stop token, that token is forced (its log-prob under the
+        restricted policy is exactly 0). At most `limit` tokens. The sampler prefills them with the prompt."""
+        stops = {int(t) for t in stop_token_ids}
+        limit = len(self.allowed) if limit is None else limit   # a forced chain longer than S would be a cycle
+        state, tokens = self.initial_state, []
+        while len(tokens) < limit:
+            admitted = np.flatnonzero(self.allowed[state])
+            if len(admitted) != 1 or int(admitted[0]) in stops:
+                break
+            tokens.append(int(admitted[0]))
+            state = int(self.next_state[state, admitted[0]])
+        return np.asarray(tokens, np.int32), state
+
     def walk(self, tokens: Sequence[int]) -> np.ndarray:
         """int32 [L]: the state in which each of `tokens` was chosen, walking from the initial state (so
         `allowed[states[i]]` is the set token i was drawn from). A token the automaton does not allow raises

@@ -20,6 +20,9 @@ gradient. Temperature, top-k and top-p change the distribution tokens are actual
 Constrained decoding: a `TokenConstraint` (jaxwebrl/models/constraints.py) is a token-level automaton
 (`allowed [S, V]`, `next_state [S, V]`): at each step a row may only sample tokens its state allows. It is
 built from a vocabulary mask, a finite set of token sequences, or a regex over the text (well-formed actions).
+The tokens every response must start with (`forced_prefix`: states admitting one token, e.g. the 26 tokens of
+`Memory: {}\nAction: click(` of the tiny action grammar) are prefilled with the prompt instead of decoded one
+at a time, and recorded exactly as decoding would: log-prob 0, the prefill's version.
 """
 
 from __future__ import annotations
@@ -136,11 +139,14 @@ class Sampler:
       prompt_multiple: padded prompt length is rounded up to this (bounds recompilation).
       batch_multiple: batch is padded with empty rows to a multiple of this (and of the mesh's batch divisor).
       constraint: optional TokenConstraint applied to every row.
+      prefill_forced: prefill the constraint's forced prefix with the prompt (same tokens and log-probs as
+        decoding it, fewer sequential steps); False decodes it token by token.
       mesh: optional Mesh; params, cache and batch are then sharded by `jaxwebrl.parallel.partition`.
     """
 
     def __init__(self, module, config, *, pad_token_id: int = 0, decode_chunk: int = 8, prompt_multiple: int = 16,
-                 batch_multiple: int = 1, constraint: TokenConstraint | None = None, mesh=None):
+                 batch_multiple: int = 1, constraint: TokenConstraint | None = None, prefill_forced: bool = True,
+                 mesh=None):
         if decode_chunk < 1:
             raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
         self.module, self.config = module, config
@@ -150,6 +156,7 @@ class Sampler:
         self.batch_multiple = int(batch_multiple) * (1 if mesh is None else batch_divisor(mesh))
         self.mesh = mesh
         self.constraint = constraint
+        self.prefill_forced = bool(prefill_forced)
         if constraint is not None and constraint.allowed.shape[1] != config.text.vocab_size:
             raise ValueError(f"constraint covers {constraint.allowed.shape[1]} tokens but the model's vocabulary "
                              f"has {config.text.vocab_size}")
@@ -192,24 +199,25 @@ class Sampler:
             rng=rng,
         )
 
-    def _prefill_fn(self, params, input_ids, attention_mask, pixel_values, cache, rng, version, stop_ids, tables, *,
-                    grid, sampling: SamplingParams) -> DecodeState:
+    def _prefill_fn(self, params, input_ids, attention_mask, pixel_values, cache, rng, version, stop_ids, tables,
+                    prefix, prefix_state, *, grid, sampling: SamplingParams) -> DecodeState:
+        """Prompt (ending with the forced `prefix` [P], already in `input_ids`) -> cache and the first sample."""
         self.trace_counts["prefill"] += 1
         logits, cache = self.module.apply(
             {"params": params}, input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
             image_grid_thw=None if grid is None else np.asarray(grid), cache=cache)
-        b, n = input_ids.shape[0], sampling.max_new_tokens
-        initial = 0 if self.constraint is None else self.constraint.initial_state
+        b, n, p = input_ids.shape[0], sampling.max_new_tokens, prefix.shape[0]
+        done = ~attention_mask[:, -1].astype(bool)  # empty filler rows are done from the start
         state = DecodeState(
             cache=cache,
-            tokens=jnp.full((b, n), self.pad_token_id, jnp.int32),
-            logprobs=jnp.zeros((b, n), jnp.float32),
+            tokens=jnp.full((b, n), self.pad_token_id, jnp.int32).at[:, :p].set(prefix[None, :]),
+            logprobs=jnp.zeros((b, n), jnp.float32),   # forced tokens: log 1 under the restricted policy
             sampling_logprobs=jnp.zeros((b, n), jnp.float32),
-            versions=jnp.full((b, n), -1, jnp.int32),
-            done=~attention_mask[:, -1].astype(bool),  # empty filler rows are done from the start
-            lengths=jnp.zeros((b,), jnp.int32),
-            step=jnp.zeros((), jnp.int32),
-            constraint_state=jnp.full((b,), initial, jnp.int32),
+            versions=jnp.full((b, n), -1, jnp.int32).at[:, :p].set(jnp.where(done, -1, version)[:, None]),
+            done=done,
+            lengths=jnp.where(done, 0, p).astype(jnp.int32),
+            step=jnp.full((), p, jnp.int32),
+            constraint_state=jnp.full((b,), prefix_state, jnp.int32),
             rng=rng,
         )
         return self._advance(state, logits[:, -1], version, stop_ids, tables, sampling)
@@ -239,17 +247,26 @@ class Sampler:
             params = jax.device_put(params, self._param_shardings)
         return params, int(version)
 
-    def _batch(self, prompts: Sequence[dict]):
-        """Left-padded ids/mask [B', L'], concatenated pixel values, static grid; B' and L' rounded up."""
-        lengths = [len(p["input_ids"]) for p in prompts]
-        if min(lengths) < 1:
+    def _forced_prefix(self, sampling: SamplingParams) -> tuple[np.ndarray, int]:
+        """(tokens [P] int32, constraint state after them) that every row emits first (P = 0: none)."""
+        if self.constraint is None:
+            return np.zeros((0,), np.int32), 0
+        if not self.prefill_forced:
+            return np.zeros((0,), np.int32), self.constraint.initial_state
+        return self.constraint.forced_prefix(sampling.stop_token_ids, limit=sampling.max_new_tokens - 1)
+
+    def _batch(self, prompts: Sequence[dict], suffix: np.ndarray):
+        """Left-padded ids/mask [B', L'] of each prompt followed by `suffix`, concatenated pixel values, static
+        grid; B' and L' rounded up."""
+        lengths = [len(p["input_ids"]) + len(suffix) for p in prompts]
+        if min(lengths) - len(suffix) < 1:
             raise ValueError("every prompt needs at least one token")
         width = -(-max(lengths) // self.prompt_multiple) * self.prompt_multiple
         rows = -(-len(prompts) // self.batch_multiple) * self.batch_multiple
         ids = np.full((rows, width), self.pad_token_id, np.int32)
         mask = np.zeros((rows, width), np.int32)
         for row, prompt in enumerate(prompts):
-            ids[row, width - lengths[row]:] = np.asarray(prompt["input_ids"], np.int32)
+            ids[row, width - lengths[row]:] = np.concatenate([np.asarray(prompt["input_ids"], np.int32), suffix])
             mask[row, width - lengths[row]:] = 1
         pixels = [np.asarray(p["pixel_values"], np.float32) for p in prompts if len(p.get("image_grid_thw", ())) > 0]
         grids = [np.asarray(p["image_grid_thw"]).reshape(-1, 3) for p in prompts if len(p.get("image_grid_thw", ())) > 0]
@@ -271,7 +288,8 @@ class Sampler:
         """
         if sampling.stop_strings and decode_text is None:
             raise ValueError("sampling.stop_strings needs decode_text (e.g. processor.tokenizer.decode)")
-        ids, mask, pixels, grid = self._batch(prompts)
+        prefix, prefix_state = self._forced_prefix(sampling)
+        ids, mask, pixels, grid = self._batch(prompts, prefix)
         rows, width = ids.shape
         cache = kv_cache.init_cache(self.config, rows, width + sampling.max_new_tokens, jnp.dtype(self.config.dtype))
         if self.mesh is not None:
@@ -282,7 +300,8 @@ class Sampler:
         params, version = self._weights(weights)
         state = self._prefill(params, *self._place((jnp.asarray(ids), jnp.asarray(mask))),
                               None if pixels is None else jnp.asarray(pixels), cache, rng, jnp.int32(version),
-                              stop_ids, self._tables, grid=grid, sampling=static)
+                              stop_ids, self._tables, jnp.asarray(prefix), jnp.int32(prefix_state), grid=grid,
+                              sampling=static)
         stopped_by_string: dict[int, int] = {}
         while True:
             done, step = jax.device_get((state.done, state.step))

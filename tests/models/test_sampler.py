@@ -203,6 +203,38 @@ def test_constrained_decoding_emits_only_well_formed_actions(policy, prompts):
         assert (r.sampling_logprobs >= r.logprobs - 1e-6).all()  # mass renormalised onto the allowed tokens
 
 
+def test_forced_prefix_is_prefilled_exactly_as_decoding_it(policy, prompts):
+    """Every response of the tiny action grammar starts with `Memory: {}\nAction: click(`: prefilled with the
+    prompt, it yields the same tokens, log-probs (forced ones exactly 0) and versions as decoding it."""
+    tokenizer = policy.processor.tokenizer
+    end = tokenizer.token_to_id("<|im_end|>")
+    actions = ["Memory: {}\nAction: click(250, 500)", "Memory: {}\nAction: click(750, 500)",
+               "Memory: {}\nAction: click(750, 80)"]
+    constraint = TokenConstraint.from_token_sequences([tokenizer.encode(a).tolist() for a in actions],
+                                                      tokenizer.vocab_size, end)
+    prefix, _ = constraint.forced_prefix(stop_token_ids=(end,))
+    assert tokenizer.decode(prefix) == "Memory: {}\nAction: click("
+    assert len(constraint.forced_prefix(limit=5)[0]) == 5
+    sampling = SamplingParams(max_new_tokens=40, temperature=0.0, stop_token_ids=(end,))
+    out = {}
+    for prefill_forced in (True, False):
+        sampler = Sampler(policy.module, policy.config, pad_token_id=tokenizer.pad_token_id, decode_chunk=CHUNK,
+                          prompt_multiple=WIDTH, constraint=constraint, prefill_forced=prefill_forced)
+        out[prefill_forced] = sampler.generate((policy.params, 7), prompts, sampling, seed=0)
+        assert sampler.trace_counts["prefill"] == 1
+    for fast, slow in zip(out[True], out[False]):
+        assert tokenizer.decode(fast.tokens[:-1]) in actions and fast.finish_reason == "stop_token"
+        np.testing.assert_array_equal(fast.tokens, slow.tokens)
+        np.testing.assert_allclose(fast.logprobs, slow.logprobs, atol=1e-5)
+        np.testing.assert_array_equal(fast.logprobs[:len(prefix)], 0.0)
+        np.testing.assert_array_equal(fast.versions, slow.versions)
+        assert (fast.versions == 7).all()
+    sampled = Sampler(policy.module, policy.config, pad_token_id=tokenizer.pad_token_id, decode_chunk=CHUNK,
+                      prompt_multiple=WIDTH, constraint=constraint).generate(
+        (policy.params, 0), prompts * 2, SamplingParams(max_new_tokens=40, stop_token_ids=(end,)), seed=1)
+    assert {tokenizer.decode(r.tokens[:-1]) for r in sampled} <= set(actions)
+
+
 def _random_walks(constraint, end, count=300, seed=0):
     rng = np.random.default_rng(seed)
     for _ in range(count):
