@@ -17,6 +17,7 @@ gathered copy of the weights, `parallel/multihost.py`), the transport, the worke
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -110,22 +111,52 @@ def _stop_on_signals(stop: threading.Event):
             signal.signal(sig, old)
 
 
+@contextlib.contextmanager
+def workdir_lock(workdir: str):
+    """Holds an exclusive lock on WORKDIR/train.lock while the block runs: a second run on the same workdir would
+    append to the same buffer and write the same checkpoints. The kernel drops the lock when its process dies,
+    so a killed run never blocks its own resumption."""
+    path = os.path.join(workdir, "train.lock")
+    with open(path, "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            raise RuntimeError(f"workdir {workdir} is in use by another training run (pid {holder}): stop that run "
+                               "or pass another --workdir") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
     """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code."""
     from jaxwebrl.parallel import distributed, multihost
 
     distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
+    _log_to_stderr()
+    os.makedirs(workdir, exist_ok=True)
+    stop = stop or threading.Event()
+    primary = distributed.is_primary()
+    with workdir_lock(workdir) if primary else contextlib.nullcontext():
+        return _run(config, workdir, stop, primary)
+
+
+def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
     import jax
 
+    from jaxwebrl.parallel import distributed, multihost
     from jaxwebrl.rollout.policy_server import PolicyServer
     from jaxwebrl.rollout.ray_launcher import pool_for
     from jaxwebrl.rollout.transport import TransportServer, new_token
     from jaxwebrl.train.trainer import Trainer
 
-    _log_to_stderr()
-    os.makedirs(workdir, exist_ok=True)
-    stop = stop or threading.Event()
-    primary = distributed.is_primary()
     layout = multihost.layout(config)
     if layout.mesh is not None:
         log.info("process %d of %d: %d local of %d devices; trainer mesh %s", jax.process_index(),
