@@ -4,7 +4,7 @@ A recipe file (constT10.py, grpo.py, ...) calls `base_config(arg)` and changes o
 recipe. `arg` is the string after ':' in `--config=configs/X.py:arg` and picks a variant:
 
   tiny        (default) tiny random Qwen3-VL policy on the CPU, bundled MiniWoB++ tasks in headless Chromium
-  toy         tiny policy on the browser-free toy environment (seconds per update; tests, quick checks)
+  toy         tiny policy on the browser-free toy environment (~8 s an update; grpo solves it in ~20 updates)
   qwen3vl_8b  the paper's scale: Qwen3-VL-8B from a local HF directory (--config.model.checkpoint=DIR)
 
 Every field has a default here, so any of them can be overridden with `--config.a.b=value`; optional fields
@@ -168,15 +168,27 @@ def _norm_config(mean_level, std_level) -> config_dict.ConfigDict:
 TINY_SYSTEM_PROMPT = "You are a web agent. Reply with 'Memory: {...}' then 'Action: click(x, y)' (0-1000 coordinates)."
 
 
+# The toy goal names the presses, so the toy prompt needs no instructions at all; every token it saves is one the
+# tiny policy's attention does not have to look past to find the goal.
+TOY_SYSTEM_PROMPT = "Do the task."
+
+
 def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
     if variant in ("tiny", "toy"):
         c.env.system_prompt = TINY_SYSTEM_PROMPT
         c.buffer.max_seq_len = 512
     if variant == "toy":
+        # Measured (grpo, 2-core CPU): from the random tiny policy, sampled success 0.13 -> 0.9 over updates 1-20
+        # and 0.95 by 25, ~8 s an update. lr 1e-3 learned sooner but swung 0.68 -> 0.1 -> 0.67 -> 0.03; with 8
+        # trajectories an update it had not learned after 20 updates.
         c.env.tasks = "toy"
+        c.env.system_prompt = TOY_SYSTEM_PROMPT
         c.env.max_episode_steps = 3
         c.rollout.num_workers = 2
-        c.train.lr = 1e-3
+        c.train.consumer_batch_size = 32
+        c.train.ppo_n_minibatches = 1
+        c.train.ppo_n_epochs = 4
+        c.train.lr = 3e-4
     elif variant == "tiny":
         # Measured on the 2-core CPU under load: 8 trajectories x (2 minibatches x 3 epochs) took 42 s a step and
         # recompiled as the row count wandered over 8..64; 32 trajectories (~80 rows: one 128-row shape) x (1 x 2)

@@ -1,9 +1,12 @@
 """A browser-free toy environment behind the Env interface: trainer tests and learning checks in seconds.
 
-Four instructions, three turns, two actions per turn. Each instruction has one target path of button
+Four instructions, three turns, two actions per turn. Each instruction names one target path of button
 presses; the exact terminal verifier gives reward 1.0 only when all three presses match it:
 
-    pattern A -> [0, 0, 1]    pattern B -> [0, 1, 0]    pattern C -> [1, 0, 1]    pattern D -> [1, 1, 0]
+    "Press left, left, right."  -> [0, 0, 1]      "Press left, right, left."   -> [0, 1, 0]
+    "Press right, left, right." -> [1, 0, 1]      "Press right, right, left."  -> [1, 1, 0]
+
+Every turn's press depends on both the goal and the turn (no turn and no goal alone predicts it).
 
 Button 0 is the left half of the screen, button 1 the right half: any click with x < 500 presses 0, any
 click with x >= 500 presses 1. The short canonical texts are ``click(250, 500)`` and ``click(750, 500)``.
@@ -20,7 +23,11 @@ from jaxwebrl.env.actions import COORD_MAX, Action, parse_action
 from jaxwebrl.env.base import Observation, StepResult
 
 TARGET_PATHS = ((0, 0, 1), (0, 1, 0), (1, 0, 1), (1, 1, 0))
-INSTRUCTIONS = tuple(f"Click the buttons in the order of pattern {name}." for name in "ABCD")
+BUTTON_NAMES = ("left", "right")
+# The goal names the presses ("Press left, left, right."): instructions that differ in many tokens. With goals
+# that differed in one letter ("... pattern A."), the tiny policy needed ~55 full-batch supervised steps before
+# its choices depended on the goal, and RL collapsed onto two of the four tasks first; with these, ~20.
+INSTRUCTIONS = tuple("Press " + ", ".join(BUTTON_NAMES[b] for b in path) + "." for path in TARGET_PATHS)
 NUM_TURNS = 3
 NUM_ACTIONS = 2
 ACTION_TEXTS = ("click(250, 500)", "click(750, 500)")  # press button 0, press button 1

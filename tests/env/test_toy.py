@@ -42,7 +42,7 @@ def test_oracle_and_instruction_from_seed():
 
 def test_any_click_in_a_half_presses_that_button_and_canonical_text_works():
     env = toy.ToyEnv()
-    env.reset(0)  # pattern A = [0, 0, 1]
+    env.reset(0)  # "Press left, left, right." = [0, 0, 1]
     assert env.step(Action("click", x=0, y=999)).info["press"] == 0
     assert env.step(format_action(Action("click", x=499, y=10))).info["press"] == 0
     assert env.step('<tool_call>{"name": "computer_use", "arguments": {"action": "click", '
