@@ -3,13 +3,14 @@ evaluated on the same held-out MiniWoB++ instances. Prints one JSON object (and 
 
     python bench/learning_run.py --out=/tmp/learning_run                  # defaults: the README's numbers
     python bench/learning_run.py --out=/tmp/lr --rl_minutes=5 --stages=sft,eval_sft,rl,eval_rl
+    python bench/learning_run.py --out=/tmp/lr --rl_steps=15 --eval_seeds=40   # an update budget instead of a clock
 
 Stages (each a launch/ command, printed before it runs, so any one can be rerun by hand):
   sft        launch/sft.py: oracle demonstrations on TRAINING seeds 0..sft_seeds-1 -> OUT/sft (params checkpoint)
   eval_init  launch/eval.py --policy=initial: the random tiny policy -> OUT/eval_initial
   eval_sft   launch/eval.py --policy=OUT/sft -> OUT/eval_sft
   rl         launch/train.py --config.model.init_params=OUT/sft for --rl_minutes of wall clock (then SIGINT: the
-             supervisor saves and stops; every step is checkpointed) -> OUT/rl
+             supervisor saves and stops; every step is checkpointed), or for --rl_steps updates -> OUT/rl
   eval_rl    launch/eval.py --policy=OUT/rl (its latest checkpoint) -> OUT/eval_rl
 
 Held-out seeds: evaluation plays seeds 1_000_000 .. 1_000_000+eval_seeds-1 of every task (launch/eval.py's
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--sft_steps", type=int, default=100, help="100: ~47%% held out, room for RL")
     parser.add_argument("--sft_seeds", type=int, default=64, help="training instances per task for demonstrations")
     parser.add_argument("--rl_minutes", type=float, default=30.0, help="RL wall-clock budget")
+    parser.add_argument("--rl_steps", type=int, default=0, help="RL budget in updates instead (0: --rl_minutes)")
     parser.add_argument("--eval_seeds", type=int, default=20, help="held-out instances per task")
     parser.add_argument("--eval_workers", type=int, default=2)
     parser.add_argument("override", nargs="*", help="--config.a.b=v overrides passed to every stage (after --)")
@@ -108,9 +110,11 @@ def main() -> None:
     if "eval_sft" in stages:
         walls["eval_sft"] = run(eval_cmd(args, sft, os.path.join(out, "eval_sft")))
     if "rl" in stages:
+        max_steps = args.rl_steps or 100000   # an update budget runs to the end; otherwise the clock stops it
         walls["rl"] = run([py, "launch/train.py", f"--config={args.config}", f"--workdir={rl}",
-                           f"--config.model.init_params={sft}", "--config.train.max_steps=100000",
-                           "--config.metrics.progress_bar=False", *args.override], seconds=args.rl_minutes * 60)
+                           f"--config.model.init_params={sft}", f"--config.train.max_steps={max_steps}",
+                           "--config.metrics.progress_bar=False", *args.override],
+                          seconds=None if args.rl_steps else args.rl_minutes * 60)
     if "eval_rl" in stages:
         if curve(rl):
             walls["eval_rl"] = run(eval_cmd(args, rl, os.path.join(out, "eval_rl")))
