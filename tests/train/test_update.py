@@ -20,7 +20,9 @@ def policy():
 @pytest.fixture(scope="module")
 def updater(policy):
     """One updater for the module: its jitted minibatch step compiles once for the shared batch shape."""
-    return updater_for(policy, get_config("toy"))
+    config = get_config("toy")
+    config.train.ppo_n_minibatches, config.train.ppo_n_epochs = 2, 3   # several minibatches and epochs per batch
+    return updater_for(policy, config)
 
 
 def updater_for(policy, config):
