@@ -20,7 +20,7 @@ gradient. Temperature, top-k and top-p change the distribution tokens are actual
 Constrained decoding: a `TokenConstraint` (jaxwebrl/models/constraints.py) is a token-level automaton
 (`allowed [S, V]`, `next_state [S, V]`): at each step a row may only sample tokens its state allows. It is
 built from a vocabulary mask, a finite set of token sequences, or a regex over the text (well-formed actions).
-The tokens every response must start with (`forced_prefix`: states admitting one token, e.g. the 26 tokens of
+The tokens every response must start with (`forced_prefix`: states admitting one token, e.g. the 25 tokens of
 `Memory: {}\nAction: click(` of the tiny action grammar) are prefilled with the prompt instead of decoded one
 at a time, and recorded exactly as decoding would: log-prob 0, the prefill's version.
 """
@@ -157,6 +157,7 @@ class Sampler:
         self.mesh = mesh
         self.constraint = constraint
         self.prefill_forced = bool(prefill_forced)
+        self._prefixes: dict[tuple, tuple[np.ndarray, int]] = {}   # (stop ids, max_new_tokens) -> forced_prefix
         if constraint is not None and constraint.allowed.shape[1] != config.text.vocab_size:
             raise ValueError(f"constraint covers {constraint.allowed.shape[1]} tokens but the model's vocabulary "
                              f"has {config.text.vocab_size}")
@@ -253,14 +254,18 @@ class Sampler:
             return np.zeros((0,), np.int32), 0
         if not self.prefill_forced:
             return np.zeros((0,), np.int32), self.constraint.initial_state
-        return self.constraint.forced_prefix(sampling.stop_token_ids, limit=sampling.max_new_tokens - 1)
+        key = (sampling.stop_token_ids, sampling.max_new_tokens)   # the same for every batch of a server
+        if key not in self._prefixes:
+            self._prefixes[key] = self.constraint.forced_prefix(sampling.stop_token_ids,
+                                                                limit=sampling.max_new_tokens - 1)
+        return self._prefixes[key]
 
     def _batch(self, prompts: Sequence[dict], suffix: np.ndarray):
         """Left-padded ids/mask [B', L'] of each prompt followed by `suffix`, concatenated pixel values, static
         grid; B' and L' rounded up."""
-        lengths = [len(p["input_ids"]) + len(suffix) for p in prompts]
-        if min(lengths) - len(suffix) < 1:
+        if min(len(p["input_ids"]) for p in prompts) < 1:
             raise ValueError("every prompt needs at least one token")
+        lengths = [len(p["input_ids"]) + len(suffix) for p in prompts]
         width = -(-max(lengths) // self.prompt_multiple) * self.prompt_multiple
         rows = -(-len(prompts) // self.batch_multiple) * self.batch_multiple
         ids = np.full((rows, width), self.pad_token_id, np.int32)
