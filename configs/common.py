@@ -175,7 +175,6 @@ TOY_SYSTEM_PROMPT = "Do the task."
 
 def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
     if variant in ("tiny", "toy"):
-        c.env.system_prompt = TINY_SYSTEM_PROMPT
         c.buffer.max_seq_len = 512
     if variant == "toy":
         # Measured (grpo, 2-core CPU): from the random tiny policy, sampled success 0.13 -> 0.9 over updates 1-20
@@ -190,6 +189,7 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         c.train.ppo_n_epochs = 4
         c.train.lr = 3e-4
     elif variant == "tiny":
+        c.env.system_prompt = TINY_SYSTEM_PROMPT
         # Measured on the 2-core CPU under load: 8 trajectories x (2 minibatches x 3 epochs) took 42 s a step and
         # recompiled as the row count wandered over 8..64; 32 trajectories (~80 rows: one 128-row shape) x (1 x 2)
         # take ~45 s, so the trainer uses ~4x the trajectories per minute (the workers make ~60 episodes/min).
