@@ -47,11 +47,12 @@ class PolicyServer:
         self._running = threading.Event()
         self._running.set()
         self._closed = threading.Event()
+        self._failure: str | None = None  # set when the batching thread died: handle() then fails at once
         self._rng = np.random.default_rng(seed)
         self._stats_lock = threading.Lock()
         self._stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "prompt_tokens": 0, "busy_s": 0.0}
         self._sampler = self._make_sampler()
-        self._thread = threading.Thread(target=self._serve, name="policy-server", daemon=True)
+        self._thread = threading.Thread(target=self._serve_forever, name="policy-server", daemon=True)
         self._thread.start()
 
     @classmethod
@@ -86,27 +87,45 @@ class PolicyServer:
         with self._stats_lock:
             return dict(self._stats, version=self.version)
 
+    def raise_if_failed(self) -> None:
+        """RuntimeError (one line) when the batching thread died: no request would be answered any more."""
+        if self._failure is not None:
+            raise RuntimeError(f"policy server stopped: {self._failure}")
+        if not self._thread.is_alive() and not self._closed.is_set():
+            raise RuntimeError("policy server stopped: its batching thread exited")
+
     def close(self) -> None:
         self._closed.set()
         self._running.set()
         self._thread.join(timeout=30)
-        while True:  # fail whatever is still queued, so no handler thread waits forever
+        self._fail_queued(RuntimeError("policy server closed"))
+
+    def _fail_queued(self, error: BaseException) -> None:
+        """Fail whatever is still queued, so no handler thread waits forever."""
+        while True:
             try:
                 _, future = self._requests.get_nowait()
             except queue.Empty:
                 break
-            future.set_exception(RuntimeError("policy server closed"))
+            _settle(future, error=error)
 
     # ------------------------------------------------------------------ transport side
     def handle(self, request: dict) -> dict:
         """Transport handler: one generate request -> its reply (blocks until its batch is decoded)."""
-        if request.get("op") != "generate":
-            raise ValueError(f"policy server serves op 'generate' only, got {request.get('op')!r}")
+        _check_request(request)  # a bad request fails alone, never the batch it would have joined
         if self._closed.is_set():
             raise RuntimeError("policy server closed")
+        self.raise_if_failed()
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._requests.put((request, future))
-        return future.result()
+        while True:
+            try:
+                return future.result(timeout=1.0)
+            except concurrent.futures.TimeoutError:
+                if not self._thread.is_alive():  # stopped or died after this request was queued
+                    error = RuntimeError(f"policy server stopped: {self._failure or 'closed'}")
+                    _settle(future, error=error)
+                    self._fail_queued(error)
 
     # ------------------------------------------------------------------ batching thread
     def _next_batch(self) -> list:
@@ -130,6 +149,14 @@ class PolicyServer:
             return batch
         return []
 
+    def _serve_forever(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # noqa: BLE001 - recorded; handle() and raise_if_failed() report it
+            self._failure = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            log.error("policy server batching thread died: %s", self._failure)
+            self._fail_queued(RuntimeError(f"policy server stopped: {self._failure}"))
+
     def _serve(self) -> None:
         while not self._closed.is_set():
             batch = self._next_batch()
@@ -141,10 +168,10 @@ class PolicyServer:
             except Exception as exc:  # noqa: BLE001 - every waiting worker must hear about it
                 log.exception("policy server batch of %d failed", len(batch))
                 for _, future in batch:
-                    future.set_exception(exc)
+                    _settle(future, error=exc)
                 continue
             for (_, future), reply in zip(batch, replies):
-                future.set_result(reply)
+                _settle(future, result=reply)
             with self._stats_lock:
                 self._stats["requests"] += len(batch)
                 self._stats["batches"] += 1
@@ -200,3 +227,32 @@ class PolicyServer:
             "behave_logprobs": np.concatenate([np.zeros(n_prompt, np.float32), result.logprobs.astype(np.float32)]),
             "versions": np.concatenate([np.full(n_prompt, -1, np.int32), result.versions.astype(np.int32)]),
         }
+
+
+def _settle(future: concurrent.futures.Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Complete `future` unless something else (close, a dead thread) already did."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
+def _check_request(request: dict) -> None:
+    """ValueError naming the field when a generate request (docs/interfaces.md) is malformed."""
+    if request.get("op") != "generate":
+        raise ValueError(f"policy server serves op 'generate' only, got {request.get('op')!r}")
+    messages, refs = request.get("messages"), request.get("image_refs")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ValueError("generate request 'messages' must be a list of chat message dicts")
+    if not isinstance(refs, np.ndarray) or refs.dtype.kind not in "iu" or refs.ndim != 1:
+        raise ValueError("generate request 'image_refs' must be an int array [K] of screenshot refs")
+    max_new = request.get("max_new_tokens")
+    if type(max_new) is not int or max_new < 1:
+        raise ValueError(f"generate request 'max_new_tokens' must be an int >= 1, got {max_new!r}")
+    for key in ("temperature", "top_p"):
+        value = request.get(key, 1.0)
+        if type(value) not in (int, float) or not np.isfinite(value) or value <= 0:
+            raise ValueError(f"generate request {key!r} must be a finite number > 0, got {value!r}")

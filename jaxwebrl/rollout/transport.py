@@ -4,8 +4,19 @@ A message is a zmq multipart: frame 0 is a UTF-8 JSON header, frames 1.. are raw
 buffers. NumPy arrays anywhere in a payload dict travel as frames and come back as arrays with the same
 dtype and shape; everything else must be plain JSON (str, int, float, bool, None, list, dict with str keys).
 
-Every request carries a shared token; the server answers a wrong one with an authentication error that the
-client raises as :class:`TransportAuthError`. The server binds 127.0.0.1 unless given another host.
+Authentication happens at connection time, before any message is accepted: the server is a ZMQ PLAIN server
+whose ZAP handler admits a peer only when its password is the shared token (compared in constant time). A peer
+without it never gets a message into the server's memory: libzmq closes the connection after the handshake
+(and drops any handshake frame above ``max_message_bytes``). The client watches its socket's handshake events
+and raises :class:`TransportAuthError` at once on a wrong token, and :class:`TransportError` when the connection
+to the server drops while a request waits for its reply (a dead server is an error within a second, never a
+silent wait for ``timeout_s``). The server binds 127.0.0.1 unless given another host; PLAIN does not encrypt.
+
+What an authenticated peer sends is checked before anything is decoded or copied: whole-message size (all
+frames together) at most ``max_message_bytes``, a header that is a JSON object nested at most
+``MAX_JSON_DEPTH`` deep, at most ``MAX_ARRAYS`` arrays of allowed dtypes whose byte counts match their frames,
+array markers that name an existing array. Any problem, and any exception of the handler, becomes an error
+reply; the serve loop survives everything (if its thread dies anyway, ``raise_if_failed`` says so in one line).
 
     server = TransportServer(handler, token=token)        # handler(request: dict) -> dict, called on a pool
     server.start(); address = server.address              # "tcp://127.0.0.1:PORT"
@@ -32,10 +43,21 @@ from typing import Any, Callable
 import numpy as np
 import zmq
 
-PROTOCOL = "jaxwebrl-transport/1"
+PROTOCOL = "jaxwebrl-transport/2"
 ARRAY_MARKER = "__ndarray__"
-DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+# Paper scale: a reply is 4 arrays of <= 16k tokens (~0.2 MB), a request a chat of a few steps (~0.1 MB).
+DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
+MAX_JSON_DEPTH = 64          # nesting of the JSON header (a chat request needs ~6)
+MAX_ARRAYS = 1024            # arrays per message
+MAX_ARRAY_DIMS = 32
+PLAIN_USERNAME = b"jaxwebrl"
+ZAP_DOMAIN = b"jaxwebrl"
+_ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 _ALLOWED_KINDS = "biuf"  # bool, signed int, unsigned int, float
+_WIRE_DTYPES = frozenset(np.dtype(t).newbyteorder("<").str for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64))
+_MAX_ECHOED_ID_CHARS = 64
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +69,7 @@ class TransportError(RuntimeError):
 
 
 class TransportAuthError(TransportError, PermissionError):
-    """The server refused the request because the shared token did not match."""
+    """The server refused the connection because the shared token did not match."""
 
 
 class TransportTimeout(TransportError, TimeoutError):
@@ -65,7 +87,32 @@ def _check_token(token: str | None) -> str:
             "transport token must be a non-empty string; generate one with "
             "jaxwebrl.rollout.transport.new_token() and give the same one to the server and every worker"
         )
+    if len(token.encode()) > 255 or not token.isprintable():
+        raise ValueError("transport token must be at most 255 bytes of printable text; use "
+                         "jaxwebrl.rollout.transport.new_token()")
     return token
+
+
+class _RateLimitedLog:
+    """At most one warning per ``period_s`` per kind; the next one says how many were suppressed."""
+
+    def __init__(self, period_s: float = 10.0):
+        self.period_s = period_s
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def warning(self, kind: str, message: str, *args) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(kind, -1e9) < self.period_s:
+                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+                return
+            self._last[kind] = now
+            suppressed = self._suppressed.pop(kind, 0)
+        if suppressed:
+            message += f" ({suppressed} more like it in the last {self.period_s:g} s)"
+        log.warning(message, *args)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -98,13 +145,19 @@ def _encode_value(value: Any, arrays: list[np.ndarray], path: str) -> Any:
     )
 
 
-def _decode_value(value: Any, arrays: list[np.ndarray]) -> Any:
+def _decode_value(value: Any, arrays: list[np.ndarray], depth: int = 0) -> Any:
+    if depth > MAX_JSON_DEPTH:
+        raise TransportError(f"message payload is nested deeper than {MAX_JSON_DEPTH} levels")
     if isinstance(value, dict):
-        if set(value) == {ARRAY_MARKER}:
-            return arrays[value[ARRAY_MARKER]]
-        return {key: _decode_value(child, arrays) for key, child in value.items()}
+        if ARRAY_MARKER in value:
+            index = value[ARRAY_MARKER]
+            if len(value) != 1 or type(index) is not int or not 0 <= index < len(arrays):
+                raise TransportError(f"bad array marker {_short(value)}: expected {{{ARRAY_MARKER!r}: index}} with "
+                                     f"0 <= index < {len(arrays)}")
+            return arrays[index]
+        return {key: _decode_value(child, arrays, depth + 1) for key, child in value.items()}
     if isinstance(value, list):
-        return [_decode_value(child, arrays) for child in value]
+        return [_decode_value(child, arrays, depth + 1) for child in value]
     return value
 
 
@@ -117,30 +170,68 @@ def encode_message(header: dict, payload: dict) -> list[bytes | memoryview]:
     return [json.dumps(head, separators=(",", ":")).encode()] + [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays]
 
 
-def decode_message(frames: list[bytes]) -> tuple[dict, dict]:
-    """(header, payload) from frames; arrays are fresh writable NumPy arrays."""
+def _buffer(frame) -> memoryview:
+    """The bytes of a frame without copying them (zmq.Frame, bytes or memoryview)."""
+    return frame.buffer if isinstance(frame, zmq.Frame) else memoryview(frame)
+
+
+def decode_message(frames: list) -> tuple[dict, dict]:
+    """(header, payload) from frames (bytes or zmq.Frame); arrays are fresh writable NumPy arrays.
+
+    Every check runs before any array is copied; each array is copied once. Raises TransportError naming the
+    problem for anything malformed (never IndexError, RecursionError, ...)."""
     if not frames:
         raise TransportError("empty message")
     try:
-        head = json.loads(bytes(frames[0]))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TransportError(f"message header is not JSON: {exc}") from None
+        head = json.loads(bytes(_buffer(frames[0])))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, int too long, nested too deep
+        raise TransportError(f"message header is not a JSON object: {_short(exc)}") from None
     if not isinstance(head, dict) or head.get("protocol") != PROTOCOL:
         raise TransportError(f"message is not {PROTOCOL}: peer runs another version or another program")
     specs = head.get("arrays", [])
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+        raise TransportError(f"header 'arrays' must be a list of at most {MAX_ARRAYS} array specs")
     if len(specs) != len(frames) - 1:
         raise TransportError(f"header names {len(specs)} arrays but {len(frames) - 1} frames arrived")
-    arrays = []
-    for spec, frame in zip(specs, frames[1:]):
-        dtype = np.dtype(spec["dtype"])
-        if dtype.kind not in _ALLOWED_KINDS:
-            raise TransportError(f"array dtype {dtype} is not allowed on the wire")
-        shape = tuple(int(d) for d in spec["shape"])
-        buffer = bytes(frame)
-        if len(buffer) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
-            raise TransportError(f"array frame of {len(buffer)} bytes does not match {dtype} {shape}")
-        arrays.append(np.frombuffer(bytearray(buffer), dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="), copy=False))
-    return head, _decode_value(head.get("payload", {}), arrays)
+    views = []
+    for index, (spec, frame) in enumerate(zip(specs, frames[1:])):
+        dtype, shape = _checked_spec(spec, index)
+        buffer = _buffer(frame)
+        count = 1
+        for dim in shape:
+            count *= dim
+        if buffer.nbytes != dtype.itemsize * count:
+            raise TransportError(f"array frame {index} of {buffer.nbytes} bytes does not match {dtype} {shape}")
+        views.append((buffer, dtype, shape))
+    arrays = [np.frombuffer(buffer, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="), copy=True)
+              for buffer, dtype, shape in views]
+    payload = _decode_value(head.get("payload", {}), arrays)
+    if not isinstance(payload, dict):
+        raise TransportError(f"message payload must be a JSON object, got {type(payload).__name__}")
+    return head, payload
+
+
+def _checked_spec(spec: Any, index: int) -> tuple[np.dtype, tuple[int, ...]]:
+    if not isinstance(spec, dict) or spec.get("dtype") not in _WIRE_DTYPES or not isinstance(spec.get("shape"), list):
+        raise TransportError(f"array spec {index} {_short(spec)} is not {{'dtype': one of {sorted(_WIRE_DTYPES)}, "
+                             "'shape': [int, ...]}")
+    shape = spec["shape"]
+    if len(shape) > MAX_ARRAY_DIMS or not all(type(d) is int and d >= 0 for d in shape):
+        raise TransportError(f"array spec {index} has a bad shape {_short(shape)}: at most {MAX_ARRAY_DIMS} "
+                             "non-negative ints")
+    return np.dtype(spec["dtype"]), tuple(shape)
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _echoable_id(request_id: Any) -> Any:
+    """The request id to echo in a reply: an int or a short str, else None (never echo a peer's junk)."""
+    if type(request_id) is int or (isinstance(request_id, str) and len(request_id) <= _MAX_ECHOED_ID_CHARS):
+        return request_id
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -148,10 +239,12 @@ def decode_message(frames: list[bytes]) -> tuple[dict, dict]:
 
 
 class TransportServer:
-    """ROUTER server: authenticates each request and runs ``handler`` on a thread pool.
+    """ROUTER server: admits only peers with the token (ZAP, at connection time), checks each message, and runs
+    ``handler`` on a thread pool.
 
-    Replies are routed back to the requesting client; any number of clients may be connected. A handler
-    exception becomes an error reply (the client raises :class:`TransportError` naming it); the server goes on.
+    Replies are routed back to the requesting client; any number of clients may be connected. A malformed
+    message or a handler exception becomes an error reply (the client raises :class:`TransportError` naming
+    it); the server goes on. ``requests_refused`` counts connections refused for a wrong token.
     """
 
     def __init__(
@@ -176,26 +269,44 @@ class TransportServer:
         self._replies: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
+        self._counts_lock = threading.Lock()
+        self._warn = _RateLimitedLog()
         self.address: str | None = None
         self.requests_served = 0
         self.requests_refused = 0
+        self.requests_malformed = 0
         self._start_error: BaseException | None = None
+        self._failure: str | None = None
 
     def start(self) -> "TransportServer":
         """Bind and start serving; returns self. ``self.address`` is the endpoint clients connect to."""
         if self._thread is not None:
             raise RuntimeError("TransportServer already started")
-        self._thread = threading.Thread(target=self._serve, name="transport-server", daemon=True)
+        self._thread = threading.Thread(target=self._serve_forever, name="transport-server", daemon=True)
         self._thread.start()
         self._ready.wait()
         if self._start_error is not None:
             raise self._start_error
         return self
 
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def raise_if_failed(self) -> None:
+        """RuntimeError (one line) when the serving thread died; workers would otherwise wait for replies."""
+        if self._failure is not None:
+            raise RuntimeError(f"policy server transport at {self.address} stopped: {self._failure}")
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            raise RuntimeError(f"policy server transport at {self.address} stopped: its thread exited")
+
     def close(self) -> None:
         """Stop serving and release the port (pending handler calls are abandoned)."""
         self._stop.set()
-        os.write(self._wake_write, b"x")
+        try:
+            os.write(self._wake_write, b"x")
+        except OSError:
+            pass
         if self._thread is not None:
             self._thread.join(timeout=10)
         for fd in (self._wake_read, self._wake_write):
@@ -210,12 +321,29 @@ class TransportServer:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _count(self, name: str) -> None:
+        with self._counts_lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+    def _serve_forever(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # noqa: BLE001 - recorded for raise_if_failed, then the thread ends
+            self._failure = f"{type(exc).__name__}: {_short(exc, 300)}"
+            log.error("policy server transport stopped: %s", self._failure)
+            self._ready.set()
+
     def _serve(self) -> None:
         context = zmq.Context()
+        zap = context.socket(zmq.REP)
+        zap.setsockopt(zmq.LINGER, 0)
+        zap.bind(_ZAP_ENDPOINT)  # before the ROUTER accepts anyone: every handshake asks it
         socket = context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, self._max_message_bytes)
         socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        socket.setsockopt(zmq.PLAIN_SERVER, 1)
+        socket.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         try:
             if self._port:
                 socket.bind(f"tcp://{self._host}:{self._port}")
@@ -227,67 +355,102 @@ class TransportServer:
                             "port on a private network (or reach it through an SSH tunnel)", self.address)
         except zmq.ZMQError as exc:
             self._start_error = OSError(f"policy server cannot bind tcp://{self._host}:{self._port or '*'}: {exc}")
-            socket.close()
+            for sock in (socket, zap):
+                sock.close()
             context.term()
             self._ready.set()
             return
         self._ready.set()
         pool = concurrent.futures.ThreadPoolExecutor(self._num_threads, thread_name_prefix="transport-handler")
         poller = zmq.Poller()
-        poller.register(socket, zmq.POLLIN)
-        poller.register(self._wake_read, zmq.POLLIN)
+        for item in (socket, zap, self._wake_read):
+            poller.register(item, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(timeout=500))
-                if socket in events:
-                    while True:
-                        try:
-                            frames = socket.recv_multipart(zmq.NOBLOCK, copy=True)
-                        except zmq.Again:
-                            break
-                        self._dispatch(socket, pool, frames)
-                if self._wake_read in events:
-                    try:
-                        os.read(self._wake_read, 4096)
-                    except BlockingIOError:
-                        pass
-                while True:
-                    try:
-                        identity, reply = self._replies.get_nowait()
-                    except queue.Empty:
+                try:
+                    self._serve_once(poller, socket, zap, pool)
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive anything one message causes
+                    if self._stop.is_set():
                         break
-                    socket.send_multipart([identity] + reply, copy=False)
+                    self._warn.warning("loop", "transport: serve loop error (%s: %s); serving on",
+                                       type(exc).__name__, _short(exc))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-            socket.close(linger=0)
+            for sock in (socket, zap):
+                sock.close(linger=0)
             context.term()
 
-    def _dispatch(self, socket, pool, frames: list[bytes]) -> None:
+    def _serve_once(self, poller, socket, zap, pool) -> None:
+        events = dict(poller.poll(timeout=500))
+        if zap in events:
+            self._answer_zap(zap)
+        if socket in events:
+            for _ in range(256):  # then let replies and handshakes through
+                try:
+                    frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._dispatch(socket, pool, frames)
+        if self._wake_read in events:
+            try:
+                os.read(self._wake_read, 4096)
+            except (BlockingIOError, OSError):
+                pass
+        while True:
+            try:
+                identity, reply = self._replies.get_nowait()
+            except queue.Empty:
+                break
+            socket.send_multipart([identity] + reply, copy=False)
+
+    def _answer_zap(self, zap) -> None:
+        """ZAP 1.0: admit a PLAIN peer whose password is the token; refuse everyone else."""
+        try:
+            request = zap.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        if len(request) < 6:
+            zap.send_multipart([b"1.0", b"", b"400", b"malformed ZAP request", b"", b""])
+            return
+        version, request_id, _, address, _, mechanism = request[:6]
+        credentials = request[6:]
+        admitted = (mechanism == b"PLAIN" and len(credentials) == 2
+                    and hmac.compare_digest(credentials[1], self._token))
+        if not admitted:
+            self._count("requests_refused")
+            self._warn.warning("auth", "transport: refused a connection from %s with a wrong token",
+                               address.decode(errors="replace"))
+        zap.send_multipart([b"1.0", request_id, b"200" if admitted else b"400",
+                            b"OK" if admitted else b"wrong token", b"", b""])
+
+    def _dispatch(self, socket, pool, frames: list) -> None:
         identity, frames = frames[0], frames[1:]
         try:
+            size = sum(len(frame) for frame in frames)
+            if size > self._max_message_bytes:
+                raise TransportError(f"message of {size} bytes exceeds the limit of {self._max_message_bytes}")
             head, payload = decode_message(frames)
-        except (TransportError, KeyError, TypeError, ValueError) as exc:
-            socket.send_multipart([identity] + _error_reply(None, "protocol", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - whatever the peer sent, it gets an error reply
+            self._count("requests_malformed")
+            self._warn.warning("protocol", "transport: refused a malformed message: %s", _short(exc))
+            socket.send_multipart([identity] + _error_reply(None, "protocol", _short(exc, 300)), copy=False)
             return
-        request_id = head.get("id")
-        token = str(head.get("token", "")).encode()
-        if not hmac.compare_digest(token, self._token):
-            self.requests_refused += 1
-            log.warning("transport: refused a request with a wrong token")
-            socket.send_multipart([identity] + _error_reply(request_id, "auth", "wrong token"))
-            return
-        pool.submit(self._run_handler, identity, request_id, payload)
+        pool.submit(self._run_handler, identity, _echoable_id(head.get("id")), payload)
 
-    def _run_handler(self, identity: bytes, request_id: Any, payload: dict) -> None:
+    def _run_handler(self, identity, request_id: Any, payload: dict) -> None:
         try:
             result = self._handler(payload)
             if not isinstance(result, dict):
                 raise TypeError(f"handler returned {type(result).__name__}, expected dict")
             reply = encode_message({"id": request_id, "ok": True}, result)
-            self.requests_served += 1
+            self._count("requests_served")
         except Exception as exc:  # the server must outlive a bad request
-            log.exception("transport: handler failed")
-            reply = _error_reply(request_id, "handler", f"{type(exc).__name__}: {exc}")
+            if self._stop.is_set():  # shutting down: the handler was told to stop, nothing went wrong
+                log.debug("transport: handler stopped during shutdown: %s", exc)
+            else:
+                log.warning("transport: handler failed on a request: %s: %s", type(exc).__name__, _short(exc, 300),
+                            exc_info=log.isEnabledFor(logging.DEBUG))
+            reply = _error_reply(request_id, "handler", f"{type(exc).__name__}: {_short(exc, 300)}")
         self._replies.put((identity, reply))
         try:
             os.write(self._wake_write, b"x")
@@ -305,7 +468,8 @@ def _error_reply(request_id: Any, kind: str, message: str) -> list:
 
 class TransportClient:
     """DEALER client: one request in flight at a time (a lock serialises threads); replies to requests that
-    timed out earlier are recognised by id and dropped."""
+    timed out earlier are recognised by id and dropped. A wrong token raises TransportAuthError as soon as the
+    handshake is refused; a connection lost while waiting raises TransportError (the server stopped)."""
 
     def __init__(self, address: str, *, token: str, timeout_s: float = 600.0,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
@@ -316,48 +480,85 @@ class TransportClient:
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
+        self._socket.setsockopt(zmq.PLAIN_USERNAME, PLAIN_USERNAME)
+        self._socket.setsockopt(zmq.PLAIN_PASSWORD, self._token.encode())
+        self._monitor = self._socket.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_DISCONNECTED)
         self._socket.connect(address)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._closed = False
+        self._refused: str | None = None  # why the server refused us (sticky: the token will not change)
 
     def request(self, payload: dict, *, timeout_s: float | None = None) -> dict:
         """Send ``payload``, wait for the reply payload. Raises TransportAuthError, TransportTimeout,
-        TransportError (server-side failure)."""
+        TransportError (server-side failure, or the connection dropped while waiting)."""
         timeout_ms = int(1000 * (self.timeout_s if timeout_s is None else timeout_s))
         with self._lock:
             if self._closed:
                 raise TransportError("TransportClient is closed")
+            self._connection_events(waiting=False)  # what happened while idle (a refusal is sticky)
             request_id = next(self._ids)
-            self._socket.send_multipart(encode_message({"id": request_id, "token": self._token}, payload),
-                                        copy=False)
+            self._socket.send_multipart(encode_message({"id": request_id}, payload), copy=False)
             poller = zmq.Poller()
             poller.register(self._socket, zmq.POLLIN)
+            poller.register(self._monitor, zmq.POLLIN)
             deadline = _now_ms() + timeout_ms
             while True:
                 remaining = deadline - _now_ms()
-                if remaining <= 0 or not poller.poll(timeout=remaining):
+                events = dict(poller.poll(timeout=remaining)) if remaining > 0 else {}
+                if not events:
                     raise TransportTimeout(
                         f"no reply from the policy server at {self.address} within {timeout_ms / 1000:.1f} s; "
                         "is it running and reachable?"
                     )
-                head, reply = decode_message(self._socket.recv_multipart())
+                if self._monitor in events:
+                    self._connection_events(waiting=True)
+                if self._socket not in events:
+                    continue
+                head, reply = decode_message(self._socket.recv_multipart(copy=False))
                 if head.get("id") not in (request_id, None):
                     continue  # a late reply to an earlier, timed-out request
                 if head.get("ok"):
                     return reply
                 kind, message = head.get("error_kind"), head.get("error", "unknown error")
-                if kind == "auth":
-                    raise TransportAuthError(
-                        f"policy server at {self.address} refused the request: {message}. Give the rollout "
-                        "workers the same transport token as the server (config.rollout.transport_token)."
-                    )
                 raise TransportError(f"policy server at {self.address} failed ({kind}): {message}")
+
+    def _connection_events(self, waiting: bool) -> None:
+        """Read the socket's handshake events; raise on a refusal, or on a lost connection while ``waiting``."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        lost = False
+        while self._monitor.poll(0):
+            event = recv_monitor_message(self._monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self._refused = "auth"
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                self._refused = self._refused or "protocol"
+            elif event == zmq.EVENT_DISCONNECTED:
+                lost = True
+            elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                lost, self._refused = False, None
+        if self._refused == "auth":
+            raise TransportAuthError(
+                f"policy server at {self.address} refused the connection: wrong token. Give the rollout workers "
+                "the server's token (the worker pool spec's policy.token; for launch/rollout.py, $JAXWEBRL_TOKEN "
+                "or --token_file)."
+            )
+        if self._refused == "protocol":
+            raise TransportError(f"the handshake with {self.address} failed: the peer is not a {PROTOCOL} policy "
+                                 "server (another jaxwebrl version, or another program on that port)")
+        if lost and waiting:
+            raise TransportError(f"lost the connection to the policy server at {self.address} while waiting for a "
+                                 "reply (the server stopped or restarted)")
 
     def close(self) -> None:
         with self._lock:
             if not self._closed:
                 self._closed = True
+                self._socket.disable_monitor()
+                self._monitor.close(linger=0)
                 self._socket.close(linger=0)
                 self._context.term()
 

@@ -198,6 +198,8 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
             if pool is not None and not failure:
                 try:
                     pool.raise_if_failed()
+                    transport.raise_if_failed()   # a dead server thread stops the run, never stalls it
+                    server.raise_if_failed()
                 except Exception as err:  # noqa: BLE001 - re-raised below, once every process has stopped
                     failure.append(err)
             return distributed.any_process(stop.is_set() or bool(failure))

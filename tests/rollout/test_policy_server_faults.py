@@ -1,0 +1,77 @@
+"""The policy server's batching thread on the tiny Qwen3-VL: a malformed request fails alone (not the batch it
+would have joined), and a thread that dies is reported at once to every waiting handler and to the run."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.rollout.policy_server import PolicyServer
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    buffer = RingBuffer.create(str(tmp_path_factory.mktemp("buf") / "buffer"), capacity_steps=256, max_seq_len=512,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    ref = buffer.screenshots.put(np.zeros((64, 64, 3), np.uint8))
+    server = PolicyServer(tiny_policy(seed=1), buffer, max_batch=4, deadline_ms=200, decode_chunk=4)
+    server.good_request = {
+        "op": "generate", "image_refs": np.array([ref]), "max_new_tokens": 4, "temperature": 1.0, "top_p": 1.0,
+        "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "go"}]}]}
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"op": "train"}, "op 'generate' only"),
+    ({"max_new_tokens": None}, "'max_new_tokens' must be an int >= 1"),
+    ({"max_new_tokens": "8"}, "'max_new_tokens' must be an int >= 1"),
+    ({"temperature": float("nan")}, "'temperature' must be a finite number > 0"),
+    ({"image_refs": [1, 2]}, "'image_refs' must be an int array"),
+    ({"messages": "hello"}, "'messages' must be a list"),
+])
+def test_a_malformed_request_fails_alone(server, patch, message):
+    results = {}
+
+    def good():
+        results["good"] = server.handle(dict(server.good_request))
+
+    thread = threading.Thread(target=good)
+    thread.start()  # a good request waits for its batch (deadline 200 ms) while the bad one arrives
+    with pytest.raises(ValueError, match=message):
+        server.handle({**server.good_request, **patch})
+    thread.join(timeout=120)
+    assert len(results["good"]["input_ids"]) > 4
+
+
+def test_a_dead_batching_thread_fails_waiting_requests_and_the_run(tmp_path):
+    buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=512,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    taken = threading.Event()
+
+    class Fatal(BaseException):
+        """Not an Exception: escapes the per-batch handler, ends the thread."""
+
+    class DyingServer(PolicyServer):
+        def _next_batch(self):
+            item = self._requests.get(timeout=60)  # a request arrived; the thread dies before answering it
+            self._requests.put(item)
+            taken.set()
+            raise Fatal("simulated fault in the batching thread")
+
+    server = DyingServer(tiny_policy(seed=1), buffer, max_batch=2, deadline_ms=1)
+    request = {"op": "generate", "image_refs": np.array([0]), "max_new_tokens": 4,
+               "messages": [{"role": "user", "content": [{"type": "image"}]}]}
+    try:
+        with pytest.raises(RuntimeError, match="policy server stopped: Fatal: simulated fault"):
+            server.handle(request)  # queued before the thread died: failed, not left waiting
+        assert taken.is_set()
+        with pytest.raises(RuntimeError, match="policy server stopped: Fatal"):
+            server.handle(request)  # after: refused at once
+        with pytest.raises(RuntimeError, match="^policy server stopped: Fatal: simulated fault in the batching "
+                                               "thread$"):
+            server.raise_if_failed()
+    finally:
+        server.close()
