@@ -10,9 +10,12 @@ Security (see `BrowserConfig`):
   downloads denied, a fresh profile per browser, deleted on close;
 - a navigation allowlist (`UrlAllowlist`): `navigate` outside it is refused before any request; every request
   of every tab, popup, iframe and worker (navigation or subresource, http(s) or file://) outside it fails in
-  the browser (CDP Fetch, `RequestGuard`); a page that still ends up outside it (an error page for a blocked
-  link) is replaced by the last allowed page after each action (`info["navigation_blocked"]`); agents see one
-  tab: popups are closed, and an allowed one is loaded in the task's tab;
+  the browser (CDP Fetch, `RequestGuard`); every TCP connection Chromium opens (WebSockets and WebRTC's TCP
+  included) goes through a local SOCKS5 proxy that lets out only allowed destinations (`EgressProxy`), and
+  WebRTC may use proxied connections only, so it sends no UDP; a page that still ends up outside the allowlist
+  (an error page for a blocked link) is replaced by the last allowed page after each action
+  (`info["navigation_blocked"]`); agents see one tab: popups are closed, and an allowed one is loaded in the
+  task's tab;
 - when this process is root, Chromium runs as an unprivileged user (`nobody`) with its own sandbox on; task
   files that user cannot read are copied into the browser's private directory (so file:// reaches only them);
   if the sandbox cannot start on this machine, it falls back to --no-sandbox and logs why.
@@ -42,6 +45,7 @@ import numpy as np
 from jaxwebrl.env.actions import Action, to_viewport
 from jaxwebrl.env.allowlist import ALWAYS_ALLOWED_URLS, UrlAllowlist, blocked_message
 from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout
+from jaxwebrl.env.egress_proxy import EgressProxy
 from jaxwebrl.env.keys import key_events
 from jaxwebrl.env.request_guard import RequestGuard
 
@@ -66,6 +70,13 @@ CLOSED_NETWORK_FLAGS = (
     "--password-store=basic",
     "--use-mock-keychain",
 )
+# WebRTC may use proxied connections only; the egress proxy is SOCKS5 (TCP), so WebRTC sends no UDP at all.
+# (Chromium 156 ignores --force-webrtc-ip-handling-policy; the pref holds.) No DNS prefetch or preconnect.
+CLOSED_NETWORK_PREFS = {
+    "webrtc": {"ip_handling_policy": "disable_non_proxied_udp", "multiple_routes_enabled": False,
+               "nonproxied_udp_enabled": False},
+    "net": {"network_prediction_options": 2},
+}
 RENDERING_FLAGS = ("--disable-gpu", "--hide-scrollbars", "--mute-audio", "--force-device-scale-factor=1",
                    "--disable-dev-shm-usage")
 
@@ -86,6 +97,8 @@ class BrowserConfig:
     page_load_timeout_s: limit for `navigate`.
     guard_requests: enforce the allowlist on every request too (CDP Fetch, see request_guard.py), not only
         on the page URL after each action.
+    egress_proxy: send every TCP connection of the browser (WebSockets, WebRTC over TCP) through the
+        allowlist-checking SOCKS5 proxy (egress_proxy.py). Without it a page's WebSocket leaves the allowlist.
     unthrottled_frames: lift the 60 fps frame cap (--disable-frame-rate-limit): screenshots of static pages such as
         MiniWoB++ come about twice as fast, but a page with a running animation then spins a whole CPU core.
     kill_with_parent: chromedriver and Chromium get SIGKILL when the thread that created the browser exits
@@ -103,6 +116,7 @@ class BrowserConfig:
     page_load_timeout_s: float = 30.0
     kill_with_parent: bool = True
     guard_requests: bool = True
+    egress_proxy: bool = True
     unthrottled_frames: bool = False
     extra_flags: tuple[str, ...] = ()
 
@@ -150,6 +164,7 @@ class Browser:
         self.sandboxed = False
         self.sandbox_note = ""
         self.request_guard: RequestGuard | None = None
+        self.egress_proxy: EgressProxy | None = None
         self.busy_s = 0.0  # seconds inside WebDriver/CDP calls and `wait` actions (browser vs caller time)
         self._service = None
         self._tmpdir: str | None = None
@@ -166,6 +181,8 @@ class Browser:
 
         self._uid, self._gid = self._target_user()
         self._tmpdir = tempfile.mkdtemp(prefix="jaxwebrl-chromium-")
+        if self.config.egress_proxy:
+            self.egress_proxy = EgressProxy(lambda: self.allowlist).start()
         os.chmod(self._tmpdir, 0o711)
         self._exposed = {}
         profile, home = os.path.join(self._tmpdir, "profile"), os.path.join(self._tmpdir, "home")
@@ -232,9 +249,13 @@ class Browser:
             flags.append("--no-sandbox")
         if self.config.unthrottled_frames:
             flags.append("--disable-frame-rate-limit")
+        if self.egress_proxy is not None:  # loopback too: <-loopback> drops Chromium's implicit bypass of it
+            flags += [f"--proxy-server={self.egress_proxy.address}", "--proxy-bypass-list=<-loopback>",
+                      "--disable-quic"]
         for flag in flags:
             options.add_argument(flag)
         options.add_experimental_option("prefs", {
+            **CLOSED_NETWORK_PREFS,
             "download_restrictions": 3,  # block all downloads
             "download.prompt_for_download": False,
             "download.default_directory": os.path.join(self._tmpdir, "no-downloads"),
@@ -298,8 +319,11 @@ class Browser:
         """Quit Chromium, kill any leftover process, delete the profile. Never raises."""
         driver, self.driver = self.driver, None
         guard, self.request_guard = self.request_guard, None
+        proxy, self.egress_proxy = self.egress_proxy, None
         if guard is not None:
             guard.close()
+        if proxy is not None:
+            proxy.close()
         if driver is not None and not self.broken:
             try:
                 self._set_command_timeout_on(driver, 5.0)

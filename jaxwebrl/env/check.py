@@ -1,8 +1,8 @@
 """Doctor: `python -m jaxwebrl.env.check` starts Chromium, checks that the navigation allowlist holds (a loopback
-task page whose image and a navigate point outside it), lets the scripted oracles play MiniWoB++ tasks, and
-prints one JSON object (versions, sandbox state, allowlist result, success rate per task, timings per
-reset/screenshot/action). Exits 1 when the browser cannot start, the allowlist leaks, or the overall success
-rate is below --threshold.
+task page whose images, WebSockets, WebRTC and the agent's navigate try to leave it), lets the scripted oracles
+play MiniWoB++ tasks, and prints one JSON object (versions, sandbox state, allowlist result, success rate per
+task, timings per reset/screenshot/action). Exits 1 when the browser cannot start, the allowlist leaks, or the
+overall success rate is below --threshold.
 
     python -m jaxwebrl.env.check                          # every task with an oracle, 3 episodes each
     python -m jaxwebrl.env.check --tasks click-test,login-user --episodes 5
@@ -27,56 +27,97 @@ def _stats_ms(seconds: list[float]) -> dict:
             "p90": round(float(np.percentile(ms, 90)), 2), "max": round(float(ms.max()), 2)}
 
 
-def serve_directory(root: str):
-    """A quiet http.server on 127.0.0.1 (a free port) in a daemon thread; returns (server, base URL, paths seen)."""
-    import functools
-    import http.server
-    import threading
+PROBE_PAGE = """<!doctype html><title>ok</title>
+<img src="OUTSIDE/pixel.png"><img src="OUTSIDE/x.example.com/pixel.png">
+<script>
+window.probe = {log: []};
+function socket(url, tag) {
+  try {
+    const s = new WebSocket(url);
+    s.onopen = () => { probe.log.push(tag + " open"); s.send("sent by the page"); };
+    s.onmessage = e => probe.log.push(tag + " message");
+    s.onclose = e => probe.log.push(tag + " closed");
+  } catch (e) { probe.log.push(tag + " closed"); }
+}
+socket("WS_OUTSIDE/exfil", "outside");
+socket("WS_ALLOWED/ok", "allowed");
+try {
+  const pc = new RTCPeerConnection({iceServers: [{urls: "stun:127.0.0.1:UDP_PORT"},
+    {urls: "turn:127.0.0.1:TCP_PORT?transport=tcp", username: "u", credential: "p"}]});
+  pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === "complete") probe.log.push("rtc done"); };
+  pc.createDataChannel("exfil");
+  pc.createOffer().then(o => pc.setLocalDescription(o)).catch(e => probe.log.push("rtc done"));
+} catch (e) { probe.log.push("rtc done"); }
+try { new WebTransport("https://127.0.0.1:UDP_PORT/exfil").ready.catch(() => {}); } catch (e) {}
+</script>"""
 
-    seen: list[str] = []
 
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            seen.append(self.path)
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=root))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}", seen
-
-
-def allowlist_check(browser) -> dict:
-    """Serve a task page and an 'outside' site on loopback; the page embeds an image from outside and the agent
-    tries to navigate there. Enforced when the page works, both are refused and outside sees no request."""
+def allowlist_check(browser, wait_s: float = 15.0) -> dict:
+    """Serve a task page and an 'outside' site on loopback and try every way out: an image from outside, one
+    whose path fakes an allowed host (allowlist "http://*.example.com/*"), the agent's navigate to both, a
+    WebSocket to an outside port (next to an allowed one, which must work), WebRTC with a STUN server on a
+    UDP port (and TURN over TCP) and WebTransport. Enforced when the page works, every attempt was refused
+    and no outside socket saw a packet."""
     import tempfile
 
     from jaxwebrl.env.actions import Action, format_action
+    from jaxwebrl.env.probes import UdpProbe, WebSocketProbe, serve_directory
     from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
 
     with tempfile.TemporaryDirectory() as task_dir, tempfile.TemporaryDirectory() as outside_dir:
         outside, outside_url, outside_seen = serve_directory(outside_dir)
+        ws_outside, ws_allowed, udp = WebSocketProbe(), WebSocketProbe(), UdpProbe()
+        page = (PROBE_PAGE.replace("OUTSIDE", outside_url).replace("WS_OUTSIDE", ws_outside.url)
+                .replace("WS_ALLOWED", ws_allowed.url).replace("UDP_PORT", str(udp.port))
+                .replace("TCP_PORT", str(ws_outside.port)))
         with open(os.path.join(task_dir, "index.html"), "w") as f:
-            f.write(f'<!doctype html><title>ok</title><img src="{outside_url}/pixel.png">')
+            f.write(page)
         site, site_url, _ = serve_directory(task_dir)
         try:
             width, height = browser.config.viewport
             env = WebTaskEnv(WebTaskSpec.from_dict({
-                "task_id": "doctor/allowlist", "start_url": f"{site_url}/index.html", "goal": "stay", "max_steps": 2,
-                "evaluator": {"type": "js", "expression": "document.title === 'ok'"}, "viewport": [width, height]}),
-                browser=browser)
+                "task_id": "doctor/allowlist", "start_url": f"{site_url}/index.html", "goal": "stay", "max_steps": 3,
+                "evaluator": {"type": "js", "expression": "document.title === 'ok'", "when": "answer"},
+                "viewport": [width, height], "allowlist": [f"{site_url}/*", "http://*.example.com/*", f"{ws_allowed.url}/ok"]}), browser=browser)
             env.reset(0)
-            refused = env.step(format_action(Action("navigate", text=f"{outside_url}/evil.html")))
+            log = _probe_log(browser, wait_s)
+            refused = [env.step(format_action(Action("navigate", text=f"{outside_url}{path}")))
+                       for path in ("/evil.html", "/x.example.com/evil.html")]
             guard = browser.request_guard
-            result = {"page_works": refused.reward == 1.0,
-                      "navigate_refused": bool(refused.info["action_error"]),
-                      "subresource_blocked": guard is not None and f"{outside_url}/pixel.png" in guard.blocked,
-                      "outside_requests": len(outside_seen)}
+            blocked = set(guard.blocked) if guard is not None else set()
+            result = {"page_works": env.evaluate(None) == 1.0 and not refused[-1].done,
+                      "navigate_refused": all(bool(r.info["action_error"]) for r in refused),
+                      "subresource_blocked": {f"{outside_url}/pixel.png", f"{outside_url}/x.example.com/pixel.png"}
+                      <= blocked,
+                      "outside_requests": len(outside_seen),
+                      "websocket_allowed_works": "allowed message" in log and ws_allowed.messages == ["sent by the page"],
+                      "websocket_outside_connections": ws_outside.connections,
+                      "webrtc_ran": "rtc done" in log,
+                      "udp_packets": udp.packets}
         finally:
             for server in (site, outside):
                 server.shutdown()
                 server.server_close()
+            for probe in (ws_outside, ws_allowed, udp):
+                probe.close()
     result["enforced"] = (result["page_works"] and result["navigate_refused"] and result["subresource_blocked"]
-                          and result["outside_requests"] == 0)
+                          and result["outside_requests"] == 0 and result["websocket_allowed_works"]
+                          and result["websocket_outside_connections"] == 0 and result["webrtc_ran"]
+                          and result["udp_packets"] == 0)
     return result
+
+
+def _probe_log(browser, wait_s: float) -> list[str]:
+    """The probe page's event log once both sockets settled and WebRTC finished gathering (or `wait_s` passed)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        log = browser.run_js("return window.probe ? window.probe.log : [];") or []
+        outside_done = "outside closed" in log or "outside message" in log  # refused, or (a leak) answered
+        settled = "allowed message" in log and outside_done and "rtc done" in log
+        if settled or time.monotonic() > deadline:
+            time.sleep(0.2)  # packets already on their way still reach the probes
+            return browser.run_js("return window.probe ? window.probe.log : [];") or []
+        time.sleep(0.05)
 
 
 def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] | None) -> dict:

@@ -16,7 +16,9 @@ def test_doctor_reports_success_and_timings(capsys):
     assert report["tasks"]["enter-text"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 2.0}
     assert report["chromium"] and report["chromedriver"] and report["request_guard"] is True
     assert report["allowlist"] == {"page_works": True, "navigate_refused": True, "subresource_blocked": True,
-                                   "outside_requests": 0, "enforced": True}
+                                   "outside_requests": 0, "websocket_allowed_works": True,
+                                   "websocket_outside_connections": 0, "webrtc_ran": True, "udp_packets": 0,
+                                   "enforced": True}
     for key in ("reset", "screenshot", "action"):
         assert report["timings_ms"][key]["count"] > 0 and report["timings_ms"][key]["mean"] > 0
 

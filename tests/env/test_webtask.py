@@ -11,7 +11,7 @@ import pytest
 from jaxwebrl.env.actions import Action, format_action
 from jaxwebrl.env.base import make_env
 from jaxwebrl.env.browser import Browser, BrowserConfig
-from jaxwebrl.env.check import serve_directory
+from jaxwebrl.env.probes import serve_directory
 from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
 
 pytestmark = pytest.mark.browser
