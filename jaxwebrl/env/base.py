@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
@@ -98,41 +97,61 @@ class Env(Protocol):
 MINIWOB_PREFIX = "miniwob/"
 
 
-def make_env(spec: Any, **options) -> Env:
-    """Build an environment from a spec.
+def check_env_spec(spec: Any) -> Any:
+    """Validate an env spec without building anything (no browser starts, no python evaluator is imported).
 
-    spec: "toy" (browser-free, `jaxwebrl.env.toy.ToyEnv`), "miniwob/<task>" (a bundled MiniWoB++ task),
-    or a JSON task spec: a dict, a JSON string, or a path to a .json file with
-    `{task_id, start_url, goal, max_steps, difficulty, evaluator}`.
-    options: passed to the environment's constructor (e.g. `screenshot_size`, `max_steps`, `browser`).
+    Returns "toy", "miniwob/<task>" or the `WebTaskSpec` of a JSON spec (dict, JSON text, or .json path).
+    Raises ValueError (a `TaskSpecError` for JSON specs) that names the problem and the fix, TypeError for a
+    spec that is neither str nor dict.
     """
     if isinstance(spec, str):
         text = spec.strip()
         if text == "toy":
-            from jaxwebrl.env.toy import ToyEnv  # lazy: keeps browser-free users free of selenium
-
-            return ToyEnv(**options)
+            return text
         if text.startswith(MINIWOB_PREFIX):
-            from jaxwebrl.env.miniwob import MiniWobEnv
+            from jaxwebrl.env.miniwob import available_tasks
 
-            return MiniWobEnv(text[len(MINIWOB_PREFIX):], **options)
+            if text[len(MINIWOB_PREFIX):] not in available_tasks():
+                raise ValueError(f"unknown MiniWoB++ task {text!r}: see the miniwob package's html/miniwob/*.html")
+            return text
+        from jaxwebrl.env.task_spec import TaskSpecError, WebTaskSpec, load_spec_file
+
         if text.startswith("{"):
-            return _web_task_env(json.loads(text), options)
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError) as err:
+                raise TaskSpecError(f"task spec (inline JSON text): not valid JSON ({err}): fix the text") from None
+            return WebTaskSpec.from_dict(data)
         if text.endswith(".json"):
-            if not os.path.exists(text):
-                raise FileNotFoundError(f"task spec file {text!r} does not exist")
-            with open(text) as f:
-                return _web_task_env(json.load(f), options, base_dir=os.path.dirname(os.path.abspath(text)))
+            return load_spec_file(text)
         raise ValueError(
             f"unknown environment spec {spec!r}: use 'toy', 'miniwob/<task>' (e.g. 'miniwob/click-test'), "
             "a JSON task spec, or a path to a .json task file"
         )
     if isinstance(spec, Mapping):
-        return _web_task_env(dict(spec), options)
+        from jaxwebrl.env.task_spec import WebTaskSpec
+
+        return WebTaskSpec.from_dict(dict(spec))
     raise TypeError(f"environment spec must be a str or a dict, got {type(spec).__name__}")
 
 
-def _web_task_env(spec: dict, options: dict, base_dir: str | None = None) -> Env:
-    from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
+def make_env(spec: Any, **options) -> Env:
+    """Build an environment from a spec.
 
-    return WebTaskEnv(WebTaskSpec.from_dict(spec, base_dir=base_dir), **options)
+    spec: "toy" (browser-free, `jaxwebrl.env.toy.ToyEnv`), "miniwob/<task>" (a bundled MiniWoB++ task),
+    or a JSON task spec: a dict, a JSON string, or a path to a .json file with
+    `{task_id, start_url, goal, max_steps, difficulty, evaluator}` (validated by `check_env_spec` first).
+    options: passed to the environment's constructor (e.g. `screenshot_size`, `max_steps`, `browser`).
+    """
+    checked = check_env_spec(spec)
+    if checked == "toy":
+        from jaxwebrl.env.toy import ToyEnv  # lazy: keeps browser-free users free of selenium
+
+        return ToyEnv(**options)
+    if isinstance(checked, str):
+        from jaxwebrl.env.miniwob import MiniWobEnv
+
+        return MiniWobEnv(checked[len(MINIWOB_PREFIX):], **options)
+    from jaxwebrl.env.webtask import WebTaskEnv
+
+    return WebTaskEnv(checked, **options)

@@ -9,12 +9,16 @@
 
 Supervision: a monitor thread restarts a worker that dies (immediately after a long life, with a growing pause
 when it keeps dying young); a worker that exits with EXIT_FATAL (wrong token, bad configuration) is not
-restarted and ``raise_if_failed`` reports why.
+restarted, and neither is one that failed ``max_same_failures`` times in a row with the same error (a worker
+writes its error as one line to a private report file before it exits); ``raise_if_failed`` reports why, in
+one line, so the run stops instead of restarting it forever. Every env spec of ``spec["worker"]["tasks"]`` is
+validated in the parent first (`jaxwebrl.env.base.check_env_spec`).
 
 No orphans: each worker leads its own process group and asks the kernel for SIGTERM when the pool's thread
 that started it dies (PR_SET_PDEATHSIG), so a crashed parent takes its workers along; a worker closes its
 browsers on SIGTERM. The monitor also records every descendant of every worker (chromedriver, Chromium) and
-kills those left behind by a worker that died or did not stop within the grace period.
+kills those left behind by a worker that died or did not stop within the grace period, then deletes the
+browser profile directories of that worker (and, at start, those of any dead owner).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -35,6 +40,7 @@ import psutil
 log = logging.getLogger(__name__)
 
 EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
+EXIT_CRASH = 1   # an unexpected error: restarted, unless it keeps being the same one
 PR_SET_PDEATHSIG = 1
 
 
@@ -42,17 +48,23 @@ class WorkerPool:
     """N supervised worker processes (see module docstring).
 
     spec: JSON-able dict (checked by a JSON round trip). grace_s: time a worker gets to stop after SIGTERM.
-    poll_s: supervision period. min_uptime_s / max_backoff_s: crash-loop pause policy. first_worker_id: worker
-    ids (episode info, seeds, stats files) are first_worker_id + 0..N-1, so pools on several nodes stay distinct.
+    poll_s: supervision period. min_uptime_s / max_backoff_s: crash-loop pause policy. max_same_failures: a worker
+    that fails this many times in a row with the same error stops for good. first_worker_id: worker ids
+    (episode info, seeds, stats files) are first_worker_id + 0..N-1, so pools on several nodes stay distinct.
     """
 
     def __init__(self, spec: dict[str, Any], num_workers: int, *, grace_s: float = 10.0, poll_s: float = 0.2,
-                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0, first_worker_id: int = 0):
+                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0, max_same_failures: int = 3,
+                 first_worker_id: int = 0):
         self._spec_json = checked_spec_json(spec, num_workers)
         self.first_worker_id = int(first_worker_id)  # ids first..first+N-1: distinct across hand-started nodes
         self.num_workers = int(num_workers)
         self.grace_s, self.poll_s = float(grace_s), float(poll_s)
         self.min_uptime_s, self.max_backoff_s = float(min_uptime_s), float(max_backoff_s)
+        self.max_same_failures = max(1, int(max_same_failures))
+        self._last_failure: list[str | None] = [None] * self.num_workers
+        self._same_failures = [0] * self.num_workers
+        self._reports_dir: str | None = None
         self._context = multiprocessing.get_context("spawn")
         self._procs: list[Any] = [None] * self.num_workers
         self._started_at = [0.0] * self.num_workers
@@ -70,6 +82,8 @@ class WorkerPool:
     def start(self) -> "WorkerPool":
         if self._monitor is not None:
             raise RuntimeError("WorkerPool already started")
+        self._reports_dir = tempfile.mkdtemp(prefix="jaxwebrl-pool-")  # 0700: the workers' one-line failures
+        _remove_profile_dirs(None)  # left by workers of runs that were killed outright
         started = threading.Event()
         self._monitor = threading.Thread(target=self._supervise, args=(started,), name="worker-pool", daemon=True)
         self._monitor.start()
@@ -99,6 +113,10 @@ class WorkerPool:
         self._closing.set()
         if self._monitor is not None:
             self._monitor.join()
+        if self._reports_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._reports_dir, ignore_errors=True)
 
     def __enter__(self) -> "WorkerPool":
         return self.start()
@@ -126,10 +144,15 @@ class WorkerPool:
                     self._next_start[worker_id] = time.monotonic() + self.max_backoff_s
         self._stop_all()
 
+    def _report_path(self, worker_id: int) -> str:
+        return os.path.join(self._reports_dir, f"worker_{worker_id}.txt")
+
     def _start_worker(self, worker_id: int) -> None:
+        _take_report(self._report_path(worker_id))  # a stale report must not be read as this life's
         proc = self._context.Process(
             target=worker_process_main,
-            args=(self._spec_json, self.first_worker_id + worker_id, self._incarnation[worker_id], os.getpid()),
+            args=(self._spec_json, self.first_worker_id + worker_id, self._incarnation[worker_id], os.getpid(),
+                  self._report_path(worker_id)),
             name=f"rollout-worker-{self.first_worker_id + worker_id}", daemon=False)
         proc.start()
         with self._lock:
@@ -152,9 +175,18 @@ class WorkerPool:
         self._kill_leftovers(proc.pid)
         with self._lock:
             self._procs[worker_id] = None
+        failure = _take_report(self._report_path(worker_id))
         if code == EXIT_FATAL:
-            self.fatal[worker_id] = f"exited with a fatal error (code {code}); see its log above"
+            self.fatal[worker_id] = f"exited with a fatal error (code {code}): {failure or 'see its log above'}"
             log.error("worker %d exited with a fatal error; not restarting it", worker_id)
+            return
+        same = failure is not None and failure == self._last_failure[worker_id]
+        self._same_failures[worker_id] = self._same_failures[worker_id] + 1 if same else int(failure is not None)
+        self._last_failure[worker_id] = failure
+        if self._same_failures[worker_id] >= self.max_same_failures:
+            self.fatal[worker_id] = f"failed {self._same_failures[worker_id]} times in a row with: {failure}"
+            log.error("worker %d failed %d times in a row with the same error; not restarting it: %s", worker_id,
+                      self._same_failures[worker_id], failure)
             return
         lived = time.monotonic() - self._started_at[worker_id]
         self._backoff[worker_id] = next_backoff(self._backoff[worker_id], lived, self.min_uptime_s, self.max_backoff_s)
@@ -184,6 +216,7 @@ class WorkerPool:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        _remove_profile_dirs(pid)  # the browsers are dead now: their profiles go too
 
     def _stop_all(self) -> None:
         procs = [p for p in self._procs if p is not None]
@@ -237,7 +270,14 @@ def _check_spec(spec: dict) -> None:
     unknown = set(spec) - {"worker", "policy", "buffer", "stats_dir"}
     if unknown:
         raise ValueError(f"unknown worker pool spec key(s) {sorted(unknown)}")
-    WorkerConfig.from_dict(spec["worker"])
+    config = WorkerConfig.from_dict(spec["worker"])
+    from jaxwebrl.env.base import check_env_spec
+
+    for index, task in enumerate(config.tasks):  # before any worker (or browser) starts
+        try:
+            check_env_spec(task)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"worker.tasks[{index}]: {' '.join(str(err).split())}") from None
     kind = spec["policy"].get("kind")
     if kind == "remote":
         missing = {"address", "token"} - set(spec["policy"])
@@ -273,7 +313,8 @@ def build_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0):
     return RolloutWorker(config, client, buffer, worker_id=worker_id), client
 
 
-def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent_pid: int) -> None:
+def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent_pid: int,
+                        report_path: str | None = None) -> None:
     """Entry point of a worker process: own process group, die with the parent, close browsers on SIGTERM."""
     os.setsid()
     _set_parent_death_signal(signal.SIGTERM)
@@ -288,33 +329,80 @@ def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent
 
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
-    serve_worker(json.loads(spec_json), worker_id, incarnation)
+    serve_worker(json.loads(spec_json), worker_id, incarnation, report_path=report_path)
 
 
-def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0) -> None:
+def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, report_path: str | None = None) -> None:
     """Run one worker of a pool spec in this process until SIGTERM/SystemExit (also for hand-started workers,
-    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration or a refused token."""
+    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration or a refused token,
+    with EXIT_CRASH on any other error; either way the error goes to `report_path` as one line first."""
     from jaxwebrl.rollout.transport import TransportAuthError
 
+    logger = logging.getLogger(__name__)
     worker = client = None
+
+    def stop(code: int, exc: BaseException, what: str) -> None:
+        line = _one_line(exc)
+        logger.error("worker %d %s: %s", worker_id, what, line, exc_info=code == EXIT_CRASH)
+        _write_report(report_path, line)
+        _close_quietly(worker, client)
+        os._exit(code)
+
     try:
         try:
             worker, client = build_worker(spec, worker_id, incarnation)
         except (ValueError, OSError) as exc:  # bad configuration, missing buffer: restarting cannot help
-            logging.getLogger(__name__).error("worker %d cannot start: %s", worker_id, exc)
-            _close_quietly(worker, client)
-            os._exit(EXIT_FATAL)
+            stop(EXIT_FATAL, exc, "cannot start")
         stats_dir = spec.get("stats_dir")
         while True:
             worker.run(max_groups=1)
             if stats_dir:
                 _write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
     except TransportAuthError as exc:
-        logging.getLogger(__name__).error("worker %d stops for good: %s", worker_id, exc)
-        _close_quietly(worker, client)
-        os._exit(EXIT_FATAL)
+        stop(EXIT_FATAL, exc, "stops for good")
+    except Exception as exc:  # noqa: BLE001 - reported in one line; the pool decides whether to restart
+        stop(EXIT_CRASH, exc, "failed")
     finally:
         _close_quietly(worker, client)
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1000]
+
+
+def _write_report(path: str | None, line: str) -> None:
+    if not path:
+        return
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(line)
+        os.replace(path + ".tmp", path)
+    except OSError:  # the report is a courtesy: the exit code still tells the pool
+        pass
+
+
+def _take_report(path: str) -> str | None:
+    """The one-line failure a worker left at `path` (deleted), or None."""
+    try:
+        with open(path) as f:
+            line = f.read().strip()
+        os.remove(path)
+        return line or None
+    except OSError:
+        return None
+
+
+def _remove_profile_dirs(owner_pid: int | None) -> None:
+    from jaxwebrl.env.browser import remove_profile_dirs
+
+    try:
+        removed = remove_profile_dirs(owner_pid)
+    except OSError as exc:
+        log.warning("worker pool: could not sweep browser profile directories: %s", exc)
+        return
+    if removed:
+        log.info("worker pool: removed %d browser profile director%s of dead workers", len(removed),
+                 "y" if len(removed) == 1 else "ies")
 
 
 def _close_quietly(worker, client) -> None:

@@ -145,6 +145,7 @@ class RolloutWorker:
                              share_browser=config.share_browser and env_factory is None)
         self._rng = np.random.default_rng([config.seed, self.worker_id])
         self._stop = threading.Event()
+        self._last_env_failure: BaseException | None = None
         buffer_config = getattr(buffer, "config", None)
         self._max_seq_len = getattr(buffer_config, "max_seq_len", None)
         max_images = getattr(buffer_config, "max_images_per_step", None)
@@ -195,8 +196,7 @@ class RolloutWorker:
             if episode is None:
                 empty_failures += 1
                 if empty_failures > self.config.max_env_retries:
-                    raise EnvGivenUp(f"{task_name(task)} failed {empty_failures} times in a row before its first "
-                                     "step; check the browser installation (python -m jaxwebrl.env.check)")
+                    raise EnvGivenUp(given_up_message(task_name(task), empty_failures, self._last_env_failure))
                 continue
             empty_failures = 0
         return episode_ids
@@ -232,6 +232,7 @@ class RolloutWorker:
                     break
                 obs = result.observation
         except (EnvFailure, _EnvBroken) as exc:
+            self._last_env_failure = exc
             env_failed, failure = True, f"{type(exc).__name__}: {exc}"
             self._envs.discard(task)
             self.stats.env_failures += 1
@@ -342,6 +343,17 @@ class RolloutWorker:
 
 class EnvGivenUp(RuntimeError):
     """The environment keeps breaking before any step: the worker cannot make progress."""
+
+
+def given_up_message(task: str, failures: int, cause: BaseException | None) -> str:
+    """One line: what kept failing, and where to look. A browser failure (EnvFailure) points at the browser
+    installation; anything else (the task's page, evaluator or spec raised) at the task itself."""
+    what = "" if cause is None else f" (last: {type(cause).__name__}: {' '.join(str(cause).split())[:300]})"
+    if cause is None or isinstance(cause, EnvFailure):
+        hint = "check the browser installation (python -m jaxwebrl.env.check)"
+    else:
+        hint = "the task itself fails before its first step: fix its spec, page or evaluator (docs/env.md)"
+    return f"{task} failed {failures} times in a row before its first step{what}; {hint}"
 
 
 class _EnvBroken(Exception):

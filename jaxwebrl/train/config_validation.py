@@ -196,10 +196,18 @@ def _check_env(c) -> None:
         elif spec.endswith(".json"):
             if not os.path.isfile(spec):
                 _fail("env.tasks", spec, "JSON task spec file not found")
+            from jaxwebrl.env.task_spec import load_spec_file
+
+            try:  # every key, type, range, regex and the start URL; a python evaluator is named, not imported
+                load_spec_file(spec)
+            except ValueError as err:
+                raise ConfigError(f"env.tasks: {_one_line(err)}") from None
         else:
             _fail("env.tasks", spec, "use 'toy', 'miniwob', 'miniwob/<task>' or a path to a JSON task spec")
-    if e.max_episode_steps < 1:
-        _fail("env.max_episode_steps", e.max_episode_steps, "must be >= 1")
+    from jaxwebrl.env.task_spec import MAX_STEPS
+
+    if not 1 <= e.max_episode_steps <= MAX_STEPS:
+        _fail("env.max_episode_steps", e.max_episode_steps, f"must be in 1..{MAX_STEPS}")
     if e.prompt_window < 0:
         _fail("env.prompt_window", e.prompt_window, "must be >= 0 past rounds")
     if e.action_style not in ("call", "tool_call"):

@@ -1,6 +1,5 @@
 """Environment interface: Observation validation and make_env dispatch errors (browser-free)."""
 
-import json
 
 import numpy as np
 import pytest
@@ -31,10 +30,12 @@ def test_make_env_rejects_unknown_specs(tmp_path):
         make_env("atari/pong")
     with pytest.raises(TypeError, match="str or a dict"):
         make_env(42)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(ValueError, match="missing.json: cannot read it"):
         make_env(str(tmp_path / "missing.json"))
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(ValueError, match="not valid JSON"):
         make_env("{not json")
+    with pytest.raises(ValueError, match="unknown MiniWoB"):
+        make_env("miniwob/no-such-task")
 
 
 def test_make_env_toy_is_browser_free_and_follows_the_protocol():

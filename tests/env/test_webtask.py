@@ -1,5 +1,5 @@
 """JSON web-task specs in real headless Chromium, served from a local http.server: every evaluator kind,
-the navigation allowlist (agent navigate and page-initiated), spec validation, file:// tasks."""
+the navigation allowlist (agent navigate and page-initiated), file:// tasks (spec validation: test_task_spec.py)."""
 
 import json
 import os
@@ -132,9 +132,9 @@ def test_python_evaluator_by_dotted_name(site, browser, tmp_path, monkeypatch):
     env.reset(0)
     res = env.step(format_action(NAME))
     assert res.terminated and res.reward == 1.0
-    with pytest.raises(ValueError, match="cannot import"):
+    with pytest.raises(ValueError, match="no package 'no_such_module_xyz'"):
         _env(site, browser, {"type": "python", "function": "no_such_module_xyz.fn"})
-    with pytest.raises(ValueError, match="not a function"):
+    with pytest.raises(ValueError, match="must be a Python function defined in 'my_evaluators'"):
         _env(site, browser, {"type": "python", "function": "my_evaluators.missing"})
 
 
@@ -228,32 +228,3 @@ def test_file_task_from_json_file_is_confined_to_its_folder(tmp_path, browser):
     assert res.info["navigation_blocked"] == f"file://{tmp_path}/evil.html" and res.observation.url == obs.url
     res = env.step(format_action(NEXT))
     assert res.terminated and res.reward == 1.0
-
-
-@pytest.mark.parametrize(
-    "patch, message",
-    [
-        ({"colour": "red"}, "unknown keys"),
-        ({"goal": ""}, "'goal' must be a non-empty string"),
-        ({"max_steps": 0}, "'max_steps' must be a positive integer"),
-        ({"difficulty": "extreme"}, "'difficulty' must be one of"),
-        ({"evaluator": {"type": "vibes"}}, "type in"),
-        ({"evaluator": {"type": "js"}}, "needs ['expression']"),
-        ({"evaluator": {"type": "url_match", "pattern": "x", "mode": "fuzzy"}}, "mode must be one of"),
-        ({"evaluator": {"type": "js", "expression": "1", "extra": 1}}, "unknown keys ['extra']"),
-        ({"start_url": "ftp://example.org/"}, "http(s):// or file://"),
-        ({"viewport": [0, 10]}, "'viewport'"),
-        ({"allowlist": "http://x/*"}, "list of URL patterns"),
-    ],
-)
-def test_spec_validation_names_the_problem(patch, message):
-    spec = {"task_id": "t", "start_url": "http://127.0.0.1:1/", "goal": "g",
-            "evaluator": {"type": "js", "expression": "true"}, **patch}
-    with pytest.raises(ValueError, match=re.escape(message)):
-        WebTaskSpec.from_dict(spec)
-
-
-def test_spec_validation_reports_missing_keys():
-    with pytest.raises(ValueError, match=r"missing \['goal'\]"):
-        WebTaskSpec.from_dict({"task_id": "t", "start_url": "http://127.0.0.1:1/", "evaluator": {"type": "js",
-                                                                                                "expression": "1"}})

@@ -1,7 +1,9 @@
 """Real headless Chromium: killing the browser mid-episode (in-process worker, and a SIGKILLed pool worker)."""
 
+import glob
 import os
 import signal
+import tempfile
 import time
 
 import numpy as np
@@ -94,6 +96,8 @@ def test_sigkilled_pool_worker_takes_no_browser_with_it(tmp_path):
         worker_pid = pool.pids[0]
         browsers = [p.pid for p in psutil.Process(worker_pid).children(recursive=True)]
         assert any("chrom" in psutil.Process(pid).name() for pid in browsers)
+        profiles = glob.glob(os.path.join(tempfile.gettempdir(), f"jaxwebrl-chromium-{worker_pid}-*"))
+        assert profiles and all(os.path.isdir(os.path.join(p, "profile")) for p in profiles)
         os.kill(worker_pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while any(alive(pid) for pid in browsers) and time.monotonic() < deadline:
@@ -103,6 +107,7 @@ def test_sigkilled_pool_worker_takes_no_browser_with_it(tmp_path):
             time.sleep(0.2)
         replacement = pool.pids[0]
         assert replacement not in (None, worker_pid)
+        assert not any(os.path.exists(p) for p in profiles)  # the dead worker's profile went with it
         time.sleep(3)  # let the replacement start its browser, then shut everything down
         new_browsers = [p.pid for p in psutil.Process(replacement).children(recursive=True)]
     assert not alive(replacement) and not any(alive(pid) for pid in new_browsers)

@@ -126,3 +126,58 @@ def test_bad_specs_fail_in_the_parent():
         WorkerPool({"worker": {}, "policy": {"kind": "ray"}, "buffer": {"path": "x"}}, 1)
     with pytest.raises(TypeError, match="JSON-able"):
         WorkerPool({"worker": {}, "policy": {"kind": "scripted", "x": object()}, "buffer": {"path": "x"}}, 1)
+
+
+def test_a_worker_failing_the_same_way_stops_the_pool_with_that_error(tmp_path, monkeypatch):
+    """The issue: a task that fails in every worker restarted them forever, blaming the browser installation."""
+    (tmp_path / "pool_evals.py").write_text("NOT_A_FUNCTION = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned workers get this sys.path too
+    spec = toy_spec(tmp_path)
+    spec["worker"]["tasks"] = [{"task_id": "t", "start_url": "http://127.0.0.1:9/", "goal": "g",
+                                "evaluator": {"type": "python", "function": "pool_evals.NOT_A_FUNCTION"}}]
+    with WorkerPool(spec, num_workers=1, max_backoff_s=0.5, max_same_failures=3) as pool:
+        wait_for(lambda: pool.fatal, 120, "the pool to give up on the worker")
+        with pytest.raises(RuntimeError) as err:
+            pool.raise_if_failed()
+        assert pool.restarts == 2  # three lives, then it stopped
+    message = str(err.value)
+    assert "worker 0: failed 3 times in a row with: ValueError: python evaluator 'pool_evals.NOT_A_FUNCTION' " \
+           "must be a Python function" in message
+    assert "browser" not in message and "\n" not in message
+
+
+def test_specs_are_checked_in_the_parent_before_any_worker_starts(tmp_path):
+    spec = toy_spec(tmp_path)
+    spec["worker"]["tasks"] = ["toy", {"task_id": "t", "start_url": "http://127.0.0.1:8000/", "goal": "g",
+                                       "viewport": [0, 10], "evaluator": {"type": "js", "expression": "1"}}]
+    with pytest.raises(ValueError, match=r"^worker.tasks\[1\]: task spec t: 'viewport'=\[0, 10\]: must be"):
+        WorkerPool(spec, 1)
+
+
+def _plant_profile_dir(pid):
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=f"jaxwebrl-chromium-{pid}-", dir=tempfile.gettempdir())
+    os.mkdir(os.path.join(path, "profile"))
+    return path
+
+
+def test_profile_dirs_of_dead_workers_are_removed(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left_by_a_dead_run, mine = _plant_profile_dir(dead.pid), _plant_profile_dir(os.getpid())
+    try:
+        spec = toy_spec(tmp_path)
+        with WorkerPool(spec, num_workers=1) as pool:
+            assert not os.path.exists(left_by_a_dead_run)  # swept at start: its owner is gone
+            assert os.path.isdir(mine)  # a live owner's browser is never touched
+            wait_for(lambda: read_stats(spec["stats_dir"]), 120, "the worker to finish a group")
+            worker = pool.pids[0]
+            its_browser = _plant_profile_dir(worker)  # what a browser of that worker would leave
+            os.kill(worker, signal.SIGKILL)
+            wait_for(lambda: pool.pids[0] not in (None, worker), 60, "the replacement")
+            assert not os.path.exists(its_browser)  # removed when the pool reaped the worker
+    finally:
+        import shutil
+
+        shutil.rmtree(mine, ignore_errors=True)

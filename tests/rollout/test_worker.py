@@ -241,3 +241,13 @@ def test_the_worker_lives_across_policy_versions_without_rebuilding_its_env(tmp_
     episodes = buffer.read().episodes
     seen = [sorted({int(v) for versions in e["versions"] for v in versions if v >= 0}) for e in episodes]
     assert seen == [[3], [3], [4], [4]] and len(created) == 1
+
+
+def test_giving_up_on_an_env_blames_the_browser_only_for_browser_failures():
+    from jaxwebrl.env.base import BrowserCrashed
+    from jaxwebrl.rollout.worker import given_up_message
+
+    browser = given_up_message("miniwob/click-test", 4, BrowserCrashed("chromedriver unreachable"))
+    assert "check the browser installation" in browser and "BrowserCrashed: chromedriver unreachable" in browser
+    task = given_up_message("shop/find", 4, ValueError("navigation to 'http://x/' is outside the task allowlist"))
+    assert "browser" not in task and "fix its spec, page or evaluator" in task and "outside the task allowlist" in task
