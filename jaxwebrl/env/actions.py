@@ -66,7 +66,10 @@ _ALIASES = {
     "stop": ("answer", {}),
 }
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
+_CLOSE_THINK = re.compile(r"</think>", re.IGNORECASE)
+_OPEN_THINK = re.compile(r"<think>", re.IGNORECASE)
+MAX_JSON_NESTING = 16  # a `{` deeper than this inside other braces is never tried as the action object
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL | re.IGNORECASE)
 _FUNC_CALL = re.compile(r"\b(" + "|".join(sorted(_ALIASES, key=len, reverse=True)) + r")\s*\(", re.IGNORECASE)
 
@@ -110,14 +113,26 @@ def invalid(error: str, raw: str = "") -> Action:
 
 
 def strip_think(text: str) -> str:
-    """Remove `<think>...</think>` spans; text before a dangling `</think>` is thinking too."""
-    text = _THINK_BLOCK.sub("", text)
-    lower = text.lower()
-    if "</think>" in lower:
-        text = text[lower.rindex("</think>") + len("</think>"):]
-    elif "<think>" in lower:  # unfinished thinking: nothing after it is an action
-        text = text[: lower.index("<think>")]
-    return text
+    """Remove `<think>...</think>` spans (each from a `<think>` to the next `</think>`); text before a dangling
+    `</think>` is thinking too, and so is everything after an unclosed `<think>`. One pass over the tags: linear
+    in len(text) however many tags there are."""
+    kept, position, opened = [], 0, None
+    for tag in _THINK_TAG.finditer(text):
+        closing = bool(tag.group(1))
+        if opened is None and not closing:
+            opened = tag.start()
+        elif opened is not None and closing:
+            kept.append(text[position:opened])
+            position, opened = tag.end(), None
+    kept.append(text[position:])
+    text = "".join(kept)
+    last_close = None
+    for last_close in _CLOSE_THINK.finditer(text):
+        pass
+    if last_close is not None:
+        return text[last_close.end():]
+    first_open = _OPEN_THINK.search(text)  # unfinished thinking: nothing after it is an action
+    return text[: first_open.start()] if first_open else text
 
 
 def parse_action(text: str) -> Action:
@@ -147,18 +162,59 @@ def parse_action(text: str) -> Action:
 
 
 def _first_json_object(text: str) -> dict | None:
-    """The first `{...}` in text that decodes to a JSON object, or None."""
-    decoder = json.JSONDecoder()
-    start = text.find("{")
-    while start != -1:
-        try:
-            value, _ = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            value = None
+    """The first balanced `{...}` in text (by where it starts) that decodes to a JSON object, or None.
+
+    Linear in len(text): two passes pair the braces (one skipping braces inside JSON strings, one counting every
+    brace, so neither a `}` inside a typed text nor a stray quote in prose hides the object), then only balanced
+    spans nested at most MAX_JSON_NESTING deep are decoded: each character is decoded a bounded number of times.
+    (Decoding from every `{` to the end of the text was quadratic: `"{" * 200000` took seconds.)"""
+    spans = sorted(set(_brace_spans(text, strings=True)) | set(_brace_spans(text, strings=False)))
+    for start, end in spans:
+        value = _decode_json(text[start:end])
         if isinstance(value, dict):
             return value
-        start = text.find("{", start + 1)
     return None
+
+
+def _brace_spans(text: str, strings: bool) -> list[tuple[int, int]]:
+    """(start, end) of every balanced `{...}` nested at most MAX_JSON_NESTING deep (in closing order).
+
+    strings: skip braces inside JSON strings; quotes count only inside braces (prose before a JSON object may
+    hold quotes), and a `\\` escapes the character right after it."""
+    spans: list[tuple[int, int]] = []
+    stack: list[int] = []
+    in_string, escaped_at = False, -1
+    for match in (_BRACE_OR_STRING if strings else _BRACE).finditer(text):
+        token, at = match.group(), match.start()
+        if in_string:
+            if at == escaped_at:
+                continue
+            if token == "\\":
+                escaped_at = at + 1
+            elif token == '"':
+                in_string = False
+        elif token == "{":
+            stack.append(at)
+        elif token == "}":
+            if stack:
+                start = stack.pop()
+                if len(stack) < MAX_JSON_NESTING:
+                    spans.append((start, at + 1))
+        elif token == '"' and stack:
+            in_string = True
+    return spans
+
+
+_BRACE_OR_STRING = re.compile(r'[{}"\\]')
+_BRACE = re.compile(r"[{}]")
+
+
+def _decode_json(span: str) -> Any:
+    """json.loads of one candidate span; None when it is not JSON."""
+    try:
+        return json.loads(span)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _from_json(payload: dict, raw: str) -> Action:

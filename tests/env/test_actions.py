@@ -1,5 +1,8 @@
 """Action parser: canonical round trip, Qwen aliases, function-call form, and malformed model text."""
 
+import re
+import time
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -130,3 +133,73 @@ def test_viewport_mapping_stays_inside_and_inverts():
     px, py = to_viewport(500, 250, 160, 210)
     assert (px, py) == (80.0, 52.5)
     assert from_viewport(px, py, 160, 210) == (500, 250)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Linear parsing: the issue's inputs ("<think>" x 20,000 took 9.9 s, "{" x 200,000 took 6.1 s) and friends.
+
+def _json_work(monkeypatch, text: str) -> int:
+    """Characters handed to the JSON decoder while parsing `text` (old and new parsers both go through
+    JSONDecoder.raw_decode; decoding from every `{` to the end of the text made this quadratic)."""
+    import json
+
+    work = [0]
+    raw_decode = json.JSONDecoder.raw_decode
+
+    def counting(self, s, idx=0):
+        work[0] += len(s) - idx
+        return raw_decode(self, s, idx)
+
+    monkeypatch.setattr(json.JSONDecoder, "raw_decode", counting)
+    parse_action(text)
+    monkeypatch.setattr(json.JSONDecoder, "raw_decode", raw_decode)
+    return work[0]
+
+
+@pytest.mark.parametrize("unit", ["{", '{"a":1,', '{"', '{"a":', 'x "{ ', "{}" + "{" * 3, '{"a": "}",'])
+def test_json_search_work_is_linear_in_the_text(monkeypatch, unit):
+    n = 20_000 // len(unit)
+    small, large = _json_work(monkeypatch, unit * n), _json_work(monkeypatch, unit * 2 * n)
+    assert large <= 40 * len(unit) * 2 * n  # a bounded number of decodes per character
+    assert large <= 2.5 * max(small, 1)      # doubling the input about doubles the work (quadratic: 4x)
+
+
+def test_the_issues_inputs_parse_to_a_named_invalid_action():
+    assert parse_action("<think>" * 20_000).error.startswith("empty output")
+    assert parse_action("{" * 200_000).error.startswith("no action found")
+    text = "<think>" * 20_000 + "</think>" + format_action(Action("click", x=1, y=2))
+    assert parse_action(text) == Action("click", x=1, y=2)
+    start = time.thread_time()  # a smoke check on CPU time, 20x bigger than it needs (old parser: ~40 s)
+    parse_action("<think>" * 40_000)
+    parse_action("{" * 400_000)
+    assert time.thread_time() - start < 5.0
+
+
+def _strip_think_reference(text: str) -> str:
+    """The old, quadratic strip_think (regex with a lazy .*? from every <think>): the behaviour to keep."""
+    text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
+    lower = text.lower()
+    if "</think>" in lower:
+        text = text[lower.rindex("</think>") + len("</think>"):]
+    elif "<think>" in lower:
+        text = text[: lower.index("<think>")]
+    return text
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["<think>", "</think>", "<THINK>", "</Think>", "a", " ", "<thi", "nk>", "{}"]),
+                max_size=12).map("".join))
+def test_strip_think_keeps_the_old_behaviour(text):
+    assert strip_think(text) == _strip_think_reference(text)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('<tool_call>{"name": "computer_use", "arguments": {"action": "type", "text": "a}b"}}</tool_call>',
+     Action("type", text="a}b")),
+    ('use { a "quote, then {"action": "click", "coordinate": [1, 2]}', Action("click", x=1, y=2)),
+    ('{"name": "computer_use", "arguments": {"action": "click", "coordinate": [1, 2]}', Action("click", x=1, y=2)),
+    ('{"action": "type", "text": "he said \\"hi\\" {"}', Action("type", text='he said "hi" {')),
+    ('set {x} first, then {"action": "wait", "time": 1}', Action("wait", seconds=1.0)),
+])
+def test_json_objects_are_found_among_stray_braces_and_quotes(text, expected):
+    assert parse_action(text) == expected
