@@ -75,3 +75,47 @@ def test_a_dead_batching_thread_fails_waiting_requests_and_the_run(tmp_path):
             server.raise_if_failed()
     finally:
         server.close()
+
+
+def test_a_clean_shutdown_with_requests_in_flight_logs_no_traceback(tmp_path, caplog):
+    """Shut down as the supervisor does (transport, then policy server) while two workers' requests wait in a
+    paused server (sync mode): one held in a batch, one queued. The queued one's handler is failed, quietly."""
+    import logging
+
+    from jaxwebrl.rollout.transport import TransportClient, TransportError, TransportServer, new_token
+
+    buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=512,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    ref = buffer.screenshots.put(np.zeros((64, 64, 3), np.uint8))
+    server = PolicyServer(tiny_policy(seed=1), buffer, max_batch=1, deadline_ms=1)
+    server.pause()
+    token = new_token()
+    transport = TransportServer(server.handle, token=token).start()
+    errors = []
+
+    def worker():
+        with TransportClient(transport.address, token=token, timeout_s=60) as client:
+            try:
+                client.request({"op": "generate", "image_refs": np.array([ref]), "max_new_tokens": 4,
+                                "messages": [{"role": "user", "content": [{"type": "image"}]}]})
+            except TransportError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    caplog.set_level(logging.DEBUG, logger="jaxwebrl")
+    for thread in threads:
+        thread.start()
+    import time
+
+    deadline = time.monotonic() + 30
+    while server._requests.qsize() == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server._requests.qsize() == 1  # one request held in a batch by the paused server, one queued
+    transport.close()
+    server.close()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(errors) == 2  # both workers heard that the server went away
+    tracebacks = [r for r in caplog.records if r.exc_info and r.levelno >= logging.INFO]
+    assert tracebacks == [], [r.getMessage() for r in tracebacks]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("jaxwebrl")]
