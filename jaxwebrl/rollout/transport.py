@@ -58,6 +58,7 @@ _WIRE_DTYPES = frozenset(np.dtype(t).newbyteorder("<").str for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, np.float32, np.float64))
 _MAX_ECHOED_ID_CHARS = 64
+NOT_CONNECTED_WARNING_MS = 30_000  # a client with no connection says so this often while it waits
 
 log = logging.getLogger(__name__)
 
@@ -490,6 +491,7 @@ class TransportClient:
         self._lock = threading.Lock()
         self._closed = False
         self._refused: str | None = None  # why the server refused us (sticky: the token will not change)
+        self._connected = False
 
     def request(self, payload: dict, *, timeout_s: float | None = None) -> dict:
         """Send ``payload``, wait for the reply payload. Raises TransportAuthError, TransportTimeout,
@@ -507,7 +509,12 @@ class TransportClient:
             deadline = _now_ms() + timeout_ms
             while True:
                 remaining = deadline - _now_ms()
-                events = dict(poller.poll(timeout=remaining)) if remaining > 0 else {}
+                events = dict(poller.poll(timeout=min(remaining, NOT_CONNECTED_WARNING_MS))) if remaining > 0 else {}
+                if not events and _now_ms() < deadline:
+                    if not self._connected:  # never silent for long: say that nothing answers at all
+                        log.warning("still no connection to the policy server at %s (is it running and reachable?)",
+                                    self.address)
+                    continue
                 if not events:
                     raise TransportTimeout(
                         f"no reply from the policy server at {self.address} within {timeout_ms / 1000:.1f} s; "
@@ -537,9 +544,9 @@ class TransportClient:
             elif event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
                 self._refused = self._refused or "protocol"
             elif event == zmq.EVENT_DISCONNECTED:
-                lost = True
+                lost, self._connected = True, False
             elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                lost, self._refused = False, None
+                lost, self._refused, self._connected = False, None, True
         if self._refused == "auth":
             raise TransportAuthError(
                 f"policy server at {self.address} refused the connection: wrong token. Give the rollout workers "

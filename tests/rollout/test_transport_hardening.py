@@ -262,3 +262,14 @@ def test_a_dead_serve_thread_is_reported_and_waiting_clients_hear_at_once():
         assert "\n" not in str(err.value)
     finally:
         server.close()
+
+
+def test_a_client_with_no_server_says_so_while_it_waits(monkeypatch, caplog):
+    monkeypatch.setattr(transport, "NOT_CONNECTED_WARNING_MS", 100)
+    with socket.socket() as placeholder:  # a port where nothing listens
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    with TransportClient(f"tcp://127.0.0.1:{port}", token=new_token(), timeout_s=1.0) as client:
+        with pytest.raises(transport.TransportTimeout):
+            client.request({})
+    assert any("still no connection to the policy server" in r.getMessage() for r in caplog.records)
