@@ -28,6 +28,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -114,8 +115,6 @@ class WorkerPool:
         if self._monitor is not None:
             self._monitor.join()
         if self._reports_dir is not None:
-            import shutil
-
             shutil.rmtree(self._reports_dir, ignore_errors=True)
 
     def __enter__(self) -> "WorkerPool":

@@ -143,6 +143,10 @@ def test_fuzz_thousands_of_random_messages_then_a_real_request_is_served():
             with socket.create_connection(("127.0.0.1", port)) as raw:
                 raw.sendall(rng.bytes(int(rng.integers(1, 300))) if i % 2 else
                             _zmtp_greeting(b"PLAIN") + b"\x06" + (2**60).to_bytes(8, "big") + b"x" * 100)
+        with TransportClient(server.address, token=token) as other:  # frames over the per-frame limit: libzmq
+            for size in (1 * MiB + 1, 3 * MiB, 8 * MiB):                 # drops that peer, nothing is buffered
+                other._socket.send_multipart([_head({}), b"\0" * size])
+            assert _raw_reply(other._socket, 1000) is None
         sock.send_multipart([_head({"a": {"__ndarray__": 7}})])  # one more killer, after all that
         assert _raw_reply(sock)["ok"] is False
         assert client.request({"x": np.arange(3)})["echo"]["x"].tolist() == [0, 1, 2]
