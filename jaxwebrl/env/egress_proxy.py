@@ -140,9 +140,9 @@ class EgressProxy:
             client.settimeout(None)
             upstream.sendall(first)
             self._relay(client, upstream)
-        except _Refused as refused:
+        except _Refused as refused:  # DEBUG: Chromium's own background calls (updates, sign-in) land here too
             self.blocked.append(str(refused))
-            log.info("egress proxy refused %s (outside the task allowlist)", refused)
+            log.debug("egress proxy refused %s (outside the task allowlist)", refused)
         except (OSError, ValueError) as exc:  # the browser hung up, timed out, or spoke nonsense
             log.debug("egress proxy connection ended: %s", exc)
         finally:
