@@ -33,7 +33,6 @@ import io
 import logging
 import os
 import pwd
-import re
 import shutil
 import signal
 import stat
@@ -53,7 +52,8 @@ from jaxwebrl.env.request_guard import RequestGuard
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "apt-get install -y chromium chromium-driver"
-PROFILE_DIR_PREFIX = "jaxwebrl-chromium-"  # + owner pid + "-" + random: one private temp dir per browser
+# + owner pid + "-" + random: one private temp dir per browser (WorkerPool deletes those of dead owners)
+PROFILE_DIR_PREFIX = "jaxwebrl-chromium-"
 # After an input action: two animation frames (wheel scrolls and layout land), at most 150 ms where frames stall.
 SETTLE_JS = "new Promise(r => { requestAnimationFrame(() => requestAnimationFrame(r)); setTimeout(r, 150); })"
 POPUP_URL_WAIT_S = 3.0  # a new tab reports about:blank until its navigation commits (seconds on a loaded machine)
@@ -129,34 +129,6 @@ def check_installation(config: BrowserConfig) -> None:
     for what, path in (("Chromium", config.chromium_path), ("chromedriver", config.chromedriver_path)):
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise FileNotFoundError(f"{what} not found at {path}: {INSTALL_HINT} (or set BrowserConfig paths)")
-
-
-def remove_profile_dirs(owner_pid: int | None = None) -> list[str]:
-    """Delete the private temp dirs (profile, home, copied task files) of browsers whose process is gone: those
-    of `owner_pid` (a worker the caller just reaped), or with None those of every owner that no longer runs.
-    A dir whose owner runs is never touched. Returns the removed paths."""
-    root = tempfile.gettempdir()
-    removed = []
-    for name in os.listdir(root):
-        match = re.fullmatch(re.escape(PROFILE_DIR_PREFIX) + r"(\d+)-[\w]+", name)
-        if not match:
-            continue
-        pid = int(match.group(1))
-        if (owner_pid is not None and pid != owner_pid) or _runs(pid):
-            continue
-        path = os.path.join(root, name)
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    return removed
-
-
-def _runs(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _set_parent_death_signal() -> None:

@@ -28,6 +28,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import sys
@@ -38,9 +39,12 @@ from typing import Any
 
 import psutil
 
+from jaxwebrl.env.browser import PROFILE_DIR_PREFIX
+
 log = logging.getLogger(__name__)
 
 EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
+REPORTS_DIR_PREFIX = "jaxwebrl-pool-"  # + owner pid + "-" + random
 EXIT_CRASH = 1   # an unexpected error: restarted, unless it keeps being the same one
 PR_SET_PDEATHSIG = 1
 
@@ -83,8 +87,9 @@ class WorkerPool:
     def start(self) -> "WorkerPool":
         if self._monitor is not None:
             raise RuntimeError("WorkerPool already started")
-        self._reports_dir = tempfile.mkdtemp(prefix="jaxwebrl-pool-")  # 0700: the workers' one-line failures
-        _remove_profile_dirs(None)  # left by workers of runs that were killed outright
+        self._reports_dir = tempfile.mkdtemp(prefix=f"{REPORTS_DIR_PREFIX}{os.getpid()}-")  # 0700: workers' failures
+        for prefix in (REPORTS_DIR_PREFIX, PROFILE_DIR_PREFIX):  # left by runs that were killed outright
+            remove_dead_owner_dirs(prefix)
         started = threading.Event()
         self._monitor = threading.Thread(target=self._supervise, args=(started,), name="worker-pool", daemon=True)
         self._monitor.start()
@@ -215,7 +220,7 @@ class WorkerPool:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        _remove_profile_dirs(pid)  # the browsers are dead now: their profiles go too
+        remove_dead_owner_dirs(PROFILE_DIR_PREFIX, pid)  # the browsers are dead now: their profiles go too
 
     def _stop_all(self) -> None:
         procs = [p for p in self._procs if p is not None]
@@ -391,17 +396,34 @@ def _take_report(path: str) -> str | None:
         return None
 
 
-def _remove_profile_dirs(owner_pid: int | None) -> None:
-    from jaxwebrl.env.browser import remove_profile_dirs
-
+def remove_dead_owner_dirs(prefix: str, owner_pid: int | None = None) -> list[str]:
+    """Delete temp dirs named `prefix` + owner pid + "-..." whose owner process is gone: those of `owner_pid` (a
+    worker just reaped), or with None those of every owner that no longer runs. A dir whose owner runs is never
+    touched. Returns the removed paths (browser profiles: PROFILE_DIR_PREFIX; a pool's reports: REPORTS_DIR_PREFIX)."""
+    root = tempfile.gettempdir()
+    removed = []
     try:
-        removed = remove_profile_dirs(owner_pid)
+        names = os.listdir(root)
     except OSError as exc:
-        log.warning("worker pool: could not sweep browser profile directories: %s", exc)
-        return
+        log.warning("worker pool: cannot list %s to remove dead workers' directories: %s", root, exc)
+        return removed
+    for name in names:
+        match = re.fullmatch(re.escape(prefix) + r"(\d+)-\w+", name)
+        if not match or (owner_pid is not None and int(match.group(1)) != owner_pid) or _runs(int(match.group(1))):
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed.append(os.path.join(root, name))
     if removed:
-        log.info("worker pool: removed %d browser profile director%s of dead workers", len(removed),
-                 "y" if len(removed) == 1 else "ies")
+        log.info("worker pool: removed %d director%s of dead owners (%s*)", len(removed),
+                 "y" if len(removed) == 1 else "ies", prefix)
+    return removed
+
+
+def _runs(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _close_quietly(worker, client) -> None:
