@@ -3,7 +3,8 @@ r"""Train a web agent: `python launch/train.py --config=configs/constT10.py[:var
 Starts the policy server, the rollout worker pool and the trainer, supervises them, and stops everything on
 `train.max_steps`, Ctrl-C or a fatal error. Rerunning with the same --workdir resumes from its last checkpoint.
 Config problems (unknown key, bad value, missing checkpoint directory, missing Chromium) fail here, in one line,
-before any browser or device work starts.
+before any browser or device work starts. Problems of the machine or the workdir at run time (disk full, read-only
+or locked workdir, unreadable checkpoints, a buffer that cannot be written) are one line too, exit code 1.
 """
 
 import importlib.util
@@ -90,9 +91,16 @@ def _unknown_override(argv: list[str]) -> str | None:
 
 def main(argv: list[str]) -> int:
     config, workdir = parse_flags(argv)
+    from jaxwebrl.train.errors import RunError, one_line
     from jaxwebrl.train.supervisor import run  # imports JAX; only after the config is known to be good
 
-    return run(config, workdir)
+    try:
+        return run(config, workdir)
+    except RunError as err:
+        raise SystemExit(f"error: {err}") from None
+    except OSError as err:  # the machine refused a write or read (disk full, read-only, quota): nothing to debug
+        raise SystemExit(f"error: {one_line(err)} (workdir {workdir}); free space or fix the permissions, then "
+                         "rerun the same command to resume from the last checkpoint") from None
 
 
 if __name__ == "__main__":

@@ -293,8 +293,10 @@ def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent
 
 def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0) -> None:
     """Run one worker of a pool spec in this process until SIGTERM/SystemExit (also for hand-started workers,
-    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration or a refused token."""
+    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration, a refused token or a
+    buffer that keeps refusing its episodes (disk full)."""
     from jaxwebrl.rollout.transport import TransportAuthError
+    from jaxwebrl.rollout.worker import BufferUnusable
 
     worker = client = None
     try:
@@ -308,8 +310,11 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0) -> 
         while True:
             worker.run(max_groups=1)
             if stats_dir:
-                _write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
-    except TransportAuthError as exc:
+                try:
+                    _write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
+                except OSError as exc:  # a full disk costs the stats file, not the worker
+                    logging.getLogger(__name__).warning("worker %d: stats not written: %s", worker_id, exc)
+    except (TransportAuthError, BufferUnusable) as exc:
         logging.getLogger(__name__).error("worker %d stops for good: %s", worker_id, exc)
         _close_quietly(worker, client)
         os._exit(EXIT_FATAL)
