@@ -253,7 +253,9 @@ class RingBuffer:
         min_version: drop (and count as stale) episodes whose oldest policy-token version is lower.
         group_size: return only groups (same group_id) with that many episodes; members of a group
           still filling are held in the cursor's "pending" list, and given up as incomplete once
-          `group_wait` (default log_capacity // 2) newer commits have passed them.
+          `group_wait` (default log_capacity // 2) newer commits have passed them, or at once when the
+          writer that committed them is dead (it will never finish the group), or when a member of the
+          group was overwritten or is corrupt. A partial group is never returned.
         max_episodes: read at most this many new commit records.
         Returns a ReadResult (unpacks as `episodes, cursor`; counts in .stats and summed in self.stats).
         """
@@ -291,6 +293,11 @@ class RingBuffer:
             kept.sort(key=lambda r: int(r["seq"]))
             stats["pending"] = len(pending)
         episodes = self._load(kept, stats)
+        if group_size is not None:   # a member overwritten or corrupt leaves a group that can never complete
+            loaded = collections.Counter(e["group_id"] for e in episodes)
+            whole = {g for g, n in loaded.items() if n >= group_size}
+            stats["incomplete"] += sum(n for g, n in loaded.items() if g not in whole)
+            episodes = [e for e in episodes if e["group_id"] in whole]
         stats["returned"] = len(episodes)
         self.stats.update({k: v for k, v in stats.items() if k != "pending"})
         self.stats["pending"] = stats["pending"]

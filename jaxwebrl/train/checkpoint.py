@@ -113,8 +113,8 @@ class Checkpointer:
         free = shutil.disk_usage(self.directory).free
         if free < needed:
             raise CheckpointError(
-                f"checkpoint of step {step} not written: {free / 2**20:.1f} MiB free under {self.directory}, the "
-                f"checkpoint of step {latest} took {needed / 2**20:.1f} MiB; it is intact: free space and rerun the "
+                f"checkpoint of step {step} not written: {free / 2**20:.2f} MiB free under {self.directory}, the "
+                f"checkpoint of step {latest} took {needed / 2**20:.2f} MiB; it is intact: free space and rerun the "
                 f"same command to resume from step {latest}")
 
     def _failed(self, step: int | None, err: BaseException) -> CheckpointError:

@@ -149,3 +149,14 @@ def test_partial_group_of_a_killed_writer_is_counted_incomplete_at_once(tmp_path
     again = RingBuffer.open(path).read(result.cursor, group_size=4)   # e.g. the trainer, resumed
     assert again.stats["incomplete"] == 2                       # group 77 can never complete: counted now
     assert again.stats["pending"] == 1 and len(again.cursor["pending"]) == 1   # group 5 may still complete
+
+
+def test_a_group_with_a_corrupt_member_is_never_returned_in_part(tmp_path):
+    path = tmp_path / "buf"
+    buf = create(path)
+    ids = [buf.append(make_episode(seed, num_steps=1, group_id=seed // 2)) for seed in range(4)]   # groups 0, 1
+    victim = _chunk(path, "rows", ids[3])
+    victim.write_bytes(os.urandom(victim.stat().st_size))
+    result = buf.read(None, group_size=2)
+    assert [e["episode_id"] for e in result.episodes] == ids[:2]
+    assert result.stats["corrupt"] == 1 and result.stats["incomplete"] == 1 and result.cursor["pending"] == []
