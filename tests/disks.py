@@ -34,8 +34,10 @@ def remount_read_only(path) -> None:
 
 def fill(path) -> None:
     """Fills the filesystem holding `path` until a write fails with ENOSPC."""
-    with open(os.path.join(path, "filler"), "wb") as f:
+    fd = os.open(os.path.join(path, "filler"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
         with contextlib.suppress(OSError):
             while True:
-                f.write(b"\0" * 4096)
-                f.flush()
+                os.write(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
