@@ -91,12 +91,13 @@ def _unknown_override(argv: list[str]) -> str | None:
 
 def main(argv: list[str]) -> int:
     config, workdir = parse_flags(argv)
+    from jaxwebrl.buffer.schema import BufferFormatError
     from jaxwebrl.train.errors import RunError, one_line
     from jaxwebrl.train.supervisor import run  # imports JAX; only after the config is known to be good
 
     try:
         return run(config, workdir)
-    except RunError as err:
+    except (RunError, BufferFormatError) as err:   # messages that already name the problem and the fix
         raise SystemExit(f"error: {err}") from None
     except OSError as err:  # the machine refused a write or read (disk full, read-only, quota): nothing to debug
         raise SystemExit(f"error: {one_line(err)} (workdir {workdir}); free space or fix the permissions, then "

@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 
 from jaxwebrl.buffer import RingBuffer
-from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.train.metrics import read_metrics
 from jaxwebrl.train.trainer import Trainer
 from tests.train import writers
 from tests.train.conftest import play_toy
-from tests.train.test_trainer import toy_config
+from tests.train.test_trainer import policy, toy_config  # noqa: F401 - policy is a module-scoped fixture
 
 
 class FiniteSink:
@@ -32,11 +31,6 @@ class FiniteSink:
     def set_weights(self, params, version):
         finite = all(bool(np.isfinite(np.asarray(x)).all()) for x in jax.tree.leaves(params))
         self.published.append((version, finite))
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return tiny_policy(seed=0)
 
 
 @pytest.fixture
