@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import time
+import traceback
 from typing import Any
 
 import jax
@@ -36,13 +38,30 @@ TMP_SUFFIX = ".orbax-checkpoint-tmp"
 
 class _QuietOrbaxErrors(logging.Filter):
     """Orbax logs a failed background save from every writer thread with a traceback; the Checkpointer reports
-    it once, as one line, so those records are dropped."""
+    it once, as one line (CheckpointError), so those records are dropped."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
 
 
 _QUIET = _QuietOrbaxErrors()
+
+
+def _quiet_closed_loop_callbacks(previous):
+    """sys.unraisablehook that drops one known echo of a failed save: after Orbax's save thread closed its asyncio
+    loop on the error, the TensorStore writes still in flight complete and their callbacks hit the closed loop
+    ("Event loop is closed", only asyncio frames). Everything else goes to `previous`."""
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        frames = traceback.extract_tb(exc.__traceback__) if exc is not None else []
+        if (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed" and frames
+                and all(f"asyncio{os.sep}" in frame.filename for frame in frames)):
+            return
+        previous(unraisable)
+
+    hook.quiet_closed_loop = True
+    return hook
 
 
 class Checkpointer:
@@ -54,8 +73,11 @@ class Checkpointer:
         self.best_metric = best_metric
         self._options = {"keep": keep, "keep_best": keep_best, "best_mode": best_mode, "async_save": async_save}
         logging.getLogger("absl").addFilter(_QUIET)
+        if not getattr(sys.unraisablehook, "quiet_closed_loop", False):
+            sys.unraisablehook = _quiet_closed_loop_callbacks(sys.unraisablehook)
         self._manager = self._open_manager()
         self._saving: int | None = None      # step of a save that may still be in flight
+        self._failure_reported = False       # a CheckpointError was raised: closing must not raise it again
 
     def _open_manager(self) -> ocp.CheckpointManager:
         o = self._options
@@ -123,6 +145,7 @@ class Checkpointer:
             if name.endswith(TMP_SUFFIX):
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
         self._saving = None
+        self._failure_reported = True
         text = str(err)
         if "No space left" in text or "RESOURCE_EXHAUSTED" in text or "ENOSPC" in text:
             why = "the disk is full"
@@ -202,8 +225,15 @@ class Checkpointer:
         """Waits for pending saves (CheckpointError when one failed) and releases the manager."""
         try:
             self.wait()
+        except CheckpointError:
+            if not self._failure_reported:
+                raise
         finally:
-            self._manager.close()
+            try:
+                self._manager.close()
+            except Exception:  # noqa: BLE001 - after a reported failure Orbax may re-raise it while closing
+                if not self._failure_reported:
+                    raise
 
 
 def _tree_bytes(path: str) -> int:

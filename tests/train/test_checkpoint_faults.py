@@ -83,15 +83,16 @@ from jaxwebrl.train.errors import CheckpointError
 params = {"w": jax.random.normal(jax.random.key(0), (256, 256))}
 opt = optax.adam(1e-3).init(params)
 ck = Checkpointer(sys.argv[1], keep=3, keep_best=False, async_save=sys.argv[2] == "async")
-for step in (1, 2, 3):
-    try:
+try:
+    for step in (1, 2, 3):
         ck.save(step, params=params, opt_state=opt, rng=jax.random.key(step), meta={"step": step})
         for _ in range(100):   # the trainer calls check() once per train step
             time.sleep(0.05)
             ck.check()
-    except CheckpointError as err:
-        print("ERROR", err)
-        break
+except CheckpointError as err:
+    print("ERROR", err)
+finally:
+    ck.close()             # as Trainer.close does: the reported failure is not raised again
 """
     for mode, size_kib, failed in (("sync", 520, 2), ("async", 200, 1)):
         with tmpfs(tmp_path / mode, size_kib) as disk:
