@@ -7,6 +7,7 @@ before any browser or device work starts. Problems of the machine or the workdir
 or locked workdir, unreadable checkpoints, a buffer that cannot be written) are one line too, exit code 1.
 """
 
+import errno
 import importlib.util
 import os
 import re
@@ -19,6 +20,7 @@ if _REPO not in sys.path:  # configs/ import configs.common
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
 _CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. configs/constT10.py[:variant]")
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: metrics.jsonl, checkpoints/, buffer/ (reused to resume)")
 
@@ -99,7 +101,10 @@ def main(argv: list[str]) -> int:
         return run(config, workdir)
     except (RunError, BufferFormatError) as err:   # messages that already name the problem and the fix
         raise SystemExit(f"error: {err}") from None
-    except OSError as err:  # the machine refused a write or read (disk full, read-only, quota): nothing to debug
+    except OSError as err:
+        if err.errno not in MACHINE_ERRNOS:
+            raise
+        # the machine refused a write (disk full, read-only, quota, permissions): nothing to debug
         raise SystemExit(f"error: {one_line(err)} (workdir {workdir}); free space or fix the permissions, then "
                          "rerun the same command to resume from the last checkpoint") from None
 

@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 
 from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.train.checkpoint import Checkpointer
+from jaxwebrl.train.errors import CheckpointError
 from jaxwebrl.train.metrics import read_metrics
 from jaxwebrl.train.trainer import Trainer
+from tests.disks import tmpfs
 from tests.train import writers
 from tests.train.conftest import play_toy
 from tests.train.test_trainer import policy, toy_config  # noqa: F401 - policy is a module-scoped fixture
@@ -156,3 +159,20 @@ def test_buffer_losses_are_metrics_and_a_killed_writers_partial_group_is_counted
     assert resumed.ledger.cursor["pending"] == []
     assert any("can never complete" in r.getMessage() for r in caplog.records)
     assert sorted(trained_ids(tmp_path / "run")) == sorted([e["episode_id"] for e in a + b] + later)
+
+
+def test_a_full_disk_at_checkpoint_time_stops_the_run_at_that_step_with_the_previous_checkpoint_intact(
+        policy, two_groups, tmp_path):
+    buffer, (a, b) = two_groups
+    append_group(buffer, a, 3), append_group(buffer, b, 4)
+    with tmpfs(tmp_path / "disk", 3 * 1024) as disk:       # room for one checkpoint of the tiny policy, not two
+        workdir = os.path.join(disk, "run")
+        with pytest.raises(CheckpointError, match=r"checkpoint of step 2 (not written|could not be written)") as err:
+            run(2, workdir, policy, buffer)
+        assert "\n" not in str(err.value) and "step 1" in str(err.value)
+        checkpoints = os.path.join(workdir, "checkpoints")
+        assert sorted(os.listdir(checkpoints)) == ["1"]         # nothing half-written left; step 1 is whole
+        assert [r["step"] for r in read_metrics(workdir)] == [1, 2]
+        with open(os.path.join(checkpoints, "1", "meta", "metadata")) as f:
+            assert json.load(f)["step"] == 1
+        assert Checkpointer(checkpoints, async_save=False).all_steps() == [1]
