@@ -5,7 +5,7 @@ mean, and slots that are reserved but not committed: `in_flight` (a live writer 
 `orphaned` (their writer died; the ring reuses them on its next lap), and on local files the
 temp files such writers left behind (`temp_files`, safe to delete).
 
-Every committed episode's rows and screenshots are read back and checked (stamps, per-record CRC32):
+Every committed episode's rows and screenshots are read back and checked (stamps, per-record checksums):
 damaged ones are reported as `corrupt_episodes` (with their ids) and not counted as committed; `--quick`
 reads only the commit log (no integrity check).
 """

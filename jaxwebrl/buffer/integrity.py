@@ -1,7 +1,7 @@
 """Is a record read back the one that was committed, one a later writer replaced, or damaged on disk?
 
 Every step row and screenshot starts with its global sequence number (`stamp`); format-2 buffers also carry a
-CRC32 per record (schema.py). A record is
+32-bit checksum per record (schema.py). A record is
 - "ok": its checksum holds and the stamp is the one expected;
 - "overwritten": its checksum holds but a later lap of the ring wrote it (newer stamp, same slot), or the
   slot was never written (a screenshot whose writer was killed before it landed);

@@ -17,9 +17,9 @@ A step row and a screenshot are each ONE chunk (= one kvstore key, written atomi
 with its own global sequence number (`stamp`). A reader that finds the stamp it expects knows the
 whole row is the one that was committed, never a mix with a later writer's row.
 
-Format 2 adds a CRC32 to every record (rows: a `checksum` field over the row with that field zeroed;
-screenshots: the low 32 bits of the header's magic, over stamp + pixels), so a reader tells a record a
-later writer replaced (valid checksum, newer stamp of the same slot) from one damaged on disk (corrupt).
+Format 2 adds a 32-bit checksum (`checksum32`) to every record (rows: a `checksum` field over the row with
+that field zeroed; screenshots: the low 32 bits of the header's magic, over stamp + pixels), so a reader tells
+a record a later writer replaced (valid checksum, newer stamp of the same slot) from one damaged on disk.
 Format 1 buffers (no checksums) are still read; their records are only stamp-checked.
 """
 
@@ -36,7 +36,9 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: no record checksums
 META_KEY = "buffer.json"
 SHOT_MAGIC = 0x6A57524C53484F54  # "jWRLSHOT": format 1 screenshot header
-SHOT_MAGIC_HIGH = SHOT_MAGIC >> 32  # "jWRL": format 2 keeps these 32 bits and puts the CRC32 in the low ones
+SHOT_MAGIC_HIGH = SHOT_MAGIC >> 32  # "jWRL": format 2 keeps these 32 bits and puts the checksum in the low ones
+CHECKSUM_BLOCK_WORDS = 512          # 4 KiB: the checksum weights each block's word sum by the block's position
+_GOLDEN = 0x9E3779B97F4A7C15
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
@@ -72,7 +74,7 @@ class BufferConfig:
       POSIX I/O (same keys and bytes; flock for atomic updates) instead of TensorStore's kvstore.
       Stored in buffer.json so that every process of a buffer uses the same locking.
     vocab_size: token ids must be in [0, vocab_size) (0: unknown, ids need only fit int32 and be >= 0).
-    checksums: records carry a CRC32 (format 2); False only for buffers written in format 1.
+    checksums: records carry a checksum32 (format 2); False only for buffers written in format 1.
     """
 
     capacity_steps: int
@@ -137,7 +139,7 @@ class BufferConfig:
 def row_dtype(config: BufferConfig) -> np.dtype:
     """Structured record of one step row (packed, little-endian); its bytes are one zarr chunk."""
     T, K = config.max_seq_len, config.max_images_per_step
-    checksum = [("checksum", "<u4")] if config.checksums else []  # CRC32 of the row with this field zeroed
+    checksum = [("checksum", "<u4")] if config.checksums else []  # checksum32 of the row with this field zeroed
     return np.dtype([
         ("stamp", "<i8"),            # global step sequence number of the owner; -1 = never written
         ("episode_id", "<i8"),       # global seq of the episode's first step
@@ -164,14 +166,33 @@ def shot_dtype(config: BufferConfig) -> np.dtype:
     return np.dtype([("stamp", "<i8"), ("magic", "<u8"), ("pixels", "u1", config.screenshot_shape)])
 
 
+def checksum32(data) -> int:
+    """32-bit checksum of a byte buffer, at memory speed (about 10x zlib.crc32 on a 720p screenshot).
+
+    The 64-bit words are summed per 4 KiB block; the block sums are added plain and weighted by block position (so
+    a changed, lost or moved block changes it), mixed with the bytes past the last whole word and the length, and
+    folded to 32 bits. It detects damage (random bytes, truncation, bit flips, swapped blocks), not tampering.
+    """
+    raw = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+    n = raw.size // 8
+    words = raw[:n * 8].view(np.uint64)
+    blocks = np.add.reduceat(words, np.arange(0, n, CHECKSUM_BLOCK_WORDS)) if n else np.zeros(0, np.uint64)
+    plain = int(blocks.sum(dtype=np.uint64))
+    placed = int((blocks * np.arange(1, blocks.size + 1, dtype=np.uint64)).sum(dtype=np.uint64))
+    mixed = (plain ^ (placed * _GOLDEN) ^ zlib.crc32(raw[n * 8:].tobytes()) ^ raw.size) % 2**64
+    return (mixed ^ (mixed >> 32)) & 0xFFFFFFFF
+
+
 def row_checksums(rows: np.ndarray) -> np.ndarray:
-    """CRC32 of each structured row [n] (format 2), computed with its `checksum` field taken out: uint32 [n]."""
-    offset = rows.dtype.fields["checksum"][1]
-    raw = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), rows.dtype.itemsize)
-    return np.array([zlib.crc32(r[offset + 4:], zlib.crc32(r[:offset])) for r in raw], np.uint32)
+    """checksum32 of each structured row [n] (format 2) with its `checksum` field zeroed: uint32 [n]."""
+    zeroed = np.array(rows, copy=True)
+    zeroed["checksum"] = 0
+    raw = zeroed.view(np.uint8).reshape(len(rows), rows.dtype.itemsize)
+    return np.array([checksum32(r) for r in raw], np.uint32)
 
 
 def shot_magic(stamp: int, pixels: np.ndarray) -> int:
-    """Format-2 screenshot magic: "jWRL" in the high 32 bits, CRC32 of (stamp, pixels) in the low ones."""
-    crc = zlib.crc32(np.ascontiguousarray(pixels), zlib.crc32(np.int64(stamp).astype("<i8").tobytes()))
-    return (SHOT_MAGIC_HIGH << 32) | crc
+    """Format-2 screenshot magic: "jWRL" in the high 32 bits, checksum32 of the pixels mixed with the stamp in the
+    low ones."""
+    mixed = (int(stamp) * _GOLDEN) % 2**64
+    return (SHOT_MAGIC_HIGH << 32) | (checksum32(np.ascontiguousarray(pixels)) ^ mixed ^ (mixed >> 32)) & 0xFFFFFFFF

@@ -87,8 +87,8 @@ class ScreenshotStore:
     def write_reserved(self, images: np.ndarray, refs, index=None) -> None:
         """Writes images[index] (uint8 [N, H, W, 3], index [n] or all) at already-reserved `refs` [n], durably.
 
-        Each image becomes one chunk: a 16-byte header (stamp = its ref, magic with the CRC32 of stamp and
-        pixels) followed by the pixels.
+        Each image becomes one chunk: a 16-byte header (stamp = its ref, magic with the checksum of stamp
+        and pixels) followed by the pixels.
         """
         refs = np.asarray(refs, np.int64)
         index = np.arange(len(refs)) if index is None else np.asarray(index)

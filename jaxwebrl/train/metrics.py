@@ -62,8 +62,8 @@ class MetricsWriter:
         self.path = os.path.join(workdir, "metrics.jsonl")
         self.episodes_path = os.path.join(workdir, "trained_episodes.jsonl")
         self.skipped_path = os.path.join(workdir, "skipped_batches.jsonl")
-        for path in (self.path, self.episodes_path, self.skipped_path):  # a resume redoes the steps after its checkpoint
-            _drop_records_after(path, start_step)
+        for path in (self.path, self.episodes_path, self.skipped_path):  # a resume redoes the steps after
+            _drop_records_after(path, start_step)                        # its checkpoint
         self._file = _open_private(self.path)
         self._episodes_file = _open_private(self.episodes_path)
         self._skipped_file = None
