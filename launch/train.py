@@ -3,9 +3,11 @@ r"""Train a web agent: `python launch/train.py --config=configs/constT10.py[:var
 Starts the policy server, the rollout worker pool and the trainer, supervises them, and stops everything on
 `train.max_steps`, Ctrl-C or a fatal error. Rerunning with the same --workdir resumes from its last checkpoint.
 Config problems (unknown key, bad value, missing checkpoint directory, missing Chromium) fail here, in one line,
-before any browser or device work starts.
+before any browser or device work starts. Problems of the machine or the workdir at run time (disk full, read-only
+or locked workdir, unreadable checkpoints, a buffer that cannot be written) are one line too, exit code 1.
 """
 
+import errno
 import importlib.util
 import os
 import re
@@ -18,6 +20,7 @@ if _REPO not in sys.path:  # configs/ import configs.common
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
 _CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. configs/constT10.py[:variant]")
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: metrics.jsonl, checkpoints/, buffer/ (reused to resume)")
 
@@ -90,9 +93,20 @@ def _unknown_override(argv: list[str]) -> str | None:
 
 def main(argv: list[str]) -> int:
     config, workdir = parse_flags(argv)
+    from jaxwebrl.buffer.schema import BufferFormatError
+    from jaxwebrl.train.errors import RunError, one_line
     from jaxwebrl.train.supervisor import run  # imports JAX; only after the config is known to be good
 
-    return run(config, workdir)
+    try:
+        return run(config, workdir)
+    except (RunError, BufferFormatError) as err:   # messages that already name the problem and the fix
+        raise SystemExit(f"error: {err}") from None
+    except OSError as err:
+        if err.errno not in MACHINE_ERRNOS:
+            raise
+        # the machine refused a write (disk full, read-only, quota, permissions): nothing to debug
+        raise SystemExit(f"error: {one_line(err)} (workdir {workdir}); free space or fix the permissions, then "
+                         "rerun the same command to resume from the last checkpoint") from None
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 from jaxwebrl.buffer.episodes import EpisodeError
 from jaxwebrl.buffer.ring import ReadResult, RingBuffer, RingOverrun
-from jaxwebrl.buffer.schema import BufferConfig, BufferFormatError
-from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
+from jaxwebrl.buffer.schema import BufferConfig, BufferFormatError, BufferWriteError
+from jaxwebrl.buffer.screenshots import ScreenshotCorrupt, ScreenshotOverwritten
 
-__all__ = ["BufferConfig", "BufferFormatError", "EpisodeError", "ReadResult", "RingBuffer", "RingOverrun",
-           "ScreenshotOverwritten"]
+__all__ = ["BufferConfig", "BufferFormatError", "BufferWriteError", "EpisodeError", "ReadResult", "RingBuffer",
+           "RingOverrun", "ScreenshotCorrupt", "ScreenshotOverwritten"]

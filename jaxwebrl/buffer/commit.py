@@ -152,6 +152,34 @@ class Lease:
         self._control.write(self._key, json.dumps(body).encode())
 
 
+REMOTE_LEASE_SECONDS = 600.0  # a lease from another host counts as live this long after its last write
+
+
+def writer_alive(lease: dict | None) -> bool:
+    """Whether the writer of `lease` (see Lease) may still be running: its process exists on this host, or
+    (another host) it wrote its lease within REMOTE_LEASE_SECONDS. No lease: not running."""
+    if not lease:
+        return False
+    if lease.get("host") == socket.gethostname():
+        try:
+            os.kill(int(lease["pid"]), 0)
+            return True
+        except (ProcessLookupError, ValueError, KeyError, TypeError):
+            return False
+        except PermissionError:
+            return True
+    return time.time() - float(lease.get("time", 0)) < REMOTE_LEASE_SECONDS
+
+
+def read_lease(control, writer_id: str) -> dict | None:
+    """The lease a writer last wrote, or None (missing or unreadable)."""
+    try:
+        lease = json.loads(control.read(f"{WRITERS_PREFIX}{writer_id}") or b"null")
+    except (TypeError, ValueError):
+        return None
+    return lease if isinstance(lease, dict) else None
+
+
 def read_leases(control) -> list[dict]:
     leases = []
     for raw in control.read_many(control.list(WRITERS_PREFIX)):

@@ -12,6 +12,7 @@ Readers never lock: every write is an atomic whole-key replacement.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import random
@@ -34,21 +35,26 @@ def write_file_atomically(path: str, parts: list, fsync: bool) -> None:
     """Replaces `path` by the concatenation of byte buffers `parts`: temp file + rename, so a reader
     sees the old or the new content, never a mix, and a writer killed midway leaves only a temp file."""
     tmp = f"{path}.__tmp{os.getpid()}.{threading.get_ident()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        views = [memoryview(p).cast("B") for p in parts]
-        while views:
-            written = os.writev(fd, views)
-            while views and written >= len(views[0]):
-                written -= len(views[0])
-                views.pop(0)
-            if views and written:
-                views[0] = views[0][written:]
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            views = [memoryview(p).cast("B") for p in parts]
+            while views:
+                written = os.writev(fd, views)
+                while views and written >= len(views[0]):
+                    written -= len(views[0])
+                    views.pop(0)
+                if views and written:
+                    views[0] = views[0][written:]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk must not keep the half-written temp file
+            os.unlink(tmp)
+        raise
     if fsync:  # make the rename itself durable
         dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
         try:
@@ -131,7 +137,7 @@ class LocalControl:
             thread_lock = _THREAD_LOCKS.setdefault(lock_path, threading.Lock())
         with thread_lock:
             os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 new = fn(self.read(key))

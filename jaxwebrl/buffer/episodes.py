@@ -12,7 +12,7 @@ import json
 import numpy as np
 
 from jaxwebrl.buffer.schema import (FLAG_ENV_FAILED, FLAG_HAS_MEMORY, FLAG_SCREENSHOT_CHANGED, FLAG_TERMINATED,
-                                    FLAG_TRUNCATED, BufferConfig, row_dtype)
+                                    FLAG_TRUNCATED, INT32_MAX, INT64_MAX, BufferConfig, row_checksums, row_dtype)
 
 TOKEN_KEYS = ("input_ids", "loss_mask", "behave_logprobs", "versions")
 REQUIRED_KEYS = TOKEN_KEYS + ("screenshot_refs", "step_index", "num_steps", "group_id", "task_id", "reward",
@@ -56,6 +56,13 @@ def _fail(msg: str) -> None:
     raise EpisodeError(f"episode refused: {msg}")
 
 
+def _check_range(what: str, values: np.ndarray, low: int, high: int, fix: str) -> None:
+    """Refuses integers outside [low, high] before any cast could wrap them (2**40 must not become 0)."""
+    if values.size and (int(values.min()) < low or int(values.max()) > high):
+        bad = [v for v in values.reshape(-1).tolist() if not low <= v <= high]
+        _fail(f"{what} must be in [{low}, {high}], got {bad[:4]}; {fix}")
+
+
 def _per_step(episode: dict, key: str, S: int, dtype, *, scalar_at_last: bool = False) -> np.ndarray:
     """A scalar-or-[S] entry as [S]; a scalar flag with scalar_at_last marks only the final step."""
     value = np.asarray(episode[key])
@@ -96,6 +103,9 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
     if num_steps.shape not in ((), (S,)) or not np.all(num_steps == S):
         _fail(f"num_steps must equal the number of steps {S} on every step, got {num_steps.tolist()}")
 
+    vocab_limit = config.vocab_size or INT32_MAX + 1
+    vocab_fix = (f"ids outside the vocabulary of {config.vocab_size} tokens come from a different tokenizer or a "
+                 f"corrupted sequence" if config.vocab_size else "token ids are int32 vocabulary indices")
     tokens, lengths = [], []
     for j in range(S):
         ids, mask, logp, vers = (np.asarray(episode[k][j]) for k in TOKEN_KEYS)
@@ -108,6 +118,12 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
                   f"create the buffer with a larger max_seq_len")
         if not np.issubdtype(ids.dtype, np.integer) or not np.issubdtype(vers.dtype, np.integer):
             _fail(f"step {j}: input_ids and versions must be integer arrays, got {ids.dtype}, {vers.dtype}")
+        if not np.issubdtype(mask.dtype, np.integer) and not np.issubdtype(mask.dtype, np.bool_):
+            _fail(f"step {j}: loss_mask must be an integer (0/1) array, got {mask.dtype}")
+        _check_range(f"step {j}: input_ids", ids, 0, vocab_limit - 1, vocab_fix)
+        _check_range(f"step {j}: versions", vers, -1, INT32_MAX,
+                     "policy versions are int32 (-1 on prompt tokens), no larger version can be stored")
+        _check_range(f"step {j}: loss_mask", mask, 0, 1, "1 on policy tokens, 0 elsewhere")
         tokens.append({"input_ids": ids.astype(np.int32, copy=False), "loss_mask": mask.astype(np.int8, copy=False),
                        "behave_logprobs": logp.astype(np.float32, copy=False),
                        "versions": vers.astype(np.int32, copy=False)})
@@ -117,9 +133,6 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
     flat = {k: np.concatenate([t[k] for t in tokens]) for k in ("loss_mask", "behave_logprobs", "versions")}
     mask, logp, vers = flat["loss_mask"], flat["behave_logprobs"], flat["versions"]
     first_step = lambda bad: int(np.searchsorted(ends, int(np.argmax(bad)), side="right"))
-    bad = (mask != 0) & (mask != 1)
-    if bad.any():
-        _fail(f"step {first_step(bad)}: loss_mask must be 0/1, got values {np.unique(mask)[:8].tolist()}")
     policy = mask == 1
     per_step_policy = np.add.reduceat(policy.astype(np.int64), ends - np.asarray(lengths))
     if (per_step_policy == 0).any():
@@ -153,6 +166,7 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
     group_ids = np.unique(np.asarray(episode["group_id"]))
     if group_ids.size != 1 or not np.issubdtype(group_ids.dtype, np.integer):
         _fail(f"group_id must be one integer for the whole episode, got {group_ids.tolist()}")
+    _check_range("group_id", group_ids, -INT64_MAX - 1, INT64_MAX, "group ids are stored as int64")
     task_id = episode["task_id"]
     if not isinstance(task_id, str) or not task_id:
         _fail(f"task_id must be a non-empty str, got {task_id!r}")
@@ -164,9 +178,8 @@ def check_episode(episode: dict, config: BufferConfig) -> CheckedEpisode:
         _fail(f"screenshot_refs must be int64 [S={S}, K], got {refs.dtype} {refs.shape}")
     if refs.shape[1] > config.max_images_per_step:
         _fail(f"{refs.shape[1]} screenshots per step exceed max_images_per_step={config.max_images_per_step}")
+    _check_range("screenshot_refs", refs, -1, INT64_MAX, "refs are >= 0, or -1 for padding")
     refs = refs.astype(np.int64)
-    if (refs < -1).any():
-        _fail("screenshot_refs must be >= 0, or -1 for padding")
     screenshots = episode.get("screenshots")
     if screenshots is not None:
         screenshots = np.asarray(screenshots)
@@ -221,6 +234,8 @@ def to_rows(ep: CheckedEpisode, config: BufferConfig, first_seq: int, global_ref
         for key in TOKEN_KEYS:
             rows[key][j, :L] = tok[key]
         rows["versions"][j, L:] = -1
+    if config.checksums:
+        rows["checksum"] = row_checksums(rows)
     return rows.view(np.uint8).reshape(S, rows.dtype.itemsize)
 
 

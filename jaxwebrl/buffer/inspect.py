@@ -4,6 +4,10 @@ Capacity, reserved heads, committed episodes still readable, cursor range, polic
 mean, and slots that are reserved but not committed: `in_flight` (a live writer holds them) or
 `orphaned` (their writer died; the ring reuses them on its next lap), and on local files the
 temp files such writers left behind (`temp_files`, safe to delete).
+
+Every committed episode's rows and screenshots are read back and checked (stamps, per-record checksums):
+damaged ones are reported as `corrupt_episodes` (with their ids) and not counted as committed; `--quick`
+reads only the commit log (no integrity check).
 """
 
 from __future__ import annotations
@@ -11,33 +15,38 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
-import time
 
 import numpy as np
 
-from jaxwebrl.buffer.commit import read_leases
+from jaxwebrl.buffer import integrity
+from jaxwebrl.buffer.commit import read_leases, writer_alive
 from jaxwebrl.buffer.control import LocalControl
 from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.buffer.screenshots import ScreenshotCorrupt, ScreenshotOverwritten
 
-REMOTE_LEASE_SECONDS = 600.0  # a lease from another host counts as live this long after its last write
+def damaged(buf: RingBuffer, records: list) -> tuple[list, list]:
+    """(intact records, ids of corrupt episodes): reads back every record's rows and screenshots."""
+    intact, corrupt = [], []
+    for rec, (rows, status) in zip(records, buf.load_rows(records)):
+        if status == integrity.OK:
+            refs = rows["screenshot_refs"][:, :int(rec["refs_width"])]
+            try:
+                for ref in np.unique(refs[refs >= 0]):
+                    buf.screenshots.get(int(ref))
+            except ScreenshotCorrupt:
+                status = integrity.CORRUPT
+            except ScreenshotOverwritten:
+                status = integrity.OVERWRITTEN
+        if status == integrity.CORRUPT:
+            corrupt.append(int(rec["episode_id"]))
+        elif status == integrity.OK:
+            intact.append(rec)
+    return intact, corrupt
 
 
-def _writer_alive(lease: dict) -> bool:
-    if lease.get("host") == socket.gethostname():
-        try:
-            os.kill(int(lease["pid"]), 0)
-            return True
-        except (ProcessLookupError, ValueError, KeyError):
-            return False
-        except PermissionError:
-            return True
-    return time.time() - float(lease.get("time", 0)) < REMOTE_LEASE_SECONDS
-
-
-def summarize(buf: RingBuffer) -> dict:
-    """JSON-able summary of `buf` (reads the commit log, not the rows)."""
+def summarize(buf: RingBuffer, *, verify: bool = True) -> dict:
+    """JSON-able summary of `buf`; verify: read back and check every committed episode (else the log only)."""
     cfg = buf.config
     heads = buf.reservations.heads()
     end = buf.log.end()
@@ -46,6 +55,9 @@ def summarize(buf: RingBuffer) -> dict:
     live = [r for r in records
             if heads["steps"] <= int(r["first_step"]) + cfg.capacity_steps
             and (r["oldest_ref"] < 0 or buf.screenshots.is_live([r["oldest_ref"]], heads)[0])]
+    corrupt = None
+    if verify:
+        live, corrupt = damaged(buf, live)
     window = np.arange(max(0, heads["steps"] - cfg.capacity_steps), heads["steps"])
     covered = np.zeros(len(window), bool)
     for r in records:
@@ -55,7 +67,7 @@ def summarize(buf: RingBuffer) -> dict:
     held = np.zeros(len(window), bool)
     for lease in leases:
         steps = lease.get("steps")
-        if steps and _writer_alive(lease):
+        if steps and writer_alive(lease):
             held |= (window >= steps[0]) & (window < steps[1])
     uncommitted = ~covered
     summary = {
@@ -79,7 +91,12 @@ def summarize(buf: RingBuffer) -> dict:
         "in_flight_steps": int((uncommitted & held).sum()),
         "orphaned_steps": int((uncommitted & ~held).sum()),
         "writers": len(leases),
+        "checksums": cfg.checksums,
+        "vocab_size": cfg.vocab_size or None,
     }
+    if corrupt is not None:
+        summary["corrupt_episodes"] = len(corrupt)
+        summary["corrupt_episode_ids"] = corrupt[:32]
     if isinstance(buf.control, LocalControl):  # temp files left by writers killed mid-write (safe to delete)
         root = buf.spec["path"]
         summary["temp_files"] = sum(
@@ -91,6 +108,7 @@ def summarize(buf: RingBuffer) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxwebrl.buffer.inspect", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="buffer directory, kvstore URL (memory://, gs://...) or JSON kvstore spec")
+    parser.add_argument("--quick", action="store_true", help="read the commit log only; skip the integrity check")
     args = parser.parse_args(argv)
     path = json.loads(args.path) if args.path.lstrip().startswith("{") else args.path
     try:
@@ -98,7 +116,7 @@ def main(argv=None) -> int:
     except ValueError as e:  # BufferFormatError is a ValueError
         print(json.dumps({"error": str(e)}), file=sys.stderr)
         return 2
-    print(json.dumps(summarize(buf), indent=1))
+    print(json.dumps(summarize(buf, verify=not args.quick), indent=1))
     return 0
 
 

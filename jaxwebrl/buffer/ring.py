@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import time
 
 import numpy as np
 import tensorstore as ts
 
-from jaxwebrl.buffer import storage
-from jaxwebrl.buffer.commit import CommitLog, Lease, Reservations
+from jaxwebrl.buffer import integrity, storage
+from jaxwebrl.buffer.commit import CommitLog, Lease, Reservations, read_lease, writer_alive
 from jaxwebrl.buffer.episodes import check_episode, EpisodeError, from_rows, to_rows
 from jaxwebrl.buffer.schema import META_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
 from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
 
+log = logging.getLogger(__name__)
+
 ROW_IO_IN_FLIGHT = 8  # step rows are small chunks: a few concurrent TensorStore reads/writes help
-READ_STAT_KEYS = ("returned", "stale", "overwritten", "lost", "incomplete", "pending")
+READ_STAT_KEYS = ("returned", "stale", "overwritten", "lost", "incomplete", "corrupt", "pending")
+LIVE_WRITER_RECHECK_S = 5.0  # a writer seen alive is asked again after this long (a dead one stays dead)
 
 
 class RingOverrun(RuntimeError):
@@ -40,7 +44,9 @@ class ReadResult:
     episodes: committed episode dicts in commit order. cursor: JSON-able dict to pass as `since`.
     stats: counts for this call: returned, stale (oldest token version < min_version), overwritten
     (the ring reused their slots before they were read), lost (commit records lapped before being
-    read), incomplete (group never completed within `group_wait`), pending (held for their group).
+    read), incomplete (members of a group that can no longer complete: its writer died, or
+    `group_wait` newer commits passed it), corrupt (a row fails its checksum or is unreadable),
+    pending (held for their group).
     """
 
     episodes: list
@@ -93,22 +99,24 @@ class RingBuffer:
         self.screenshots = ScreenshotStore(shots, self.reservations, self._lease, config)
         self.stats = collections.Counter({k: 0 for k in READ_STAT_KEYS})
         self.commit_seconds: list[float] = []  # per append: publishing the commit record
+        self._writers_seen_alive: dict[str, float] = {}   # writer id -> when it was last seen alive
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
     def create(cls, path, *, capacity_steps: int, max_seq_len: int, screenshot_shape, capacity_screenshots=None,
                max_images_per_step: int = 8, log_capacity: int = 0, fsync: bool = False,
-               direct_file_io: bool = True, overwrite: bool = False) -> "RingBuffer":
+               direct_file_io: bool = True, vocab_size: int = 0, overwrite: bool = False) -> "RingBuffer":
         """Creates an empty buffer at `path` (path, kvstore URL or spec; see storage.py).
 
-        capacity_screenshots defaults to capacity_steps; see BufferConfig for the other fields.
+        capacity_screenshots defaults to capacity_steps; vocab_size (the policy's) makes `append` refuse token
+        ids outside the vocabulary; see BufferConfig for the other fields.
         Refuses a location that already holds data unless overwrite=True (which erases it).
         """
         config = BufferConfig(capacity_steps=capacity_steps, max_seq_len=max_seq_len,
                               screenshot_shape=tuple(screenshot_shape),
                               capacity_screenshots=capacity_screenshots or capacity_steps,
                               max_images_per_step=max_images_per_step, log_capacity=log_capacity, fsync=fsync,
-                              direct_file_io=direct_file_io)
+                              direct_file_io=direct_file_io, vocab_size=vocab_size)
         spec = storage.kvstore_spec(path)
         kv = storage.open_kvstore(spec, fsync)
         existing = kv.list().result()
@@ -147,9 +155,15 @@ class RingBuffer:
     def append(self, episode: dict) -> int:
         """Validates, writes and commits one episode; returns its episode_id (a global int).
 
-        Raises EpisodeError (nothing written) when a trajectory invariant is broken.
+        Raises EpisodeError (nothing written) when a trajectory invariant is broken, BufferWriteError (nothing
+        visible) when the machine refuses the write (disk full, read-only).
         """
         ep = check_episode(episode, self.config)
+        with storage.writing(self.where):
+            return self._write(ep)
+
+    def _write(self, ep) -> int:
+        """Reserve, write the images and rows, publish the commit record (commit.py); returns the episode id."""
         S = ep.num_steps
         refs = ep.screenshot_refs
         if ep.screenshots is not None:
@@ -239,7 +253,9 @@ class RingBuffer:
         min_version: drop (and count as stale) episodes whose oldest policy-token version is lower.
         group_size: return only groups (same group_id) with that many episodes; members of a group
           still filling are held in the cursor's "pending" list, and given up as incomplete once
-          `group_wait` (default log_capacity // 2) newer commits have passed them.
+          `group_wait` (default log_capacity // 2) newer commits have passed them, or at once when the
+          writer that committed them is dead (it will never finish the group), or when a member of the
+          group was overwritten or is corrupt. A partial group is never returned.
         max_episodes: read at most this many new commit records.
         Returns a ReadResult (unpacks as `episodes, cursor`; counts in .stats and summed in self.stats).
         """
@@ -270,34 +286,69 @@ class RingBuffer:
             for members in groups.values():
                 if len(members) >= group_size:
                     kept += members
-                elif min(int(r["seq"]) for r in members) < next_seq - wait:
+                elif min(int(r["seq"]) for r in members) < next_seq - wait or not self._may_complete(members):
                     stats["incomplete"] += len(members)
                 else:
                     pending += members
             kept.sort(key=lambda r: int(r["seq"]))
             stats["pending"] = len(pending)
         episodes = self._load(kept, stats)
+        if group_size is not None:   # a member overwritten or corrupt leaves a group that can never complete
+            loaded = collections.Counter(e["group_id"] for e in episodes)
+            whole = {g for g, n in loaded.items() if n >= group_size}
+            stats["incomplete"] += sum(n for g, n in loaded.items() if g not in whole)
+            episodes = [e for e in episodes if e["group_id"] in whole]
         stats["returned"] = len(episodes)
         self.stats.update({k: v for k, v in stats.items() if k != "pending"})
         self.stats["pending"] = stats["pending"]
         new_cursor = {"next": next_seq, "pending": sorted(int(r["seq"]) for r in pending)}
         return ReadResult(episodes, new_cursor, dict(stats))
 
-    def _load(self, records: list, stats: collections.Counter) -> list:
-        """Reads the rows of `records`, keeping episodes whose rows and screenshots are still theirs."""
+    def _may_complete(self, members: list) -> bool:
+        """False when the writer that committed a partial group is gone (its process died: the group can never
+        get its missing episodes, a restarted worker starts new groups)."""
+        writer = members[0].get("writer")
+        if writer is None or any(r.get("writer") != writer for r in members):
+            return True
+        seen = self._writers_seen_alive.get(writer)
+        now = time.monotonic()
+        if seen is not None and now - seen < LIVE_WRITER_RECHECK_S:
+            return True
+        if seen == -1.0 or not writer_alive(read_lease(self.control, writer)):
+            self._writers_seen_alive[writer] = -1.0
+            return False
+        self._writers_seen_alive[writer] = now
+        return True
+
+    def load_rows(self, records: list) -> list[tuple[np.ndarray | None, str]]:
+        """(structured rows [S] or None, integrity status) of each commit record's step rows, read now."""
         C = self.config.capacity_steps
         slots = [(int(r["first_step"]) + np.arange(int(r["num_steps"]))) % C for r in records]
         flat = self._rows.read_many(np.concatenate(slots) if slots else [], ROW_IO_IN_FLIGHT)
         bounds = np.cumsum([0] + [len(ss) for ss in slots])
-        raws = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        out = []
+        for rec, a, b in zip(records, bounds[:-1], bounds[1:]):
+            raw = flat[a:b]
+            rows = None if any(r is None for r in raw) else np.stack(raw).view(self._row_dtype)[:, 0]
+            expected = int(rec["first_step"]) + np.arange(int(rec["num_steps"]), dtype=np.int64)
+            out.append((rows, integrity.rows_status(rows, expected, C, self.config.checksums)))
+        return out
+
+    def _load(self, records: list, stats: collections.Counter) -> list:
+        """Reads the rows of `records`, keeping episodes whose rows and screenshots are still theirs."""
+        loaded = self.load_rows(records)
         heads = self.reservations.heads()  # read after the rows: a later reservation shows up here
-        episodes = []
-        for rec, raw in zip(records, raws):
-            rows = np.stack(raw).view(self._row_dtype)[:, 0]
-            expected = int(rec["first_step"]) + np.arange(int(rec["num_steps"]))
+        episodes, corrupt = [], []
+        for rec, (rows, status) in zip(records, loaded):
             shots_ok = rec["oldest_ref"] < 0 or self.screenshots.is_live([rec["oldest_ref"]], heads)[0]
-            if not np.array_equal(rows["stamp"], expected) or not shots_ok:
+            if status == integrity.CORRUPT:
+                corrupt.append(int(rec["episode_id"]))
+            elif status == integrity.OVERWRITTEN or not shots_ok:
                 stats["overwritten"] += 1
-                continue
-            episodes.append(from_rows(rows, rec))
+            else:
+                episodes.append(from_rows(rows, rec))
+        if corrupt:
+            stats["corrupt"] += len(corrupt)
+            log.warning("ring buffer %s: %d committed episodes have damaged step rows (checksum mismatch or "
+                        "unreadable chunk) and are dropped: episode ids %s", self.where, len(corrupt), corrupt[:8])
         return episodes

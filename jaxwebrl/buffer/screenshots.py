@@ -14,13 +14,21 @@ import threading
 
 import numpy as np
 
+from jaxwebrl.buffer import integrity
 from jaxwebrl.buffer.commit import Lease, Reservations
-from jaxwebrl.buffer.storage import RecordArray
-from jaxwebrl.buffer.schema import SHOT_MAGIC, BufferConfig
+from jaxwebrl.buffer.storage import RecordArray, writing
+from jaxwebrl.buffer.schema import SHOT_MAGIC, BufferConfig, shot_magic
 
 
 class ScreenshotOverwritten(KeyError):
     """The referenced image is no longer in the ring (a later image took its slot)."""
+
+    def __str__(self):  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ScreenshotCorrupt(ScreenshotOverwritten):
+    """The referenced image's chunk fails its checksum or is unreadable (damaged on disk): it is gone too."""
 
 
 def fingerprint(image: np.ndarray) -> bytes:
@@ -79,21 +87,29 @@ class ScreenshotStore:
     def write_reserved(self, images: np.ndarray, refs, index=None) -> None:
         """Writes images[index] (uint8 [N, H, W, 3], index [n] or all) at already-reserved `refs` [n], durably.
 
-        Each image becomes one chunk: a 16-byte header (stamp = its ref, magic) followed by the pixels.
+        Each image becomes one chunk: a 16-byte header (stamp = its ref, magic with the checksum of stamp
+        and pixels) followed by the pixels.
         """
         refs = np.asarray(refs, np.int64)
         index = np.arange(len(refs)) if index is None else np.asarray(index)
         for ref, i in zip(refs, index):
-            header = np.array([ref, SHOT_MAGIC], "<i8")  # stamp, magic (< 2**63)
-            self._array.write(int(ref) % self.capacity, [header, np.ascontiguousarray(images[i])])
+            pixels = np.ascontiguousarray(images[i])
+            magic = shot_magic(int(ref), pixels) if self.config.checksums else SHOT_MAGIC
+            header = np.array([ref, magic], "<i8")  # stamp, magic (< 2**63)
+            self._array.write(int(ref) % self.capacity, [header, pixels])
 
     def put(self, image) -> int:
         """Writes one uint8 [H, W, 3] image (durably) and returns its ref.
 
         An image identical to one of this process's last few puts returns that put's ref while it is
-        still live (unchanged screenshots within an episode share one slot).
+        still live (unchanged screenshots within an episode share one slot). Raises BufferWriteError when the
+        machine refuses the write (disk full, read-only).
         """
-        image = self._check_image(image)
+        with writing(self._array.where):
+            return self._put(self._check_image(image))
+
+    def _put(self, image: np.ndarray) -> int:
+        """put() of a checked image."""
         key = fingerprint(image)
         with self._lock:  # puts may come from several threads (e.g. one per browser)
             hit = self._recent.get(key)
@@ -121,17 +137,25 @@ class ScreenshotStore:
         return (refs >= 0) & (refs < shots_head) & (refs + self.capacity >= shots_head)
 
     def get_many(self, refs) -> np.ndarray:
-        """Pixels of `refs` [n] int64 -> uint8 [n, H, W, 3]; raises ScreenshotOverwritten if any is gone."""
+        """Pixels of `refs` [n] int64 -> uint8 [n, H, W, 3]; raises ScreenshotOverwritten if any is gone
+        (ScreenshotCorrupt, a subclass, when its chunk is damaged)."""
         refs = np.asarray(refs, np.int64).reshape(-1)
         if (refs < 0).any():
             raise ValueError(f"screenshot refs must be >= 0 (-1 is padding), got {refs[refs < 0][:4]}")
         out = np.empty((len(refs),) + self.config.screenshot_shape, np.uint8)
         header = np.empty(2, "<i8")  # stamp, magic
         for i, ref in enumerate(refs):
-            self._array.read_into(int(ref) % self.capacity, [header, out[i]])
+            slot = int(ref) % self.capacity
+            whole = self._array.read_into(slot, [header, out[i]])
             stamp, magic = int(header[0]), int(header[1])
-            if stamp != ref or magic != SHOT_MAGIC:
-                owner = f"ref {stamp}" if magic == SHOT_MAGIC else "no image"
+            status = integrity.shot_status(int(ref), stamp, magic, out[i], self.capacity, self.config.checksums)
+            if not whole or status == integrity.CORRUPT:
+                raise ScreenshotCorrupt(
+                    f"screenshot ref {ref} is corrupt: the chunk of slot {slot} is "
+                    f"{'short' if not whole else 'damaged (checksum mismatch)'} under {self._array.where}; "
+                    f"the episodes that show it cannot be trained (run python -m jaxwebrl.buffer.inspect)")
+            if status == integrity.OVERWRITTEN:
+                owner = "no image" if stamp == 0 and magic == 0 else f"ref {stamp}"
                 raise ScreenshotOverwritten(
                     f"screenshot ref {ref} is gone: its slot {ref % self.capacity} holds {owner} (the ring "
                     f"keeps the last {self.capacity} images; raise capacity_screenshots or consume episodes sooner)")

@@ -14,6 +14,7 @@ Backends and multi-writer support (the commit protocol needs atomic conditional 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 import tensorstore as ts
 
 from jaxwebrl.buffer.control import KvControl, LocalControl, write_file_atomically
-from jaxwebrl.buffer.schema import BufferFormatError
+from jaxwebrl.buffer.schema import BufferWriteError
 
 _CONTEXTS: dict[tuple[str, bool], ts.Context] = {}
 
@@ -66,6 +67,19 @@ def describe(spec: dict) -> str:
     return f"{spec['driver']}:{spec.get('path', '')}".rstrip("/")
 
 
+@contextlib.contextmanager
+def writing(where: str):
+    """Turns an OSError of the block (disk full, read-only, quota) into a one-line BufferWriteError."""
+    try:
+        yield
+    except BufferWriteError:
+        raise
+    except OSError as err:
+        raise BufferWriteError(err.errno, f"cannot write the ring buffer at {where}: {err.strerror or err} "
+                                          f"({err.filename or where}); free space on that disk or make it writable"
+                               ) from None
+
+
 def open_kvstore(spec: dict, fsync: bool) -> ts.KvStore:
     return ts.KvStore.open(spec, context=_context(spec["driver"], fsync)).result()
 
@@ -92,6 +106,10 @@ class RecordArray:
         self._local_dir = local_dir
         self._fsync = fsync
 
+    @property
+    def where(self) -> str:
+        return self._local_dir or str(self.array.kvstore.spec().to_json().get("path", "memory"))
+
     def _chunk_path(self, slot: int) -> str:
         return os.path.join(self._local_dir, f"c.{int(slot)}.0")  # chunk_key_encoding separator "."
 
@@ -116,8 +134,9 @@ class RecordArray:
         for future in pending:
             future.result()
 
-    def read_into(self, slot: int, parts: list) -> None:
-        """Reads one record into writable buffers whose sizes add up to itemsize (zeros if never written)."""
+    def read_into(self, slot: int, parts: list) -> bool:
+        """Reads one record into writable buffers whose sizes add up to itemsize (zeros if never written);
+        False when the chunk is shorter than a record (damaged: the rest is zero-filled)."""
         views = [memoryview(p).cast("B") for p in parts]
         if self._local_dir is None:
             record = self.array[int(slot)].read().result()
@@ -125,13 +144,13 @@ class RecordArray:
             for view in views:
                 view[:] = record[offset:offset + len(view)]
                 offset += len(view)
-            return
+            return True
         try:
             fd = os.open(self._chunk_path(slot), os.O_RDONLY)
         except FileNotFoundError:
             for view in views:
                 view[:] = bytes(len(view))
-            return
+            return True
         try:
             got = os.preadv(fd, views, 0)
             total = sum(len(v) for v in views)
@@ -144,15 +163,18 @@ class RecordArray:
                     rest.append(view[offset:])
                     offset = 0
                 more = os.preadv(fd, rest, got)
-                if more == 0:
-                    raise BufferFormatError(f"chunk {self._chunk_path(slot)} has {got} bytes, expected {total}; "
-                                            f"the buffer is corrupt (recreate it)")
+                if more == 0:   # short chunk: damaged
+                    for view in rest:
+                        view[:] = bytes(len(view))
+                    return False
                 got += more
+            return True
         finally:
             os.close(fd)
 
-    def read_many(self, slots, in_flight: int) -> list[np.ndarray]:
-        """The records at `slots`, each uint8 [itemsize] (zeros where never written)."""
+    def read_many(self, slots, in_flight: int) -> list[np.ndarray | None]:
+        """The records at `slots`, each uint8 [itemsize] (zeros where never written; None where the chunk is
+        damaged: the wrong size or unreadable)."""
         if self._local_dir is not None:
             out = []
             for slot in slots:
@@ -160,17 +182,21 @@ class RecordArray:
                     record = np.fromfile(self._chunk_path(slot), np.uint8)
                 except FileNotFoundError:
                     record = np.zeros(self.itemsize, np.uint8)
-                if record.size != self.itemsize:
-                    raise BufferFormatError(f"chunk {self._chunk_path(slot)} has {record.size} bytes, expected "
-                                            f"{self.itemsize}; the buffer is corrupt (recreate it)")
-                out.append(record)
+                out.append(record if record.size == self.itemsize else None)
             return out
         out, pending = [], collections.deque()
         for slot in slots:
             if len(pending) >= in_flight:
-                out.append(pending.popleft().result())
+                out.append(_result_or_none(pending.popleft()))
             pending.append(self.array[int(slot)].read())
-        return out + [future.result() for future in pending]
+        return out + [_result_or_none(future) for future in pending]
+
+
+def _result_or_none(future):
+    try:
+        return future.result()
+    except ValueError:   # TensorStore reports an undecodable chunk as ValueError
+        return None
 
 
 def open_records_array(kv: ts.KvStore, subdir: str, records: int, itemsize: int, *, create: bool,

@@ -228,5 +228,8 @@ class NullMetrics:
     def write_episodes(self, step, episode_ids) -> None:
         pass
 
+    def write_skipped(self, step, episode_ids, reason) -> None:
+        pass
+
     def close(self) -> None:
         pass

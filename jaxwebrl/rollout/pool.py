@@ -338,9 +338,11 @@ def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent
 
 def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, report_path: str | None = None) -> None:
     """Run one worker of a pool spec in this process until SIGTERM/SystemExit (also for hand-started workers,
-    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration or a refused token,
-    with EXIT_CRASH on any other error; either way the error goes to `report_path` as one line first."""
+    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration, a refused token or a
+    buffer that keeps refusing its episodes (disk full), with EXIT_CRASH on any other error; either way the error
+    goes to `report_path` as one line first."""
     from jaxwebrl.rollout.transport import TransportAuthError
+    from jaxwebrl.rollout.worker import BufferUnusable
 
     logger = logging.getLogger(__name__)
     worker = client = None
@@ -361,8 +363,11 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
         while True:
             worker.run(max_groups=1)
             if stats_dir:
-                _write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
-    except TransportAuthError as exc:
+                try:
+                    _write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
+                except OSError as exc:  # a full disk costs the stats file, not the worker
+                    logger.warning("worker %d: stats not written: %s", worker_id, exc)
+    except (TransportAuthError, BufferUnusable) as exc:
         stop(EXIT_FATAL, exc, "stops for good")
     except Exception as exc:  # noqa: BLE001 - reported in one line; the pool decides whether to restart
         stop(EXIT_CRASH, exc, "failed")

@@ -15,6 +15,10 @@ Failures:
 - The policy server is unreachable or fails (``TransportError``): the partial episode is dropped (no env
   fault, no data) and the worker retries after a pause; a wrong token (``TransportAuthError``) is fatal.
 - Malformed model output is an invalid action: counted, fed back in the next prompt, never a crash.
+- The buffer refuses the episode (``EpisodeError``) or cannot write it (``BufferWriteError``: disk full,
+  read-only): the episode is dropped, counted (``buffer_failures``) and logged in one line, and its slot is
+  replayed after a growing pause; ``max_buffer_failures`` in a row end the worker with ``BufferUnusable``
+  (the pool then stops the run with that line instead of restarting the worker in a loop).
 
 Per step the episode records ``screenshot_changed`` (step 0 counts as changed) and the memory-bloat stats of
 the memory the agent holds after that step's response; ``info`` carries the per-step invalid-action flags.
@@ -32,6 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jaxwebrl.buffer import BufferWriteError, EpisodeError
 from jaxwebrl.env.actions import parse_action
 from jaxwebrl.env.base import EnvFailure, make_env
 from jaxwebrl.env.memory import MemoryTracker, split_memory
@@ -49,7 +54,9 @@ class WorkerConfig:
     step_timeout_s: limit for each env reset/step (None: no limit). max_env_retries: env failures in a row
     before the first step of one slot before the worker gives up (EnvGivenUp). max_open_envs: envs (browsers) kept open, least recently used
     closed first. share_browser: MiniWoB++ envs of a worker share one Chromium (see rollout/env_host.py). max_new_tokens / temperature / top_p: generation settings.
-    prompt: PromptConfig fields. server_retry_s: pause after a policy-server failure. seed: task sampling."""
+    prompt: PromptConfig fields. server_retry_s: pause after a policy-server failure. seed: task sampling.
+    max_buffer_failures / buffer_retry_s: episodes the buffer refused or could not write in a row before the
+    worker gives up (BufferUnusable), and the first pause after one (doubling each time)."""
 
     tasks: tuple = ("toy",)
     group_size: int = 8
@@ -63,6 +70,8 @@ class WorkerConfig:
     top_p: float = 1.0
     prompt: dict = dataclasses.field(default_factory=dict)
     server_retry_s: float = 2.0
+    max_buffer_failures: int = 5
+    buffer_retry_s: float = 2.0
     seed: int = 0
 
     def __post_init__(self):
@@ -105,6 +114,7 @@ class WorkerStats:
     dropped_episodes: int = 0  # unfinished: stop requested or policy server failure
     invalid_actions: int = 0
     server_errors: int = 0
+    buffer_failures: int = 0  # episodes the buffer refused or could not write (disk full): dropped, replayed
     overlong_steps: int = 0  # prompt + response longer than the buffer's max_seq_len: episode truncated there
     env_s: float = 0.0
     generate_s: float = 0.0
@@ -146,6 +156,7 @@ class RolloutWorker:
         self._rng = np.random.default_rng([config.seed, self.worker_id])
         self._stop = threading.Event()
         self._last_env_failure: BaseException | None = None
+        self._buffer_failures_in_a_row = 0
         buffer_config = getattr(buffer, "config", None)
         self._max_seq_len = getattr(buffer_config, "max_seq_len", None)
         max_images = getattr(buffer_config, "max_images_per_step", None)
@@ -188,8 +199,12 @@ class RolloutWorker:
                 episode = self.run_episode(task, instance_seed, group_id)
                 if episode is not None:
                     episode_ids.append(self._append(episode))
+                    self._buffer_failures_in_a_row = 0
             except _EpisodeDropped:
                 self.stats.dropped_episodes += 1
+                continue
+            except (EpisodeError, BufferWriteError) as exc:
+                self._buffer_failed(exc)
                 continue
             finally:
                 self.stats.total_s += time.perf_counter() - start
@@ -321,6 +336,19 @@ class RolloutWorker:
             "info": json.loads(json.dumps(info)),
         }
 
+    def _buffer_failed(self, exc: Exception) -> None:
+        """The buffer refused or could not write an episode: count, log one line, pause; give up after too many."""
+        self.stats.dropped_episodes += 1
+        self.stats.buffer_failures += 1
+        self._buffer_failures_in_a_row += 1
+        n, limit = self._buffer_failures_in_a_row, self.config.max_buffer_failures
+        if n >= limit:
+            raise BufferUnusable(f"worker {self.worker_id}: {n} episodes in a row could not be appended; last: {exc}")
+        pause = self.config.buffer_retry_s * 2 ** (n - 1)
+        log.warning("worker %d: episode dropped (%d of %d in a row): %s; replaying its slot in %g s",
+                    self.worker_id, n, limit, exc, pause)
+        self._stop.wait(pause)
+
     def _append(self, episode: dict) -> int:
         t0 = time.perf_counter()
         episode_id = int(self.buffer.append(episode))
@@ -339,6 +367,10 @@ class RolloutWorker:
             raise _EnvBroken(f"{what} raised {type(exc).__name__}: {exc}") from exc
         finally:
             self.stats.env_s += time.perf_counter() - t0
+
+
+class BufferUnusable(RuntimeError):
+    """Episode after episode was refused by the buffer or could not be written (disk full): the worker stops."""
 
 
 class EnvGivenUp(RuntimeError):

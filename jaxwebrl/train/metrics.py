@@ -8,11 +8,16 @@ or the TensorBoard run sees the same curves the paper shows.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
 import time
 from typing import Any
+
+from jaxwebrl.train.errors import WorkdirError, one_line
+
+log = logging.getLogger(__name__)
 
 # Keys every train step's record carries (outside checks rely on them).
 DASHBOARD_KEYS = (
@@ -37,6 +42,12 @@ DASHBOARD_KEYS = (
     "rollout/env_failed",
     "rollout/dropped_stale",
     "rollout/dropped_uniform_groups",
+    "buffer/overwritten",                  # episodes lost before training, running totals (ring buffer read stats)
+    "buffer/lost",
+    "buffer/incomplete",
+    "buffer/corrupt",
+    "trainer/dropped_invalid_episodes",    # token ids outside the policy's vocabulary
+    "trainer/skipped_batches",             # non-finite loss / gradients / weights: step rolled back
     "policy/version",
 )
 
@@ -47,13 +58,15 @@ class MetricsWriter:
     def __init__(self, workdir: str, *, total_steps: int, tensorboard: bool = True, wandb_project: str | None = None,
                  wandb_entity: str | None = None, progress_bar: bool = True, config: dict | None = None,
                  start_step: int = 0):
-        os.makedirs(workdir, exist_ok=True)
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
         self.path = os.path.join(workdir, "metrics.jsonl")
         self.episodes_path = os.path.join(workdir, "trained_episodes.jsonl")
-        for path in (self.path, self.episodes_path):  # a resumed run redoes the steps after its checkpoint
-            _drop_records_after(path, start_step)
-        self._file = open(self.path, "a", encoding="utf-8")
-        self._episodes_file = open(self.episodes_path, "a", encoding="utf-8")
+        self.skipped_path = os.path.join(workdir, "skipped_batches.jsonl")
+        for path in (self.path, self.episodes_path, self.skipped_path):  # a resume redoes the steps after
+            _drop_records_after(path, start_step)                        # its checkpoint
+        self._file = _open_private(self.path)
+        self._episodes_file = _open_private(self.episodes_path)
+        self._skipped_file = None
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -71,6 +84,14 @@ class MetricsWriter:
         """Which buffer episodes train step `step` trained on (WORKDIR/trained_episodes.jsonl, an audit trail)."""
         self._episodes_file.write(json.dumps({"step": int(step), "episode_ids": [int(i) for i in episode_ids]}) + "\n")
         self._episodes_file.flush()
+
+    def write_skipped(self, step: int, episode_ids: list[int], reason: str) -> None:
+        """A batch that train step `step` skipped (its update was rolled back): WORKDIR/skipped_batches.jsonl."""
+        if self._skipped_file is None:
+            self._skipped_file = _open_private(self.skipped_path)
+        self._skipped_file.write(json.dumps({"step": int(step), "episode_ids": [int(i) for i in episode_ids],
+                                             "reason": reason}) + "\n")
+        self._skipped_file.flush()
 
     def write(self, step: int, scalars: dict[str, float], histograms: dict[str, list[float]] | None = None) -> None:
         """Record train step `step`: scalars become flat keys; histograms are logged to TensorBoard and wandb."""
@@ -100,6 +121,8 @@ class MetricsWriter:
             self._bar.close()
         self._file.close()
         self._episodes_file.close()
+        if self._skipped_file is not None:
+            self._skipped_file.close()
         if self._tb is not None:
             self._tb.close()
         if self._wandb is not None:
@@ -107,24 +130,58 @@ class MetricsWriter:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-    """All records of WORKDIR/metrics.jsonl, oldest first."""
-    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """All records of WORKDIR/metrics.jsonl, oldest first (a half-written last line is left out)."""
+    return [record for _, record in read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+
+
+def read_jsonl(path: str) -> list[tuple[str, dict]]:
+    """(line, record) of every complete record of a JSONL file of step records. The last line may be cut short
+    by a crash mid-write (left out); a damaged line before it raises WorkdirError naming file and line."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise ValueError("not a step record")
+        except ValueError as err:
+            if number == len(lines):   # the crash case: the process died while writing its last line
+                break
+            raise WorkdirError(f"{path}:{number} is damaged ({one_line(err, 80)}); it is an append-only record "
+                               f"of the run: fix or delete that line, then rerun") from None
+        if number == len(lines) and not line.endswith("\n"):
+            break   # parsed, but its newline never landed: the write was cut; drop it like any partial line
+        out.append((line, record))
+    return out
 
 
 def _drop_records_after(path: str, step: int) -> None:
-    """Keep only the records of steps <= `step` (atomic rewrite; nothing to do for a fresh run)."""
+    """Keep only the records of steps <= `step`, and drop a half-written last line (logged); atomic rewrite,
+    nothing to do for a fresh run."""
     if not os.path.exists(path):
         return
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         lines = [line for line in f if line.strip()]
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    complete = read_jsonl(path)
+    if len(complete) < len(lines):
+        log.warning("%s: dropped a half-written last line (%d bytes) left by an interrupted run", path,
+                    len(lines[-1].encode()))
+    kept = [line for line, record in complete if record["step"] <= step]
     if len(kept) == len(lines):
         return
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with _open_private(tmp, "w") as f:
         f.writelines(kept)
     os.replace(tmp, path)
+
+
+def _open_private(path: str, mode: str = "a"):
+    """A text file only its owner can read (0600): run records stay private on a shared machine."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o600), mode, encoding="utf-8")
 
 
 def _finite_or_none(value) -> float | None:

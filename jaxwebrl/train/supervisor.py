@@ -17,6 +17,7 @@ gathered copy of the weights, `parallel/multihost.py`), the transport, the worke
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -24,6 +25,9 @@ import signal
 import threading
 
 from jaxwebrl.train.config_validation import env_specs
+from jaxwebrl.train.errors import WorkdirError
+
+RUN_UMASK = 0o077   # files a run creates (checkpoints, buffer, metrics, logs) are 0600, its directories 0700
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,9 @@ def buffer_path(config, workdir: str) -> str:
     return config.buffer.path or os.path.join(workdir, "buffer")
 
 
-def buffer_for(config, workdir: str):
-    """Open WORKDIR/buffer (or config.buffer.path) when it exists, else create it."""
+def buffer_for(config, workdir: str, vocab_size: int = 0):
+    """Open WORKDIR/buffer (or config.buffer.path) when it exists, else create it; `vocab_size` (the policy's)
+    makes every writer refuse token ids outside the vocabulary."""
     from jaxwebrl.buffer import RingBuffer
 
     path = buffer_path(config, workdir)
@@ -41,7 +46,7 @@ def buffer_for(config, workdir: str):
         return RingBuffer.open(path)
     return RingBuffer.create(path, capacity_steps=config.buffer.capacity_steps, max_seq_len=config.buffer.max_seq_len,
                              screenshot_shape=(config.env.screenshot_height, config.env.screenshot_width, 3),
-                             max_images_per_step=config.env.prompt_window + 1)
+                             max_images_per_step=config.env.prompt_window + 1, vocab_size=vocab_size)
 
 
 def build_policy(config):
@@ -111,19 +116,39 @@ def _stop_on_signals(stop: threading.Event):
             signal.signal(sig, old)
 
 
+def check_workdir(workdir: str) -> None:
+    """Creates WORKDIR (0700) and proves it writable, or raises WorkdirError naming the path and the fix."""
+    try:
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        probe = os.path.join(workdir, f".write-test-{os.getpid()}")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.unlink(probe)
+    except OSError as err:
+        where = err.filename or workdir
+        if err.errno == errno.EROFS:
+            fix = "it is on a read-only filesystem: pass a --workdir on a writable disk (or remount it rw)"
+        elif err.errno in (errno.EACCES, errno.EPERM):
+            fix = f"this user may not write there: pass another --workdir or fix its permissions (chmod u+w {where})"
+        elif err.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = "the disk is full: free space or pass a --workdir on another disk"
+        else:
+            fix = "pass a --workdir this user can create and write"
+        raise WorkdirError(f"workdir {workdir} is not writable ({err.strerror or err}: {where}); {fix}") from None
+
+
 @contextlib.contextmanager
 def workdir_lock(workdir: str):
     """Holds an exclusive lock on WORKDIR/train.lock while the block runs: a second run on the same workdir would
     append to the same buffer and write the same checkpoints. The kernel drops the lock when its process dies,
     so a killed run never blocks its own resumption."""
     path = os.path.join(workdir, "train.lock")
-    with open(path, "a+", encoding="utf-8") as f:
+    with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o600), "r+", encoding="utf-8") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "unknown"
-            raise RuntimeError(f"workdir {workdir} is in use by another training run (pid {holder}): stop that run "
+            raise WorkdirError(f"workdir {workdir} is in use by another training run (pid {holder}): stop that run "
                                "or pass another --workdir") from None
         f.seek(0)
         f.truncate()
@@ -139,13 +164,17 @@ def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
     """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code."""
     from jaxwebrl.parallel import distributed, multihost
 
+    check_workdir(workdir)   # before any JAX or browser work: a read-only or foreign workdir is one line
     distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
     _log_to_stderr()
-    os.makedirs(workdir, exist_ok=True)
     stop = stop or threading.Event()
     primary = distributed.is_primary()
-    with workdir_lock(workdir) if primary else contextlib.nullcontext():
-        return _run(config, workdir, stop, primary)
+    previous_umask = os.umask(RUN_UMASK)   # inherited by the worker processes and their browsers
+    try:
+        with workdir_lock(workdir) if primary else contextlib.nullcontext():
+            return _run(config, workdir, stop, primary)
+    finally:
+        os.umask(previous_umask)
 
 
 def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
@@ -161,13 +190,14 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
     if layout.mesh is not None:
         log.info("process %d of %d: %d local of %d devices; trainer mesh %s", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count(), dict(layout.mesh.shape))
-    buffer = buffer_for(config, workdir) if primary else None   # process 0 creates it, the others open it
+    policy = build_policy(config)
+    vocab_size = policy.config.text.vocab_size
+    buffer = buffer_for(config, workdir, vocab_size) if primary else None   # process 0 creates it, others open it
     distributed.sync("buffer ready")
     if buffer is None:
         from jaxwebrl.buffer import RingBuffer
 
         buffer = RingBuffer.open(buffer_path(config, workdir))
-    policy = build_policy(config)
     server = PolicyServer.from_config(policy, buffer, config) if primary else None
     sink = server if layout.mesh is None else multihost.HostWeightSink(server, layout.server_device)
     token = new_token()

@@ -8,18 +8,31 @@ training alternate.
 Exactly-once across restarts: the checkpoint stores a buffer cursor from which re-reading yields every episode
 not yet trained or dropped, plus the ids of those already consumed after that cursor; a restarted trainer reads
 from there and skips the consumed ones, so no episode is trained twice and none is skipped.
+
+Nothing is lost silently and no single bad batch stops the run:
+- the buffer's read losses (overwritten, lost, incomplete, corrupt) are `buffer/*` metrics and a log line;
+- episodes with token ids outside the policy's vocabulary are dropped before they reach jit (counted, logged);
+- a step whose loss, gradient norm or new weights are not finite is rolled back before anything is published:
+  the weights and optimizer state return to their pre-step copy, the batch is skipped (a `trainer/skipped_batches`
+  metric, a log line, a record in WORKDIR/skipped_batches.jsonl) and consumed, so the next checkpoint's cursor is
+  past it and a resume does not meet it again; MAX_SKIPPED_IN_A_ROW skips in a row stop the run (TrainingDiverged).
+  The pre-step copy costs one more train state (params + optimizer state) in device memory during the update.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import time
 from typing import Callable, Protocol
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from jaxwebrl.buffer import ScreenshotOverwritten
+from jaxwebrl.buffer.batching import dense_ranks
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_space import action_constraint, config_action_texts
@@ -27,11 +40,21 @@ from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.checkpoint import Checkpointer
 from jaxwebrl.train.dynamic_sampling import BatchGatherer, episode_scalar
+from jaxwebrl.train.errors import TrainingDiverged
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter
 from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateInterrupted, UpdateSettings
 
 log = logging.getLogger(__name__)
+
+MAX_SKIPPED_IN_A_ROW = 3   # skipped batches in a row (same finite weights each time) before the run stops
+BUFFER_LOSSES = {          # read stat -> what it means for the user
+    "overwritten": "overwritten in the ring before they were read (raise buffer.capacity_steps)",
+    "lost": "whose commit records were lapped before they were read (raise buffer.capacity_steps)",
+    "incomplete": "in groups that can never complete (their worker died mid-group, or the group waited too long)",
+    "corrupt": "damaged on disk (checksum mismatch; python -m jaxwebrl.buffer.inspect lists them)",
+}
+RESUME_META = ("step", "policy_version", "buffer_cursor", "consumed_episode_ids")
 
 
 class WeightSink(Protocol):
@@ -77,6 +100,11 @@ class Trainer:
         self.updater = Updater(policy.module, self.settings, optimizer_config,
                                allowed_table=None if self.constraint is None else self.constraint.allowed)
         self.optimizer, self.lr_fn = self.updater.optimizer, self.updater.lr_fn
+        self.vocab_size = int(policy.config.text.vocab_size)
+        self.buffer_losses = collections.Counter({k: 0 for k in BUFFER_LOSSES})   # running totals (metrics)
+        self.dropped_invalid_episodes = 0
+        self.skipped_batches = 0
+        self._skipped_in_a_row = 0
         self.gatherer = BatchGatherer(group_size=config.env.group_size, consumer_batch_size=t.consumer_batch_size,
                                       max_head_offpolicyness=config.rollout.max_head_offpolicyness,
                                       dynamic_sampling=t.dynamic_sampling)
@@ -108,10 +136,14 @@ class Trainer:
         source = self.checkpointer
         if self.checkpointer.latest_step() is None and self.config.checkpoint.restore_from:
             source = Checkpointer(self.config.checkpoint.restore_from, async_save=False)
-        if source.latest_step() is None:
+        own = source is self.checkpointer
+        restored = source.restore_newest_readable(   # a newer unreadable checkpoint is named, set aside, skipped
+            params=params, opt_state=opt_state, rng=rng, required_meta=RESUME_META if own else RESUME_META[:2],
+            set_aside=own and distributed.is_primary())
+        if restored is None:
             return TrainState(params, opt_state, 0, 0, rng)
-        params, opt_state, rng, meta = source.restore(params=params, opt_state=opt_state, rng=rng)
-        if source is self.checkpointer:  # our own run: continue its data stream exactly
+        params, opt_state, rng, meta = restored
+        if own:  # our own run: continue its data stream exactly
             self._resume = {"cursor": meta["buffer_cursor"], "consumed": meta["consumed_episode_ids"]}
         log.info("resumed from %s step %d (policy version %d)", source.directory, meta["step"], meta["policy_version"])
         return TrainState(params, opt_state, int(meta["step"]), int(meta["policy_version"]), rng)
@@ -125,10 +157,17 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def poll(self) -> None:
-        """Read newly committed whole groups from the buffer into the gatherer."""
+        """Read newly committed whole groups from the buffer into the gatherer; count what the read lost."""
         before = self.ledger.cursor
-        episodes, after = self.buffer.read(before, group_size=self.config.env.group_size)
-        self.gatherer.add(self.ledger.record(before, after, episodes))
+        result = self.buffer.read(before, group_size=self.config.env.group_size)
+        self._count_buffer_losses(result.stats)
+        self.gatherer.add(self.ledger.record(before, result.cursor, result.episodes))
+
+    def _count_buffer_losses(self, stats: dict) -> None:
+        lost = {k: int(stats.get(k, 0)) for k in BUFFER_LOSSES if stats.get(k, 0)}
+        if lost:
+            self.buffer_losses.update(lost)
+            log.warning("ring buffer read: %s", "; ".join(f"{n} episodes {BUFFER_LOSSES[k]}" for k, n in lost.items()))
 
     def next_batch(self, stop: Callable[[], bool]) -> list[dict] | None:
         """Block (polling) until a batch is ready or `stop()`; idle time is counted. With several processes each
@@ -147,19 +186,39 @@ class Trainer:
         finally:
             self._idle_s += time.monotonic() - start
 
-    def train_step(self, episodes: list[dict], should_stop=None) -> dict:
-        """One optimizer step on `episodes`; publishes version v+1; returns the step's metrics."""
+    def train_step(self, episodes: list[dict], should_stop=None) -> tuple[dict, dict] | None:
+        """One optimizer step on `episodes`; publishes version v+1; returns the step's (scalars, histograms), or
+        None when the batch was skipped (no usable episode, an image gone, or a non-finite update rolled back)."""
+        episodes = self._in_vocabulary(episodes)
+        if not episodes:
+            return None
         sync = self.config.rollout.mode == "sync"
         if sync and hasattr(self.sink, "pause"):
             self.sink.pause()
         try:
             staleness = self.gatherer.staleness(episodes, self.state.version)
-            batch, rows = assemble(episodes, screenshots=self.buffer.screenshots,
-                                   image_processor=self.policy.processor.image_processor,
-                                   n_minibatches=self.settings.n_minibatches,
-                                   max_seq_len=self.config.buffer.max_seq_len, constraint=self.constraint)
+            try:
+                batch, rows = assemble(episodes, screenshots=self.buffer.screenshots,
+                                       image_processor=self.policy.processor.image_processor,
+                                       n_minibatches=self.settings.n_minibatches,
+                                       max_seq_len=self.config.buffer.max_seq_len, constraint=self.constraint)
+            except ScreenshotOverwritten as err:   # also ScreenshotCorrupt
+                return self._skip(episodes, f"an image of the batch is unavailable: {err}")
+            # int64 ids enter jnp as int32: ranks keep every distinct episode / group distinct (2**40 is not 0)
+            batch = batch._replace(episode_ids=dense_ranks(batch.episode_ids), group_ids=dense_ranks(batch.group_ids))
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
-            params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch, should_stop)
+            before = _copy((self.state.params, self.state.opt_state))   # the update donates the live ones
+            try:
+                params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch, should_stop)
+            except UpdateInterrupted:
+                self.state.params, self.state.opt_state = before
+                raise
+            problem = _non_finite(stats, params)
+            if problem:
+                self.state.params, self.state.opt_state = before
+                return self._skip(episodes, f"{problem}: the update was rolled back, nothing published")
+            del before
+            self._skipped_in_a_row = 0
             self.state.params, self.state.opt_state = params, opt_state
             self.state.step += 1
             self.state.version += 1
@@ -172,26 +231,58 @@ class Trainer:
         self.trained_episode_ids.extend(int(episode_scalar(e, "episode_id")) for e in episodes)
         return self._step_metrics(episodes, rows, batch, stats, staleness, lr)
 
+    def _in_vocabulary(self, episodes: list[dict]) -> list[dict]:
+        """`episodes` without those holding token ids outside [0, vocab_size) (they would gather NaN logits in
+        jit); the dropped ones are counted and logged."""
+        kept, dropped = [], []
+        for episode in episodes:
+            ids = np.concatenate([np.asarray(x).reshape(-1) for x in episode["input_ids"]])
+            (kept if ids.size == 0 or (ids.min() >= 0 and ids.max() < self.vocab_size) else dropped).append(episode)
+        if dropped:
+            self.dropped_invalid_episodes += len(dropped)
+            log.warning("dropped %d episodes whose token ids lie outside the policy's vocabulary of %d (episode ids "
+                        "%s): a different tokenizer or a damaged sequence wrote them", len(dropped), self.vocab_size,
+                        [int(episode_scalar(e, "episode_id")) for e in dropped][:8])
+        return kept
+
+    def _skip(self, episodes: list[dict], reason: str) -> None:
+        """Skip a batch: count it, log and record it (its episodes are consumed: the ledger moves past them)."""
+        ids = [int(episode_scalar(e, "episode_id")) for e in episodes]
+        self.skipped_batches += 1
+        self._skipped_in_a_row += 1
+        log.warning("train step %d skipped (%s); its %d episodes are dropped (ids %s%s), weights stay at version %d",
+                    self.state.step + 1, reason, len(ids), ids[:8], "..." if len(ids) > 8 else "",
+                    self.state.version)
+        self.metrics.write_skipped(self.state.step + 1, ids, reason)
+        if self._skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
+            raise TrainingDiverged(
+                f"{self._skipped_in_a_row} train steps in a row were skipped at step {self.state.step + 1} (last: "
+                f"{reason}); the weights are the finite ones of step {self.state.step}: lower train.lr (now "
+                f"{self.config.train.lr}) or check the rollout data, then rerun to resume")
+        return None
+
     def run(self, stop: Callable[[], bool] = lambda: False) -> int:
         """Train until `train.max_steps` or `stop()`; returns the number of steps taken in this call."""
         taken = 0
         try:
             while self.state.step < self.config.train.max_steps and not stop():
+                self.checkpointer.check()   # a failed background save stops the run now, naming its step
                 episodes = self.next_batch(stop)
                 if episodes is None:
                     break
                 try:
-                    scalars, histograms = self.train_step(episodes, stop)
+                    result = self.train_step(episodes, stop)
                 except UpdateInterrupted:
                     log.info("stopped during train step %d: it is discarded (resume from step %d)",
                              self.state.step + 1, self.state.step)
                     break
+                if result is None:
+                    continue
+                scalars, histograms = result
                 taken += 1
                 self.metrics.write(self.state.step, scalars, histograms)
-                self.metrics.write_episodes(self.state.step, [int(episode_scalar(e, "episode_id")) for e in episodes])
-                if not np.isfinite(scalars["ppo_actor/update/actor_loss/avg"]):
-                    raise FloatingPointError(f"actor loss is {scalars['ppo_actor/update/actor_loss/avg']} at step "
-                                             f"{self.state.step}: lower train.lr or check the batch")
+                trained = self.trained_episode_ids[-scalars["ppo_actor/trajectories"]:]   # this step's
+                self.metrics.write_episodes(self.state.step, trained)
                 if self.state.step % self.config.checkpoint.save_every_steps == 0 or \
                         self.state.step >= self.config.train.max_steps:
                     self.save(scalars)
@@ -200,8 +291,10 @@ class Trainer:
         return taken
 
     def close(self) -> None:
-        self.checkpointer.close()
-        self.metrics.close()
+        try:
+            self.checkpointer.close()
+        finally:
+            self.metrics.close()
 
     # ------------------------------------------------------------------ metrics
     def _seen_success_rate(self, counts) -> float:
@@ -229,6 +322,9 @@ class Trainer:
             "rollout/env_failed": counts.env_failed,
             "rollout/dropped_stale": counts.dropped_stale,
             "rollout/dropped_uniform_groups": counts.dropped_uniform_groups,
+            **{f"buffer/{k}": n for k, n in self.buffer_losses.items()},
+            "trainer/dropped_invalid_episodes": self.dropped_invalid_episodes,
+            "trainer/skipped_batches": self.skipped_batches,
             "rollout/episodes_seen": counts.episodes_seen,
             # every episode read since the last step, before dynamic sampling (which keeps the batch near 50%)
             "rollout/success_rate_seen": self._seen_success_rate(counts),
@@ -266,3 +362,20 @@ class Trainer:
 def _copy(params):
     """A copy of the params for the policy server (the update donates its own buffers)."""
     return jax.tree.map(lambda x: x.copy(), params)
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+    """Scalar bool: every floating-point leaf of `tree` is free of NaN and inf."""
+    leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def _non_finite(stats: dict, params) -> str | None:
+    """What is not finite after an update (loss, gradient norm, weights), or None when all of it is."""
+    for key, name in (("actor_loss", "actor loss"), ("grad_norm", "gradient norm")):
+        if not np.isfinite(stats[key]):
+            return f"{name} is {stats[key]}"
+    if not bool(_all_finite(params)):
+        return "the updated weights hold NaN/inf"
+    return None

@@ -35,3 +35,14 @@ def append_seeds_counting_overruns(path: str, seeds: list[int], num_steps: int, 
         except RingOverrun:
             with overruns.get_lock():
                 overruns.value += 1
+
+
+def append_part_of_a_group(path: str, group_id: int, count: int, done) -> None:
+    """Appends `count` episodes of group `group_id` (of a larger group size), then waits to be killed."""
+    import time
+
+    buf = RingBuffer.open(path)
+    for seed in range(count):
+        buf.append(make_episode(1000 + seed, num_steps=1, group_id=group_id))
+    done.set()
+    time.sleep(600)

@@ -93,6 +93,9 @@ def test_killed_worker_replaced_and_killed_trainer_resumes_exactly_once(tmp_path
     ids = [i for t in trained for i in t["episode_ids"]]
     assert len(ids) == len(set(ids)), "an episode was trained twice"
     assert max(checkpoint_steps(workdir)) == final
+    exposed = [f"{root}/{name}" for root, dirs, files in os.walk(workdir) for name in dirs + files
+               if os.stat(os.path.join(root, name)).st_mode & 0o077]
+    assert not exposed, f"run files readable by others: {exposed[:5]}"   # 0600 files, 0700 directories
 
 
 @pytest.mark.slow

@@ -1,0 +1,27 @@
+"""Errors that end a run for a reason the user or the machine caused (not a bug): str() is one line that says what
+happened and how to fix it; launch/train.py prints it without a traceback and exits non-zero."""
+
+from __future__ import annotations
+
+
+class RunError(RuntimeError):
+    """A run cannot start or go on; the message is one line naming the problem and the fix."""
+
+
+class WorkdirError(RunError):
+    """The workdir is not usable (read-only, not writable, held by another run, damaged run files)."""
+
+
+class CheckpointError(RunError):
+    """No checkpoint could be restored, or one could not be written (disk full); earlier ones are intact."""
+
+
+class TrainingDiverged(RunError):
+    """Train steps keep giving non-finite loss, gradients or weights from finite weights."""
+
+
+def one_line(err: BaseException, limit: int = 240) -> str:
+    """`Type: first line of the message`, at most `limit` characters (for messages that quote a library error)."""
+    text = " ".join(str(err).split())
+    text = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."

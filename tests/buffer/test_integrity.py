@@ -1,0 +1,162 @@
+"""One bad episode or damaged file must not brick or silently shrink a run: ids are range-checked on append
+(no silent wrap), records carry checksums that reads and `buffer.inspect` verify, and a partial group whose
+writer was killed is counted as incomplete at once instead of waiting forever."""
+
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxwebrl.buffer import EpisodeError, RingBuffer, ScreenshotCorrupt
+from jaxwebrl.buffer.inspect import summarize
+from tests.buffer import workers
+from tests.buffer.factory import SHAPE, assert_same_episode, make_episode
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def create(path, **kw):
+    args = dict(capacity_steps=64, max_seq_len=48, screenshot_shape=SHAPE, capacity_screenshots=64,
+                max_images_per_step=2)
+    args.update(kw)
+    return RingBuffer.create(path, **args)
+
+
+def _with(key, step, index, value, dtype):
+    def mutate(ep):
+        arr = np.asarray(ep[key][step]).astype(dtype)
+        arr[index] = value
+        ep[key][step] = arr
+    return mutate
+
+
+WRAPPING = {   # each of these became a different, valid-looking value once cast to the stored dtype
+    "negative id": (_with("input_ids", 0, 0, -5, np.int64), "input_ids must be in"),
+    "id 2**31-1 past the vocab": (_with("input_ids", 1, 0, 2**31 - 1, np.int64), "vocabulary of 1000"),
+    "id 2**40 (wraps to 0)": (_with("input_ids", 0, 2, 2**40, np.int64), "input_ids must be in"),
+    "version 2**40 (wraps to 0)": (_with("versions", 0, -1, 2**40, np.int64), "versions must be in"),
+    "loss_mask 257 (wraps to 1)": (_with("loss_mask", 0, -1, 257, np.int64), "loss_mask must be in"),
+    "group id 2**64-1": (lambda ep: ep.__setitem__("group_id", np.uint64(2**64 - 1)), "group_id must be in"),
+    "ref 2**64-1 (wraps to -1)": (lambda ep: ep.__setitem__("screenshot_refs", ep["screenshot_refs"].astype(
+        np.uint64) * 0 + np.uint64(2**64 - 1)), "screenshot_refs must be in"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPING))
+def test_out_of_range_ids_are_refused_not_wrapped(tmp_path, name):
+    buf = create(tmp_path / "buf", vocab_size=1000)
+    mutate, message = WRAPPING[name]
+    episode = make_episode(7, num_steps=2)
+    mutate(episode)
+    heads = buf.reservations.heads()
+    with pytest.raises(EpisodeError, match=message):
+        buf.append(episode)
+    assert buf.reservations.heads() == heads and buf.read().episodes == []
+
+
+def test_vocab_size_is_stored_and_enforced_by_every_writer(tmp_path):
+    create(tmp_path / "buf", vocab_size=500)
+    writer = RingBuffer.open(tmp_path / "buf")   # a worker process opens the buffer the trainer created
+    assert writer.config.vocab_size == 500
+    with pytest.raises(EpisodeError, match="step 0: input_ids must be in \\[0, 499\\]"):
+        writer.append(_with("input_ids", 0, 0, 700, np.int32)(episode := make_episode(3, num_steps=1)) or episode)
+
+
+def _chunk(path, sub, slot):
+    return path / sub / f"c.{slot}.0"
+
+
+def test_random_bytes_over_rows_are_counted_corrupt_logged_and_not_inspected_as_committed(tmp_path, caplog):
+    path = tmp_path / "buf"
+    buf = create(path)
+    ids = [buf.append(make_episode(seed, num_steps=2)) for seed in range(4)]
+    victim = _chunk(path, "rows", ids[2] + 1)
+    victim.write_bytes(os.urandom(victim.stat().st_size))        # same size: only a checksum can tell
+    with caplog.at_level(logging.WARNING, logger="jaxwebrl.buffer"):
+        result = RingBuffer.open(path).read()
+    assert [e["episode_id"] for e in result.episodes] == [ids[0], ids[1], ids[3]]
+    assert result.stats["corrupt"] == 1 and result.stats["overwritten"] == 0
+    assert any("damaged step rows" in r.getMessage() and str(ids[2]) in r.getMessage() for r in caplog.records)
+    for got in result.episodes:
+        assert_same_episode(got, make_episode(got["info"]["seed"], num_steps=2), buf.screenshots)
+    summary = summarize(RingBuffer.open(path))
+    assert summary["committed_episodes"] == 3 and summary["corrupt_episodes"] == 1
+    assert summary["corrupt_episode_ids"] == [ids[2]]
+    cli = subprocess.run([sys.executable, "-m", "jaxwebrl.buffer.inspect", str(path)], capture_output=True,
+                         text=True, timeout=60, cwd=REPO)
+    assert cli.returncode == 0 and json.loads(cli.stdout)["corrupt_episodes"] == 1, cli.stderr
+
+
+def test_random_bytes_over_a_screenshot_raise_corrupt_and_inspect_reports_it(tmp_path):
+    path = tmp_path / "buf"
+    buf = create(path)
+    buf.append(make_episode(1, num_steps=2))
+    ref = int(buf.read().episodes[0]["screenshot_refs"][1, 0])
+    victim = _chunk(path, "screenshots", ref)
+    raw = bytearray(victim.read_bytes())
+    raw[16 + 5] ^= 0xFF                                          # one pixel byte flipped, header intact
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(ScreenshotCorrupt, match=f"screenshot ref {ref} is corrupt"):
+        buf.screenshots.get(ref)
+    summary = summarize(buf)
+    assert summary["committed_episodes"] == 0 and summary["corrupt_episodes"] == 1
+
+
+def test_format_1_buffers_still_read(tmp_path):
+    """A buffer as format 1 wrote it (no checksum field in the rows, no vocab_size) opens, appends and reads."""
+    from jaxwebrl.buffer import storage
+    from jaxwebrl.buffer.schema import BufferConfig
+
+    path = tmp_path / "buf"
+    config = BufferConfig(capacity_steps=64, max_seq_len=48, screenshot_shape=SHAPE, capacity_screenshots=64,
+                          max_images_per_step=2, checksums=False)
+    spec = storage.kvstore_spec(path)
+    RingBuffer(spec, config, storage.open_kvstore(spec, False), create=True).reservations.initialise()
+    meta = json.loads(config.to_json())
+    meta["format_version"] = 1
+    del meta["config"]["checksums"], meta["config"]["vocab_size"]
+    (path / "buffer.json").write_text(json.dumps(meta))
+    old = RingBuffer.open(path)
+    assert not old.config.checksums
+    sent = make_episode(5, num_steps=3)
+    old.append(sent)
+    got = RingBuffer.open(path).read().episodes
+    assert len(got) == 1
+    assert_same_episode(got[0], sent, old.screenshots)
+
+
+def test_partial_group_of_a_killed_writer_is_counted_incomplete_at_once(tmp_path):
+    path = str(tmp_path / "buf")
+    buf = create(path, capacity_steps=256)
+    spawn = multiprocessing.get_context("spawn")
+    done = spawn.Event()
+    writer = spawn.Process(target=workers.append_part_of_a_group, args=(path, 77, 2, done))
+    writer.start()
+    try:
+        assert done.wait(60)
+        buf.append(make_episode(1, num_steps=1, group_id=5))   # a live writer's partial group (this process)
+        result = buf.read(None, group_size=4)
+        assert result.stats["pending"] == 3 and result.stats["incomplete"] == 0   # both writers alive
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.join(30)
+    again = RingBuffer.open(path).read(result.cursor, group_size=4)   # e.g. the trainer, resumed
+    assert again.stats["incomplete"] == 2                       # group 77 can never complete: counted now
+    assert again.stats["pending"] == 1 and len(again.cursor["pending"]) == 1   # group 5 may still complete
+
+
+def test_a_group_with_a_corrupt_member_is_never_returned_in_part(tmp_path):
+    path = tmp_path / "buf"
+    buf = create(path)
+    ids = [buf.append(make_episode(seed, num_steps=1, group_id=seed // 2)) for seed in range(4)]   # groups 0, 1
+    victim = _chunk(path, "rows", ids[3])
+    victim.write_bytes(os.urandom(victim.stat().st_size))
+    result = buf.read(None, group_size=2)
+    assert [e["episode_id"] for e in result.episodes] == ids[:2]
+    assert result.stats["corrupt"] == 1 and result.stats["incomplete"] == 1 and result.cursor["pending"] == []

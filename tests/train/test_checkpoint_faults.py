@@ -1,0 +1,161 @@
+"""A damaged checkpoint, a full disk at save time or a half-written JSONL line must cost one line, never the run's
+older checkpoints or its resumability (real Orbax checkpoints, a real full tmpfs)."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxwebrl.train.checkpoint import Checkpointer
+from jaxwebrl.train.errors import CheckpointError, WorkdirError
+from jaxwebrl.train.metrics import MetricsWriter, read_metrics
+from tests.disks import tmpfs
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def state(seed=0, n=128):
+    params = {"w": jax.random.normal(jax.random.key(seed), (n, n)), "b": jnp.zeros(n)}
+    return params, optax.adam(1e-3).init(params)
+
+
+def save_steps(directory, steps, **kw):
+    ck = Checkpointer(str(directory), async_save=False, keep=5, **kw)
+    for step in steps:
+        params, opt = state(step)
+        ck.save(step, params=params, opt_state=opt, rng=jax.random.key(step),
+                meta={"step": step, "policy_version": step, "buffer_cursor": {"next": step, "pending": []},
+                      "consumed_episode_ids": []})
+    ck.close()
+
+
+def restore(directory, **kw):
+    params, opt = state()
+    return Checkpointer(str(directory), async_save=False).restore_newest_readable(
+        params=params, opt_state=opt, rng=jax.random.key(0), **kw)
+
+
+def test_resume_falls_back_to_the_newest_readable_checkpoint_naming_the_broken_ones(tmp_path, caplog):
+    save_steps(tmp_path / "ck", [1, 2, 3, 4])
+    (tmp_path / "ck" / "4" / "meta" / "metadata").write_text('{"step": 4, "policy_')     # cut mid-write
+    meta = tmp_path / "ck" / "3" / "meta" / "metadata"
+    meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "buffer_cursor"}))
+    with caplog.at_level(logging.WARNING, logger="jaxwebrl.train.checkpoint"):
+        params, _, _, got = restore(tmp_path / "ck", required_meta=("policy_version", "buffer_cursor"))
+    assert got["step"] == 2
+    np.testing.assert_array_equal(np.asarray(params["w"]), np.asarray(state(2)[0]["w"]))
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("checkpoint of step 4" in m and "unreadable" in m and "JSONDecodeError" in m for m in lines)
+    assert any("checkpoint of step 3" in m and "buffer_cursor" in m for m in lines)
+    assert all("\n" not in m for m in lines)
+    assert sorted(os.listdir(tmp_path / "ck" / "unreadable")) == ["3", "4"]   # kept for a post-mortem
+    assert Checkpointer(str(tmp_path / "ck")).all_steps() == [1, 2]             # the next saves of 3, 4 are free
+
+
+def test_no_readable_checkpoint_is_one_line_and_moves_nothing(tmp_path):
+    save_steps(tmp_path / "ck", [1, 2])
+    for step in (1, 2):
+        for root, _, files in os.walk(tmp_path / "ck" / str(step) / "state"):
+            for name in files:
+                with open(os.path.join(root, name), "wb") as f:
+                    f.write(os.urandom(64))
+    with pytest.raises(CheckpointError, match=r"no checkpoint under .* can be restored \(step 2: .*; step 1: ") as e:
+        restore(tmp_path / "ck")
+    assert "\n" not in str(e.value) and len(str(e.value)) < 800
+    assert sorted(os.listdir(tmp_path / "ck")) == ["1", "2"]
+
+
+def test_disk_full_at_save_is_one_line_naming_the_step_and_the_previous_checkpoint_stays(tmp_path):
+    """Sync: refused before writing when the disk has less room than the last checkpoint took. Async: the failed
+    background write is reported by check() as the step it happened at, its temp directory removed; Orbax's
+    per-thread tracebacks are not printed."""
+    script = r"""
+import sys, time, jax, jax.numpy as jnp, optax
+from jaxwebrl.train.checkpoint import Checkpointer
+from jaxwebrl.train.errors import CheckpointError
+params = {"w": jax.random.normal(jax.random.key(0), (256, 256))}
+opt = optax.adam(1e-3).init(params)
+ck = Checkpointer(sys.argv[1], keep=3, keep_best=False, async_save=sys.argv[2] == "async")
+try:
+    for step in (1, 2, 3):
+        ck.save(step, params=params, opt_state=opt, rng=jax.random.key(step), meta={"step": step})
+        for _ in range(100):   # the trainer calls check() once per train step
+            time.sleep(0.05)
+            ck.check()
+except CheckpointError as err:
+    print("ERROR", err)
+finally:
+    ck.close()             # as Trainer.close does: the reported failure is not raised again
+"""
+    for mode, size_kib, failed in (("sync", 520, 2), ("async", 200, 1)):
+        with tmpfs(tmp_path / mode, size_kib) as disk:
+            out = subprocess.run([sys.executable, "-c", script, os.path.join(disk, "ck"), mode], capture_output=True,
+                                 text=True, timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+            errors = [line for line in out.stdout.splitlines() if line.startswith("ERROR")]
+            assert len(errors) == 1, out.stdout + out.stderr
+            assert f"checkpoint of step {failed} could not be written" in errors[0] or \
+                f"checkpoint of step {failed} not written" in errors[0], errors[0]
+            assert "Traceback" not in out.stderr, out.stderr[-2000:]
+            left = sorted(os.listdir(os.path.join(disk, "ck")))
+            assert left == [str(s) for s in range(1, failed)], left     # nothing half-written stays behind
+            if failed > 1:
+                assert "the checkpoint of step 1 is intact" in errors[0] or "step 1 took" in errors[0]
+                params = {"w": jnp.zeros((256, 256))}
+                got, _, _, meta = Checkpointer(os.path.join(disk, "ck"), async_save=False).restore(
+                    params=params, opt_state=optax.adam(1e-3).init(params), rng=jax.random.key(0))
+                assert meta["step"] == 1 and float(jnp.abs(got["w"]).sum()) > 0
+
+
+def test_half_written_jsonl_tails_are_dropped_on_resume_and_logged(tmp_path, caplog):
+    writer = MetricsWriter(str(tmp_path), total_steps=3, tensorboard=False, progress_bar=False)
+    for step in (1, 2):
+        writer.write(step, {"rollout/reward": float(step)})
+        writer.write_episodes(step, [step])
+    writer.close()
+    for name, tail in (("metrics.jsonl", '{"step": 3, "rollout/rew'), ("trained_episodes.jsonl", '{"step": 3}')):
+        with open(tmp_path / name, "a") as f:
+            f.write(tail)                                   # the process died mid-line (the second has no newline)
+    with caplog.at_level(logging.WARNING, logger="jaxwebrl.train.metrics"):
+        resumed = MetricsWriter(str(tmp_path), total_steps=3, tensorboard=False, progress_bar=False, start_step=2)
+    resumed.write(3, {"rollout/reward": 3.0})
+    resumed.write_episodes(3, [3])
+    resumed.close()
+    assert [r["step"] for r in read_metrics(str(tmp_path))] == [1, 2, 3]
+    with open(tmp_path / "trained_episodes.jsonl") as f:
+        assert [json.loads(line)["step"] for line in f] == [1, 2, 3]
+    assert sum("half-written last line" in r.getMessage() for r in caplog.records) == 2
+    assert oct(os.stat(tmp_path / "metrics.jsonl").st_mode & 0o777) == "0o600"
+
+    with open(tmp_path / "metrics.jsonl", "r+") as f:      # damage in the middle is not a crash artefact
+        lines = f.readlines()
+        lines[0] = "garbage\n"
+        f.seek(0)
+        f.writelines(lines)
+    with pytest.raises(WorkdirError, match=r"metrics.jsonl:1 is damaged .* fix or delete that line"):
+        MetricsWriter(str(tmp_path), total_steps=3, tensorboard=False, progress_bar=False, start_step=3)
+
+
+def test_trainer_resumes_from_the_checkpoint_before_a_damaged_latest_one(toy_buffer, tmp_path):
+    from jaxwebrl.models.policy import tiny_policy
+    from jaxwebrl.train.trainer import Trainer
+    from tests.train.test_trainer import RecordingSink, toy_config
+
+    policy = tiny_policy(seed=0)
+    trainer = Trainer(toy_config(5), str(tmp_path / "run"), policy=policy, buffer=toy_buffer,
+                      weight_sink=RecordingSink())
+    for step in (1, 2, 3):        # checkpoints of the real train state (no update needed for this)
+        trainer.state.step = trainer.state.version = step
+        trainer.save()
+    trainer.close()
+    (tmp_path / "run" / "checkpoints" / "3" / "meta" / "metadata").write_text("{")
+    resumed = Trainer(toy_config(5), str(tmp_path / "run"), policy=policy, buffer=toy_buffer,
+                      weight_sink=RecordingSink())
+    assert (resumed.state.step, resumed.state.version) == (2, 2)
+    resumed.close()
