@@ -14,17 +14,11 @@ from jaxwebrl.rl import advantages as A
 from jaxwebrl.rl import losses
 from jaxwebrl.rl.normalization import NormConfig, normalize
 from jaxwebrl.rl.rejection import RejectionConfig
+from tests.rl.test_losses import _random_batch
 
 
 def _batch(seed, batch=4, time=8, spread=0.4):
-    rng = np.random.default_rng(seed)
-    lp = -rng.random((batch, time)) - 0.1
-    prox = lp + spread * rng.normal(size=(batch, time))
-    behave = prox + spread * rng.normal(size=(batch, time))
-    adv = rng.normal(size=(batch, time))
-    mask = rng.random((batch, time)) < 0.8
-    mask[:, 0] = True
-    return [a.astype(np.float32) for a in (lp, prox, behave, adv)] + [mask]
+    return _random_batch(seed, batch=batch, time=time, spread=spread)
 
 
 # ------------------------------------------------------------------------------------------- references
