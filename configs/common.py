@@ -198,6 +198,7 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         # Measured on the 2-core CPU under load: 8 trajectories x (2 minibatches x 3 epochs) took 42 s a step and
         # recompiled as the row count wandered over 8..64; 32 trajectories (~80 rows: one 128-row shape) x (1 x 2)
         # take ~45 s, so the trainer uses ~4x the trajectories per minute (the workers make ~60 episodes/min).
+        # (Measured with power-of-two row buckets; rows now bucket in quarter octaves, ~80 rows -> 80/96/112/128.)
         # 4 epochs (not 2) per batch: from the SFT warm start, constT10 went 48.3% -> 66.7% held out in 15 updates
         # (~50 s each); with 2 epochs, 10 updates gave +5 points and 30 gave none (README, Results).
         c.train.consumer_batch_size = 32

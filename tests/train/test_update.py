@@ -1,6 +1,7 @@
 """The jitted update on the tiny Qwen3-VL policy and real toy episodes: proximal log-probs, advantages, updates."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -10,7 +11,7 @@ from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint
 from jaxwebrl.rollout.action_space import constraint_states, decision_mask
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import UpdateBatch, assemble, row_bucket
-from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
+from jaxwebrl.train.update import LOGPROB_FLOOR, OptimizerConfig, Updater, UpdateSettings, token_logprobs
 from tests.train.conftest import play_toy
 
 
@@ -207,3 +208,18 @@ def test_a_minibatch_without_policy_tokens_takes_no_step(policy, updater, toy_bu
     moved = max(float(np.abs(np.asarray(x) - np.asarray(p)).max())
                 for x, p in zip(jax.tree.leaves(split_params), jax.tree.leaves(policy.params)))
     assert moved > 1e-4
+
+
+def test_a_token_outside_the_truncated_set_gets_the_floor_and_no_gradient():
+    """The weights moved since sampling and the sampled token left the top-k set: under the truncated policy its
+    probability is 0, so its replayed log-prob is LOGPROB_FLOOR (ratio and weight 0) with no gradient; tokens inside
+    keep the renormalised log-prob and its gradient."""
+    logits = jnp.log(jnp.array([[[0.5, 0.3, 0.15, 0.05]] * 3], jnp.float32))      # [1, 3, 4]
+    ids = jnp.array([[0, 3, 1]])                                                    # token 3 is outside the top 2
+    lp = token_logprobs(logits, ids, 1.0, top_k=2)
+    np.testing.assert_allclose(lp, [[0.0, LOGPROB_FLOOR, np.log(0.3 / 0.8)]], rtol=1e-6)
+    grad = jax.grad(lambda x: token_logprobs(x, ids, 1.0, top_k=2).sum())(logits)
+    assert np.all(np.asarray(grad[0, 0]) == 0.0)                                   # the floored position
+    assert np.abs(np.asarray(grad[0, 1])).sum() > 0
+    np.testing.assert_allclose(token_logprobs(logits, ids, 1.0), jnp.log(jnp.array([[1.0, 0.05, 0.3]])).at[0, 0].set(0),
+                               rtol=1e-6)                                          # no truncation: no floor
