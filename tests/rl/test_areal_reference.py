@@ -137,6 +137,26 @@ def areal_reward_overlong_penalty(lengths, *, overlong_tokens, overlong_penalty_
     return np.array([min(-(n - expected) / overlong_tokens * overlong_penalty_factor, 0.0) for n in lengths])
 
 
+def areal_gspo_ppo_actor_loss_fn(lp, prox, old, adv, mask, *, eps_clip, eps_clip_higher):
+    """AReaL `ppo_actor_loss_fn` with importance_sampling_level="sequence": `_compute_sequence_level_ratio_and_
+    advantages` (geometric-mean ratio and mean advantage per sequence, 2-D branch), clip, behaviour weight, token
+    mean over the minibatch. Returns the loss."""
+    lp, prox, old, adv = (np.float64(a) for a in (lp, prox, old, adv))
+    count = np.maximum(mask.sum(-1, keepdims=True), 1)
+    ratio = np.where(mask, np.exp(np.where(mask, lp - prox, 0.0).sum(-1, keepdims=True) / count), 0.0)
+    adv = np.where(mask, np.where(mask, adv, 0.0).sum(-1, keepdims=True) / count, 0.0)
+    pg = np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - eps_clip, 1 + eps_clip_higher)) * np.exp(prox - old)
+    return np.where(mask, pg, 0.0).sum() / max(mask.sum(), 1)
+
+
+def areal_sapo_loss_fn(lp, old, adv, mask, *, tau_pos, tau_neg):
+    """AReaL `sapo_loss_fn` (token level): -(4/τ)·σ(τ(ρ - 1))·A with τ by the sign of A, token mean."""
+    ratio = np.exp(np.float64(lp) - old)
+    tau = np.where(adv > 0, tau_pos, tau_neg)
+    gate = 4.0 / tau / (1.0 + np.exp(-tau * (ratio - 1.0)))
+    return np.where(mask, -gate * adv, 0.0).sum() / max(mask.sum(), 1)
+
+
 def _ours(lp, prox, behave, adv, mask, **kw):
     def loss_fn(x):
         return losses.decoupled_ppo_loss(x, prox, behave, adv, mask, **kw)
@@ -312,3 +332,17 @@ def test_drgrpo_constant_normaliser_is_the_budget_not_the_padding():
     np.testing.assert_allclose(out[0], want, rtol=1e-5)
     with pytest.raises(ValueError, match="normalizer"):
         fn(lp, prox, behave, adv, mask)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gspo_and_sapo_match_areal(seed):
+    """AReaL `ppo_actor_loss_fn(importance_sampling_level="sequence")` (GSPO, token-mean over the minibatch, with
+    the behaviour weight) and `sapo_loss_fn` (coupled: behaviour = proximal) on random minibatches."""
+    lp, prox, behave, adv, mask = _batch(seed, spread=0.05)
+    ours, _ = losses.decoupled_ppo_loss(lp, prox, behave, adv, mask, eps_clip=3e-3, eps_clip_higher=4e-3,
+                                        importance_sampling_level="sequence", agg_mode="token-mean")
+    np.testing.assert_allclose(ours, areal_gspo_ppo_actor_loss_fn(lp, prox, behave, adv, mask, eps_clip=3e-3,
+                                                                  eps_clip_higher=4e-3), rtol=1e-5, atol=1e-6)
+    ours, _ = losses.sapo_loss(lp, prox, prox, adv, mask, tau_pos=1.0, tau_neg=1.05)
+    np.testing.assert_allclose(ours, areal_sapo_loss_fn(lp, prox, adv, mask, tau_pos=1.0, tau_neg=1.05),
+                               rtol=1e-5, atol=1e-6)
