@@ -92,6 +92,9 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
 
     c.actor = config_dict.ConfigDict()
     c.actor.loss = "ppo"                           # name in jaxwebrl.rl.losses registry
+    c.actor.estimator = "grpo"                     # advantage estimator (jaxwebrl.rl.advantages registry); must match
+                                                   # reward_norm's levels: grpo group/group, drgrpo group/None, rloo
+                                                   # group/None leave-one-out, success_filter and raw None/None
     c.actor.use_decoupled_loss = True              # behaviour weight w = exp(prox − behave)
     c.actor.eps_clip = config_dict.placeholder(float)          # None only for CISPO (unbounded below)
     c.actor.eps_clip = 0.2
@@ -102,6 +105,9 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
     c.actor.behav_imp_weight_cap = 5.0
     c.actor.kl_ctl = 0.0
     c.actor.agg_mode = config_dict.placeholder(str)            # None: the loss's own aggregation (token-mean)
+    c.actor.agg_normalizer = config_dict.placeholder(float)    # Dr.GRPO's constant (seq-mean-token-sum-norm); None:
+                                                               # the response-token budget model.max_new_tokens
+    c.actor.m2_threshold = config_dict.placeholder(float)      # M2PO second-moment bound (e.g. 0.04); None: off
     c.actor.sapo_tau_pos = config_dict.placeholder(float)      # SAPO gate temperatures (None: loss defaults)
     c.actor.sapo_tau_neg = config_dict.placeholder(float)
     c.actor.step_adv_const_length = config_dict.placeholder(float)   # k of 1/k; None → 1/|τ|
@@ -111,7 +117,6 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
     c.actor.reward_bias = 0.0
     c.actor.reward_scaling = 1.0
     c.actor.reward_clip = 20.0
-    c.actor.success_filter = False                 # RAFT++: only episodes with reward > 0 contribute
     c.actor.overlong_tokens = config_dict.placeholder(int)           # DAPO soft overlong penalty window
     c.actor.overlong_penalty_factor = config_dict.placeholder(float)
     c.actor.reward_norm = _norm_config("group", "group")
@@ -193,6 +198,7 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         # Measured on the 2-core CPU under load: 8 trajectories x (2 minibatches x 3 epochs) took 42 s a step and
         # recompiled as the row count wandered over 8..64; 32 trajectories (~80 rows: one 128-row shape) x (1 x 2)
         # take ~45 s, so the trainer uses ~4x the trajectories per minute (the workers make ~60 episodes/min).
+        # (Measured with power-of-two row buckets; rows now bucket in quarter octaves, ~80 rows -> 80/96/112/128.)
         # 4 epochs (not 2) per batch: from the SFT warm start, constT10 went 48.3% -> 66.7% held out in 15 updates
         # (~50 s each); with 2 epochs, 10 updates gave +5 points and 30 gave none (README, Results).
         c.train.consumer_batch_size = 32

@@ -20,5 +20,6 @@ from configs.common import base_config
 def get_config(arg=None):
     c = base_config(arg)  # the base is this recipe; say here what makes it constT10
     c.actor.loss = "ppo"
+    c.actor.estimator = "grpo"                 # group mean and population std (reward_norm group/group)
     c.actor.step_adv_const_length = 10.0
     return c

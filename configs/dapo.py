@@ -14,6 +14,7 @@ from configs.common import base_config
 
 def get_config(arg=None):
     c = base_config(arg)
+    c.actor.estimator = "grpo"                    # group mean and std (reward_norm group/group)
     c.actor.loss = "dapo"
     c.actor.eps_clip_higher = 0.28
     c.actor.c_clip = None

@@ -14,6 +14,7 @@ from configs.common import base_config
 
 def get_config(arg=None):
     c = base_config(arg)
+    c.actor.estimator = "drgrpo"                  # group mean only (reward_norm group/None)
     c.actor.loss = "drgrpo"
     c.actor.reward_norm.std_level = None
     c.actor.step_adv_const_length = None

@@ -16,5 +16,6 @@ from configs.common import base_config
 
 def get_config(arg=None):
     c = base_config(arg)
+    c.actor.estimator = "grpo"                    # group mean and std (reward_norm group/group)
     c.actor.step_adv_const_length = None
     return c

@@ -17,8 +17,10 @@ from configs.common import base_config
 
 def get_config(arg=None):
     c = base_config(arg)
+    c.actor.estimator = "success_filter"          # r̂ = 1 on success, 0 otherwise (reward_norm None/None)
     c.actor.loss = "fbc"
-    c.actor.success_filter = True
+    c.actor.reward_norm.mean_level = None
+    c.actor.reward_norm.std_level = None
     c.actor.step_adv_const_length = None
     c.train.dynamic_sampling = False   # a group of all successes still teaches RAFT++
     return c

@@ -14,6 +14,7 @@ from configs.common import base_config
 
 def get_config(arg=None):
     c = base_config(arg)
+    c.actor.estimator = "rloo"                    # leave-one-out group mean (reward_norm group/None, mean_leave1out)
     c.actor.reward_norm.mean_leave1out = True
     c.actor.reward_norm.std_level = None
     c.actor.step_adv_const_length = None

@@ -14,6 +14,7 @@ from configs.common import base_config
 
 def get_config(arg=None):
     c = base_config(arg)
+    c.actor.estimator = "grpo"                    # group mean and std (reward_norm group/group)
     c.actor.loss = "sao"
     c.actor.c_clip = None
     c.actor.behav_imp_weight_cap = None   # SAO weighs against the behaviour policy itself

@@ -10,12 +10,13 @@ callable returning it; it is read before the prefill and before every decode chu
 new weights mid-generation: params are jit arguments (never constants), so a swap recompiles nothing, and
 every generated token records the version that produced it.
 
-Log-probabilities. `logprobs` is the log-prob of each token under the policy: the model's logits restricted
-to the tokens the constraint allows (all tokens without one), fp32, temperature 1, no top-k/top-p. That is
-what the trainer recomputes by teacher forcing (replaying the constraint), so ratio = exp(recomputed −
-logprobs) is exactly one for unchanged weights, and a token the grammar forced has log-prob 0: it carries no
-gradient. Temperature, top-k and top-p change the distribution tokens are actually drawn from;
-`sampling_logprobs` is the log-prob under that distribution (0 for greedy), for exact importance weights.
+Log-probabilities. `logprobs` is the log-prob of each token under the distribution it was actually drawn
+from: the model's logits restricted to the tokens the constraint allows (all tokens without one), divided by
+the temperature, truncated by top-k then top-p and renormalised, fp32 (`sampling_logits`). The trainer replays
+exactly that transformation by teacher forcing (`jaxwebrl.train.update.token_logprobs`), so ratio =
+exp(recomputed − logprobs) is one for unchanged weights whatever the sampling settings, and a token the grammar
+forced has log-prob 0: it carries no gradient. Greedy decoding (temperature 0, evaluation only) draws from no
+distribution; its `logprobs` are the model's own (constraint applied, temperature 1) for inspection.
 
 Constrained decoding: a `TokenConstraint` (jaxwebrl/models/constraints.py) is a token-level automaton
 (`allowed [S, V]`, `next_state [S, V]`): at each step a row may only sample tokens its state allows. It is
@@ -78,8 +79,7 @@ class SampledSequence:
 
     prompt_ids: np.ndarray  # [L] int32, unpadded
     tokens: np.ndarray  # [n] int32
-    logprobs: np.ndarray  # [n] float32, under the policy: logits restricted to the constraint, temperature 1
-    sampling_logprobs: np.ndarray  # [n] float32, under the distribution actually sampled from
+    logprobs: np.ndarray  # [n] float32, under the distribution each token was drawn from (`sampling_logits`)
     versions: np.ndarray  # [n] int32, policy version that produced each token
     finish_reason: str  # "stop_token", "stop_string" or "length"
 
@@ -90,7 +90,6 @@ class DecodeState(NamedTuple):
     cache: dict
     tokens: jax.Array  # [B, N] int32
     logprobs: jax.Array  # [B, N] float32
-    sampling_logprobs: jax.Array  # [B, N] float32
     versions: jax.Array  # [B, N] int32 (-1 where nothing was generated)
     done: jax.Array  # [B] bool
     lengths: jax.Array  # [B] int32: tokens generated (stop token included)
@@ -99,34 +98,65 @@ class DecodeState(NamedTuple):
     rng: jax.Array
 
 
+def sampling_logits(logits: jax.Array, allowed: jax.Array | None = None, *, temperature: float = 1.0,
+                    top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+    """The distribution tokens are drawn from, as logits: softmax of the result is what the sampler samples and
+    what the trainer replays (one function, so both sides agree to the last bit of the transform).
+
+    Args:
+      logits: [..., V] model logits.
+      allowed: [..., V] bool tokens the constraint admits, or None (every token).
+      temperature: > 0; the logits are divided by it.
+      top_k: 0 = off; else only the k largest tempered logits stay.
+      top_p: 1 = off; else the smallest most-likely set holding top_p of the (top-k) mass stays; the most likely
+        token always does.
+
+    Returns:
+      [..., V] float32: tempered logits, float32's lowest value outside the kept set (finite, so a token outside it
+      gets a finite, hugely negative log-prob instead of NaN). Which tokens are kept is not differentiated.
+    """
+    if not temperature > 0:
+        raise ValueError(f"sampling_logits needs temperature > 0 (greedy decoding takes the argmax), got {temperature}")
+    x = logits.astype(jnp.float32)
+    if temperature != 1.0:
+        x = x / jnp.float32(temperature)
+    if allowed is not None:
+        x = jnp.where(allowed, x, _NEG_INF)
+    if top_k:
+        kth = jax.lax.stop_gradient(jax.lax.top_k(x, min(top_k, x.shape[-1]))[0][..., -1:])
+        x = jnp.where(x >= kth, x, _NEG_INF)
+    if top_p < 1:
+        sorted_logits = jax.lax.stop_gradient(jnp.sort(x, axis=-1)[..., ::-1])
+        probs = jax.nn.softmax(sorted_logits, axis=-1)
+        mass_before = jnp.cumsum(probs, axis=-1) - probs
+        keep = mass_before < top_p  # the most likely token is always kept
+        threshold = jnp.min(jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+        x = jnp.where(x >= threshold, x, _NEG_INF)
+    return x
+
+
+def truncates(temperature: float, top_k: int, top_p: float) -> bool:
+    """Whether these settings cut tokens out of the distribution (top-k or top-p), beyond the temperature."""
+    return temperature > 0 and (top_k > 0 or top_p < 1)
+
+
 def sample_logits(logits: jax.Array, rng: jax.Array, sampling: SamplingParams, allowed: jax.Array | None = None):
     """Draws one token per row. logits `[B, V] float32`; allowed `[B, V] bool` or None.
 
-    Returns (token [B] int32, logprob [B] f32 under the policy (logits restricted to `allowed`, temperature 1),
-    sampling_logprob [B] f32 under the distribution sampled from).
+    Returns (token [B] int32, logprob [B] f32): the log-prob under the distribution the token was drawn from
+    (`sampling_logits`); for greedy decoding, under the model's own softmax restricted to `allowed`.
     """
-    logits = logits.astype(jnp.float32)
-    processed = logits if allowed is None else jnp.where(allowed, logits, _NEG_INF)
-    policy_logprobs = jax.nn.log_softmax(processed, axis=-1)
     if sampling.temperature == 0:
+        processed = logits.astype(jnp.float32)
+        if allowed is not None:
+            processed = jnp.where(allowed, processed, _NEG_INF)
         token = jnp.argmax(processed, axis=-1).astype(jnp.int32)
-        sampling_logprob = jnp.zeros(token.shape, jnp.float32)
     else:
-        processed = processed / jnp.float32(sampling.temperature)
-        if sampling.top_k:
-            kth = jax.lax.top_k(processed, min(sampling.top_k, processed.shape[-1]))[0][:, -1:]
-            processed = jnp.where(processed >= kth, processed, _NEG_INF)
-        if sampling.top_p < 1:
-            sorted_logits = jnp.sort(processed, axis=-1)[:, ::-1]
-            probs = jax.nn.softmax(sorted_logits, axis=-1)
-            mass_before = jnp.cumsum(probs, axis=-1) - probs
-            keep = mass_before < sampling.top_p  # the most likely token is always kept
-            threshold = jnp.min(jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True)
-            processed = jnp.where(processed >= threshold, processed, _NEG_INF)
+        processed = sampling_logits(logits, allowed, temperature=sampling.temperature, top_k=sampling.top_k,
+                                    top_p=sampling.top_p)
         token = jax.random.categorical(rng, processed, axis=-1).astype(jnp.int32)
-        sampling_logprob = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), token[:, None], axis=-1)[:, 0]
-    logprob = jnp.take_along_axis(policy_logprobs, token[:, None], axis=-1)[:, 0]
-    return token, logprob, sampling_logprob
+    logprob = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), token[:, None], axis=-1)[:, 0]
+    return token, logprob
 
 
 class Sampler:
@@ -174,7 +204,7 @@ class Sampler:
     def _advance(self, state: DecodeState, logits, version, stop_ids, tables, sampling: SamplingParams) -> DecodeState:
         """Samples the token at `state.step` for every unfinished row and records it."""
         rng, key = jax.random.split(state.rng)
-        token, logprob, sampling_logprob = sample_logits(logits, key, sampling, self._allowed(tables, state.constraint_state))
+        token, logprob = sample_logits(logits, key, sampling, self._allowed(tables, state.constraint_state))
         live = ~state.done
         token = jnp.where(live, token, self.pad_token_id)
         step = state.step
@@ -191,7 +221,6 @@ class Sampler:
             cache=state.cache,
             tokens=put(state.tokens, token),
             logprobs=put(state.logprobs, jnp.where(live, logprob, 0.0)),
-            sampling_logprobs=put(state.sampling_logprobs, jnp.where(live, sampling_logprob, 0.0)),
             versions=put(state.versions, jnp.where(live, version, -1)),
             done=done,
             lengths=jnp.where(live, step + 1, state.lengths),
@@ -213,7 +242,6 @@ class Sampler:
             cache=cache,
             tokens=jnp.full((b, n), self.pad_token_id, jnp.int32).at[:, :p].set(prefix[None, :]),
             logprobs=jnp.zeros((b, n), jnp.float32),   # forced tokens: log 1 under the restricted policy
-            sampling_logprobs=jnp.zeros((b, n), jnp.float32),
             versions=jnp.full((b, n), -1, jnp.int32).at[:, :p].set(jnp.where(done, -1, version)[:, None]),
             done=done,
             lengths=jnp.where(done, 0, p).astype(jnp.int32),
@@ -340,8 +368,8 @@ class Sampler:
         return state._replace(done=jnp.asarray(new_done)), new_done
 
     def _results(self, state: DecodeState, prompts, sampling: SamplingParams, stopped: dict[int, int]):
-        tokens, logprobs, sampling_logprobs, versions, lengths = jax.device_get(
-            (state.tokens, state.logprobs, state.sampling_logprobs, state.versions, state.lengths))
+        tokens, logprobs, versions, lengths = jax.device_get(
+            (state.tokens, state.logprobs, state.versions, state.lengths))
         stop_ids = set(sampling.stop_token_ids)
         results = []
         for row, prompt in enumerate(prompts):
@@ -356,7 +384,6 @@ class Sampler:
                 prompt_ids=np.asarray(prompt["input_ids"], np.int32),
                 tokens=tokens[row, :n].astype(np.int32),
                 logprobs=logprobs[row, :n].astype(np.float32),
-                sampling_logprobs=sampling_logprobs[row, :n].astype(np.float32),
                 versions=versions[row, :n].astype(np.int32),
                 finish_reason=reason,
             ))

@@ -2,7 +2,7 @@
 
   advantages     reward shaping, episode estimators (GRPO/RLOO/Dr.GRPO/...), step advantages r̂/(k or T_e),
                  last-token placement, masked GAE, adv_norm; `compute_token_advantages` runs the whole path
-  losses         decoupled PPO and its family (GSPO, SAPO, CISPO, SAO, fbc, IcePop/KPop), `get_loss(name)`
+  losses         decoupled PPO and its family (GSPO, SAPO, CISPO, SAO, fbc, IcePop/KPop, M2PO), `get_loss(name)`
   aggregation    token-mean / seq-mean-token-mean / Dr.GRPO constant-normaliser reductions
   rejection      behaviour weight, dropping cap, IcePop/KPop rejection sampling
   normalization  NormConfig and `normalize` for variable-size groups

@@ -3,7 +3,8 @@
 Rows are browser steps. Each row carries its episode's raw reward, `episode_id`, `group_id` (G episodes
 of one task instance) and a `loss_mask` [T] over its tokens (1 on policy-generated tokens only).
 
-  1. shape:      r <- clip((r + reward_bias) * reward_scaling, ±reward_clip)  (+ DAPO overlong penalty)
+  1. shape:      r <- clip((r + overlong + reward_bias) * reward_scaling, ±reward_clip), AReaL's order; DAPO's
+                 overlong penalty is one per episode (its longest step response), not one per step row
   2. normalise:  one r̂_e per episode by an estimator (GRPO group mean/std, RLOO, Dr.GRPO, ...)
   3. step adv:   r̂_e / T_e (T_e = steps of the episode), or r̂_e / k with `step_adv_const_length = k`
   4. place + GAE: the step advantage is the reward of the row's last policy token; masked GAE
@@ -13,7 +14,8 @@ of one task instance) and a `loss_mask` [T] over its tokens (1 on policy-generat
 `compute_token_advantages` runs the whole path; the pieces are public for recipes that need one.
 Everything is pure jnp and jittable (configs are frozen dataclasses: pass them as static arguments);
 NumPy inputs work eagerly. Group ids of any values and any group sizes are fine; under jit the number of
-distinct ids is bounded statically by the row count (see `segments.dense_ids`).
+distinct ids is bounded statically by the row count (see `segments.dense_ids`); concrete ids of any width
+(64-bit included) are ranked on the host before jit (`segments.host_dense_ids`), so no two ever merge.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def overlong_penalty(response_lengths, *, max_response_tokens: int, overlong_tok
     lengths = jnp.asarray(response_lengths, jnp.float32)
     exceed = lengths - (max_response_tokens - overlong_tokens)
     return jnp.minimum(-exceed / overlong_tokens * overlong_penalty_factor, 0.0)
+
+
+def episode_overlong_penalty(response_lengths, episode_ids, **penalty):
+    """DAPO's overlong penalty once per episode, on every row of it: `overlong_penalty` of the episode's longest
+    step response. A step row's response has the whole generation budget, so a multi-step episode is penalised
+    by its worst step, neither diluted by its short steps nor counted once per step.
+
+    response_lengths: [R] policy tokens per step row; episode_ids: [R] ints. Returns [R] float32 (<= 0).
+    """
+    index, n = segments.dense_ids(jnp.asarray(episode_ids))
+    longest = segments.segment_max(jnp.asarray(response_lengths, jnp.int32), index, n)[index]
+    return overlong_penalty(longest, **penalty)
 
 
 # ------------------------------------------------------------------- 2. episode-level estimators
@@ -134,9 +148,9 @@ _ESTIMATORS = {
     "liteppo": _norm_estimator("group", "batch"),
     "batch": _norm_estimator("batch", "batch"),
     "raw": _raw_estimator,
-    "fbc": lambda r, g, v, **_: success_filter(r, g, v),
+    "success_filter": lambda r, g, v, **_: success_filter(r, g, v),
 }
-_ESTIMATORS["raft"] = _ESTIMATORS["fbc"]
+_ESTIMATORS["fbc"] = _ESTIMATORS["raft"] = _ESTIMATORS["success_filter"]
 _ESTIMATORS["ppo"] = _ESTIMATORS["raw"]
 
 
@@ -186,6 +200,7 @@ def step_advantages(rewards, episode_ids, group_ids, *, const_length=None, std_u
         _check_episode_rows(rewards, episode_ids, group_ids)
     if const_length is not None and not const_length > 0:
         raise ValueError(f"const_length (step_adv_const_length) must be > 0, got {const_length}")
+    episode_ids, group_ids = segments.host_dense_ids(episode_ids), segments.host_dense_ids(group_ids)
     return _step_advantages(rewards, episode_ids, group_ids, const_length=const_length,
                             std_unbiased=std_unbiased, eps=eps)
 
@@ -201,7 +216,7 @@ def _step_advantages(rewards, episode_ids, group_ids, *, const_length, std_unbia
 def dynamic_sampling_mask(rewards, group_ids):
     """DAPO dynamic sampling: [R] bool, True on rows whose group has non-constant rewards."""
     rewards = jnp.asarray(rewards, jnp.float32)
-    index, n = segments.dense_ids(jnp.asarray(group_ids))
+    index, n = segments.dense_ids(jnp.asarray(segments.host_dense_ids(segments.as_arrays(group_ids))))
     gmax = segments.segment_max(rewards, index, n)[index]
     gmin = segments.segment_min(rewards, index, n)[index]
     return gmax > gmin
@@ -332,6 +347,7 @@ def compute_token_advantages(rewards, episode_ids, group_ids, loss_mask, *,
             raise ValueError("gae_timestep_unit='turn' needs turn_ids [R, T]")
         if segments.is_concrete(turn_ids) and int(np.max(np.asarray(turn_ids), initial=-1)) >= config.max_turns:
             raise ValueError(f"turn id {int(np.max(np.asarray(turn_ids)))} >= max_turns={config.max_turns}")
+    episode_ids, group_ids = segments.host_dense_ids(episode_ids), segments.host_dense_ids(group_ids)
     return _token_advantages(rewards, episode_ids, group_ids, loss_mask, config, values, logprobs,
                              ref_logprobs, bootstrap_values, terminated, turn_ids)
 
@@ -340,12 +356,13 @@ def compute_token_advantages(rewards, episode_ids, group_ids, loss_mask, *,
 def _token_advantages(rewards, episode_ids, group_ids, loss_mask, config, values, logprobs, ref_logprobs,
                       bootstrap_values, terminated, turn_ids):
     mask = jnp.asarray(loss_mask).astype(bool)
-    shaped = shape_rewards(rewards, reward_bias=config.reward_bias, reward_scaling=config.reward_scaling,
-                           reward_clip=config.reward_clip)
+    raw = jnp.asarray(rewards, jnp.float32)
     if config.overlong_tokens is not None:
-        shaped = shaped + overlong_penalty(mask.sum(-1), max_response_tokens=config.max_response_tokens,
-                                           overlong_tokens=config.overlong_tokens,
-                                           overlong_penalty_factor=config.overlong_penalty_factor)
+        raw = raw + episode_overlong_penalty(mask.sum(-1), episode_ids, max_response_tokens=config.max_response_tokens,
+                                             overlong_tokens=config.overlong_tokens,
+                                             overlong_penalty_factor=config.overlong_penalty_factor)
+    shaped = shape_rewards(raw, reward_bias=config.reward_bias, reward_scaling=config.reward_scaling,
+                           reward_clip=config.reward_clip)
     table, ep_index = _episode_table(shaped, episode_ids, group_ids)
     estimator = get_estimator(config.estimator)
     r_hat = estimator(table["reward"], table["group"], table["valid"],

@@ -4,8 +4,10 @@ Modes:
   "token-mean"               sum over valid tokens / number of valid tokens in the whole minibatch
                              (default; the paper's step 7). Tokens dropped by a cap stay in the denominator.
   "seq-mean-token-mean"      mean over sequences of each sequence's token mean (GSPO's outer mean).
-  "seq-mean-token-sum-norm"  Dr.GRPO: mean over sequences of (token sum / a constant normaliser), default
-                             normaliser T; pass the generation budget for a batch-shape-free constant.
+  "seq-mean-token-sum-norm"  Dr.GRPO: mean over sequences of (token sum / a constant normaliser); the
+                             normaliser is required, the response-token budget (`model.max_new_tokens`, the
+                             Dr.GRPO paper's choice): anything tied to the padded width would change the loss
+                             with the batch's bucket and count prompt tokens.
 
 A sequence is a row of [B, T], or, with `segment_ids` [B, T] (packed rows), a (row, segment id) pair.
 """
@@ -85,8 +87,8 @@ def aggregate(per_token, loss_mask, mode: str = "token-mean", *, segment_ids=Non
     if mode == "seq-mean-token-mean":
         per_seq = seq_total / jnp.maximum(seq_count, 1.0)
     else:
-        norm = float(per_token.shape[-1] if normalizer is None else normalizer)
-        if not norm > 0:
-            raise ValueError(f"aggregation normalizer must be > 0, got {normalizer}")
-        per_seq = seq_total / norm
+        if normalizer is None or not float(normalizer) > 0:
+            raise ValueError(f"agg mode {mode!r} needs a constant normalizer > 0 (got {normalizer}): pass the "
+                             "response-token budget, e.g. agg_normalizer=model.max_new_tokens")
+        per_seq = seq_total / float(normalizer)
     return jnp.where(present, per_seq, 0.0).sum() / n_seq

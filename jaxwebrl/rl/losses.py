@@ -7,6 +7,12 @@ All losses take `(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mas
   ratio ρ = exp(logprobs - prox)           (fp32; against the proximal policy)
   behaviour weight w = exp(prox - behave)   (decoupled loss; pass behave = prox for the coupled case)
   tokens with w > behav_imp_weight_cap are dropped (0) and stay in the denominator
+  M2PO (`m2_threshold`): before all that, the tokens with the largest (prox - behave)² leave the minibatch,
+  denominator included, until the mean of the rest is below the threshold (AReaL's _apply_m2po_masking)
+
+Statistics: the behaviour-gap stats (`behave_approx_kl[_abs]`, `behave_imp_weight`) average over the tokens
+that keep their weight (not dropped by the cap, not rejected), as AReaL's `behave_mask`; the rest over every
+valid token.
 
 Masked-out tokens are sanitised before any exp, so a padding token with garbage or a huge advantage
 gets exactly zero gradient. Every public loss jits its body with the hyper-parameters static, so it is
@@ -99,8 +105,8 @@ def _stats(loss, lp, prox, behave, valid, ratio, w, kept, dropped, rejected, cli
         rejection_ratio=frac(rejected),
         approx_kl=mean(lp - prox),
         approx_kl_abs=mean(jnp.abs(lp - prox)),
-        behave_approx_kl=mean(prox - behave),
-        behave_approx_kl_abs=mean(jnp.abs(prox - behave)),
+        behave_approx_kl=mean(prox - behave, kept),
+        behave_approx_kl_abs=mean(jnp.abs(prox - behave), kept),
         importance_weight=mean(ratio),
         behave_imp_weight=mean(w, kept),
         n_valid_tokens=m.sum(),
@@ -111,6 +117,28 @@ def _stats(loss, lp, prox, behave, valid, ratio, w, kept, dropped, rejected, cli
 
 def _clip_bounds(eps_clip, eps_clip_higher):
     return 1.0 - eps_clip, 1.0 + (eps_clip if eps_clip_higher is None else eps_clip_higher)
+
+
+def m2po_mask(prox_logprobs, behave_logprobs, loss_mask, *, m2_threshold: float):
+    """M2PO's second-moment mask: [B, T] bool, the valid tokens that stay.
+
+    M2_t = (prox_t - behave_t)²; the tokens with the largest M2 are masked, fewest first, until the mean M2 of
+    the remaining valid tokens is below `m2_threshold` (all but the smallest one when no suffix gets there), as
+    AReaL's `_apply_m2po_masking` / `_get_m2po_loss_mask` over one minibatch. Ties break by position.
+    """
+    valid = jnp.asarray(loss_mask).astype(bool)
+    d = jnp.where(valid, jnp.asarray(prox_logprobs, jnp.float32) - jnp.asarray(behave_logprobs, jnp.float32), 0.0)
+    m2 = jnp.where(valid, d * d, -jnp.inf).reshape(-1)
+    order = jnp.argsort(-m2, stable=True)                  # largest first, invalid tokens last
+    idx = jnp.arange(m2.shape[0])
+    n = valid.sum()
+    in_valid = idx < n
+    sorted_m2 = jnp.where(in_valid, m2[order], 0.0)
+    suffix_mean = jnp.cumsum(sorted_m2[::-1])[::-1] / jnp.maximum(n - idx, 1)
+    below = in_valid & (suffix_mean < m2_threshold)
+    n_masked = jnp.where(below.any(), jnp.argmax(below), jnp.maximum(n - 1, 0))
+    masked = jnp.zeros(m2.shape, bool).at[order].set(idx < n_masked).reshape(valid.shape)
+    return valid & ~masked
 
 
 # ------------------------------------------------------------------------- PPO / GSPO / fbc
@@ -135,7 +163,7 @@ def sequence_ratio(logprobs, base_logprobs, loss_mask, *, segment_ids=None):
 
 
 _PPO_STATIC = ("eps_clip", "eps_clip_higher", "c_clip", "behav_imp_weight_cap", "rejection", "agg_mode",
-               "agg_normalizer", "importance_sampling_level", "filter_positive")
+               "agg_normalizer", "importance_sampling_level", "filter_positive", "m2_threshold")
 
 
 
@@ -152,10 +180,16 @@ def _behaviour_weighted_loss(pg, prox, behave, valid, *, cap, agg_mode, agg_norm
 @functools.partial(jax.jit, static_argnames=_PPO_STATIC)
 def _ppo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, segment_ids, keep_mask, *,
               eps_clip, eps_clip_higher, c_clip, behav_imp_weight_cap, rejection, agg_mode, agg_normalizer,
-              importance_sampling_level, filter_positive):
+              importance_sampling_level, filter_positive, m2_threshold=None):
+    extra = {}
     if filter_positive:  # fbc: only the kept (successful) tokens exist for this loss, denominator included
         keep = (jnp.asarray(advantages) > 0) if keep_mask is None else jnp.asarray(keep_mask).astype(bool)
         loss_mask = jnp.asarray(loss_mask).astype(bool) & keep
+    if m2_threshold is not None:   # M2PO: the masked tokens leave the minibatch, denominator included
+        full = jnp.asarray(loss_mask).astype(bool)
+        loss_mask = m2po_mask(jax.lax.stop_gradient(prox_logprobs), jax.lax.stop_gradient(behave_logprobs), full,
+                              m2_threshold=m2_threshold)
+        extra["m2po_masked_ratio"] = (full & ~loss_mask).sum() / jnp.maximum(full.sum(), 1)
     lp, prox, behave, adv, valid = _prepare(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask)
     log_ratio = jnp.where(valid, lp - prox, 0.0)
     if importance_sampling_level == "token":
@@ -168,11 +202,15 @@ def _ppo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, s
         else:                                               # GSPO-token: stop-gradient carrier
             carrier = jnp.exp(lp - jax.lax.stop_gradient(lp))
             ratio = jax.lax.stop_gradient(jnp.exp(seq_log_ratio)) * carrier
-    low, high = _clip_bounds(eps_clip, eps_clip_higher)
     pg_unclipped = -adv * ratio
-    pg_clipped = -adv * jnp.clip(ratio, low, high)
-    clip_mask = pg_clipped > pg_unclipped                  # the clipped branch is the max
-    pg = jnp.where(clip_mask, pg_clipped, pg_unclipped)
+    if eps_clip is None:                                    # no trust-region clip (M2PO's objective)
+        clip_mask = jnp.zeros(valid.shape, bool)
+        pg = pg_unclipped
+    else:
+        low, high = _clip_bounds(eps_clip, eps_clip_higher)
+        pg_clipped = -adv * jnp.clip(ratio, low, high)
+        clip_mask = pg_clipped > pg_unclipped              # the clipped branch is the max
+        pg = jnp.where(clip_mask, pg_clipped, pg_unclipped)
     dual_mask = None
     if c_clip is not None:                                  # cap the loss at c·|A| (binds only for A < 0)
         cap_value = c_clip * jnp.abs(adv)
@@ -181,19 +219,21 @@ def _ppo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, s
     loss, (w, kept, dropped, rejected) = _behaviour_weighted_loss(
         pg, prox, behave, valid, cap=behav_imp_weight_cap, agg_mode=agg_mode, agg_normalizer=agg_normalizer,
         rejection=rejection, segment_ids=segment_ids)
-    return loss, _stats(loss, lp, prox, behave, valid, ratio, w, kept, dropped, rejected, clip_mask, dual_mask)
+    return loss, _stats(loss, lp, prox, behave, valid, ratio, w, kept, dropped, rejected, clip_mask, dual_mask,
+                        **extra)
 
 
 def decoupled_ppo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *, eps_clip=0.2,
                        eps_clip_higher=None, c_clip=None, behav_imp_weight_cap=None, rejection=None,
                        agg_mode="token-mean", agg_normalizer=None, importance_sampling_level="token",
-                       segment_ids=None):
+                       segment_ids=None, m2_threshold=None):
     """Clipped (DAPO-asymmetric), dual-clipped, decoupled-IS PPO surrogate with every option.
 
-    pg = max(-A ρ, -A clip(ρ, 1-eps_clip, 1+eps_clip_higher)); with c_clip: pg = min(pg, c·|A|);
-    loss = aggregate(w · pg over kept tokens). `importance_sampling_level`: "token" (PPO), "sequence"
-    (GSPO: geometric-mean sequence ratio and sequence-mean advantage) or "sequence-token" (GSPO-token).
-    `segment_ids` [B, T] marks packed sequences within a row for sequence-level ops.
+    pg = max(-A ρ, -A clip(ρ, 1-eps_clip, 1+eps_clip_higher)) (eps_clip=None: pg = -A ρ, no clip); with c_clip:
+    pg = min(pg, c·|A|); loss = aggregate(w · pg over kept tokens). `importance_sampling_level`: "token" (PPO),
+    "sequence" (GSPO: geometric-mean sequence ratio and sequence-mean advantage) or "sequence-token"
+    (GSPO-token). `segment_ids` [B, T] marks packed sequences within a row for sequence-level ops.
+    `m2_threshold` (M2PO): first drop the tokens `m2po_mask` masks, out of the denominator too.
     """
     _check_inputs(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, segment_ids)
     _check_clip(eps_clip, eps_clip_higher, c_clip, behav_imp_weight_cap)
@@ -202,11 +242,14 @@ def decoupled_ppo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, los
                          f"(GSPO-token), got {importance_sampling_level!r}")
     if agg_mode not in aggregation.AGG_MODES:
         raise ValueError(f"unknown agg_mode {agg_mode!r}; choose one of {aggregation.AGG_MODES}")
+    if m2_threshold is not None and not m2_threshold > 0:
+        raise ValueError(f"m2_threshold (M2PO) must be > 0 (e.g. 0.04) or None, got {m2_threshold}")
     return _ppo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, segment_ids, None,
                      eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, c_clip=c_clip,
                      behav_imp_weight_cap=behav_imp_weight_cap, rejection=_as_rejection(rejection),
                      agg_mode=agg_mode, agg_normalizer=agg_normalizer,
-                     importance_sampling_level=importance_sampling_level, filter_positive=False)
+                     importance_sampling_level=importance_sampling_level, filter_positive=False,
+                     m2_threshold=None if m2_threshold is None else float(m2_threshold))
 
 
 def ppo_actor_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *, eps_clip=0.2,
@@ -388,6 +431,8 @@ _REGISTRY = {
     "gspo": (decoupled_ppo_loss, dict(_GSPO, importance_sampling_level="sequence")),
     # GSPO-token: ratio_t = sg(s_i)·exp(lp_t - sg(lp_t)), so token advantages keep local credit
     "gspo_token": (decoupled_ppo_loss, dict(_GSPO, importance_sampling_level="sequence-token")),
+    # M2PO: no trust-region clip; the second-moment mask bounds the behaviour gap instead (AReaL's example: 0.04)
+    "m2po": (decoupled_ppo_loss, {"eps_clip": None, "m2_threshold": 0.04}),
     "sapo": (sapo_loss, {}),
     "cispo": (cispo_loss, {}),
     "sao": (sao_loss, {}),
@@ -407,6 +452,18 @@ def get_loss(name: str):
         raise ValueError(f"unknown loss {name!r}; choose one of {loss_names()}")
     fn, defaults = _REGISTRY[name]
     return functools.partial(fn, **defaults) if defaults else fn
+
+
+def loss_default(name: str, kwarg: str):
+    """The value keyword `kwarg` takes in loss `name` when not passed (the recipe's binding, else the function's)."""
+    get_loss(name)
+    fn, defaults = _REGISTRY[name]
+    if kwarg in defaults:
+        return defaults[kwarg]
+    parameter = inspect.signature(fn).parameters.get(kwarg)
+    if parameter is None:
+        raise ValueError(f"loss {name!r} takes no {kwarg!r}")
+    return parameter.default
 
 
 def loss_kwarg_names(name: str) -> frozenset:

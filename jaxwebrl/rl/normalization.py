@@ -95,6 +95,7 @@ def normalize(x, config: NormConfig | None, *, mask=None, group_ids=None, num_gr
             raise ValueError(f"group_ids shape {jnp.shape(group_ids)} must be [N] = {shape[:1]}")
         if num_groups is not None and segments.is_concrete(group_ids):
             segments.check_num_segments(group_ids, num_groups)
+        group_ids = segments.host_dense_ids(segments.as_arrays(group_ids))   # 64-bit ids never merge under jit
     else:
         group_ids = None
     return _normalize(x, mask, group_ids, config, num_groups)

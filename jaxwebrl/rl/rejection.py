@@ -5,7 +5,10 @@
 * `RejectionConfig` (IcePop / KPop): a metric of the proximal-vs-behaviour gap, per token or per
   sequence, with bounds; `action="mask"` rejects out-of-bound tokens (they stay in the denominator),
   `action="clamp"` clamps w into [lower, upper] instead (ratio metric only).
-    metric "ratio"      w itself (sequence level: geometric mean for agg "mean", product for "sum")
+    metric "ratio"      w itself (sequence level: geometric mean for agg "mean", product for "sum", largest
+                        token weight for "max"). At sequence level the weight itself becomes the sequence's
+                        geometric-mean weight on every token (AReaL's apply_rejection_sampling), clamped into
+                        the bounds when action="clamp" and the sequence is out of them.
     metric "binary_kl"  KPop: KL(Bern(p_prox) || Bern(p_behave)) of the sampled token (upper bound only)
     metric "kl_k1|k2|k3" the per-token KL estimators of prox against behave
 """
@@ -113,6 +116,8 @@ def _apply_rejection(prox, behave, mask, log_w, w, config: RejectionConfig, segm
             if config.metric == "ratio":
                 seq = jnp.exp(seq)
         ok = aggregation.to_tokens(_in_bounds(seq, config), mask.shape, segment_ids)
+        if config.metric == "ratio":  # one weight per sequence: its geometric mean (the "length trap" of a mean)
+            w = jnp.where(mask, jnp.exp(aggregation.sequence_mean(log_w, mask, segment_ids)), 1.0)
     else:
         ok = _in_bounds(metric, config)
     if config.action == "mask":

@@ -5,6 +5,10 @@ Rows carry arbitrary integer ids (episode ids, group ids). Group reductions need
 `jnp.unique(..., size=num_segments)`. The default `num_segments` is the number of rows, which is always
 large enough (there cannot be more distinct ids than rows) and is static because it is a shape.
 Pass a smaller `num_segments` only to save work, and only when you know the number of distinct ids.
+
+Ids reach jit as JAX's default int (int32 unless x64 is on): two 64-bit ids equal in their low 32 bits would merge.
+So every public entry ranks concrete ids on the host first (`host_dense_ids`, NumPy, any width) and only the dense
+int32 ranks enter jit; ids traced inside a caller's jit must already be int32-safe.
 """
 
 from __future__ import annotations
@@ -23,6 +27,17 @@ def as_arrays(*xs):
     """Python lists/tuples -> NumPy arrays (so jit sees one array, not a pytree of scalars); others unchanged."""
     out = tuple(np.asarray(x) if isinstance(x, (list, tuple)) else x for x in xs)
     return out if len(out) != 1 else out[0]
+
+
+def host_dense_ids(ids):
+    """Concrete ids of any integer width (NumPy int64 episode/group ids) -> [N] int32 ranks in sorted-id order,
+    computed in NumPy so no id is truncated; traced ids are returned unchanged (already inside a jit)."""
+    if not is_concrete(ids):
+        return ids
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"ids must be 1-D [N], got shape {ids.shape}; flatten rows first")
+    return np.unique(ids, return_inverse=True)[1].reshape(-1).astype(np.int32)
 
 
 def check_num_segments(ids, num_segments: int) -> None:

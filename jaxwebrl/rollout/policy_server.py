@@ -214,10 +214,9 @@ class PolicyServer:
         return replies
 
     def _reply(self, result) -> dict:
-        """Prompt + response tokens. behave_logprobs are the policy's own log-probs of the sampled tokens
-        (temperature 1, no truncation, restricted to the action grammar when there is one: what the trainer
-        recomputes, so the ratio is exactly one for unchanged weights); versions are the weights version that
-        produced each token."""
+        """Prompt + response tokens. behave_logprobs are the log-probs of the distribution each token was drawn
+        from (action grammar, temperature, top-k, top-p: `sampler.sampling_logits`), which the trainer replays, so
+        the ratio is exactly one for unchanged weights; versions are the weights version that produced each token."""
         prompt, tokens = result.prompt_ids, result.tokens
         n_prompt, n = len(prompt), len(tokens)
         return {

@@ -54,10 +54,54 @@ class UpdateBatch(NamedTuple):
         return self.loss_mask if self.decision_mask is None else self.decision_mask
 
 
+def rows_bucket(num_rows: int) -> int:
+    """The smallest of 1, 2, 3, ..., 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ... (m·2^k, m in 4..7) that holds
+    `num_rows`: at most 4 shapes per octave, and padding rows stay under 20% of the bucket. At the paper's scale a
+    padding row costs a whole 16k-token forward and backward, so a power-of-two bucket (up to 50% padding) would
+    waste more than the few extra compilations cost."""
+    step = 1 << max(0, (max(int(num_rows), 1) - 1).bit_length() - 3)
+    return -(-max(int(num_rows), 1) // step) * step
+
+
 def row_bucket(num_rows: int, n_minibatches: int) -> int:
-    """Rows padded to n_minibatches × a power of two (≥ 1 row per minibatch)."""
-    per = max(1, -(-num_rows // n_minibatches))
-    return n_minibatches * (1 << (per - 1).bit_length())
+    """Rows of the padded batch: n_minibatches × rows_bucket(⌈num_rows / n_minibatches⌉), so every minibatch has
+    the same static row count with room for a balanced split."""
+    return n_minibatches * rows_bucket(-(-max(int(num_rows), 1) // n_minibatches))
+
+
+def balanced_minibatches(policy_tokens: np.ndarray, n_minibatches: int) -> np.ndarray:
+    """Rows split into `n_minibatches` of equal row count, balanced by policy tokens (the loss denominators).
+
+    Greedy longest-first partition (the sorted greedy AReaL's minibatch allocation uses, keyed here on policy
+    tokens under a static row cap): rows in decreasing token count each go to the minibatch with the fewest
+    tokens so far among those with a free row (ties: fewer rows, then lower index). Every minibatch gets a row
+    with policy tokens whenever at least `n_minibatches` rows have them; rows without any (padding) fill the
+    free slots.
+
+    Args:
+      policy_tokens: [B] int, tokens that carry loss in each row (0 for padding rows); B divisible by n_minibatches.
+      n_minibatches: number of minibatches.
+
+    Returns:
+      [n_minibatches, B // n_minibatches] int64 row indices, a permutation of range(B), ascending within each.
+    """
+    tokens = np.asarray(policy_tokens, np.int64).reshape(-1)
+    rows = tokens.shape[0]
+    if n_minibatches < 1 or rows % n_minibatches:
+        raise ValueError(f"{rows} rows do not split into {n_minibatches} minibatches of equal size; "
+                         "pad the batch with assembly.row_bucket")
+    cap = rows // n_minibatches
+    load = np.zeros(n_minibatches, np.int64)
+    count = np.zeros(n_minibatches, np.int64)
+    members: list[list[int]] = [[] for _ in range(n_minibatches)]
+    for row in np.argsort(-tokens, kind="stable"):
+        # lexicographic (load, count, index) among minibatches with a free row
+        key = np.where(count < cap, load * (cap + 1) + count, np.iinfo(np.int64).max)
+        target = int(np.argmin(key))
+        members[target].append(int(row))
+        load[target] += tokens[row]
+        count[target] += 1
+    return np.stack([np.sort(np.asarray(m, np.int64)) for m in members])
 
 
 def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatches: int, max_seq_len: int,

@@ -114,8 +114,8 @@ def _check_actor(c) -> None:
     if a.loss in COUPLED_ONLY_LOSSES and a.use_decoupled_loss:
         _fail("actor.use_decoupled_loss", True,
               f"{a.loss} uses the coupled ratio: set --config.actor.use_decoupled_loss=False")
-    if a.eps_clip is None and a.loss != "cispo":
-        _fail("actor.eps_clip", None, "only CISPO runs without a lower clip: set it in (0, 1), e.g. 0.2")
+    if a.eps_clip is None and losses.loss_default(a.loss, "eps_clip") is not None:
+        _fail("actor.eps_clip", None, "only CISPO and M2PO run without a lower clip: set it in (0, 1), e.g. 0.2")
     if a.eps_clip is not None and not 0 < a.eps_clip < 1:
         _fail("actor.eps_clip", a.eps_clip, "the PPO clip must be in (0, 1), e.g. 0.2")
     if a.eps_clip_higher is not None and a.eps_clip is not None and a.eps_clip_higher < a.eps_clip:
@@ -137,6 +137,10 @@ def _check_actor(c) -> None:
 
         if a.agg_mode not in aggregation.AGG_MODES:
             _fail("actor.agg_mode", a.agg_mode, f"use one of {aggregation.AGG_MODES} or None")
+    for key in ("agg_normalizer", "m2_threshold"):
+        if a[key] is not None and not a[key] > 0:
+            _fail(f"actor.{key}", a[key], "must be > 0 or None (agg_normalizer: the response-token budget; "
+                  "m2_threshold: e.g. 0.04)")
     if a.step_adv_const_length is not None and not a.step_adv_const_length > 0:
         _fail("actor.step_adv_const_length", a.step_adv_const_length, "k must be > 0 (the paper uses 10) or None for 1/|τ|")
     if a.kl_ctl < 0:
@@ -155,7 +159,7 @@ def _check_actor(c) -> None:
     try:
         rl_config.estimator_name(a)
     except ValueError as err:
-        _fail("actor.reward_norm", (a.reward_norm.mean_level, a.reward_norm.std_level), _one_line(err))
+        raise ConfigError(_one_line(err)) from None
     if c.env.group_size < 2 and "group" in (a.reward_norm.mean_level, a.reward_norm.std_level):
         _fail("env.group_size", c.env.group_size, "group reward normalisation needs G >= 2 episodes per group")
 
@@ -169,9 +173,11 @@ def _check_model(c) -> None:
     if m.max_new_tokens < 1:
         _fail("model.max_new_tokens", m.max_new_tokens, "must be >= 1")
     if not m.temperature > 0:
-        _fail("model.temperature", m.temperature, "must be > 0 (sampling needs it; behaviour log-probs use it)")
+        _fail("model.temperature", m.temperature, "must be > 0 (training samples; greedy decoding is for eval only)")
     if not 0 < m.top_p <= 1:
         _fail("model.top_p", m.top_p, "must be in (0, 1]")
+    if m.top_k < 0:
+        _fail("model.top_k", m.top_k, "must be >= 0 (0 = no top-k truncation)")
     if m.name == "pretrained":
         if m.checkpoint is None:
             _fail("model.checkpoint", None, "name a local HF directory: --config.model.checkpoint=/path/to/Qwen3-VL-8B")

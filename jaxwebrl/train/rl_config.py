@@ -1,8 +1,10 @@
 """Translate a run's `config.actor` into the jaxwebrl.rl objects: the advantage path and the loss.
 
-The reward normalisation is written the way the paper and AReaL write it (`reward_norm.mean_level/std_level`,
-`mean_leave1out`); jaxwebrl.rl names the same estimators (GRPO, Dr.GRPO, RLOO, ...). This module is the one
-place that maps one onto the other.
+A recipe names its advantage estimator (`actor.estimator`: "grpo", "drgrpo", "rloo", "success_filter", ..., the
+jaxwebrl.rl registry), as AReaL and Tunix users do; the reward normalisation is still written the way the paper
+and AReaL write it (`reward_norm.mean_level/std_level`, `mean_leave1out`), and must be the one the estimator
+implies, so an override of one without the other fails before the run starts. This module is the one place
+that maps one onto the other.
 """
 
 from __future__ import annotations
@@ -12,28 +14,38 @@ from ml_collections import config_dict
 from jaxwebrl.rl import advantages, losses
 from jaxwebrl.rl.normalization import NormConfig
 
-# (mean_level, std_level, mean_leave1out) of actor.reward_norm -> jaxwebrl.rl advantage estimator.
-ESTIMATOR_BY_NORM = {
-    ("group", "group", False): "grpo",
-    ("group", None, False): "drgrpo",
-    ("group", None, True): "rloo",
-    ("group", "batch", False): "liteppo",
-    ("batch", "batch", False): "batch",
-    (None, None, False): "raw",
+# advantage estimator -> the (mean_level, std_level, mean_leave1out) of actor.reward_norm it implies.
+NORM_OF_ESTIMATOR = {
+    "grpo": ("group", "group", False),
+    "drgrpo": ("group", None, False),
+    "rloo": ("group", None, True),
+    "liteppo": ("group", "batch", False),
+    "batch": ("batch", "batch", False),
+    "raw": (None, None, False),
+    "success_filter": (None, None, False),   # RAFT++: r̂ = 1 on success, 0 otherwise; no reward normalisation
 }
 
 
+def _levels(levels) -> str:
+    mean, std, leave1out = levels
+    return f"mean_level={mean!r}, std_level={std!r}, mean_leave1out={leave1out}"
+
+
 def estimator_name(actor: config_dict.ConfigDict) -> str:
-    """The advantage estimator `actor` asks for; RAFT++'s success filter overrides the reward norm."""
-    if actor.success_filter:
-        return "fbc"
+    """`actor.estimator`, checked against the reward normalisation it implies (ValueError, one line, otherwise)."""
+    name = actor.estimator
+    if name not in NORM_OF_ESTIMATOR:
+        raise ValueError(f"actor.estimator={name!r} is not an advantage estimator: use one of "
+                         f"{sorted(NORM_OF_ESTIMATOR)}")
     norm = actor.reward_norm
-    key = (norm.mean_level, norm.std_level, bool(norm.mean_leave1out))
-    if key not in ESTIMATOR_BY_NORM:
-        supported = ", ".join(f"{m}/{s}{' leave-one-out' if l else ''}" for m, s, l in ESTIMATOR_BY_NORM)
-        raise ValueError(f"reward_norm mean_level/std_level={key[0]}/{key[1]} (leave1out={key[2]}) has no "
-                         f"estimator; use one of {supported}")
-    return ESTIMATOR_BY_NORM[key]
+    levels = (norm.mean_level, norm.std_level, bool(norm.mean_leave1out))
+    implied = NORM_OF_ESTIMATOR[name]
+    if levels != implied:
+        match = [n for n, lv in NORM_OF_ESTIMATOR.items() if lv == levels and n != "success_filter"]
+        hint = f" (those levels are estimator {match[0]!r})" if match else ""
+        raise ValueError(f"actor.estimator={name!r} implies reward_norm {_levels(implied)} but the config has "
+                         f"{_levels(levels)}{hint}: change one to match the other")
+    return name
 
 
 def advantage_config(actor: config_dict.ConfigDict, *, max_new_tokens: int) -> advantages.AdvantageConfig:
@@ -65,22 +77,41 @@ def advantage_config(actor: config_dict.ConfigDict, *, max_new_tokens: int) -> a
 # actor.<field> -> keyword of the registered losses that accept it (None values keep the loss's own default).
 LOSS_KNOBS = {"eps_clip": "eps_clip", "eps_clip_higher": "eps_clip_higher", "c_clip": "c_clip",
               "behav_imp_weight_cap": "behav_imp_weight_cap", "agg_mode": "agg_mode",
-              "sapo_tau_pos": "tau_pos", "sapo_tau_neg": "tau_neg"}
+              "sapo_tau_pos": "tau_pos", "sapo_tau_neg": "tau_neg", "m2_threshold": "m2_threshold"}
+CONSTANT_NORMALIZER_MODE = "seq-mean-token-sum-norm"
 
 
-def loss_kwargs(actor: config_dict.ConfigDict) -> tuple:
-    """(name, value) pairs for `losses.get_loss(actor.loss)`: every set knob the loss accepts (hashable)."""
+def agg_mode(actor: config_dict.ConfigDict) -> str | None:
+    """The aggregation the loss will use: actor.agg_mode, else the registered loss's own (None if it has none)."""
+    if actor.agg_mode is not None:
+        return actor.agg_mode
+    if "agg_mode" not in losses.loss_kwarg_names(actor.loss):
+        return None
+    return losses.loss_default(actor.loss, "agg_mode")
+
+
+def loss_kwargs(actor: config_dict.ConfigDict, *, max_new_tokens: int) -> tuple:
+    """(name, value) pairs for `losses.get_loss(actor.loss)`: every set knob the loss accepts (hashable).
+    Dr.GRPO's constant normaliser (seq-mean-token-sum-norm) is `actor.agg_normalizer`, by default the response-token
+    budget `max_new_tokens` (the Dr.GRPO paper's constant): never the padded row width."""
     accepted = losses.loss_kwarg_names(actor.loss)
     out = []
     for field, kwarg in LOSS_KNOBS.items():
         value = actor[field]
         if kwarg in accepted and value is not None:
             out.append((kwarg, value))
+    if agg_mode(actor) == CONSTANT_NORMALIZER_MODE:
+        normalizer = actor.agg_normalizer if actor.agg_normalizer is not None else max_new_tokens
+        out.append(("agg_normalizer", float(normalizer)))
     return tuple(out)
 
 
 def ignored_knobs(actor: config_dict.ConfigDict) -> list[str]:
     """Set knobs the configured loss does not take (a recipe mistake worth refusing)."""
     accepted = losses.loss_kwarg_names(actor.loss)
-    return [f for f, kwarg in LOSS_KNOBS.items()
-            if actor[f] is not None and kwarg not in accepted and f not in ("eps_clip", "agg_mode")]
+    ignored = [f for f, kwarg in LOSS_KNOBS.items()
+               if actor[f] is not None and kwarg not in accepted and f not in ("eps_clip", "agg_mode")]
+    if actor.agg_normalizer is not None and agg_mode(actor) != CONSTANT_NORMALIZER_MODE:
+        ignored.append("agg_normalizer")
+    return ignored
+

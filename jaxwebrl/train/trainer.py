@@ -85,15 +85,16 @@ class Trainer:
         self.rollout_stats = rollout_stats or (lambda: {})
         self.mesh = mesh        # None: one device; else params sharded on it (multi-host: parallel/multihost.py)
         self._held = None       # a batch popped here while another process's was not ready yet
-        t, a = config.train, config.actor
+        t, a, m = config.train, config.actor, config.model
         optimizer_config = OptimizerConfig(
             lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
             weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps, max_grad_norm=t.max_grad_norm,
             updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs)
         self.settings = UpdateSettings(
-            loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a), use_decoupled_loss=a.use_decoupled_loss,
-            n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs, temperature=1.0,  # = the sampler's behave_logprobs
-            advantage=rl_config.advantage_config(a, max_new_tokens=config.model.max_new_tokens))
+            loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a, max_new_tokens=m.max_new_tokens),
+            use_decoupled_loss=a.use_decoupled_loss, n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
+            temperature=m.temperature, top_k=m.top_k, top_p=m.top_p,   # the sampler's: log-probs replay them
+            advantage=rl_config.advantage_config(a, max_new_tokens=m.max_new_tokens))
         texts = config_action_texts(config)   # the policy server's grammar: the policy is restricted to it
         self.constraint = None if texts is None else action_constraint(policy.processor, texts,
                                                                          policy.config.text.vocab_size)

@@ -4,15 +4,26 @@ A train step takes a batch of step rows (padded `[B, T]` arrays, see `UpdateBatc
   1. recomputes the proximal log-probs log π_prox with the current params (no gradient) — the decoupled
      loss's anchor, distinct from the behaviour log-probs the sampler recorded;
   2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → masked GAE);
-  3. splits the rows into `ppo_n_minibatches` and runs `ppo_n_epochs` passes of AdamW (grad-norm clip,
-     schedule) on the registered loss, each minibatch a jitted update with donated params and optimizer state.
-Log-probs, ratios and the loss are fp32 whatever the compute dtype.
+  3. splits the rows into `ppo_n_minibatches` of equal row count balanced by policy tokens
+     (`assembly.balanced_minibatches`) and runs `ppo_n_epochs` passes of AdamW (grad-norm clip, schedule) on the
+     registered loss, each minibatch a jitted update with donated params and optimizer state.
+
+Normaliser: each minibatch's loss is aggregated over that minibatch alone (token-mean: its sum over its own policy
+tokens / their count, the dropped tokens included), and each minibatch is one AdamW step, as in AReaL. Balancing
+keeps those denominators near equal, so every token weighs about the same in the train step. A minibatch without
+policy tokens (fewer token-carrying rows than minibatches) gets no forward pass and no optimizer step: its zero
+gradient would still move the weights through Adam's moments and weight decay.
+
+Log-probs (proximal and current) replay the sampler's transformation exactly (`token_logprobs`): the action
+constraint, the temperature, and top-k / top-p truncation, so they are log-probs of the same distribution the
+behaviour log-probs were recorded under. Log-probs, ratios and the loss are fp32 whatever the compute dtype.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from typing import Any
 
 import jax
@@ -20,9 +31,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxwebrl.models.sampler import sampling_logits, truncates
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.rl import losses
-from jaxwebrl.train.assembly import UpdateBatch
+from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
+
+log = logging.getLogger(__name__)
+
+# log(smallest normal float32): the replayed log-prob of a token outside the current truncated (top-k / top-p)
+# distribution. Its probability there is 0; the floor keeps ratios exp(lp - prox) at 0 and statistics finite.
+LOGPROB_FLOOR = float(np.log(np.finfo(np.float32).tiny))
 
 
 class UpdateInterrupted(RuntimeError):
@@ -38,7 +56,9 @@ class UpdateSettings:
     use_decoupled_loss: bool = True
     n_minibatches: int = 2
     n_epochs: int = 3
-    temperature: float = 1.0
+    temperature: float = 1.0           # the sampler's (model.temperature/top_k/top_p): log-probs replay them
+    top_k: int = 0
+    top_p: float = 1.0
     advantage: adv_lib.AdvantageConfig = adv_lib.AdvantageConfig()
 
 
@@ -76,16 +96,22 @@ def make_optimizer(config: OptimizerConfig):
     return optax.chain(*chain), lr_fn
 
 
-def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float,
-                   allowed: jax.Array | None = None) -> jax.Array:
-    """log π(x_t | x_<t) at every position t ≥ 1 (position 0 gets 0): [B, T, V] logits -> [B, T] float32.
-    allowed [B, T, V] bool or None: the tokens position t could be drawn from (the action grammar); the
-    softmax is taken over those only, as the sampler did."""
-    logits = logits[:, :-1].astype(jnp.float32) / temperature
-    if allowed is not None:
-        logits = jnp.where(allowed[:, 1:], logits, jnp.finfo(jnp.float32).min)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    picked = jnp.take_along_axis(logp, input_ids[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
+def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float = 1.0,
+                   allowed: jax.Array | None = None, *, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+    """log p(x_t | x_<t) at every position t ≥ 1 (position 0 gets 0) under the distribution the sampler draws
+    from (`sampler.sampling_logits`: constraint, temperature, top-k, top-p): [B, T, V] logits -> [B, T] float32.
+
+    allowed [B, T, V] bool or None: the tokens position t could be drawn from (the action grammar). With
+    truncation, a token outside the current top-k / top-p set (the weights moved since it was sampled) has
+    probability 0 there: its log-prob is `LOGPROB_FLOOR`, with no gradient.
+    """
+    processed = sampling_logits(logits[:, :-1], None if allowed is None else allowed[:, 1:], temperature=temperature,
+                                top_k=top_k, top_p=top_p)
+    targets = input_ids[:, 1:, None].astype(jnp.int32)
+    picked = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), targets, axis=-1)[..., 0]
+    if truncates(temperature, top_k, top_p):
+        inside = jnp.take_along_axis(processed, targets, axis=-1)[..., 0] > jnp.finfo(jnp.float32).min
+        picked = jnp.where(inside, picked, LOGPROB_FLOOR)
     return jnp.pad(picked, ((0, 0), (1, 0)))
 
 
@@ -94,7 +120,7 @@ def _masked_mean(x, mask):
     return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
-def _forward_logprobs(module, temperature, params, mb, grid):
+def _forward_logprobs(module, settings: UpdateSettings, params, mb, grid):
     logits, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
                              pixel_values=mb.get("pixel_values"),
                              image_grid_thw=None if grid is None else np.asarray(grid, np.int64))
@@ -102,7 +128,8 @@ def _forward_logprobs(module, temperature, params, mb, grid):
     if "constraint_states" in mb:  # [S, V] table rows per token; unconstrained positions allow every token
         states = mb["constraint_states"]
         allowed = jnp.where(states[..., None] >= 0, mb["allowed_table"][jnp.maximum(states, 0)], True)
-    return token_logprobs(logits, mb["input_ids"], temperature, allowed)
+    return token_logprobs(logits, mb["input_ids"], settings.temperature, allowed, top_k=settings.top_k,
+                          top_p=settings.top_p)
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,14 +140,14 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
     loss_kwargs = dict(settings.loss_kwargs)
 
     def logprobs_fn(params, mb, grid):
-        return _forward_logprobs(module, settings.temperature, params, mb, grid)
+        return _forward_logprobs(module, settings, params, mb, grid)
 
     def step_fn(params, opt_state, mb, grid):
         mask = mb["loss_mask"]
         behave = mb["behave_logprobs"] if settings.use_decoupled_loss else mb["prox_logprobs"]
 
         def objective(p):
-            logprobs = _forward_logprobs(module, settings.temperature, p, mb, grid)
+            logprobs = _forward_logprobs(module, settings, p, mb, grid)
             loss, stats = loss_fn(logprobs, mb["prox_logprobs"], behave, mb["advantages"], mask, **loss_kwargs)
             return loss, (stats, logprobs)
 
@@ -162,29 +189,31 @@ class Updater:
         """One train step. `should_stop()` is checked between minibatch updates: when it turns true the step is
         abandoned with UpdateInterrupted (the donated params are gone: resume from the last checkpoint)."""
         s = self.settings
-        rows = batch.input_ids.shape[0]
-        if rows % s.n_minibatches:
-            raise ValueError(f"batch of {rows} rows does not split into ppo_n_minibatches={s.n_minibatches}; "
-                             "pad rows to a multiple (see trainer.assemble)")
         n_real = batch.num_real_rows
         real_mask = batch.loss_mask[:n_real]
+        # 64-bit ids go in as they are: compute_token_advantages ranks them densely on the host before jit
         trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
                                  real_mask)
         advantages = np.zeros(batch.loss_mask.shape, np.float32)
         advantages[:n_real] = np.asarray(trace.advantages)
         token_rewards = np.asarray(trace.token_rewards)
 
-        minibatches = self._split(batch, advantages)
-        for mb, grid in minibatches:  # proximal log-probs, all before the first update of this step
-            mb["prox_logprobs"] = self._logprobs(params, mb, grid)
+        minibatches = [m for m in self._split(batch, advantages) if m.policy_tokens > 0]
+        for m in minibatches:  # proximal log-probs, all before the first update of this step
+            m.arrays["prox_logprobs"] = self._logprobs(params, m.arrays, m.grid)
         per_update: list[dict[str, Any]] = []
         for _ in range(s.n_epochs):
-            for mb, grid in minibatches:
+            for m in minibatches:
                 if should_stop is not None and should_stop():
                     raise UpdateInterrupted("train step abandoned on request")
-                params, opt_state, stats = self._step(params, opt_state, mb, grid)
+                params, opt_state, stats = self._step(params, opt_state, m.arrays, m.grid)
                 per_update.append(stats)
-        stats = {k: float(np.mean([float(u[k]) for u in per_update])) for k in per_update[0]}
+        if per_update:
+            stats = {k: float(np.mean([float(u[k]) for u in per_update])) for k in per_update[0]}
+        else:
+            log.warning("no policy token carries loss in this batch of %d rows: no optimizer step", n_real)
+            stats = dict.fromkeys(("actor_loss", "grad_norm", "approx_kl_abs", "behave_approx_kl_abs",
+                                   "policy_tokens"), 0.0)
         bool_mask = real_mask.astype(bool)
         stats["final_reward"] = float(token_rewards[bool_mask].mean()) if bool_mask.any() else 0.0
         stats["advantages"] = float(advantages[:n_real][bool_mask].mean()) if bool_mask.any() else 0.0
@@ -192,43 +221,77 @@ class Updater:
         return params, opt_state, stats
 
     def proximal_logprobs(self, params, batch: UpdateBatch) -> np.ndarray:
-        """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them)."""
-        out = [np.asarray(self._logprobs(params, mb, grid)) for mb, grid in self._split(batch, None)]
-        return np.concatenate(out, axis=0)
+        """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them), rows in batch order."""
+        out = np.zeros(batch.input_ids.shape, np.float32)
+        for m in self._split(batch, None):
+            out[m.rows] = np.asarray(self._logprobs(params, m.arrays, m.grid))
+        return out
 
-    def _split(self, batch: UpdateBatch, advantages):
-        """Contiguous row chunks, each with its rows' images (static grid per chunk)."""
+    def _split(self, batch: UpdateBatch, advantages) -> list["Minibatch"]:
+        """`n_minibatches` minibatches of equal row count, balanced by policy tokens, each with its rows' images."""
         s = self.settings
         rows = batch.input_ids.shape[0]
-        per = rows // s.n_minibatches
-        if batch.pixel_values is not None:
-            image_end = np.cumsum(batch.images_per_row)                      # [B] images up to each row
-            patch_end = np.cumsum(np.prod(batch.image_grid_thw, axis=-1))    # [N] patches up to each image
+        if rows % s.n_minibatches:
+            raise ValueError(f"batch of {rows} rows does not split into ppo_n_minibatches={s.n_minibatches}; "
+                             "pad rows to a multiple (see assembly.row_bucket)")
+        if batch.constraint_states is not None and self.allowed_table is None:
+            raise ValueError("the batch was decoded under an action constraint (constraint_states is set) "
+                             "but the Updater has no allowed_table: pass the constraint's `allowed`")
+        objective = batch.objective_mask
+        tokens = objective.sum(axis=1)
+        images = _RowImages(batch) if batch.pixel_values is not None else None
         out = []
-        for i in range(s.n_minibatches):
-            sl = slice(i * per, (i + 1) * per)
-            mb = {"input_ids": jnp.asarray(batch.input_ids[sl], jnp.int32),
-                  "attention_mask": jnp.asarray(batch.attention_mask[sl], jnp.int32),
-                  "loss_mask": jnp.asarray(batch.objective_mask[sl], jnp.int32),
-                  "behave_logprobs": jnp.asarray(batch.behave_logprobs[sl], jnp.float32)}
+        for index in balanced_minibatches(tokens, s.n_minibatches):
+            mb = {"input_ids": jnp.asarray(batch.input_ids[index], jnp.int32),
+                  "attention_mask": jnp.asarray(batch.attention_mask[index], jnp.int32),
+                  "loss_mask": jnp.asarray(objective[index], jnp.int32),
+                  "behave_logprobs": jnp.asarray(batch.behave_logprobs[index], jnp.float32)}
             if advantages is not None:
-                mb["advantages"] = jnp.asarray(advantages[sl], jnp.float32)
+                mb["advantages"] = jnp.asarray(advantages[index], jnp.float32)
             if batch.constraint_states is not None:
-                if self.allowed_table is None:
-                    raise ValueError("the batch was decoded under an action constraint (constraint_states is set) "
-                                     "but the Updater has no allowed_table: pass the constraint's `allowed`")
-                mb["constraint_states"] = jnp.asarray(batch.constraint_states[sl], jnp.int32)
+                mb["constraint_states"] = jnp.asarray(batch.constraint_states[index], jnp.int32)
                 mb["allowed_table"] = self.allowed_table
             grid = None
-            if batch.pixel_values is not None:
-                first_img = int(image_end[i * per - 1]) if i else 0
-                last_img = int(image_end[(i + 1) * per - 1])
-                if last_img > first_img:
-                    first_patch = int(patch_end[first_img - 1]) if first_img else 0
-                    mb["pixel_values"] = jnp.asarray(batch.pixel_values[first_patch:int(patch_end[last_img - 1])])
-                    grid = _grid_key(batch.image_grid_thw[first_img:last_img])
-            out.append((mb, grid))
+            if images is not None:
+                pixels, grid = images.of_rows(index)
+                if pixels is not None:
+                    mb["pixel_values"] = jnp.asarray(pixels)
+            out.append(Minibatch(rows=index, arrays=mb, grid=grid, policy_tokens=int(tokens[index].sum())))
         return out
+
+
+@dataclasses.dataclass
+class Minibatch:
+    """One minibatch: `rows` [R] indices into the batch, the jitted step's arrays, its static image grid."""
+
+    rows: np.ndarray
+    arrays: dict
+    grid: tuple | None
+    policy_tokens: int
+
+
+class _RowImages:
+    """The patches and grid rows of any subset of a batch's rows (images are stored row-major, prompt order)."""
+
+    def __init__(self, batch: UpdateBatch):
+        self.pixel_values = batch.pixel_values
+        self.grid = batch.image_grid_thw
+        per_row = np.asarray(batch.images_per_row, np.int64)
+        self.first_image = np.cumsum(per_row) - per_row                      # [B]
+        self.images_per_row = per_row
+        patches = np.prod(self.grid, axis=-1).astype(np.int64)              # [N]
+        self.first_patch = np.cumsum(patches) - patches
+        self.patches = patches
+
+    def of_rows(self, rows: np.ndarray):
+        """(pixel_values [P, D] or None, static grid key or None) of `rows`, in their order."""
+        images = np.concatenate([np.arange(self.first_image[r], self.first_image[r] + self.images_per_row[r])
+                                 for r in rows]).astype(np.int64)
+        if images.size == 0:
+            return None, None
+        patch_index = np.concatenate([np.arange(self.first_patch[i], self.first_patch[i] + self.patches[i])
+                                      for i in images])
+        return self.pixel_values[patch_index], _grid_key(self.grid[images])
 
 
 def _grid_key(grid) -> tuple:

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from jaxwebrl.train import rl_config
 from jaxwebrl.train.config_validation import ConfigError, validate
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,7 +20,7 @@ def load(name, arg=None):
 
 
 def test_the_family_is_complete():
-    expected = {"constT10", "grpo", "raftpp", "drgrpo", "rloo", "gspo", "dapo", "sapo", "cispo", "icepop", "sao"}
+    expected = {"constT10", "grpo", "raftpp", "drgrpo", "rloo", "gspo", "dapo", "sapo", "cispo", "icepop", "sao", "m2po"}
     assert expected <= set(RECIPES)
 
 
@@ -65,6 +66,13 @@ def test_constT10_is_the_paper_recipe():
     ("env.chromedriver", "no-such-chromedriver", r"^env\.chromedriver=.*apt-get install -y chromium-driver"),
     ("checkpoint.restore_from", "/nonexistent/ckpts", r"^checkpoint\.restore_from='/nonexistent/ckpts': checkpoint directory not found"),
     ("model.name", "pretrained", r"^model\.checkpoint=None: name a local HF directory"),
+    ("actor.estimator", "drgrpo", r"^actor\.estimator='drgrpo' implies reward_norm mean_level='group', std_level=None"),
+    ("actor.estimator", "gae", r"^actor\.estimator='gae' is not an advantage estimator: use one of"),
+    ("actor.reward_norm.mean_leave1out", True, r"^actor\.estimator='grpo' implies .*change one to match"),
+    ("actor.agg_normalizer", 48.0, r"^actor\.agg_normalizer=48\.0: loss 'ppo' does not use it"),
+    ("actor.eps_clip", None, r"^actor\.eps_clip=None: only CISPO and M2PO"),
+    ("actor.m2_threshold", -1.0, r"^actor\.m2_threshold=-1\.0: must be > 0"),
+    ("model.top_k", -1, r"^model\.top_k=-1: must be >= 0"),
 ])
 def test_bad_values_fail_in_one_line_naming_the_key(key, value, message, tmp_path):
     _, c = load("constT10")
@@ -90,3 +98,32 @@ def test_toy_variant_needs_no_browser(tmp_path):
     _, c = load("constT10", "toy")
     c.env.chromium = "/nonexistent/chromium"
     validate(c, str(tmp_path))
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_recipe_names_its_estimator(name):
+    """The estimator is stated in the recipe file itself (not inherited silently) and agrees with reward_norm."""
+    with open(os.path.join(REPO, "configs", f"{name}.py")) as f:
+        assert "c.actor.estimator = " in f.read()
+    _, c = load(name)
+    assert rl_config.advantage_config(c.actor, max_new_tokens=c.model.max_new_tokens).estimator == c.actor.estimator
+
+
+def test_estimators_of_the_recipes():
+    named = {name: load(name)[1].actor.estimator for name in ("constT10", "grpo", "drgrpo", "rloo", "raftpp", "m2po")}
+    assert named == {"constT10": "grpo", "grpo": "grpo", "drgrpo": "drgrpo", "rloo": "rloo",
+                     "raftpp": "success_filter", "m2po": "grpo"}
+
+
+def test_drgrpo_normaliser_defaults_to_the_response_budget():
+    _, c = load("drgrpo", "qwen3vl_8b")
+    assert dict(rl_config.loss_kwargs(c.actor, max_new_tokens=c.model.max_new_tokens))["agg_normalizer"] == 512.0
+    c.actor.agg_normalizer = 256.0
+    assert dict(rl_config.loss_kwargs(c.actor, max_new_tokens=512))["agg_normalizer"] == 256.0
+    assert "agg_normalizer" not in dict(rl_config.loss_kwargs(load("grpo")[1].actor, max_new_tokens=48))
+
+
+def test_m2po_recipe_binds_the_threshold_and_no_clip():
+    _, c = load("m2po")
+    kwargs = dict(rl_config.loss_kwargs(c.actor, max_new_tokens=48))
+    assert kwargs["m2_threshold"] == 0.04 and "eps_clip" not in kwargs and "c_clip" not in kwargs

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxwebrl.models.policy import tiny_policy
-from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint, sample_logits
+from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint, sample_logits, sampling_logits
 
 N = 10  # max new tokens
 CHUNK = 4
@@ -88,7 +88,6 @@ def test_sampled_logprobs_equal_teacher_forced(policy, sampler, prompts, referen
         assert len(r.tokens) == N and r.finish_reason == "length"
         forced = teacher[row, np.arange(N), r.tokens]
         np.testing.assert_allclose(r.logprobs, forced, atol=1e-5, rtol=0)  # ratio-one invariant
-        np.testing.assert_allclose(r.sampling_logprobs, r.logprobs, atol=1e-6)  # T=1, no truncation
         assert r.logprobs.dtype == np.float32 and (r.versions == 7).all()
         np.testing.assert_array_equal(r.prompt_ids, prompts[row]["input_ids"])
     assert len({tuple(r.tokens) for r in results}) > 1
@@ -161,7 +160,9 @@ def test_weight_swap_between_chunks_records_versions(policy, sampler, prompts):
     np.testing.assert_array_equal(swapped_tokens[:, :1 + CHUNK], unswapped[:, :1 + CHUNK])
 
 
-def test_top_k_top_p_temperature(policy, sampler, prompts, reference_logits):
+def test_logprobs_are_those_of_the_tempered_truncated_distribution(policy, sampler, prompts, reference_logits):
+    """The recorded log-prob is the one of the distribution the token was drawn from (temperature, top-k, top-p),
+    computed here independently from cache-free logits."""
     sampling = SamplingParams(max_new_tokens=N, temperature=0.7, top_k=5, top_p=0.8)
     results = sampler.generate((policy.params, 0), prompts, sampling, seed=3)
     logits = reference_logits(_padded(results))
@@ -178,8 +179,8 @@ def test_top_k_top_p_temperature(policy, sampler, prompts, reference_logits):
         keep = (np.cumsum(probs, -1) - probs) < 0.8
         threshold = np.where(keep, order, np.inf).min(-1, keepdims=True)
         behaviour = _log_softmax(np.where(scaled >= threshold, scaled, -1e30))
-        np.testing.assert_allclose(r.sampling_logprobs, behaviour[np.arange(N), r.tokens], atol=1e-4)
-        np.testing.assert_allclose(r.logprobs, _log_softmax(rows)[np.arange(N), r.tokens], atol=1e-5)
+        np.testing.assert_allclose(r.logprobs, behaviour[np.arange(N), r.tokens], atol=1e-5)
+        assert np.abs(r.logprobs - _log_softmax(rows)[np.arange(N), r.tokens]).max() > 0.05  # not the T=1 softmax
 
 
 ACTION_PATTERN = r'click\((\d{1,3}), (\d{1,3})\)|go_back\(\)|type\("[a-z ]{1,8}"\)'
@@ -200,7 +201,7 @@ def test_constrained_decoding_emits_only_well_formed_actions(policy, prompts):
     for r in results:
         assert r.finish_reason == "stop_token" and r.tokens[-1] == end
         assert re.fullmatch(ACTION_PATTERN, tokenizer.decode(r.tokens[:-1]))
-        assert (r.sampling_logprobs >= r.logprobs - 1e-6).all()  # mass renormalised onto the allowed tokens
+        assert (r.logprobs <= 0).all() and (r.logprobs == 0).any()  # forced characters carry log 1
 
 
 def test_forced_prefix_is_prefilled_exactly_as_decoding_it(policy, prompts):
@@ -275,11 +276,30 @@ def test_sample_logits_unit():
     assert draw(SamplingParams(1, top_k=1)) == {0}
     assert draw(SamplingParams(1)) == {0, 1, 2, 3}
     allowed = jnp.array([[False, False, True, True]])
-    token, logprob, sampling_logprob = sample_logits(logits, keys[0], SamplingParams(1, temperature=0.0), allowed)
-    # the policy is the model restricted to the allowed tokens: 0.15 / (0.15 + 0.05)
+    token, logprob = sample_logits(logits, keys[0], SamplingParams(1, temperature=0.0), allowed)
+    # greedy: the model's own softmax restricted to the allowed tokens, 0.15 / (0.15 + 0.05)
     assert int(token[0]) == 2 and float(logprob[0]) == pytest.approx(np.log(0.75), abs=1e-6)
-    assert float(sampling_logprob[0]) == 0.0
+    # sampled: the log-prob of the truncated, renormalised distribution (top-p 0.7 keeps 0.5 and 0.3)
+    token, logprob = sample_logits(logits, keys[1], SamplingParams(1, top_p=0.7))
+    assert float(logprob[0]) == pytest.approx(np.log([0.5, 0.3][int(token[0])] / 0.8), abs=1e-6)
     with pytest.raises(ValueError, match="allow no token"):
         TokenConstraint.from_vocab_mask(np.zeros(4, bool))
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(4, top_p=0.0)
+
+
+def test_sampling_logits_hand_computed():
+    """Temperature first, then the constraint, top-k and top-p; excluded tokens get float32's lowest value, so a
+    replayed token outside the kept set has a finite log-prob; the kept set is not differentiated."""
+    logits = jnp.log(jnp.array([[0.4, 0.3, 0.2, 0.1]], jnp.float32))
+    x = sampling_logits(logits, temperature=0.5)
+    np.testing.assert_allclose(jax.nn.softmax(x), [[16 / 30, 9 / 30, 4 / 30, 1 / 30]], rtol=1e-6)
+    x = sampling_logits(logits, temperature=0.5, top_p=0.8)     # 16/30 + 9/30 >= 0.8: two tokens stay
+    np.testing.assert_allclose(jax.nn.softmax(x), [[16 / 25, 9 / 25, 0, 0]], rtol=1e-6)
+    assert float(x[0, 3]) == float(jnp.finfo(jnp.float32).min)
+    x = sampling_logits(logits, jnp.array([[False, True, True, True]]), top_k=2)
+    np.testing.assert_allclose(jax.nn.softmax(x), [[0, 0.6, 0.4, 0]], rtol=1e-6)
+    g = jax.grad(lambda z: jax.nn.log_softmax(sampling_logits(z, temperature=0.7, top_k=3, top_p=0.9))[0, 0])(logits)
+    assert np.all(np.isfinite(np.asarray(g)))
+    with pytest.raises(ValueError, match="temperature > 0"):
+        sampling_logits(logits, temperature=0.0)

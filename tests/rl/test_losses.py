@@ -76,7 +76,9 @@ def test_behaviour_weight_and_dropping_cap_keep_denominator():
     capped, stats = losses.ppo_actor_loss(lp, prox, behave, adv, mask, behav_imp_weight_cap=5.0)
     np.testing.assert_allclose(capped, -(1 + 2) / 3, rtol=1e-5)    # token 2 dropped, still counted in /3
     np.testing.assert_allclose(stats["behave_cap_ratio"], 1 / 3, rtol=1e-6)
-    np.testing.assert_allclose(stats["behave_approx_kl"], np.mean(-np.log([1.0, 0.5, 0.1])), rtol=1e-5)
+    # the behaviour-gap stats average over the tokens that keep their weight (AReaL's behave_mask), not the dropped
+    np.testing.assert_allclose(stats["behave_approx_kl"], np.mean(-np.log([1.0, 0.5])), rtol=1e-5)
+    np.testing.assert_allclose(stats["behave_imp_weight"], 1.5, rtol=1e-5)
     g = _grad_lp(losses.ppo_actor_loss, lp, prox, behave, adv, mask, behav_imp_weight_cap=5.0)
     np.testing.assert_allclose(g, [[-1 / 3, -2 / 3, 0.0, 0.0]], rtol=1e-5)
 
@@ -172,9 +174,9 @@ def test_icepop_and_kpop_rejection():
     clamp = RejectionConfig(metric="ratio", action="clamp", lower=0.5, upper=5.0)
     loss, stats = losses.decoupled_ppo_loss(zeros, zeros, behave, adv, mask, rejection=clamp)
     np.testing.assert_allclose(loss, -(1 + 5 + 0.5 + 1) / 4, rtol=1e-5)
-    seq = RejectionConfig(metric="ratio", level="sequence", lower=0.5, upper=5.0)  # geo-mean 10^.25 -> kept
+    seq = RejectionConfig(metric="ratio", level="sequence", lower=0.5, upper=5.0)  # geo-mean 2.5^.25 -> kept
     loss, _ = losses.decoupled_ppo_loss(zeros, zeros, behave, adv, mask, rejection=seq)
-    np.testing.assert_allclose(loss, -(1 + 10 + 0.25 + 1) / 4, rtol=1e-5)
+    np.testing.assert_allclose(loss, -(2.5 ** 0.25), rtol=1e-5)   # every token weighs the sequence's geometric mean
     lp_prox = np.log(np.array([[0.5, 0.9, 0.5, 0.5]]))
     lp_behave = np.log(np.array([[0.5, 0.01, 0.5, 0.5]]))
     _, stats = losses.get_loss("kpop")(lp_prox, lp_prox, lp_behave, adv, mask, rejection=RejectionConfig(
@@ -207,9 +209,10 @@ def test_no_gradient_reaches_evidence_and_masked_tokens_get_none(name):
     lp[1, 2] = 50.0
     prox[1, 2] = -1e4
     fn = losses.get_loss(name)
+    kw = {"agg_normalizer": 8.0} if name == "drgrpo" else {}
 
     def total(lp, prox, behave, adv):
-        return fn(lp, prox, behave, adv, mask)
+        return fn(lp, prox, behave, adv, mask, **kw)
 
     (loss, stats), grads = jax.value_and_grad(total, argnums=(0, 1, 2, 3), has_aux=True)(
         *(jnp.asarray(a) for a in (lp, prox, behave, adv)))

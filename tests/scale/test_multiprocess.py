@@ -82,8 +82,9 @@ def test_two_processes_match_one_process_on_eight_devices(tmp_path):
     for key, value in single.items():
         np.testing.assert_array_equal(multi[0][key], multi[1][key])
         # Adam's normalised steps (up to lr = 1e-2 each) amplify float reassociation differences of near-zero
-        # gradients between the two layouts; 1e-4 is 1% of one step
-        np.testing.assert_allclose(multi[0][key], value, rtol=1e-4, atol=1e-4, err_msg=key)
+        # gradients between the two layouts; 5e-4 is 5% of one step (measured: 3.2e-4 at most, 3 of 214,944
+        # weights above 1e-4, with the token-balanced minibatches; 6.5e-5 with the former contiguous ones)
+        np.testing.assert_allclose(multi[0][key], value, rtol=1e-4, atol=5e-4, err_msg=key)
         if not np.allclose(value, initial[key]):
             moved.append(key)
     decoder = [key for key in single if key.startswith("['language_model']")]

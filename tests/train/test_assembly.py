@@ -1,19 +1,70 @@
 """Episodes written by a real worker into a real ring buffer become one padded UpdateBatch with their images."""
 
+import itertools
+
 import numpy as np
+import pytest
 
 from jaxwebrl.buffer import RingBuffer
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
-from jaxwebrl.train.assembly import assemble, row_bucket
+from jaxwebrl.train.assembly import assemble, balanced_minibatches, row_bucket, rows_bucket
 
 IMAGE_TOKEN = 266
 
 
-def test_row_bucket():
-    assert [row_bucket(n, 2) for n in (1, 2, 3, 5, 9, 17)] == [2, 2, 4, 8, 16, 32]
+def test_row_buckets_step_by_at_most_a_quarter():
+    assert [rows_bucket(n) for n in (1, 2, 3, 4, 5, 7, 8, 9, 11, 17, 33, 65, 81, 129, 1000)] == \
+        [1, 2, 3, 4, 5, 7, 8, 10, 12, 20, 40, 80, 96, 160, 1024]
+    for n in range(1, 5000):
+        bucket = rows_bucket(n)
+        assert n <= bucket and (bucket - n) < 0.2 * bucket + 1      # padding rows under a fifth of the shape
+    assert len({rows_bucket(n) for n in range(257, 513)}) == 4       # four shapes per octave
+    assert [row_bucket(n, 2) for n in (1, 2, 3, 5, 9, 17, 129)] == [2, 2, 4, 6, 10, 20, 160]
+
+
+def _makespans(tokens, n_minibatches):
+    split = balanced_minibatches(tokens, n_minibatches)
+    return split, np.array([tokens[rows].sum() for rows in split])
+
+
+def test_balanced_minibatches_fix_the_issue_cases():
+    """17 rows in 4 minibatches were [8, 8, 1, 0] real rows and 129 in 2 were [128, 1] (contiguous chunks, padding
+    last); balanced by policy tokens, no minibatch is empty and every one has the bucket's row count."""
+    rng = np.random.default_rng(0)
+    for n, k in ((17, 4), (129, 2), (5, 4)):
+        rows = row_bucket(n, k)
+        tokens = np.zeros(rows, np.int64)
+        tokens[:n] = rng.integers(1, 60, size=n)
+        split, loads = _makespans(tokens, k)
+        assert split.shape == (k, rows // k)
+        np.testing.assert_array_equal(np.sort(split.ravel()), np.arange(rows))
+        assert (loads > 0).all() and loads.max() - loads.min() <= tokens.max()
+        real = [(r < n).sum() for r in split]
+        assert min(real) >= 1, real
+    split, loads = _makespans(np.array([10, 0, 0, 0]), 2)              # one row with tokens: one minibatch has it
+    assert sorted(loads) == [0, 10]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_balanced_minibatches_are_within_the_greedy_bound_of_the_optimum(seed):
+    """Longest-first greedy (LPT, as AReaL's FFD allocation sorts before placing): the heaviest minibatch is within
+    4/3 - 1/(3k) of the best split with equal row counts, found here by brute force."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(2, 4))
+    per = int(rng.integers(1, 4))
+    tokens = rng.integers(0, 100, size=k * per)
+    _, loads = _makespans(tokens, k)
+    best = min(max(tokens[list(p[i * per:(i + 1) * per])].sum() for i in range(k))
+               for p in itertools.permutations(range(k * per)))
+    assert loads.max() <= (4 / 3 - 1 / (3 * k)) * best + 1e-9 or loads.max() == best
+
+
+def test_balanced_minibatches_refuse_rows_that_do_not_split_evenly():
+    with pytest.raises(ValueError, match="equal size"):
+        balanced_minibatches(np.ones(5), 2)
 
 
 def test_assemble_rows_tokens_and_pixels(tmp_path):

@@ -1,14 +1,17 @@
 """The jitted update on the tiny Qwen3-VL policy and real toy episodes: proximal log-probs, advantages, updates."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs.constT10 import get_config
 from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint
+from jaxwebrl.rollout.action_space import constraint_states, decision_mask
 from jaxwebrl.train import rl_config
-from jaxwebrl.train.assembly import assemble
-from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
+from jaxwebrl.train.assembly import UpdateBatch, assemble, row_bucket
+from jaxwebrl.train.update import LOGPROB_FLOOR, OptimizerConfig, Updater, UpdateSettings, token_logprobs
 from tests.train.conftest import play_toy
 
 
@@ -29,7 +32,7 @@ def updater_for(policy, config):
     a, t = config.actor, config.train
     optimizer = OptimizerConfig(lr=t.lr, total_steps=10, max_grad_norm=t.max_grad_norm,
                                 updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs)
-    settings = UpdateSettings(loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a), use_decoupled_loss=True,
+    settings = UpdateSettings(loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a, max_new_tokens=64), use_decoupled_loss=True,
                               n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
                               advantage=rl_config.advantage_config(a, max_new_tokens=64))
     updater = Updater(policy.module, settings, optimizer)
@@ -80,3 +83,143 @@ def test_update_is_deterministic(policy, updater, toy_buffer):
         outs.append(updater(params, tx.init(params), batch)[0])
     for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _sharpened(policy):
+    """The tiny policy with its embeddings ×4: peaked enough that top-p 0.9 cuts real mass off."""
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: x * 4.0 if "embedding" in jax.tree_util.keystr(path) else x, policy.params)
+    return policy.replace_params(params)
+
+
+def _sampled_batch(prompts, results, n_minibatches, constraint=None):
+    """An UpdateBatch of one row per generation (prompt + sampled tokens), behaviour log-probs as recorded."""
+    rows = [np.concatenate([p["input_ids"], r.tokens]) for p, r in zip(prompts, results)]
+    n, width = len(rows), 64
+    B = row_bucket(n, n_minibatches)
+    ids, attention, mask = (np.zeros((B, width), np.int32) for _ in range(3))
+    behave = np.zeros((B, width), np.float32)
+    for i, (prompt, result, row) in enumerate(zip(prompts, results, rows)):
+        start = len(prompt["input_ids"])
+        ids[i, :len(row)], attention[i, :len(row)], mask[i, start:len(row)] = row, 1, 1
+        behave[i, start:len(row)] = result.logprobs
+    attention[n:, 0] = 1
+    with_images = [p for p in prompts if len(p["image_grid_thw"])]
+    states = decisions = None
+    if constraint is not None:
+        states, admitted = constraint_states(constraint, ids, mask)
+        decisions = decision_mask(constraint, states, mask, admitted)
+    return UpdateBatch(
+        input_ids=ids, attention_mask=attention, loss_mask=mask, behave_logprobs=behave,
+        rewards=np.zeros(n, np.float32), episode_ids=np.arange(n), group_ids=np.zeros(n, np.int64), num_real_rows=n,
+        pixel_values=np.concatenate([p["pixel_values"] for p in with_images]),
+        image_grid_thw=np.concatenate([p["image_grid_thw"] for p in with_images]),
+        images_per_row=np.array([len(p["image_grid_thw"]) for p in prompts] + [0] * (B - n), np.int32),
+        constraint_states=states, decision_mask=decisions)
+
+
+def test_trainer_replays_temperature_top_p_and_top_k_exactly(policy):
+    """Sampled at temperature 0.7 and top-p 0.9 (then with top-k 20 and the action grammar too), the trainer's
+    recomputed log-probs equal the sampler's recorded ones to 1e-5: both are log-probs of the tempered, truncated
+    distribution. Replaying at temperature 1 (the old trainer) or without the truncation is visibly off."""
+    sharp = _sharpened(policy)
+    processor = sharp.processor
+    image = np.random.default_rng(0).integers(0, 256, (56, 56, 3), dtype=np.uint8)
+    prompts = [processor.encode("<|vision_start|><|image_pad|><|vision_end|>click OK", [image]),
+               processor.encode("<|im_start|>user\ngo<|im_end|>\n<|im_start|>assistant\n"),
+               processor.encode("<|vision_start|><|image_pad|><|vision_end|>next", [image[::-1]]),
+               processor.encode("a longer prompt, y")]
+    tokenizer = processor.tokenizer
+    end = tokenizer.token_to_id("<|im_end|>")
+    actions = ["click(250, 500)", "click(750, 500)", "click(75, 80)", "go_back()"]
+    grammar = TokenConstraint.from_token_sequences([tokenizer.encode(a).tolist() for a in actions],
+                                                   tokenizer.vocab_size, end)
+    cases = [(SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.9), None),
+             (SamplingParams(max_new_tokens=12, temperature=0.7, top_k=20, top_p=0.9, stop_token_ids=(end,)), grammar)]
+    optimizer = OptimizerConfig(lr=1e-3, total_steps=1)
+    for sampling, constraint in cases:
+        sampler = Sampler(sharp.module, sharp.config, pad_token_id=tokenizer.pad_token_id, decode_chunk=4,
+                          prompt_multiple=32, constraint=constraint)
+        results = sampler.generate((sharp.params, 0), prompts * 2, sampling, seed=5)
+        batch = _sampled_batch(prompts * 2, results, n_minibatches=2, constraint=constraint)
+        allowed = None if constraint is None else constraint.allowed
+        policy_tokens = batch.loss_mask.astype(bool)
+
+        def replay(**transform):
+            settings = UpdateSettings(n_minibatches=2, n_epochs=1, **transform)
+            return Updater(sharp.module, settings, optimizer, allowed_table=allowed).proximal_logprobs(sharp.params, batch)
+
+        same = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+        recomputed = replay(**same)
+        np.testing.assert_allclose(recomputed[policy_tokens], batch.behave_logprobs[policy_tokens], atol=1e-5, rtol=0)
+        free = batch.objective_mask.astype(bool)
+        assert np.abs(replay()[free] - batch.behave_logprobs[free]).max() > 0.05               # temperature 1
+        untruncated = replay(temperature=sampling.temperature)
+        assert np.abs(untruncated[free] - batch.behave_logprobs[free]).max() > 1e-3             # no top-k/top-p
+
+
+def test_minibatches_are_balanced_by_policy_tokens(policy, updater, toy_buffer):
+    """Real toy rows split into 2 minibatches of equal row count whose policy-token counts differ by at most one
+    row's (the greedy bound), every row exactly once, the images following their rows."""
+    play_toy(toy_buffer, groups=2, group_size=4, epsilon=0.6, seed=4)
+    episodes, _ = toy_buffer.read(None, group_size=4)
+    batch, _ = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
+                        n_minibatches=2, max_seq_len=512)
+    updater, _ = updater
+    minibatches = updater._split(batch, None)
+    tokens = [m.policy_tokens for m in minibatches]
+    assert len(minibatches) == 2 and min(tokens) > 0
+    assert max(tokens) - min(tokens) <= batch.loss_mask.sum(axis=1).max()
+    np.testing.assert_array_equal(np.sort(np.concatenate([m.rows for m in minibatches])), np.arange(len(batch.input_ids)))
+    for m in minibatches:
+        np.testing.assert_array_equal(np.asarray(m.arrays["input_ids"]), batch.input_ids[m.rows])
+        n_images = int(batch.images_per_row[m.rows].sum())
+        assert len(m.grid) == n_images and m.arrays["pixel_values"].shape[0] == sum(np.prod(g) for g in m.grid)
+
+
+def test_a_minibatch_without_policy_tokens_takes_no_step(policy, updater, toy_buffer):
+    """One row carries loss and there are 2 minibatches: the other gets no forward and no AdamW step (its zero
+    gradient would still move the weights through weight decay and the moments), so the result equals one
+    minibatch holding every row."""
+    play_toy(toy_buffer, groups=1, group_size=4, epsilon=0.6, seed=3)
+    episodes, _ = toy_buffer.read(None, group_size=4)
+    batch, _ = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
+                        n_minibatches=2, max_seq_len=512)
+    only = np.zeros_like(batch.loss_mask)
+    only[0] = batch.loss_mask[0]
+    won = batch.episode_ids == batch.episode_ids[0]           # row 0's episode succeeds, the group's others fail
+    one_row = batch._replace(loss_mask=only, rewards=won.astype(np.float32))
+    config = get_config("toy")
+    a = config.actor
+    optimizer = OptimizerConfig(lr=1e-3, total_steps=10, weight_decay=0.1, updates_per_step=2)
+    outs = []
+    for n_minibatches in (2, 1):
+        settings = UpdateSettings(loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a, max_new_tokens=64),
+                                  n_minibatches=n_minibatches, n_epochs=2,
+                                  advantage=rl_config.advantage_config(a, max_new_tokens=64))
+        step = Updater(policy.module, settings, optimizer)
+        params = jax.tree.map(lambda x: x.copy(), policy.params)
+        outs.append(step(params, step.optimizer.init(params), one_row))
+    (split_params, _, split_stats), (whole_params, _, whole_stats) = outs
+    assert split_stats["optimizer_updates"] == whole_stats["optimizer_updates"] == 2
+    assert split_stats["policy_tokens"] == whole_stats["policy_tokens"] == only.sum()
+    for x, y, p in zip(jax.tree.leaves(split_params), jax.tree.leaves(whole_params), jax.tree.leaves(policy.params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=2e-6)   # an extra step: ~1e-3
+    moved = max(float(np.abs(np.asarray(x) - np.asarray(p)).max())
+                for x, p in zip(jax.tree.leaves(split_params), jax.tree.leaves(policy.params)))
+    assert moved > 1e-4
+
+
+def test_a_token_outside_the_truncated_set_gets_the_floor_and_no_gradient():
+    """The weights moved since sampling and the sampled token left the top-k set: under the truncated policy its
+    probability is 0, so its replayed log-prob is LOGPROB_FLOOR (ratio and weight 0) with no gradient; tokens inside
+    keep the renormalised log-prob and its gradient."""
+    logits = jnp.log(jnp.array([[[0.5, 0.3, 0.15, 0.05]] * 3], jnp.float32))      # [1, 3, 4]
+    ids = jnp.array([[0, 3, 1]])                                                    # token 3 is outside the top 2
+    lp = token_logprobs(logits, ids, 1.0, top_k=2)
+    np.testing.assert_allclose(lp, [[0.0, LOGPROB_FLOOR, np.log(0.3 / 0.8)]], rtol=1e-6)
+    grad = jax.grad(lambda x: token_logprobs(x, ids, 1.0, top_k=2).sum())(logits)
+    assert np.all(np.asarray(grad[0, 0]) == 0.0)                                   # the floored position
+    assert np.abs(np.asarray(grad[0, 1])).sum() > 0
+    np.testing.assert_allclose(token_logprobs(logits, ids, 1.0), jnp.log(jnp.array([[1.0, 0.05, 0.3]])).at[0, 0].set(0),
+                               rtol=1e-6)                                          # no truncation: no floor
