@@ -36,6 +36,7 @@ import numpy as np
 
 from jaxwebrl.models import kv_cache
 from jaxwebrl.models.constraints import TokenConstraint
+from jaxwebrl.models.decoder import unstack_layers
 from jaxwebrl.parallel import partition
 from jaxwebrl.parallel.mesh import batch_divisor
 
@@ -149,6 +150,13 @@ class Sampler:
                  mesh=None):
         if decode_chunk < 1:
             raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
+        self._stacked_layers = bool(config.scan_layers)
+        if self._stacked_layers:  # the KV-cache path runs the unrolled twin on unstacked weights
+            from jaxwebrl.models.vl_model import VisionLanguageModel
+
+            config = config.replace(scan_layers=False)
+            module = VisionLanguageModel(config)
+        self._unstacked: tuple[Any, Any] | None = None   # (stacked params seen last, their unstacked copy)
         self.module, self.config = module, config
         self.pad_token_id = int(pad_token_id)
         self.decode_chunk = int(decode_chunk)
@@ -204,9 +212,9 @@ class Sampler:
                     prefix, prefix_state, *, grid, sampling: SamplingParams) -> DecodeState:
         """Prompt (ending with the forced `prefix` [P], already in `input_ids`) -> cache and the first sample."""
         self.trace_counts["prefill"] += 1
-        logits, cache = self.module.apply(
+        logits, cache = self.module.apply(   # head="last": logits of the last position only, [B, 1, V]
             {"params": params}, input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
-            image_grid_thw=None if grid is None else np.asarray(grid), cache=cache)
+            image_grid_thw=None if grid is None else np.asarray(grid), cache=cache, head="last")
         b, n, p = input_ids.shape[0], sampling.max_new_tokens, prefix.shape[0]
         done = ~attention_mask[:, -1].astype(bool)  # empty filler rows are done from the start
         state = DecodeState(
@@ -242,6 +250,10 @@ class Sampler:
     # ------------------------------------------------------------------ host side
     def _weights(self, weights) -> tuple[Any, int]:
         params, version = weights() if callable(weights) else weights
+        if self._stacked_layers:   # once per published version, not per chunk
+            if self._unstacked is None or self._unstacked[0] is not params:
+                self._unstacked = (params, unstack_layers(params, self.config.text.num_layers))
+            params = self._unstacked[1]
         if self.mesh is not None:
             if self._param_shardings is None:
                 self._param_shardings = partition.param_shardings(params, self.mesh)

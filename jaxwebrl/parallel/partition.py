@@ -112,10 +112,22 @@ def spec_for(path: str, rules: Rules = DEFAULT_RULES) -> PartitionSpec:
     )
 
 
+# Stacked layer params (scan_layers): leaves [L, ...] under language_model/layers/ keep the layer axis whole.
+STACKED_LAYERS = re.compile(r"(^|/)language_model/layers/")
+
+
+def param_spec(path: str, shape: Sequence[int], mesh: Mesh, rules: Rules = DEFAULT_RULES) -> PartitionSpec:
+    """The shape-fitted spec of one parameter; a stacked layer leaf gets its layer's spec behind a whole L axis."""
+    spec = spec_for(path, rules)
+    if STACKED_LAYERS.search(path):
+        spec = P(None, *spec)
+    return fit_spec(spec, shape, mesh)
+
+
 def partition_specs(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
     """Pytree of PartitionSpec, one per parameter (shape-fitted to `mesh`)."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, leaf: fit_spec(spec_for(path_string(path), rules), np.shape(leaf), mesh), params
+        lambda path, leaf: param_spec(path_string(path), np.shape(leaf), mesh, rules), params
     )
 
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jaxwebrl.models import vision_layout
 from jaxwebrl.models.config import VisionConfig
 from jaxwebrl.models.layers import dense, layer_norm
-from jaxwebrl.models.vision_blocks import VisionAttention, activation, vision_rotary
+from jaxwebrl.models.vision_blocks import VisionAttention, activation, block_class, vision_rotary
 
 
 class VisionMLP(nn.Module):
@@ -31,12 +31,13 @@ class VisionBlock(nn.Module):
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    attention_chunk: int = 0
 
     @nn.compact
     def __call__(self, x, cos, sin, layout):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", **kw)(
+        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", attention_chunk=self.attention_chunk, **kw)(
             layer_norm("norm1", **kw)(x), cos, sin, layout
         )
         return x + VisionMLP(c.hidden_size, c.intermediate_size, c.hidden_act, name="mlp", **kw)(
@@ -70,9 +71,13 @@ class PatchMerger(nn.Module):
 
 
 class Qwen3VisionModel(nn.Module):
+    """`remat`: rematerialisation policy of every block; `attention_chunk`: queries per attention chunk (0: dense)."""
+
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    remat: str = "none"
+    attention_chunk: int = 0
 
     @nn.compact
     def __call__(self, pixel_values: jax.Array, image_grid_thw):
@@ -93,8 +98,9 @@ class Qwen3VisionModel(nn.Module):
         cos, sin = vision_rotary(vision_layout.patch_positions(grid, c.spatial_merge_size), c.head_dim, c.rope_theta)
         layout = vision_layout.segment_layout(vision_layout.frame_lengths(grid))
         deepstack = []
+        block = block_class(VisionBlock, self.remat)
         for i in range(c.depth):
-            x = VisionBlock(c, name=f"blocks_{i}", **kw)(x, cos, sin, layout)
+            x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk, **kw)(x, cos, sin, layout)
             if i in c.deepstack_visual_indexes:
                 j = c.deepstack_visual_indexes.index(i)
                 deepstack.append(PatchMerger(c, True, name=f"deepstack_merger_list_{j}", **kw)(x))
