@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxwebrl.models import lm_head
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.rl import losses
 from jaxwebrl.train.assembly import UpdateBatch
@@ -76,17 +77,20 @@ def make_optimizer(config: OptimizerConfig):
     return optax.chain(*chain), lr_fn
 
 
-def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float,
-                   allowed: jax.Array | None = None) -> jax.Array:
-    """log π(x_t | x_<t) at every position t ≥ 1 (position 0 gets 0): [B, T, V] logits -> [B, T] float32.
-    allowed [B, T, V] bool or None: the tokens position t could be drawn from (the action grammar); the
-    softmax is taken over those only, as the sampler did."""
-    logits = logits[:, :-1].astype(jnp.float32) / temperature
-    if allowed is not None:
-        logits = jnp.where(allowed[:, 1:], logits, jnp.finfo(jnp.float32).min)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    picked = jnp.take_along_axis(logp, input_ids[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
-    return jnp.pad(picked, ((0, 0), (1, 0)))
+def token_logprobs(hidden: jax.Array, params, config, input_ids: jax.Array, temperature: float, *,
+                   states: jax.Array | None = None, allowed_table: jax.Array | None = None,
+                   positions: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """(log π(x_t | x_<t), entropy of π(· | x_<t)) from the decoder's hidden states [B, T, E]: two [B, T] float32.
+
+    The LM head runs on `positions` [B, K] only (the tokens that carry loss, `lm_head.loss_positions`; 0 elsewhere)
+    or on every position t ≥ 1 when None, `config.logits_chunk` positions at a time: no [B, T, V] logits.
+    states [B, T] int32 (-1: unrestricted) and allowed_table [S, V] bool: the action grammar each token was drawn
+    under; the softmax is taken over the allowed tokens only, as the sampler did. Position 0 gets 0.
+    """
+    weight, layout = lm_head.head_weight(params, config.tie_word_embeddings)
+    return lm_head.token_logprobs(hidden, weight, layout, input_ids, compute_dtype=config.dtype,
+                                  temperature=temperature, states=states, allowed_table=allowed_table,
+                                  positions=positions, chunk=config.logits_chunk)
 
 
 def _masked_mean(x, mask):
@@ -95,14 +99,13 @@ def _masked_mean(x, mask):
 
 
 def _forward_logprobs(module, temperature, params, mb, grid):
-    logits, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
+    """(logprobs, entropy) [B, T] of minibatch `mb` under `params` (see token_logprobs)."""
+    hidden, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
                              pixel_values=mb.get("pixel_values"),
-                             image_grid_thw=None if grid is None else np.asarray(grid, np.int64))
-    allowed = None
-    if "constraint_states" in mb:  # [S, V] table rows per token; unconstrained positions allow every token
-        states = mb["constraint_states"]
-        allowed = jnp.where(states[..., None] >= 0, mb["allowed_table"][jnp.maximum(states, 0)], True)
-    return token_logprobs(logits, mb["input_ids"], temperature, allowed)
+                             image_grid_thw=None if grid is None else np.asarray(grid, np.int64), head="none")
+    return token_logprobs(hidden, params, module.config, mb["input_ids"], temperature,
+                          states=mb.get("constraint_states"), allowed_table=mb.get("allowed_table"),
+                          positions=mb.get("loss_positions"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,16 +116,16 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
     loss_kwargs = dict(settings.loss_kwargs)
 
     def logprobs_fn(params, mb, grid):
-        return _forward_logprobs(module, settings.temperature, params, mb, grid)
+        return _forward_logprobs(module, settings.temperature, params, mb, grid)[0]
 
     def step_fn(params, opt_state, mb, grid):
         mask = mb["loss_mask"]
         behave = mb["behave_logprobs"] if settings.use_decoupled_loss else mb["prox_logprobs"]
 
         def objective(p):
-            logprobs = _forward_logprobs(module, settings.temperature, p, mb, grid)
+            logprobs, entropy = _forward_logprobs(module, settings.temperature, p, mb, grid)
             loss, stats = loss_fn(logprobs, mb["prox_logprobs"], behave, mb["advantages"], mask, **loss_kwargs)
-            return loss, (stats, logprobs)
+            return loss, (dict(stats, entropy=_masked_mean(entropy, mask)), logprobs)
 
         (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(params)
         grad_norm = optax.global_norm(grads)
@@ -213,6 +216,7 @@ class Updater:
                   "behave_logprobs": jnp.asarray(batch.behave_logprobs[sl], jnp.float32)}
             if advantages is not None:
                 mb["advantages"] = jnp.asarray(advantages[sl], jnp.float32)
+            mb["loss_positions"] = jnp.asarray(lm_head.loss_positions(batch.objective_mask[sl]))  # LM-head bucket
             if batch.constraint_states is not None:
                 if self.allowed_table is None:
                     raise ValueError("the batch was decoded under an action constraint (constraint_states is set) "

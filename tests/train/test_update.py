@@ -47,12 +47,15 @@ def test_update_moves_success_up_and_failure_down(policy, updater, toy_buffer):
     params = jax.tree.map(lambda x: x.copy(), policy.params)
     before = updater.proximal_logprobs(params, batch)
 
-    # the proximal log-probs are the Policy's own teacher-forced log-probs (same forward, same images)
+    # the proximal log-probs are the Policy's own teacher-forced log-probs (same forward, same images) on the
+    # tokens that carry loss (the LM head runs there only; 0 elsewhere)
     logits = policy.logits(batch.input_ids[:2], batch.attention_mask[:2],
                            batch.pixel_values[:2 * 16], batch.image_grid_thw[:2])
     lp = jax.nn.log_softmax(np.asarray(logits)[:, :-1], -1)
     manual = np.take_along_axis(lp, batch.input_ids[:2, 1:, None], -1)[..., 0]
-    np.testing.assert_allclose(before[:2, 1:], manual, atol=2e-5)
+    on_loss = batch.loss_mask[:2, 1:] > 0
+    np.testing.assert_allclose(before[:2, 1:][on_loss], manual[on_loss], atol=2e-5)
+    assert (before[:2, 1:][~on_loss] == 0).all()
 
     new_params, _, stats = updater(params, tx.init(params), batch)
     assert stats["optimizer_updates"] == 6 and np.isfinite(stats["actor_loss"])
