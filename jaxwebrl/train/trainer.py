@@ -34,6 +34,24 @@ from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateInterrupted, U
 log = logging.getLogger(__name__)
 
 
+def optimizer_settings(config) -> OptimizerConfig:
+    """The run's AdamW settings (`config.train`)."""
+    t = config.train
+    return OptimizerConfig(
+        lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
+        weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps, max_grad_norm=t.max_grad_norm,
+        updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs, moments_dtype=t.get("moments_dtype"))
+
+
+def update_settings(config) -> UpdateSettings:
+    """The run's update step settings (`config.train`, `config.actor`)."""
+    t, a = config.train, config.actor
+    return UpdateSettings(
+        loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a), use_decoupled_loss=a.use_decoupled_loss,
+        n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs, temperature=1.0,  # = the sampler's behave_logprobs
+        advantage=rl_config.advantage_config(a, max_new_tokens=config.model.max_new_tokens))
+
+
 class WeightSink(Protocol):
     """Where new weights go (the policy server): `set_weights(params, version)`; optional pause/resume."""
 
@@ -62,15 +80,9 @@ class Trainer:
         self.rollout_stats = rollout_stats or (lambda: {})
         self.mesh = mesh        # None: one device; else params sharded on it (multi-host: parallel/multihost.py)
         self._held = None       # a batch popped here while another process's was not ready yet
-        t, a = config.train, config.actor
-        optimizer_config = OptimizerConfig(
-            lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
-            weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps, max_grad_norm=t.max_grad_norm,
-            updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs)
-        self.settings = UpdateSettings(
-            loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a), use_decoupled_loss=a.use_decoupled_loss,
-            n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs, temperature=1.0,  # = the sampler's behave_logprobs
-            advantage=rl_config.advantage_config(a, max_new_tokens=config.model.max_new_tokens))
+        t = config.train
+        optimizer_config = optimizer_settings(config)
+        self.settings = update_settings(config)
         texts = config_action_texts(config)   # the policy server's grammar: the policy is restricted to it
         self.constraint = None if texts is None else action_constraint(policy.processor, texts,
                                                                          policy.config.text.vocab_size)

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from jaxwebrl.models import lm_head
+from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.rl import losses
 from jaxwebrl.train.assembly import UpdateBatch
@@ -57,6 +58,7 @@ class OptimizerConfig:
     eps: float = 1e-8
     max_grad_norm: float | None = 1.0
     updates_per_step: int = 1
+    moments_dtype: str | None = None   # AdamW moments dtype (None: the params'); see parallel/precision.py
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,7 +76,8 @@ def make_optimizer(config: OptimizerConfig):
     lr_fn = optax.join_schedules([optax.linear_schedule(0.0, c.lr, warmup), body], [warmup]) if warmup else body
     chain = [optax.clip_by_global_norm(c.max_grad_norm)] if c.max_grad_norm else []
     chain.append(optax.adamw(lr_fn, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay))
-    return optax.chain(*chain), lr_fn
+    tx = optax.chain(*chain)
+    return (tx if c.moments_dtype is None else with_moments_dtype(tx, c.moments_dtype)), lr_fn
 
 
 def token_logprobs(hidden: jax.Array, params, config, input_ids: jax.Array, temperature: float, *,
