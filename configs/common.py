@@ -49,7 +49,7 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
     c.model.remat = "none"                         # rematerialisation policy: "none", "full", "dots", "dots_no_batch"
     c.model.scan_layers = False                    # decoder as one scan over stacked layer params (compile time)
     c.model.attention_chunk = 0                    # queries per attention chunk (0: whole rows at once)
-    c.model.logits_chunk = 0                       # positions per LM-head chunk in the trainer's log-probs (0: all)
+    c.model.logits_chunk = 0                       # vocabulary entries per LM-head chunk in the trainer's log-probs (0: all)
     c.model.num_layers = config_dict.placeholder(int)    # fewer decoder layers than model.preset (rehearsals)
     c.model.vision_depth = config_dict.placeholder(int)  # fewer vision blocks than model.preset
     c.model.max_new_tokens = 48                    # byte-level tiny tokenizer: 'Memory: {}\nAction: click(x, y)'
@@ -226,7 +226,7 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         c.model.remat = "full"
         c.model.scan_layers = True
         c.model.attention_chunk = 1024
-        c.model.logits_chunk = 128
+        c.model.logits_chunk = 8192
         c.model.max_new_tokens = 512
         c.model.constrained_actions = False
         c.env.tasks = "miniwob"                    # all bundled MiniWoB++ tasks; JSON specs for WebGym-style sets
@@ -251,7 +251,7 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         c.model.num_layers = 2
         c.model.vision_depth = 2
         c.model.attention_chunk = 512
-        c.model.logits_chunk = 64
+        c.model.logits_chunk = 8192
         c.model.max_new_tokens = 24
         c.model.constrained_actions = False
         c.env.tasks = "miniwob/click-test"

@@ -76,7 +76,8 @@ class ModelConfig:
     rematerialisation policy of every decoder layer and vision block ("none", "full", "dots", "dots_no_batch";
     True/False mean "full"/"none"); `scan_layers` runs the decoder as one scan over stacked layer params (compile
     time independent of depth); `attention_chunk` > 0 computes attention that many queries at a time;
-    `logits_chunk` > 0 computes the trainer's log-probs that many positions at a time (`lm_head.token_logprobs`).
+    `logits_chunk` > 0 computes the trainer's log-probs over that many vocabulary entries at a time
+    (`lm_head.token_logprobs`).
     """
 
     model_type: str

@@ -103,7 +103,7 @@ class TextDecoder(nn.Module):
 
     `scan_layers`: the layers are one `nn.scan` over stacked params (`layers/...` leaves are [L, ...]): one layer
     is compiled instead of L. The scanned decoder has no KV-cache path (the sampler runs an unstacked copy,
-    `unstack_layers`). `remat` names the rematerialisation policy of every layer (`layers.REMAT_POLICIES`).
+    `stacking.unstack`). `remat` names the rematerialisation policy of every layer (`layers.REMAT_POLICIES`).
     """
 
     config: TextConfig
@@ -160,7 +160,7 @@ class TextDecoder(nn.Module):
         else:
             if self.scan_layers:
                 raise ValueError("the scanned decoder (scan_layers=True) has no KV-cache path: decode with an "
-                                 "unstacked copy (decoder.unstack_layers and scan_layers=False), as the Sampler does")
+                                 "unstacked copy (models/stacking.unstack and scan_layers=False), as the Sampler does")
             valid, slots = kv_cache.cached_query_slots(cache, attention_mask)
             mask, index = AttentionMask(valid, slots), cache["index"]
         x = inputs_embeds
@@ -186,25 +186,3 @@ class TextDecoder(nn.Module):
             "next_position": jnp.maximum(cache["next_position"], last).astype(jnp.int32),
         }
         return x, new_cache
-
-
-def unstack_layers(params, num_layers: int):
-    """Params of a scanned decoder (`language_model/layers/...` leaves [L, ...]) -> the unrolled layout
-    (`language_model/layers_{i}/...`); other params are shared, not copied. Idempotent on unrolled params."""
-    lm = dict(params["language_model"])
-    if "layers" not in lm:
-        return params
-    stacked = lm.pop("layers")
-    for i in range(num_layers):
-        lm[f"layers_{i}"] = jax.tree.map(lambda leaf: leaf[i], stacked)
-    return {**params, "language_model": lm}
-
-
-def stack_layers(params, num_layers: int):
-    """Inverse of `unstack_layers`: `layers_{i}` subtrees stacked into `layers` (leaves [L, ...])."""
-    lm = dict(params["language_model"])
-    if "layers" in lm:
-        return params
-    per_layer = [lm.pop(f"layers_{i}") for i in range(num_layers)]
-    lm["layers"] = jax.tree.map(lambda *leaves: jnp.stack(leaves), *per_layer)
-    return {**params, "language_model": lm}

@@ -54,7 +54,7 @@ def text_decoder_specs(config: ModelConfig) -> list[ParamSpec]:
             specs[first:] = [spec._replace(layer=i) for spec in specs[first:]]
     specs.append(ParamSpec(f"{hf}.norm.weight", root + ("norm", "weight"), "copy"))
     if not config.tie_word_embeddings:
-        specs.append(ParamSpec("lm_head.weight", ("lm_head", "kernel"), "linear"))
+        specs.append(ParamSpec("lm_head.weight", ("lm_head", "weight"), "copy"))   # [V, E] both sides
     return specs
 
 

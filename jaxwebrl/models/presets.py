@@ -147,15 +147,22 @@ def shapes_config(section) -> ModelConfig:
     return model_config(section)
 
 
-def processor_for(config: ModelConfig):
-    """The processor of a random-weights preset: the real Qwen vocabulary + the family's image processor."""
-    from jaxwebrl.models.processor import ImageProcessor, ImageProcessorConfig, Processor
-    from jaxwebrl.models.qwen_vocab import qwen_tokenizer
+def image_processor_for(config: ModelConfig):
+    """The family's released image-processor settings at the model's patch and merge sizes."""
+    from jaxwebrl.models.processor import ImageProcessor, ImageProcessorConfig
 
     image = ImageProcessorConfig.qwen3_vl() if config.model_type == "qwen3_vl" else ImageProcessorConfig.qwen2_5_vl()
-    if image.patch_size != config.vision.patch_size:
-        image = dataclasses.replace(image, patch_size=config.vision.patch_size)
-    return Processor(qwen_tokenizer(), ImageProcessor(image))
+    image = dataclasses.replace(image, patch_size=config.vision.patch_size, merge_size=config.vision.spatial_merge_size,
+                                temporal_patch_size=config.vision.temporal_patch_size)
+    return ImageProcessor(image)
+
+
+def processor_for(config: ModelConfig):
+    """The processor of a random-weights preset: the real Qwen vocabulary + the family's image processor."""
+    from jaxwebrl.models.processor import Processor
+    from jaxwebrl.models.qwen_vocab import qwen_tokenizer
+
+    return Processor(qwen_tokenizer(), image_processor_for(config))
 
 
 def build_policy(section, seed: int = 0, *, with_params: bool = True):

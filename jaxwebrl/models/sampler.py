@@ -36,7 +36,7 @@ import numpy as np
 
 from jaxwebrl.models import kv_cache
 from jaxwebrl.models.constraints import TokenConstraint
-from jaxwebrl.models.decoder import unstack_layers
+from jaxwebrl.models import stacking
 from jaxwebrl.parallel import partition
 from jaxwebrl.parallel.mesh import batch_divisor
 
@@ -150,8 +150,8 @@ class Sampler:
                  mesh=None):
         if decode_chunk < 1:
             raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
-        self._stacked_layers = bool(config.scan_layers)
-        if self._stacked_layers:  # the KV-cache path runs the unrolled twin on unstacked weights
+        self._stacked_config = config if config.scan_layers else None
+        if config.scan_layers:  # the KV-cache path runs the unrolled twin on unstacked weights
             from jaxwebrl.models.vl_model import VisionLanguageModel
 
             config = config.replace(scan_layers=False)
@@ -250,9 +250,9 @@ class Sampler:
     # ------------------------------------------------------------------ host side
     def _weights(self, weights) -> tuple[Any, int]:
         params, version = weights() if callable(weights) else weights
-        if self._stacked_layers:   # once per published version, not per chunk
+        if self._stacked_config is not None:   # once per published version, not per chunk
             if self._unstacked is None or self._unstacked[0] is not params:
-                self._unstacked = (params, unstack_layers(params, self.config.text.num_layers))
+                self._unstacked = (params, stacking.unstack(params, self._stacked_config))
             params = self._unstacked[1]
         if self.mesh is not None:
             if self._param_shardings is None:
@@ -316,7 +316,7 @@ class Sampler:
         static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())  # stop ids are traced
         params, version = self._weights(weights)
         state = self._prefill(params, *self._place((jnp.asarray(ids), jnp.asarray(mask))),
-                              None if pixels is None else jnp.asarray(pixels), cache, rng, jnp.int32(version),
+                              None if pixels is None else self._place(jnp.asarray(pixels)), cache, rng, jnp.int32(version),
                               stop_ids, self._tables, jnp.asarray(prefix), jnp.int32(prefix_state), grid=grid,
                               sampling=static)
         stopped_by_string: dict[int, int] = {}

@@ -36,9 +36,9 @@ def segment_attention(q, k, v, layout: dict, scale: float, chunk: int = 0):
     return out[jnp.asarray(layout["scatter"])]
 
 
-def block_class(block, remat: str):
-    """`block` (a vision block module class) under the `remat` policy."""
-    return block if remat == "none" else nn.remat(block, policy=remat_policy(remat))
+def block_class(block, remat: str, *, scanned: bool = False):
+    """`block` (a vision block module class) under the `remat` policy (inside `nn.scan` when `scanned`)."""
+    return block if remat == "none" else nn.remat(block, policy=remat_policy(remat), prevent_cse=not scanned)
 
 
 class VisionAttention(nn.Module):

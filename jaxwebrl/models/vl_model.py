@@ -41,7 +41,7 @@ def _vision_tower_class(model_type: str):
 
 
 class LMHead(nn.Module):
-    """The untied head: kernel [E, V] (HF lm_head.weight transposed)."""
+    """The untied head: weight [V, E], HF's `lm_head.weight` layout (a vocabulary chunk is a block of rows)."""
 
     vocab_size: int
     compute_dtype: jnp.dtype = jnp.float32
@@ -49,9 +49,9 @@ class LMHead(nn.Module):
 
     @nn.compact
     def __call__(self, hidden):
-        kernel = self.param("kernel", nn.initializers.normal(0.02), (hidden.shape[-1], self.vocab_size),
+        weight = self.param("weight", nn.initializers.normal(0.02), (self.vocab_size, hidden.shape[-1]),
                             self.param_dtype)
-        return lm_head.head_logits(hidden, kernel, "ev", self.compute_dtype)
+        return lm_head.head_logits(hidden, weight, self.compute_dtype)
 
 
 class VisionLanguageModel(nn.Module):
@@ -60,8 +60,9 @@ class VisionLanguageModel(nn.Module):
     def setup(self):
         c = self.config
         kw = dict(dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.param_dtype))
+        scan = {"scan_blocks": c.scan_layers} if c.model_type == "qwen3_vl" else {}
         self.visual = _vision_tower_class(c.model_type)(c.vision, remat=c.remat, attention_chunk=c.attention_chunk,
-                                                        **kw)
+                                                        **scan, **kw)
         self.language_model = TextDecoder(c.text, remat=c.remat, scan_layers=c.scan_layers,
                                           attention_chunk=c.attention_chunk, **kw)
         if not c.tie_word_embeddings:
@@ -117,7 +118,7 @@ class VisionLanguageModel(nn.Module):
             hidden = hidden[:, -1:]
         if c.tie_word_embeddings:
             weight = self.language_model.embed_tokens.embedding
-            logits = lm_head.head_logits(hidden, weight, "ve", jnp.dtype(c.dtype))
+            logits = lm_head.head_logits(hidden, weight, jnp.dtype(c.dtype))
         else:
             logits = self.lm_head(hidden)
         return logits.astype(jnp.float32), new_cache

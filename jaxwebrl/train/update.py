@@ -86,12 +86,13 @@ def token_logprobs(hidden: jax.Array, params, config, input_ids: jax.Array, temp
     """(log π(x_t | x_<t), entropy of π(· | x_<t)) from the decoder's hidden states [B, T, E]: two [B, T] float32.
 
     The LM head runs on `positions` [B, K] only (the tokens that carry loss, `lm_head.loss_positions`; 0 elsewhere)
-    or on every position t ≥ 1 when None, `config.logits_chunk` positions at a time: no [B, T, V] logits.
+    or on every position t ≥ 1 when None, over `config.logits_chunk` vocabulary entries at a time: no [B, T, V]
+    logits.
     states [B, T] int32 (-1: unrestricted) and allowed_table [S, V] bool: the action grammar each token was drawn
     under; the softmax is taken over the allowed tokens only, as the sampler did. Position 0 gets 0.
     """
-    weight, layout = lm_head.head_weight(params, config.tie_word_embeddings)
-    return lm_head.token_logprobs(hidden, weight, layout, input_ids, compute_dtype=config.dtype,
+    return lm_head.token_logprobs(hidden, lm_head.head_weight(params, config.tie_word_embeddings), input_ids,
+                                  compute_dtype=config.dtype,
                                   temperature=temperature, states=states, allowed_table=allowed_table,
                                   positions=positions, chunk=config.logits_chunk)
 
