@@ -7,8 +7,10 @@ its last query: chunked attention then skips them (about half the score FLOPs of
 
 `attend(q, k, v, mask, scale, chunk)`: chunk = 0 (or T ≤ chunk) builds the [B, T, S] mask and runs the dense
 kernel exactly as before; otherwise queries go `chunk` at a time, each chunk under `jax.checkpoint`, so the
-backward pass recomputes one chunk's scores instead of keeping every chunk's [H, chunk, S] probabilities.
-Both give the same numbers (fp32 scores and softmax per query row).
+backward pass recomputes one chunk's scores instead of keeping every chunk's [H, chunk, S] probabilities. The
+causal no-cache row keeps [H, chunk, keys so far] per chunk; every other mask (the KV-cache prefill over a long
+cache, the vision tower's images) also walks the keys `chunk` at a time with an online softmax, so one
+[H, chunk, chunk] block is live. All give the same numbers up to fp32 rounding (fp32 scores and softmax).
 """
 
 from __future__ import annotations
@@ -59,16 +61,54 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, scale:
             stop = min(start + chunk, t)
             outs.append(one(q[:, start:stop], k[:, :stop], v[:, :stop], mask.dense(start, stop, keys=stop)))
         return jnp.concatenate(outs, axis=1)
-    pad = -t % chunk
-    n = (t + pad) // chunk
-    b = q.shape[0]
-    q_chunks = jnp.moveaxis(jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(b, n, chunk, *q.shape[2:]), 1, 0)
-    if mask.query_slot is None:
-        def body(q_):
-            return one(q_, k, v, AttentionMask(mask.key_valid).dense(0, chunk))
-        out = jax.lax.map(body, q_chunks)                                                 # [n, B, C, H, D]
-    else:
-        slots = jnp.pad(mask.query_slot, ((0, 0), (0, pad)), constant_values=-1)        # padded queries: no key
-        slot_chunks = jnp.moveaxis(slots.reshape(b, n, chunk), 1, 0)                     # [n, B, C]
-        out = jax.lax.map(lambda xs: one(xs[0], k, v, AttentionMask(mask.key_valid, xs[1]).dense()), (q_chunks, slot_chunks))
-    return jnp.moveaxis(out, 0, 1).reshape(b, n * chunk, *q.shape[2:])[:, :t]
+    return _blocked(q, k, v, mask, scale, chunk)
+
+
+def _blocked(q, k, v, mask: AttentionMask, scale: float, chunk: int) -> jax.Array:
+    """Queries `chunk` at a time (each chunk checkpointed), and inside a chunk the keys `chunk` at a time with an
+    online softmax (running max and sum): one [B, H, chunk, chunk] score block is live, whatever the key count.
+    A query with no allowed key averages every value uniformly, as the dense kernel does."""
+    b, t, h, d = q.shape
+    s, kv_heads = k.shape[1], k.shape[2]
+    groups = h // kv_heads
+    pad_q, pad_k = -t % chunk, -s % chunk
+    nq, nk = (t + pad_q) // chunk, (s + pad_k) // chunk
+    q_chunks = jnp.moveaxis(jnp.pad(q, ((0, 0), (0, pad_q), (0, 0), (0, 0))).reshape(b, nq, chunk, h, d), 1, 0)
+    slots = mask.query_slot if mask.query_slot is not None else jnp.full((b, t), s, jnp.int32)
+    slot_chunks = jnp.moveaxis(jnp.pad(slots, ((0, 0), (0, pad_q)), constant_values=-1).reshape(b, nq, chunk), 1, 0)
+    key_blocks = jnp.moveaxis(jnp.pad(k, ((0, 0), (0, pad_k), (0, 0), (0, 0))).reshape(b, nk, chunk, kv_heads, d), 1, 0)
+    value_blocks = jnp.moveaxis(jnp.pad(v, ((0, 0), (0, pad_k), (0, 0), (0, 0))).reshape(b, nk, chunk, kv_heads, d),
+                                1, 0)
+    valid_blocks = jnp.moveaxis(jnp.pad(mask.key_valid, ((0, 0), (0, pad_k))).reshape(b, nk, chunk), 1, 0)
+    minimum = jnp.finfo(jnp.float32).min
+
+    @jax.checkpoint
+    def one_chunk(q_chunk, slot_chunk):                      # [B, C, H, D], [B, C]
+        qg = q_chunk.reshape(b, chunk, kv_heads, groups, d)
+
+        def over_keys(carry, xs):
+            m, l, acc = carry
+            k_blk, v_blk, valid_blk, first = xs
+            scores = jnp.einsum("bqkgd,bskd->bkgqs", qg, k_blk, preferred_element_type=jnp.float32) * scale
+            key_slot = first + jnp.arange(chunk, dtype=jnp.int32)
+            allowed = valid_blk[:, None, :] & (key_slot[None, None, :] <= slot_chunk[:, :, None])     # [B, C, C]
+            scores = jnp.where(allowed[:, None, None], scores, minimum)
+            scores = jnp.where((key_slot < s)[None, None, None, None, :], scores, -jnp.inf)   # padding: never
+            m_new = jnp.maximum(m, scores.max(-1))
+            correction = jnp.exp(m - m_new)
+            p = jnp.exp(scores - m_new[..., None])
+            l = l * correction + p.sum(-1)
+            acc = acc * correction[..., None] + jnp.einsum("bkgqs,bskd->bkgqd", p.astype(v_blk.dtype), v_blk,
+                                                           preferred_element_type=jnp.float32)
+            return (m_new, l, acc), None
+
+        init = (jnp.full((b, kv_heads, groups, chunk), -jnp.inf, jnp.float32),
+                jnp.zeros((b, kv_heads, groups, chunk), jnp.float32),
+                jnp.zeros((b, kv_heads, groups, chunk, d), jnp.float32))
+        firsts = jnp.arange(nk, dtype=jnp.int32) * chunk
+        (_, l, acc), _ = jax.lax.scan(over_keys, init, (key_blocks, value_blocks, valid_blocks, firsts))
+        out = acc / l[..., None]                                               # [B, K, G, C, D]
+        return jnp.moveaxis(out, 3, 1).reshape(b, chunk, h, d).astype(q.dtype)
+
+    out = jax.lax.map(lambda xs: one_chunk(*xs), (q_chunks, slot_chunks))     # [nq, B, C, H, D]
+    return jnp.moveaxis(out, 0, 1).reshape(b, nq * chunk, h, d)[:, :t]

@@ -224,10 +224,17 @@ class Programs:
         static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())
         return args, dict(grid=grid, sampling=static)
 
+    def _compiled_prefill(self):
+        """(sampler, prefill args, static kwargs, compiled prefill, seconds), compiled once for both programs."""
+        if getattr(self, "_prefill_cache", None) is None:
+            sampler, sampling = self._sampler()
+            args, kwargs = self._prefill_args(sampler, sampling)
+            compiled, seconds = _compile(lambda: sampler._prefill.lower(*args, **kwargs))
+            self._prefill_cache = (sampler, args, kwargs, compiled, seconds)
+        return self._prefill_cache
+
     def prefill(self):
-        sampler, sampling = self._sampler()
-        args, kwargs = self._prefill_args(sampler, sampling)
-        compiled, seconds = _compile(lambda: sampler._prefill.lower(*args, **kwargs))
+        _, _, _, compiled, seconds = self._compiled_prefill()
         s = self.shapes
         work = cost.prefill(self.model_config, rows=s.server_rows, prompt_len=s.prompt_len,
                             cache_len=s.prompt_len + s.max_new_tokens, grids_per_row=s.grids_per_row,
@@ -236,12 +243,9 @@ class Programs:
                                          "cache_len": s.prompt_len + s.max_new_tokens}
 
     def decode(self):
-        sampler, sampling = self._sampler()
-        args, kwargs = self._prefill_args(sampler, sampling)
-        lowered_prefill = sampler._prefill.lower(*args, **kwargs)
-        out = lowered_prefill.out_info
-        state = jax.tree.map(lambda info, sh: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sh), out,
-                             lowered_prefill.compile().output_shardings)
+        sampler, args, kwargs, prefill, _ = self._compiled_prefill()
+        state = jax.tree.map(lambda info, sh: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sh),
+                             sampler._prefill.lower(*args, **kwargs).out_info, prefill.output_shardings)
         mesh = self.mesh
         compiled, seconds = _compile(lambda: sampler._decode.lower(
             args[0], state, _replicated(mesh, (), jnp.int32), _replicated(mesh, (), jnp.int32),
