@@ -43,8 +43,9 @@ def _tree_rss(proc) -> int:
     return total
 
 
-def run_loop(workdir: str, steps: int, overrides: list[str], timeout_s: float) -> dict:
-    """launch/train.py on the rehearsal variant; (exit code, peak tree RSS, wall time, output tail)."""
+def run_loop(workdir: str, steps: int, overrides: list[str], timeout_s: float, max_rss_gib: float) -> dict:
+    """launch/train.py on the rehearsal variant; (exit code, peak tree RSS, wall time, output tail). The run is
+    stopped (SIGTERM, then SIGKILL) past `timeout_s` or when its process tree holds more than `max_rss_gib`."""
     import psutil
 
     cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), "--config=configs/constT10.py:rehearsal",
@@ -55,12 +56,19 @@ def run_loop(workdir: str, steps: int, overrides: list[str], timeout_s: float) -
     start = time.time()
     with open(log_path, "w") as log:
         popen = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        proc, peak = psutil.Process(popen.pid), 0
+        proc, peak, stopped = psutil.Process(popen.pid), 0, None
         try:
             while popen.poll() is None:
-                peak = max(peak, _tree_rss(proc))
-                if time.time() - start > timeout_s:
-                    popen.terminate()
+                rss = _tree_rss(proc)
+                peak = max(peak, rss)
+                if time.time() - start > timeout_s or rss > max_rss_gib * 2**30:
+                    stopped = "timeout" if rss <= max_rss_gib * 2**30 else f"rss above {max_rss_gib} GiB"
+                    for child in proc.children(recursive=True):
+                        try:
+                            child.kill()
+                        except psutil.NoSuchProcess:
+                            pass
+                    popen.kill()
                     popen.wait(60)
                     break
                 time.sleep(0.5)
@@ -71,7 +79,7 @@ def run_loop(workdir: str, steps: int, overrides: list[str], timeout_s: float) -
     with open(log_path) as f:
         tail = f.read()[-3000:]
     return {"returncode": popen.returncode, "peak_rss_bytes": peak, "wall_s": time.time() - start,
-            "started": start, "output_tail": tail}
+            "started": start, "output_tail": tail, "stopped": stopped}
 
 
 def buffer_stats(workdir: str, config) -> dict:
@@ -133,12 +141,13 @@ def rehearsal_config(overrides: list[str]):
     return config
 
 
-def measure(workdir: str, steps: int = 2, overrides: list[str] | None = None, timeout_s: float = 3000) -> dict:
+def measure(workdir: str, steps: int = 2, overrides: list[str] | None = None, timeout_s: float = 3000,
+            max_rss_gib: float = 16.0) -> dict:
     from jaxwebrl.train.metrics import read_metrics
 
     overrides = list(overrides or [])
     config = rehearsal_config(overrides)
-    run = run_loop(workdir, steps, overrides, timeout_s)
+    run = run_loop(workdir, steps, overrides, timeout_s, max_rss_gib)
     out = {"variant": "rehearsal", "steps_requested": steps, "returncode": run["returncode"],
            "peak_rss_bytes": run["peak_rss_bytes"], "peak_rss_gib": run["peak_rss_bytes"] / 2**30,
            "wall_s": run["wall_s"]}
@@ -156,6 +165,7 @@ def measure(workdir: str, steps: int = 2, overrides: list[str] | None = None, ti
                     "screenshot": [config.env.screenshot_width, config.env.screenshot_height]}
     if run["returncode"] != 0:
         out["output_tail"] = run["output_tail"]
+        out["stopped"] = run["stopped"]
     return out
 
 
@@ -164,12 +174,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--timeout_s", type=float, default=3000)
+    parser.add_argument("--max_rss_gib", type=float, default=16.0, help="stop the run past this much memory")
     args, overrides = parser.parse_known_args()
     bad = [o for o in overrides if not o.startswith("--config.")]
     if bad:
         parser.error(f"unknown arguments {bad}: pass config overrides as --config.a.b=value")
     workdir = args.workdir or tempfile.mkdtemp(prefix="jaxwebrl_rehearsal_")
-    result = measure(workdir, args.steps, overrides, args.timeout_s)
+    result = measure(workdir, args.steps, overrides, args.timeout_s, args.max_rss_gib)
     result["workdir"] = workdir
     print(json.dumps(result))
     return 0 if result["returncode"] == 0 and result["steps_done"] >= args.steps else 1

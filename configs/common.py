@@ -245,10 +245,15 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
     elif variant == "rehearsal":
         # Real width on the CPU: Qwen3-VL-2B's hidden/heads/MLP/vocabulary and vision patch/merge sizes, 2 decoder
         # layers, 2 vision blocks, random weights with the real Qwen tokenizer, 1280x720 screenshots, unconstrained
-        # tool-call actions. Sized for a 2-core, 24 GB machine (bench/scale.py, tests/launch/test_rehearsal.py).
+        # tool-call actions. Sized for a 2-core, 24 GB machine (bench/scale.py, tests/launch/test_rehearsal.py): bf16
+        # weights and AdamW moments (fp32 compute) keep the ~0.5B parameters (311M of them the 151,936 x 2048
+        # embedding) and their three copies (recipe, trainer, policy server) near 10 GB all told.
         c.model.name = "random"
+        c.model.param_dtype = "bfloat16"
         c.model.preset = "qwen3vl_2b"
         c.model.num_layers = 2
+        c.model.scan_layers = True                 # remat under scan: a third of the unrolled train step's memory
+        c.model.remat = "full"
         c.model.vision_depth = 2
         c.model.attention_chunk = 512
         c.model.logits_chunk = 8192
@@ -256,7 +261,7 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         c.model.constrained_actions = False
         c.env.tasks = "miniwob/click-test"
         c.env.group_size = 2
-        c.env.max_episode_steps = 2
+        c.env.max_episode_steps = 1                # 2 step rows a train step: ~10 GB peak on the CPU
         c.env.screenshot_height = 720
         c.env.screenshot_width = 1280
         c.env.prompt_window = 0
@@ -264,7 +269,7 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         c.rollout.num_workers = 1
         c.rollout.server_max_batch = 2
         c.buffer.capacity_steps = 256
-        c.buffer.max_seq_len = 2048
+        c.buffer.max_seq_len = 1536                # a 1280x720 screenshot is 880 image tokens
         c.train.consumer_batch_size = 2
         c.train.ppo_n_minibatches = 1
         c.train.ppo_n_epochs = 1
