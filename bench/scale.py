@@ -152,7 +152,7 @@ def measure(workdir: str, steps: int = 2, overrides: list[str] | None = None, ti
            "peak_rss_bytes": run["peak_rss_bytes"], "peak_rss_gib": run["peak_rss_bytes"] / 2**30,
            "wall_s": run["wall_s"]}
     metrics_path = os.path.join(workdir, "metrics.jsonl")
-    records = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
+    records = read_metrics(workdir) if os.path.exists(metrics_path) else []
     times = [r["time"] for r in records]
     out["steps_done"] = len(records)
     out["seconds_to_each_step"] = [t - run["started"] for t in times]     # the first includes start-up + compile
