@@ -48,7 +48,8 @@ def knobs_of(config, mesh) -> dict:
 
 def advice(report: dict, config, rows_per_chip: int) -> str:
     """One line: program, bytes needed and available, and the knobs that would change it."""
-    need = report["hbm_bytes_per_device"]["total"] / 1e9
+    need = (report["hbm_bytes_per_device"]["total"] or 0) / 1e9
+    at_least = "at least " if report.get("error") else ""
     have = report["hbm_capacity_bytes"] / 1e9
     mesh = ", ".join(f"{k}={v}" for k, v in report["knobs"]["mesh"].items())
     if report["program"] in ("prefill", "decode"):
@@ -59,7 +60,7 @@ def advice(report: dict, config, rows_per_chip: int) -> str:
         levers = (f"--rows_per_chip (now {rows_per_chip}), --config.buffer.max_seq_len (now "
                   f"{config.buffer.max_seq_len}), --config.model.remat (now {config.model.remat}), "
                   f"--config.distributed.mesh.* (now {mesh}), --config.model.param_dtype / --config.train.moments_dtype")
-    return (f"{report['program']} does not fit {report['topology']}: needs {need:.2f} GB per device, "
+    return (f"{report['program']} does not fit {report['topology']}: needs {at_least}{need:.2f} GB per device, "
             f"{have:.2f} GB available; knobs: {levers}")
 
 
@@ -79,11 +80,13 @@ def find_fit(config, model_config, mesh, chip, topology, emit) -> dict:
             (report,) = aot.compile_programs(config, model_config, mesh, chip, topology, shapes, ("train_step",),
                                              knobs_of(config, mesh))
             emit({"search": "train_step", "seq_len": seq, "rows_per_chip": rows, "fits": report["fits"],
-                  "hbm_total_bytes": report["hbm_bytes_per_device"]["total"], "predicted_mfu": report["predicted_mfu"],
-                  "compile_s": report["compile_s"]})
+                  "hbm_total_bytes": report["hbm_bytes_per_device"]["total"],
+                  "predicted_mfu": report.get("predicted_mfu"), "compile_s": report["compile_s"]})
             if not report["fits"]:
                 break
             best, rows = rows, rows * 2
+            if rows > 64:   # enough rows per chip: stop doubling
+                break
         found.append({"seq_len": seq, "rows_per_chip": best, "tokens_per_chip": best * seq})
         if best:
             break

@@ -25,6 +25,7 @@ seconds lowering + compiling took on this machine.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from typing import Any, Iterable
 
@@ -303,13 +304,35 @@ def report(name: str, topology: str, chip: Chip, compiled, seconds: float, work:
     return out
 
 
+_OUT_OF_MEMORY = re.compile(r"memory required for HLO temporaries \(([\d.]+)([KMGT])\)")
+
+
+def out_of_memory_report(name: str, topology: str, chip: Chip, error: Exception, seconds: float, knobs: dict) -> dict:
+    """The report of a program XLA refused to compile because its temporaries alone exceed the chip's HBM."""
+    found = _OUT_OF_MEMORY.search(str(error))
+    temporaries = float(found.group(1)) * 1024 ** "KMGT".index(found.group(2)) * 1024 if found else None
+    return {"program": name, "topology": topology, "chip": chip.name, "fits": False,
+            "hbm_bytes_per_device": {"arguments": None, "outputs": None, "temporaries": temporaries,
+                                     "total": temporaries},
+            "hbm_capacity_bytes": int(chip.hbm_bytes), "compile_s": round(seconds, 1), "knobs": knobs,
+            "error": " ".join(str(error).split())[:400]}
+
+
 def compile_programs(config, model_config: ModelConfig, mesh, chip: Chip, topology: str, shapes: RunShapes,
                      programs: Iterable[str] = PROGRAMS, knobs: dict | None = None):
-    """Yields one report per program, compiling them one at a time."""
+    """Yields one report per program, compiling them one at a time. A program whose temporaries alone exceed the
+    chip's memory (XLA refuses it: RESOURCE_EXHAUSTED) gets a `fits: false` report with the bytes XLA asked for."""
     built = Programs(config, model_config, mesh, shapes)
     for name in programs:
         if name not in PROGRAMS:
             raise ValueError(f"unknown program {name!r}: use some of {', '.join(PROGRAMS)}")
-        compiled, seconds, work, program_shapes = getattr(built, name)()
+        start = time.monotonic()
+        try:
+            compiled, seconds, work, program_shapes = getattr(built, name)()
+        except Exception as err:  # noqa: BLE001 - only XLA's out-of-memory refusal is a result; the rest re-raise
+            if "RESOURCE_EXHAUSTED" not in str(err) or "memory" not in str(err):
+                raise
+            yield out_of_memory_report(name, topology, chip, err, time.monotonic() - start, knobs or {})
+            continue
         yield report(name, topology, chip, compiled, seconds, work, program_shapes, knobs or {})
         del compiled
