@@ -2,6 +2,8 @@
 
 Install for development and tests:  pip install -e ".[test]"
 (torch, the test-time reference, comes from the CPU wheel: pip install torch==2.13.0)
+Extras: ".[qwen]" the real Qwen vocabulary (BPE ranks from the dashscope wheel, built into a tokenizer.json offline);
+".[tpu]" libtpu, to compile for TPU topologies ahead of time on any machine (launch/compile.py).
 """
 
 from setuptools import find_packages, setup
@@ -28,8 +30,11 @@ INSTALL_REQUIRES = [
     "psutil==7.2.2",
 ]
 
+QWEN_VOCAB = ["dashscope==1.25.24"]   # ships qwen.tiktoken (jaxwebrl/models/qwen_vocab.py)
+TPU = ["jax[tpu]==0.10.2"]             # libtpu: AOT compilation for TPU topologies (launch/compile.py)
+
 EXTRAS = {
-    "test": [
+    "test": QWEN_VOCAB + [
         "pytest==9.0.3",
         "hypothesis==6.155.2",
         "torch==2.13.0",
@@ -42,6 +47,8 @@ EXTRAS = {
     ],
     "notebooks": ["matplotlib==3.11.2", "nbclient==0.11.0", "nbformat==5.11.1", "ipykernel==7.4.0"],
     "ray": ["ray==2.60.0"],
+    "qwen": QWEN_VOCAB,
+    "tpu": TPU,
 }
 
 setup(

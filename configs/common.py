@@ -3,9 +3,12 @@
 A recipe file (constT10.py, grpo.py, ...) calls `base_config(arg)` and changes only what makes it that
 recipe. `arg` is the string after ':' in `--config=configs/X.py:arg` and picks a variant:
 
-  tiny        (default) tiny random Qwen3-VL policy on the CPU, bundled MiniWoB++ tasks in headless Chromium
-  toy         tiny policy on the browser-free toy environment (~8 s an update; grpo solves it in ~20 updates)
-  qwen3vl_8b  the paper's scale: Qwen3-VL-8B from a local HF directory (--config.model.checkpoint=DIR)
+  tiny          (default) tiny random Qwen3-VL policy on the CPU, bundled MiniWoB++ tasks in headless Chromium
+  toy           tiny policy on the browser-free toy environment (~8 s an update; grpo solves it in ~20 updates)
+  qwen3vl_8b    the paper's scale: Qwen3-VL-8B from a local HF directory (--config.model.checkpoint=DIR)
+  qwen3vl_2b    the same recipe on Qwen3-VL-2B; qwen2_5vl_7b: on Qwen2.5-VL-7B
+  rehearsal     CPU rehearsal at real width: Qwen3-VL-2B widths and vocabulary (random weights, real Qwen
+                tokenizer), 2 decoder layers, 2 vision blocks, 1280x720 screenshots, free-form tool-call actions
 
 Every field has a default here, so any of them can be overridden with `--config.a.b=value`; optional fields
 are `config_dict.placeholder(type)` (None until set, but still typed and overridable).
@@ -13,7 +16,8 @@ are `config_dict.placeholder(type)` (None until set, but still typed and overrid
 
 from ml_collections import config_dict
 
-VARIANTS = ("tiny", "toy", "qwen3vl_8b")
+VARIANTS = ("tiny", "toy", "qwen3vl_8b", "qwen3vl_2b", "qwen2_5vl_7b", "rehearsal")
+PAPER_SCALE = {"qwen3vl_8b": "qwen3vl_8b", "qwen3vl_2b": "qwen3vl_2b", "qwen2_5vl_7b": "qwen2_5vl_7b"}  # variant -> preset
 
 # The Easy MiniWoB++ tasks the tiny default trains on (bench/learning_run_tasks.py measured them; 20 training seeds,
 # 5 steps): random clicks on the 10 x 10 grid win 5% / 0% / 15%, the oracle snapped to that grid 100% of each, and
@@ -32,11 +36,22 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
     c.seed = 0
 
     c.model = config_dict.ConfigDict()
-    c.model.name = "tiny"                          # "tiny" (random init) or "pretrained" (load model.checkpoint)
+    c.model.name = "tiny"                          # "tiny" (random init), "pretrained" (load model.checkpoint) or
+                                                   # "random" (model.preset's published shapes, random weights)
     c.model.checkpoint = config_dict.placeholder(str)   # local HF directory with config.json + safetensors
+    c.model.preset = config_dict.placeholder(str)  # published shapes (jaxwebrl/models/presets.py): "random" weights,
+                                                   # or launch/compile.py's shapes when no checkpoint is given
     c.model.init_params = config_dict.placeholder(str)  # warm start: launch/sft.py's --workdir (or a params/
                                                          # training checkpoint); the run still starts at step 0
-    c.model.dtype = "float32"
+    c.model.dtype = "float32"                      # compute dtype
+    c.model.param_dtype = config_dict.placeholder(str)  # weight storage dtype (None: model.dtype); "float32" with
+                                                   # dtype "bfloat16" = fp32 master weights, bf16 compute
+    c.model.remat = "none"                         # rematerialisation policy: "none", "full", "dots", "dots_no_batch"
+    c.model.scan_layers = False                    # decoder as one scan over stacked layer params (compile time)
+    c.model.attention_chunk = 0                    # queries per attention chunk (0: whole rows at once)
+    c.model.logits_chunk = 0                       # vocabulary entries per LM-head chunk in the trainer's log-probs (0: all)
+    c.model.num_layers = config_dict.placeholder(int)    # fewer decoder layers than model.preset (rehearsals)
+    c.model.vision_depth = config_dict.placeholder(int)  # fewer vision blocks than model.preset
     c.model.max_new_tokens = 48                    # byte-level tiny tokenizer: 'Memory: {}\nAction: click(x, y)'
     c.model.temperature = 1.0
     c.model.top_p = 1.0
@@ -88,6 +103,8 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
     c.train.adam_b2 = 0.999
     c.train.adam_eps = 1e-8
     c.train.max_grad_norm = 1.0
+    c.train.moments_dtype = config_dict.placeholder(str)   # AdamW moments dtype (None: the params'); "float32" with
+                                                   # model.param_dtype "bfloat16" = bf16 weights, fp32 moments
     c.train.idle_sleep_s = 0.05                    # trainer poll interval while the batch fills
 
     c.actor = config_dict.ConfigDict()
@@ -207,9 +224,15 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         c.train.lr = 3e-4                          # a tiny policy needs a larger step than 8B
         c.env.screenshot_height = 140              # 10 x 8 patches of 14 px (20 image tokens): one patch row per
         c.env.screenshot_width = 112               # click-grid row; 64 x 64 leaves the ViT only 4 tokens
-    elif variant == "qwen3vl_8b":
+    elif variant in PAPER_SCALE:
         c.model.name = "pretrained"
+        c.model.preset = PAPER_SCALE[variant]      # shapes for launch/compile.py until model.checkpoint is set
         c.model.dtype = "bfloat16"
+        c.model.param_dtype = "float32"            # fp32 master weights, bf16 compute (launch/compile.py: fits v5p-8)
+        c.model.remat = "full"
+        c.model.scan_layers = True
+        c.model.attention_chunk = 1024
+        c.model.logits_chunk = 8192
         c.model.max_new_tokens = 512
         c.model.constrained_actions = False
         c.env.tasks = "miniwob"                    # all bundled MiniWoB++ tasks; JSON specs for WebGym-style sets
@@ -225,3 +248,37 @@ def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
         c.buffer.max_seq_len = 16384
         c.train.consumer_batch_size = 128
         c.train.max_steps = 1000
+    elif variant == "rehearsal":
+        # Real width on the CPU: Qwen3-VL-2B's hidden/heads/MLP/vocabulary and vision patch/merge sizes, 2 decoder
+        # layers, 2 vision blocks, random weights with the real Qwen tokenizer, 1280x720 screenshots, unconstrained
+        # tool-call actions. Sized for a 2-core, 24 GB machine (bench/scale.py, tests/launch/test_rehearsal.py): bf16
+        # weights and AdamW moments (fp32 compute) keep the ~0.5B parameters (311M of them the 151,936 x 2048
+        # embedding) and their three copies (recipe, trainer, policy server) near 10 GB all told.
+        c.model.name = "random"
+        c.model.param_dtype = "bfloat16"
+        c.model.preset = "qwen3vl_2b"
+        c.model.num_layers = 2
+        c.model.scan_layers = True                 # remat under scan: a third of the unrolled train step's memory
+        c.model.remat = "full"
+        c.model.vision_depth = 2
+        c.model.attention_chunk = 512
+        c.model.logits_chunk = 8192
+        c.model.max_new_tokens = 24
+        c.model.constrained_actions = False
+        c.env.tasks = "miniwob/click-test"
+        c.env.group_size = 2
+        c.env.max_episode_steps = 1                # 2 step rows a train step: ~10 GB peak on the CPU
+        c.env.screenshot_height = 720
+        c.env.screenshot_width = 1280
+        c.env.prompt_window = 0
+        c.env.action_style = "tool_call"
+        c.rollout.num_workers = 1
+        c.rollout.server_max_batch = 2
+        c.buffer.capacity_steps = 256
+        c.buffer.max_seq_len = 1536                # a 1280x720 screenshot is 880 image tokens
+        c.train.consumer_batch_size = 2
+        c.train.ppo_n_minibatches = 1
+        c.train.ppo_n_epochs = 1
+        c.train.max_steps = 2
+        c.train.dynamic_sampling = False
+        c.checkpoint.async_save = False

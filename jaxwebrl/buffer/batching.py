@@ -38,14 +38,6 @@ def episodes_to_rows(episodes: list[dict]) -> list[dict]:
     return rows
 
 
-def dense_ranks(ids) -> np.ndarray:
-    """[R] int32 rank of each id among the distinct `ids` [R] (int64 episode / group ids): equal ids get equal
-    ranks, order is kept. What the update's segment ops need, in a range jnp's default int32 cannot wrap (an id of
-    2**40 would become 0 there and merge with another group)."""
-    flat = np.asarray(ids, np.int64).reshape(-1)
-    return np.unique(flat, return_inverse=True)[1].reshape(flat.shape).astype(np.int32)
-
-
 def _refs_matrix(refs_list: list[np.ndarray]) -> np.ndarray:
     width = max([1] + [len(r) for r in refs_list])
     out = np.full((len(refs_list), width), -1, np.int64)

@@ -50,34 +50,9 @@ def with_init_params(config, policy: Policy) -> Policy:
 
 
 def _base_model(config, *, with_params: bool) -> Policy:
-    m = config.model
-    if m.name == "tiny":
-        from jaxwebrl.models.config import tiny_config
-        from jaxwebrl.models.policy import init_params_shapes, tiny_policy
-        from jaxwebrl.models.vl_model import VisionLanguageModel
-        from jaxwebrl.models.processor import tiny_processor
+    from jaxwebrl.models import presets
 
-        if with_params:
-            return tiny_policy(seed=config.seed)
-        model_config = tiny_config()
-        return Policy(model_config, VisionLanguageModel(model_config), init_params_shapes(model_config),
-                      tiny_processor())
-    if m.name != "pretrained":
-        raise ValueError(f"config.model.name={m.name!r}: use 'tiny' or 'pretrained' (with config.model.checkpoint)")
-    if not m.checkpoint:
-        raise ValueError("config.model.name='pretrained' needs --config.model.checkpoint=HF_DIR (the base model)")
-    from jaxwebrl.models.hf_io import load_pretrained, read_config
-    from jaxwebrl.models.policy import init_params_shapes
-    from jaxwebrl.models.vl_model import VisionLanguageModel
-    from jaxwebrl.models.processor import Processor
-
-    if with_params:
-        return load_pretrained(m.checkpoint, dtype=m.dtype)
-    model_config = read_config(m.checkpoint, m.dtype)
-    has_processor = all(os.path.exists(os.path.join(m.checkpoint, f))
-                        for f in ("tokenizer.json", "preprocessor_config.json"))
-    return Policy(model_config, VisionLanguageModel(model_config), init_params_shapes(model_config),
-                  Processor.from_pretrained(m.checkpoint) if has_processor else None)
+    return presets.build_policy(config.model, seed=config.seed, with_params=with_params)
 
 
 def training_checkpoint_dir(path: str) -> str | None:

@@ -69,7 +69,16 @@ class VisionConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """A whole policy. `dtype` is the compute dtype, `param_dtype` the storage dtype of the weights."""
+    """A whole policy. `dtype` is the compute dtype, `param_dtype` the storage dtype of the weights
+    (`param_dtype="float32", dtype="bfloat16"`: fp32 master weights, bf16 compute).
+
+    Memory and compile-time knobs (none changes the function computed, only how): `remat` names the
+    rematerialisation policy of every decoder layer and vision block ("none", "full", "dots", "dots_no_batch";
+    True/False mean "full"/"none"); `scan_layers` runs the decoder as one scan over stacked layer params (compile
+    time independent of depth); `attention_chunk` > 0 computes attention that many queries at a time;
+    `logits_chunk` > 0 computes the trainer's log-probs over that many vocabulary entries at a time
+    (`lm_head.token_logprobs`).
+    """
 
     model_type: str
     text: TextConfig
@@ -81,10 +90,22 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     dtype: str = "float32"
     param_dtype: str = "float32"
-    remat: bool = False
+    remat: str = "none"
+    scan_layers: bool = False
+    attention_chunk: int = 0
+    logits_chunk: int = 0
     hf_config_json: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self):
+        if isinstance(self.remat, bool):
+            object.__setattr__(self, "remat", "full" if self.remat else "none")
+        from jaxwebrl.models.layers import REMAT_POLICIES
+
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat={self.remat!r}: use one of {', '.join(REMAT_POLICIES)}")
+        if self.attention_chunk < 0 or self.logits_chunk < 0:
+            raise ValueError(f"attention_chunk={self.attention_chunk} and logits_chunk={self.logits_chunk} must be "
+                             ">= 0 (0: no chunking)")
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
                 f"unsupported model_type {self.model_type!r}: jaxwebrl supports {SUPPORTED_MODEL_TYPES}"
@@ -260,7 +281,7 @@ def to_hf_dict(config: ModelConfig) -> dict:
     return out
 
 
-def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat: bool = False) -> ModelConfig:
+def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat: bool | str = False) -> ModelConfig:
     """The `tiny` Qwen3-VL preset: random-init on CPU, forward+backward on [8, 256] well under a second.
 
     Vocabulary and vision token ids come from `jaxwebrl.models.tokenizer.tiny_tokenizer()` (vocab_size
@@ -291,7 +312,7 @@ def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat:
     return _with_tiny_tokenizer(text, vision, vocab_size, dtype=dtype, remat=remat)
 
 
-def small_config(vocab_size: int | None = None, *, dtype: str = "float32", remat: bool = False) -> ModelConfig:
+def small_config(vocab_size: int | None = None, *, dtype: str = "float32", remat: bool | str = False) -> ModelConfig:
     """A ~50M-parameter Qwen3-VL preset (16 x 512-wide text layers) on the tiny tokenizer, for CPU
     throughput measurements and quick real-learning runs."""
     text = TextConfig(

@@ -13,17 +13,34 @@ import jax.numpy as jnp
 
 from jaxwebrl.models import kv_cache
 from jaxwebrl.models.config import TextConfig
-from jaxwebrl.models.layers import RMSNorm, SwiGLU, apply_rotary, dense, masked_attention, mrope_axis_selector, mrope_cos_sin
+from jaxwebrl.models.attention import AttentionMask, attend, causal_mask
+from jaxwebrl.models.layers import (RMSNorm, SwiGLU, apply_rotary, dense, mrope_axis_selector, mrope_cos_sin,
+                                    remat_policy)
+
+
+def scatter_image_features(is_image: jax.Array, features: jax.Array, base: jax.Array | None) -> jax.Array:
+    """Place features [N, E] on the image-token positions of is_image [B, T] (batch-major order).
+
+    Other positions keep `base` [B, T, E] (or zeros when base is None).
+    """
+    b, t = is_image.shape
+    index = jnp.cumsum(is_image.reshape(-1)).reshape(b, t) - 1
+    picked = features[jnp.clip(index, 0, features.shape[0] - 1)]
+    if base is None:
+        base = jnp.zeros_like(picked)
+    return jnp.where(is_image[..., None], picked.astype(base.dtype), base)
 
 
 class TextAttention(nn.Module):
     config: TextConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    attention_chunk: int = 0
 
     @nn.compact
-    def __call__(self, x, cos, sin, mask, layer_cache=None, cache_index=None):
-        """x [B, T, E]; cos/sin [B, T, D] f32; mask [B, T, S] bool; layer_cache {"k","v": [B, S, K, D]}.
+    def __call__(self, x, cos, sin, mask: AttentionMask, layer_cache=None, cache_index=None):
+        """x [B, T, E]; cos/sin [B, T, D] f32; mask over [B, T] queries and [B, S] keys; layer_cache
+        {"k","v": [B, S, K, D]}.
 
         Returns (out [B, T, E], new layer_cache or None).
         """
@@ -46,55 +63,79 @@ class TextAttention(nn.Module):
             k = kv_cache.write_rows(layer_cache["k"], k, cache_index)
             v = kv_cache.write_rows(layer_cache["v"], v, cache_index)
             new_cache = {"k": k, "v": v}
-        out = masked_attention(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5)
+        out = attend(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5, self.attention_chunk)
         out = dense(x.shape[-1], use_bias=False, name="o_proj", **kw)(out.reshape(b, t, -1))
         return out, new_cache
 
 
 class DecoderLayer(nn.Module):
+    """One pre-norm decoder layer. `deepstack` = (features [n, N', E], is_image [B, T]) with a traced
+    `layer_index` (the scanned decoder): features[layer_index] are added after the layer when layer_index < n."""
+
     config: TextConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    attention_chunk: int = 0
 
     @nn.compact
-    def __call__(self, x, cos, sin, mask, layer_cache=None, cache_index=None):
+    def __call__(self, x, cos, sin, mask, layer_cache=None, cache_index=None, deepstack=None, layer_index=None):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         h = RMSNorm(c.hidden_size, c.rms_norm_eps, name="input_layernorm", **kw)(x)
-        h, new_cache = TextAttention(c, name="self_attn", **kw)(h, cos, sin, mask, layer_cache, cache_index)
+        h, new_cache = TextAttention(c, name="self_attn", attention_chunk=self.attention_chunk, **kw)(
+            h, cos, sin, mask, layer_cache, cache_index)
         x = x + h
         h = RMSNorm(c.hidden_size, c.rms_norm_eps, name="post_attention_layernorm", **kw)(x)
         x = x + SwiGLU(c.hidden_size, c.intermediate_size, name="mlp", **kw)(h)
+        if deepstack is not None:
+            features, is_image = deepstack
+            n = features.shape[0]
+            x = jax.lax.cond(
+                layer_index < n,
+                lambda x_: x_ + scatter_image_features(is_image, features[jnp.minimum(layer_index, n - 1)], None
+                                                       ).astype(x_.dtype),
+                lambda x_: x_, x)
         return x, new_cache
 
 
 class TextDecoder(nn.Module):
-    """Token embedding + decoder layers + final norm. DeepStack features are added after the first layers."""
+    """Token embedding + decoder layers + final norm. DeepStack features are added after the first layers.
+
+    `scan_layers`: the layers are one `nn.scan` over stacked params (`layers/...` leaves are [L, ...]): one layer
+    is compiled instead of L. The scanned decoder has no KV-cache path (the sampler runs an unstacked copy,
+    `stacking.unstack`). `remat` names the rematerialisation policy of every layer (`layers.REMAT_POLICIES`).
+    """
 
     config: TextConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
-    remat: bool = False
+    remat: str = "none"
+    scan_layers: bool = False
+    attention_chunk: int = 0
 
     def setup(self):
         c = self.config
-        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype, attention_chunk=self.attention_chunk)
         self.embed_tokens = nn.Embed(
-            c.vocab_size, c.hidden_size, embedding_init=nn.initializers.normal(0.02), **kw
+            c.vocab_size, c.hidden_size, embedding_init=nn.initializers.normal(0.02),
+            dtype=self.dtype, param_dtype=self.param_dtype,
         )
-        layer_cls = nn.remat(DecoderLayer, static_argnums=()) if self.remat else DecoderLayer
-        self.layers = [layer_cls(c, name=f"layers_{i}", **kw) for i in range(c.num_layers)]
-        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, **kw)
+        policy = remat_policy(self.remat)
+        layer_cls = DecoderLayer
+        if self.remat != "none":
+            layer_cls = nn.remat(DecoderLayer, policy=policy, prevent_cse=not self.scan_layers)
+        if self.scan_layers:
+            broadcast = (nn.broadcast,) * 6   # cos, sin, mask, layer_cache, cache_index, deepstack
+            self.layers = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
+                                  in_axes=broadcast + (0,), length=c.num_layers)(c, name="layers", **kw)
+        else:
+            self.layers = [layer_cls(c, name=f"layers_{i}", **kw) for i in range(c.num_layers)]
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype)
         self.selector = mrope_axis_selector(c.mrope_section, c.mrope_interleaved)
 
     def embed(self, input_ids: jax.Array) -> jax.Array:
         """input_ids [B, T] int -> [B, T, E] in the compute dtype."""
         return self.embed_tokens(input_ids)
-
-    def attend(self, hidden: jax.Array) -> jax.Array:
-        """Tied head: hidden [B, T, E] -> logits [B, T, V] float32."""
-        table = self.embed_tokens.embedding.astype(jnp.float32)
-        return jnp.einsum("bte,ve->btv", hidden.astype(jnp.float32), table)
 
     def __call__(
         self,
@@ -103,9 +144,11 @@ class TextDecoder(nn.Module):
         attention_mask: jax.Array,
         cache: dict | None = None,
         deepstack: Sequence[jax.Array] = (),
+        is_image: jax.Array | None = None,
     ):
         """inputs_embeds [B, T, E]; position_ids [3, B, T] int32; attention_mask [B, T] bool;
-        deepstack: per early layer, [B, T, E] features (zero outside visual tokens) added after that layer.
+        deepstack: per early layer, merged image features [N', E], added after that layer on the positions
+        `is_image [B, T]` marks (the image tokens, in order).
 
         Returns (hidden [B, T, E] after the final norm, new cache or None).
         """
@@ -113,20 +156,25 @@ class TextDecoder(nn.Module):
         t = inputs_embeds.shape[1]
         cos, sin = mrope_cos_sin(position_ids, c.head_dim, c.rope_theta, self.selector)
         if cache is None:
-            causal = jnp.tril(jnp.ones((t, t), bool))
-            mask = attention_mask[:, None, :] & causal[None]
-            valid, index = None, None
+            mask, valid, index = causal_mask(attention_mask), None, None
         else:
-            valid, mask = kv_cache.cached_attention_mask(cache, attention_mask)
-            index = cache["index"]
+            if self.scan_layers:
+                raise ValueError("the scanned decoder (scan_layers=True) has no KV-cache path: decode with an "
+                                 "unstacked copy (models/stacking.unstack and scan_layers=False), as the Sampler does")
+            valid, slots = kv_cache.cached_query_slots(cache, attention_mask)
+            mask, index = AttentionMask(valid, slots), cache["index"]
         x = inputs_embeds
+        if self.scan_layers:
+            stacked = (jnp.stack(list(deepstack)), is_image) if deepstack else None
+            x, _ = self.layers(x, cos, sin, mask, None, None, stacked, jnp.arange(c.num_layers))
+            return self.norm(x), None
         new_layers = []
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache["layers"][i]
             x, new_layer_cache = layer(x, cos, sin, mask, layer_cache, index)
             new_layers.append(new_layer_cache)
             if i < len(deepstack):
-                x = x + deepstack[i].astype(x.dtype)
+                x = x + scatter_image_features(is_image, deepstack[i], None).astype(x.dtype)
         x = self.norm(x)
         if cache is None:
             return x, None

@@ -8,6 +8,7 @@ safetensors shards (5 GB each by default) that `transformers` loads, one paramet
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, Callable
@@ -68,6 +69,19 @@ def _place(array: np.ndarray, sharding) -> jax.Array:
     return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
 
 
+def _stacked_buffer(shape, dtype, sharding) -> jax.Array:
+    """Zeros [L, ...] on `sharding` (or the default device): the stacked leaf the layers are written into."""
+    make = jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding) if sharding is not None else \
+        (lambda: jnp.zeros(shape, dtype))
+    return make()
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _write_layer(stacked: jax.Array, layer: jax.Array, index) -> jax.Array:
+    """stacked [L, ...] with stacked[index] = layer (in place: the buffer is donated)."""
+    return jax.lax.dynamic_update_index_in_dim(stacked, layer.astype(stacked.dtype), index, 0)
+
+
 def load_pretrained(
     hf_dir: str,
     dtype: str = "float32",
@@ -76,14 +90,17 @@ def load_pretrained(
     shardings: Any = None,
     param_dtype: str | None = None,
     with_processor: bool = True,
+    model_options: dict | None = None,
 ) -> Policy:
     """Policy from a local HF checkpoint directory (model_type qwen3_vl or qwen2_5_vl in config.json).
 
     dtype: compute dtype (and param dtype unless `param_dtype` is given). shardings: a pytree of
     jax.sharding.Sharding matching the params, or a callable(shapes_pytree) -> such a pytree; with only
     `mesh`, `fsdp_shardings` is used. Without either, params land on the default device.
+    model_options: ModelConfig knobs (`remat`, `scan_layers`, `attention_chunk`, `logits_chunk`); with
+    scan_layers the decoder layers load into stacked leaves.
     """
-    config = read_config(hf_dir, dtype, param_dtype)
+    config = read_config(hf_dir, dtype, param_dtype).replace(**dict(model_options or {}))
     safetensors_io.return_freed_buffers_to_os()
     module = VisionLanguageModel(config)
     shapes = init_params_shapes(config)
@@ -104,17 +121,27 @@ def load_pretrained(
             unexpected.append(name)
             continue
         array = param_map.hf_to_flax(handle.read(name), spec.kind)
-        expected = _get(shapes, spec.path).shape
-        if array.shape != tuple(expected):
+        full = tuple(_get(shapes, spec.path).shape)
+        expected = full if spec.layer is None else full[1:]
+        if array.shape != expected:
             raise ValueError(
                 f"{name}: checkpoint shape {handle.shape(name)} does not match config.json "
-                f"(expects Flax {spec.path} of shape {tuple(expected)})"
+                f"(expects Flax {spec.path} of shape {expected})"
             )
         # One transformed host copy, and the raw read buffer is dropped before placing: at most two
         # copies of this tensor exist at any moment (raw + transformed, then transformed + placed).
         array = np.ascontiguousarray(array.astype(target_dtype, copy=False))
         sharding = None if shardings is None else _get(shardings, spec.path)
-        _set(params, spec.path, _place(array, sharding))
+        if spec.layer is None:
+            _set(params, spec.path, _place(array, sharding))
+        else:  # scan_layers: write layer i of the stacked leaf on the device
+            try:
+                stacked = _get(params, spec.path)
+            except KeyError:
+                stacked = _stacked_buffer(full, target_dtype, sharding)
+            layer_sharding = None if sharding is None else jax.sharding.NamedSharding(
+                sharding.mesh, jax.sharding.PartitionSpec(*tuple(sharding.spec)[1:]))
+            _set(params, spec.path, _write_layer(stacked, _place(array, layer_sharding), np.int32(spec.layer)))
         loaded.add(canonical)
         del array
     missing = sorted(set(by_name) - loaded)
@@ -164,7 +191,7 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
     rows = []
     for spec in specs:
         leaf = _get(policy.params, spec.path)
-        shape = tuple(leaf.shape)
+        shape = tuple(leaf.shape) if spec.layer is None else tuple(leaf.shape)[1:]
         if spec.kind == "linear":
             shape = shape[::-1]
         elif spec.kind == "conv":
@@ -185,7 +212,8 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
 
     def fetch(name: str) -> np.ndarray:
         spec = by_name[name]
-        host = _to_host(_get(policy.params, spec.path))
+        leaf = _get(policy.params, spec.path)
+        host = _to_host(leaf if spec.layer is None else leaf[spec.layer])
         return param_map.flax_to_hf(host, spec.kind, conv_shape).astype(store)
 
     weight_map = {}

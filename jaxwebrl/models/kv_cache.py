@@ -45,14 +45,11 @@ def write_rows(buffer: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array
     return jax.vmap(one)(buffer, new, index)
 
 
-def cached_attention_mask(cache: dict, attention_mask: jax.Array):
-    """Validity after writing this call's tokens and the [B, T, S] bool mask its queries use.
+def cached_query_slots(cache: dict, attention_mask: jax.Array):
+    """Validity after writing this call's tokens and the slot of each query (it attends valid slots ≤ its own).
 
-    attention_mask [B, T] bool (True = real token). Returns (valid [B, S], mask [B, T, S]).
+    attention_mask [B, T] bool (True = real token). Returns (valid [B, S] bool, query_slot [B, T] int32).
     """
     t = attention_mask.shape[1]
-    s = cache["valid"].shape[1]
     valid = write_rows(cache["valid"], attention_mask, cache["index"])
-    query_slot = cache["index"][:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]  # [B, T]
-    causal = jnp.arange(s, dtype=jnp.int32)[None, None, :] <= query_slot[:, :, None]
-    return valid, valid[:, None, :] & causal
+    return valid, cache["index"][:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]

@@ -13,6 +13,21 @@ import numpy as np
 
 Dtype = jnp.dtype
 
+# Rematerialisation policies by name (config `remat`): what a layer keeps from its forward pass for the backward.
+REMAT_POLICIES = {
+    "none": None,                                                   # no rematerialisation: keep everything
+    "full": jax.checkpoint_policies.nothing_saveable,               # keep only the layer's input
+    "dots": jax.checkpoint_policies.checkpoint_dots,                # keep matmul outputs
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep weight matmuls only
+}
+
+
+def remat_policy(name: str):
+    """The jax.checkpoint policy of a `remat` name; ValueError naming the choices."""
+    if name not in REMAT_POLICIES:
+        raise ValueError(f"remat={name!r} is not a remat policy: use one of {', '.join(REMAT_POLICIES)}")
+    return REMAT_POLICIES[name]
+
 
 def dense(features: int, *, use_bias: bool, dtype, param_dtype, name: str | None = None) -> nn.Dense:
     """A Dense layer whose `kernel` is `[in, out]` (the transpose of a torch Linear weight)."""

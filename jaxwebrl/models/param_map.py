@@ -12,9 +12,13 @@ from jaxwebrl.models.config import ModelConfig
 
 
 class ParamSpec(NamedTuple):
+    """One HF tensor. `layer` is None for a Flax leaf of its own, or i when the leaf at `path` stacks every
+    decoder layer (scan_layers: leaf [L, ...], this tensor is leaf[i])."""
+
     hf_name: str
     path: tuple[str, ...]
     kind: str  # "linear" | "conv" | "copy"
+    layer: int | None = None
 
 
 def linear(hf: str, path: tuple, *, bias: bool) -> list[ParamSpec]:
@@ -25,12 +29,15 @@ def linear(hf: str, path: tuple, *, bias: bool) -> list[ParamSpec]:
 
 
 def text_decoder_specs(config: ModelConfig) -> list[ParamSpec]:
-    """Rows of the text decoder and head (HF: model.language_model.*, lm_head)."""
+    """Rows of the text decoder and head (HF: model.language_model.*, lm_head). With `config.scan_layers` the
+    layer rows point into the stacked `language_model/layers/...` leaves (`ParamSpec.layer`)."""
     t = config.text
     hf, root = "model.language_model", ("language_model",)
     specs = [ParamSpec(f"{hf}.embed_tokens.weight", root + ("embed_tokens", "embedding"), "copy")]
     for i in range(t.num_layers):
-        b, p = f"{hf}.layers.{i}", root + (f"layers_{i}",)
+        b = f"{hf}.layers.{i}"
+        p = root + ("layers",) if config.scan_layers else root + (f"layers_{i}",)
+        first = len(specs)
         specs.append(ParamSpec(f"{b}.input_layernorm.weight", p + ("input_layernorm", "weight"), "copy"))
         specs.append(
             ParamSpec(f"{b}.post_attention_layernorm.weight", p + ("post_attention_layernorm", "weight"), "copy")
@@ -43,9 +50,11 @@ def text_decoder_specs(config: ModelConfig) -> list[ParamSpec]:
             specs.append(ParamSpec(f"{b}.self_attn.k_norm.weight", p + ("self_attn", "k_norm", "weight"), "copy"))
         for name in ("gate_proj", "up_proj", "down_proj"):
             specs += linear(f"{b}.mlp.{name}", p + ("mlp", name), bias=False)
+        if config.scan_layers:
+            specs[first:] = [spec._replace(layer=i) for spec in specs[first:]]
     specs.append(ParamSpec(f"{hf}.norm.weight", root + ("norm", "weight"), "copy"))
     if not config.tie_word_embeddings:
-        specs.append(ParamSpec("lm_head.weight", ("lm_head", "kernel"), "linear"))
+        specs.append(ParamSpec("lm_head.weight", ("lm_head", "weight"), "copy"))   # [V, E] both sides
     return specs
 
 

@@ -37,10 +37,11 @@ import numpy as np
 
 from jaxwebrl.models import kv_cache
 from jaxwebrl.models.constraints import TokenConstraint
+from jaxwebrl.models.sampling_transform import NEG_INF as _NEG_INF, sampling_logits, truncates  # noqa: F401
+from jaxwebrl.models import stacking
 from jaxwebrl.parallel import partition
 from jaxwebrl.parallel.mesh import batch_divisor
 
-_NEG_INF = float(jnp.finfo(jnp.float32).min)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,48 +99,6 @@ class DecodeState(NamedTuple):
     rng: jax.Array
 
 
-def sampling_logits(logits: jax.Array, allowed: jax.Array | None = None, *, temperature: float = 1.0,
-                    top_k: int = 0, top_p: float = 1.0) -> jax.Array:
-    """The distribution tokens are drawn from, as logits: softmax of the result is what the sampler samples and
-    what the trainer replays (one function, so both sides agree to the last bit of the transform).
-
-    Args:
-      logits: [..., V] model logits.
-      allowed: [..., V] bool tokens the constraint admits, or None (every token).
-      temperature: > 0; the logits are divided by it.
-      top_k: 0 = off; else only the k largest tempered logits stay.
-      top_p: 1 = off; else the smallest most-likely set holding top_p of the (top-k) mass stays; the most likely
-        token always does.
-
-    Returns:
-      [..., V] float32: tempered logits, float32's lowest value outside the kept set (finite, so a token outside it
-      gets a finite, hugely negative log-prob instead of NaN). Which tokens are kept is not differentiated.
-    """
-    if not temperature > 0:
-        raise ValueError(f"sampling_logits needs temperature > 0 (greedy decoding takes the argmax), got {temperature}")
-    x = logits.astype(jnp.float32)
-    if temperature != 1.0:
-        x = x / jnp.float32(temperature)
-    if allowed is not None:
-        x = jnp.where(allowed, x, _NEG_INF)
-    if top_k:
-        kth = jax.lax.stop_gradient(jax.lax.top_k(x, min(top_k, x.shape[-1]))[0][..., -1:])
-        x = jnp.where(x >= kth, x, _NEG_INF)
-    if top_p < 1:
-        sorted_logits = jax.lax.stop_gradient(jnp.sort(x, axis=-1)[..., ::-1])
-        probs = jax.nn.softmax(sorted_logits, axis=-1)
-        mass_before = jnp.cumsum(probs, axis=-1) - probs
-        keep = mass_before < top_p  # the most likely token is always kept
-        threshold = jnp.min(jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True)
-        x = jnp.where(x >= threshold, x, _NEG_INF)
-    return x
-
-
-def truncates(temperature: float, top_k: int, top_p: float) -> bool:
-    """Whether these settings cut tokens out of the distribution (top-k or top-p), beyond the temperature."""
-    return temperature > 0 and (top_k > 0 or top_p < 1)
-
-
 def sample_logits(logits: jax.Array, rng: jax.Array, sampling: SamplingParams, allowed: jax.Array | None = None):
     """Draws one token per row. logits `[B, V] float32`; allowed `[B, V] bool` or None.
 
@@ -179,6 +138,13 @@ class Sampler:
                  mesh=None):
         if decode_chunk < 1:
             raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
+        self._stacked_config = config if config.scan_layers else None
+        if config.scan_layers:  # the KV-cache path runs the unrolled twin on unstacked weights
+            from jaxwebrl.models.vl_model import VisionLanguageModel
+
+            config = config.replace(scan_layers=False)
+            module = VisionLanguageModel(config)
+        self._unstacked: tuple[Any, Any] | None = None   # (stacked params seen last, their unstacked copy)
         self.module, self.config = module, config
         self.pad_token_id = int(pad_token_id)
         self.decode_chunk = int(decode_chunk)
@@ -233,9 +199,9 @@ class Sampler:
                     prefix, prefix_state, *, grid, sampling: SamplingParams) -> DecodeState:
         """Prompt (ending with the forced `prefix` [P], already in `input_ids`) -> cache and the first sample."""
         self.trace_counts["prefill"] += 1
-        logits, cache = self.module.apply(
+        logits, cache = self.module.apply(   # head="last": logits of the last position only, [B, 1, V]
             {"params": params}, input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
-            image_grid_thw=None if grid is None else np.asarray(grid), cache=cache)
+            image_grid_thw=None if grid is None else np.asarray(grid), cache=cache, head="last")
         b, n, p = input_ids.shape[0], sampling.max_new_tokens, prefix.shape[0]
         done = ~attention_mask[:, -1].astype(bool)  # empty filler rows are done from the start
         state = DecodeState(
@@ -270,6 +236,10 @@ class Sampler:
     # ------------------------------------------------------------------ host side
     def _weights(self, weights) -> tuple[Any, int]:
         params, version = weights() if callable(weights) else weights
+        if self._stacked_config is not None:   # once per published version, not per chunk
+            if self._unstacked is None or self._unstacked[0] is not params:
+                self._unstacked = (params, stacking.unstack(params, self._stacked_config))
+            params = self._unstacked[1]
         if self.mesh is not None:
             if self._param_shardings is None:
                 self._param_shardings = partition.param_shardings(params, self.mesh)
@@ -332,7 +302,7 @@ class Sampler:
         static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())  # stop ids are traced
         params, version = self._weights(weights)
         state = self._prefill(params, *self._place((jnp.asarray(ids), jnp.asarray(mask))),
-                              None if pixels is None else jnp.asarray(pixels), cache, rng, jnp.int32(version),
+                              None if pixels is None else self._place(jnp.asarray(pixels)), cache, rng, jnp.int32(version),
                               stop_ids, self._tables, jnp.asarray(prefix), jnp.int32(prefix_state), grid=grid,
                               sampling=static)
         stopped_by_string: dict[int, int] = {}

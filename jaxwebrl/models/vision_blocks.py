@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwebrl.models.layers import apply_rotary, dense, inverse_frequencies, masked_attention
+from jaxwebrl.models.attention import AttentionMask, attend
+from jaxwebrl.models.layers import apply_rotary, dense, inverse_frequencies, remat_policy
 
 
 def vision_rotary(positions: np.ndarray, head_dim: int, theta: float):
@@ -22,18 +23,22 @@ def vision_rotary(positions: np.ndarray, head_dim: int, theta: float):
     return jnp.cos(emb), jnp.sin(emb)
 
 
-def segment_attention(q, k, v, layout: dict, scale: float):
+def segment_attention(q, k, v, layout: dict, scale: float, chunk: int = 0):
     """Attention restricted to segments. q/k/v [N, H, D]; layout from `vision_layout.segment_layout`.
 
-    Returns [N, H, D]: each row attends only to the rows of its own segment.
+    Returns [N, H, D]: each row attends only to the rows of its own segment (queries `chunk` at a time when > 0).
     """
     gather = jnp.asarray(layout["gather"])
     valid = jnp.asarray(layout["valid"])
     qs, ks, vs = q[gather], k[gather], v[gather]  # [S, L, H, D]
-    mask = jnp.broadcast_to(valid[:, None, :], (valid.shape[0], valid.shape[1], valid.shape[1]))
-    out = masked_attention(qs, ks, vs, mask, scale)
+    out = attend(qs, ks, vs, AttentionMask(valid), scale, chunk)
     out = out.reshape(-1, *out.shape[2:])
     return out[jnp.asarray(layout["scatter"])]
+
+
+def block_class(block, remat: str, *, scanned: bool = False):
+    """`block` (a vision block module class) under the `remat` policy (inside `nn.scan` when `scanned`)."""
+    return block if remat == "none" else nn.remat(block, policy=remat_policy(remat), prevent_cse=not scanned)
 
 
 class VisionAttention(nn.Module):
@@ -43,6 +48,7 @@ class VisionAttention(nn.Module):
     num_heads: int
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    attention_chunk: int = 0
 
     @nn.compact
     def __call__(self, x, cos, sin, layout):
@@ -54,7 +60,7 @@ class VisionAttention(nn.Module):
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         q = apply_rotary(q, cos[:, None, :], sin[:, None, :])
         k = apply_rotary(k, cos[:, None, :], sin[:, None, :])
-        out = segment_attention(q, k, v, layout, head_dim**-0.5)
+        out = segment_attention(q, k, v, layout, head_dim**-0.5, self.attention_chunk)
         return dense(self.dim, use_bias=True, name="proj", **kw)(out.reshape(n, self.dim))
 
 

@@ -12,7 +12,9 @@ Module call (this is the seam the sampler and trainer build on):
 - pixel_values [N, C*T*P*P] and image_grid_thw [num_images, 3] in transformers' layout; the grid must be
   concrete (static under jit). Each run of image_token_id tokens receives one image's merged features.
 - cache: from `kv_cache.init_cache`, or None for a plain full forward (new_cache is then None).
-- logits [B, T, V] float32.
+- head: "all" -> logits [B, T, V] float32; "last" -> logits of the last position only [B, 1, V] (the sampler's
+  prefill); "none" -> the final hidden states [B, T, E] instead of logits (the trainer's log-prob path,
+  `lm_head.token_logprobs`, which never materialises the full logits).
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwebrl.models import vision_layout
+from jaxwebrl.models import lm_head, vision_layout
 from jaxwebrl.models.config import ModelConfig
-from jaxwebrl.models.decoder import TextDecoder
-from jaxwebrl.models.layers import dense
+from jaxwebrl.models.decoder import TextDecoder, scatter_image_features
 from jaxwebrl.models.rope_index import get_rope_index
 
 
@@ -39,17 +40,18 @@ def _vision_tower_class(model_type: str):
     return Qwen25VisionModel
 
 
-def scatter_image_features(is_image: jax.Array, features: jax.Array, base: jax.Array | None) -> jax.Array:
-    """Place features [N, E] on the image-token positions of is_image [B, T] (batch-major order).
+class LMHead(nn.Module):
+    """The untied head: weight [V, E], HF's `lm_head.weight` layout (a vocabulary chunk is a block of rows)."""
 
-    Other positions keep `base` [B, T, E] (or zeros when base is None).
-    """
-    b, t = is_image.shape
-    index = jnp.cumsum(is_image.reshape(-1)).reshape(b, t) - 1
-    picked = features[jnp.clip(index, 0, features.shape[0] - 1)]
-    if base is None:
-        base = jnp.zeros_like(picked)
-    return jnp.where(is_image[..., None], picked.astype(base.dtype), base)
+    vocab_size: int
+    compute_dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, hidden):
+        weight = self.param("weight", nn.initializers.normal(0.02), (self.vocab_size, hidden.shape[-1]),
+                            self.param_dtype)
+        return lm_head.head_logits(hidden, weight, self.compute_dtype)
 
 
 class VisionLanguageModel(nn.Module):
@@ -58,12 +60,13 @@ class VisionLanguageModel(nn.Module):
     def setup(self):
         c = self.config
         kw = dict(dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.param_dtype))
-        self.visual = _vision_tower_class(c.model_type)(c.vision, **kw)
-        self.language_model = TextDecoder(c.text, remat=c.remat, **kw)
+        scan = {"scan_blocks": c.scan_layers} if c.model_type == "qwen3_vl" else {}
+        self.visual = _vision_tower_class(c.model_type)(c.vision, remat=c.remat, attention_chunk=c.attention_chunk,
+                                                        **scan, **kw)
+        self.language_model = TextDecoder(c.text, remat=c.remat, scan_layers=c.scan_layers,
+                                          attention_chunk=c.attention_chunk, **kw)
         if not c.tie_word_embeddings:
-            self.lm_head = dense(
-                c.text.vocab_size, use_bias=False, dtype=jnp.float32, param_dtype=kw["param_dtype"]
-            )
+            self.lm_head = LMHead(c.text.vocab_size, compute_dtype=kw["dtype"], param_dtype=kw["param_dtype"])
 
     def encode_images(self, pixel_values, image_grid_thw):
         """Vision tower output: (image_embeds [N', E], deepstack list of [N', E])."""
@@ -77,24 +80,26 @@ class VisionLanguageModel(nn.Module):
         pixel_values: jax.Array | None = None,
         image_grid_thw=None,
         cache: dict | None = None,
+        head: str = "all",
     ):
         c = self.config
+        if head not in ("all", "last", "none"):
+            raise ValueError(f"head={head!r}: use 'all', 'last' or 'none'")
         input_ids = jnp.asarray(input_ids, jnp.int32)
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [B, T], got shape {input_ids.shape}")
         mask = jnp.ones(input_ids.shape, bool) if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
         embeds = self.language_model.embed(input_ids)
-        deepstack = ()
+        deepstack, is_image = (), None
         grid = None
         if pixel_values is not None:
             if image_grid_thw is None:
                 raise ValueError("pixel_values was given without image_grid_thw; pass both (transformers layout)")
             grid = vision_layout.concrete_grid(image_grid_thw)
             check_image_tokens(input_ids, grid, c)
-            image_embeds, deepstack_features = self.encode_images(pixel_values, grid)
+            image_embeds, deepstack = self.encode_images(pixel_values, grid)
             is_image = input_ids == c.image_token_id
             embeds = scatter_image_features(is_image, image_embeds, embeds)
-            deepstack = [scatter_image_features(is_image, f, None) for f in deepstack_features]
         if position_ids is None:
             position_ids, _ = get_rope_index(
                 input_ids,
@@ -106,11 +111,16 @@ class VisionLanguageModel(nn.Module):
             if cache is not None:
                 position_ids = position_ids + cache["next_position"][None, :, None]
         position_ids = jnp.asarray(position_ids, jnp.int32)
-        hidden, new_cache = self.language_model(embeds, position_ids, mask, cache, deepstack)
+        hidden, new_cache = self.language_model(embeds, position_ids, mask, cache, tuple(deepstack), is_image)
+        if head == "none":
+            return hidden, new_cache
+        if head == "last":
+            hidden = hidden[:, -1:]
         if c.tie_word_embeddings:
-            logits = self.language_model.attend(hidden)
+            weight = self.language_model.embed_tokens.embedding
+            logits = lm_head.head_logits(hidden, weight, jnp.dtype(c.dtype))
         else:
-            logits = self.lm_head(hidden.astype(jnp.float32))
+            logits = self.lm_head(hidden)
         return logits.astype(jnp.float32), new_cache
 
 

@@ -43,7 +43,7 @@ TEXT_RULES: Rules = (
     (r"language_model/.*mlp/down_proj/kernel$", ROW),
     (r"(input_layernorm|post_attention_layernorm)/weight$", REPLICATED),
     (r"language_model/norm/weight$", REPLICATED),
-    (r"lm_head/kernel$", COLUMN),  # [E, V]
+    (r"lm_head/weight$", P("tensor", "fsdp")),  # [V, E], like the embedding
 )
 
 # Vision towers: Qwen3-VL (LayerNorm, GELU MLP, learned position table, DeepStack mergers) and
@@ -57,10 +57,10 @@ VISION_RULES: Rules = (
     (r"visual/.*attn/qkv/bias$", REPLICATED),
     (r"visual/.*attn/proj/kernel$", P(None, "fsdp")),
     (r"visual/.*attn/proj/bias$", REPLICATED),
-    (r"visual/blocks_\d+/mlp/(linear_fc1|gate_proj|up_proj)/kernel$", COLUMN),
-    (r"visual/blocks_\d+/mlp/(linear_fc1|gate_proj|up_proj)/bias$", P("tensor")),
-    (r"visual/blocks_\d+/mlp/(linear_fc2|down_proj)/kernel$", ROW),
-    (r"visual/blocks_\d+/mlp/(linear_fc2|down_proj)/bias$", REPLICATED),
+    (r"visual/blocks_[\d_to]+/mlp/(linear_fc1|gate_proj|up_proj)/kernel$", COLUMN),
+    (r"visual/blocks_[\d_to]+/mlp/(linear_fc1|gate_proj|up_proj)/bias$", P("tensor")),
+    (r"visual/blocks_[\d_to]+/mlp/(linear_fc2|down_proj)/kernel$", ROW),
+    (r"visual/blocks_[\d_to]+/mlp/(linear_fc2|down_proj)/bias$", REPLICATED),
     # Patch mergers: Qwen3-VL names the two linears linear_fc1/linear_fc2, Qwen2.5-VL mlp_0/mlp_2.
     (r"visual/(merger|deepstack_merger_list_\d+)/(linear_fc1|mlp_0)/kernel$", COLUMN),
     (r"visual/(merger|deepstack_merger_list_\d+)/(linear_fc1|mlp_0)/bias$", P("tensor")),
@@ -112,10 +112,23 @@ def spec_for(path: str, rules: Rules = DEFAULT_RULES) -> PartitionSpec:
     )
 
 
+# Stacked layer params (scan_layers): leaves [L, ...] under language_model/layers/ and the Qwen3-VL tower's
+# visual/blocks_{a}_to_{b}/ keep the layer axis whole.
+STACKED_LAYERS = re.compile(r"(^|/)(language_model/layers|visual/blocks_\d+_to_\d+)/")
+
+
+def param_spec(path: str, shape: Sequence[int], mesh: Mesh, rules: Rules = DEFAULT_RULES) -> PartitionSpec:
+    """The shape-fitted spec of one parameter; a stacked layer leaf gets its layer's spec behind a whole L axis."""
+    spec = spec_for(path, rules)
+    if STACKED_LAYERS.search(path):
+        spec = P(None, *spec)
+    return fit_spec(spec, shape, mesh)
+
+
 def partition_specs(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
     """Pytree of PartitionSpec, one per parameter (shape-fitted to `mesh`)."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, leaf: fit_spec(spec_for(path_string(path), rules), np.shape(leaf), mesh), params
+        lambda path, leaf: param_spec(path_string(path), np.shape(leaf), mesh, rules), params
     )
 
 

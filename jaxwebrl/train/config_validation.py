@@ -13,7 +13,7 @@ from ml_collections import config_dict
 
 MODES = ("async", "sync")
 LAUNCHERS = ("local", "ray")
-MODEL_NAMES = ("tiny", "pretrained")
+MODEL_NAMES = ("tiny", "pretrained", "random")
 NORM_LEVELS = ("group", "batch", None)
 LR_SCHEDULES = ("constant", "cosine")
 # Losses whose objective is built on the plain (coupled) ratio and must not be reweighted by w.
@@ -170,6 +170,23 @@ def _check_model(c) -> None:
         _fail("model.name", m.name, f"use one of {MODEL_NAMES}")
     if m.dtype not in ("float32", "bfloat16"):
         _fail("model.dtype", m.dtype, "use 'float32' or 'bfloat16'")
+    for key in ("param_dtype",):
+        if m.get(key) not in (None, "float32", "bfloat16"):
+            _fail(f"model.{key}", m.get(key), "use 'float32', 'bfloat16' or None (= model.dtype)")
+    if c.train.get("moments_dtype") not in (None, "float32", "bfloat16"):
+        _fail("train.moments_dtype", c.train.get("moments_dtype"), "use 'float32', 'bfloat16' or None (= the params')")
+    from jaxwebrl.models import presets
+    from jaxwebrl.models.layers import REMAT_POLICIES
+
+    if m.get("remat", "none") not in REMAT_POLICIES:
+        _fail("model.remat", m.get("remat"), f"use one of {', '.join(REMAT_POLICIES)}")
+    for key in ("attention_chunk", "logits_chunk"):
+        if int(m.get(key) or 0) < 0:
+            _fail(f"model.{key}", m.get(key), "must be >= 0 (0: no chunking)")
+    if m.get("preset") is not None and m.preset not in presets.PUBLISHED:
+        _fail("model.preset", m.preset, f"use one of {', '.join(presets.PUBLISHED)}")
+    if m.name == "random" and m.get("preset") is None:
+        _fail("model.preset", None, f"model.name='random' needs a preset: one of {', '.join(presets.PUBLISHED)}")
     if m.max_new_tokens < 1:
         _fail("model.max_new_tokens", m.max_new_tokens, "must be >= 1")
     if not m.temperature > 0:

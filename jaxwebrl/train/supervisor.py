@@ -50,17 +50,12 @@ def buffer_for(config, workdir: str, vocab_size: int = 0):
 
 
 def build_policy(config):
-    """The policy the config names (the tiny random Qwen3-VL, or a local HF checkpoint), with the warm-start
-    weights of `model.init_params` when set."""
+    """The policy the config names (tiny random Qwen3-VL, a local HF checkpoint, or random weights at a published
+    preset's shapes; `models/presets.py`), with the warm-start weights of `model.init_params` when set."""
     from jaxwebrl.eval.policies import with_init_params
+    from jaxwebrl.models import presets
 
-    if config.model.name == "tiny":
-        from jaxwebrl.models.policy import tiny_policy
-
-        return with_init_params(config, tiny_policy(seed=config.seed))
-    from jaxwebrl.models import load_pretrained
-
-    return with_init_params(config, load_pretrained(config.model.checkpoint, dtype=config.model.dtype))
+    return with_init_params(config, presets.build_policy(config.model, seed=config.seed))
 
 
 def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir: str) -> dict:

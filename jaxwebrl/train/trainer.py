@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwebrl.buffer import ScreenshotOverwritten
-from jaxwebrl.buffer.batching import dense_ranks
 from jaxwebrl.parallel import distributed
+from jaxwebrl.rl.segments import host_dense_ids
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_space import action_constraint, config_action_texts
 from jaxwebrl.train import rl_config
@@ -55,6 +55,26 @@ BUFFER_LOSSES = {          # read stat -> what it means for the user
     "corrupt": "damaged on disk (checksum mismatch; python -m jaxwebrl.buffer.inspect lists them)",
 }
 RESUME_META = ("step", "policy_version", "buffer_cursor", "consumed_episode_ids")
+
+
+def optimizer_settings(config) -> OptimizerConfig:
+    """The run's AdamW settings (`config.train`)."""
+    t = config.train
+    return OptimizerConfig(
+        lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
+        weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps, max_grad_norm=t.max_grad_norm,
+        updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs, moments_dtype=t.get("moments_dtype"))
+
+
+def update_settings(config) -> UpdateSettings:
+    """The run's update step settings (`config.train`, `config.actor`; the sampling transform of `config.model`,
+    which the log-probs replay)."""
+    t, a, m = config.train, config.actor, config.model
+    return UpdateSettings(
+        loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a, max_new_tokens=m.max_new_tokens),
+        use_decoupled_loss=a.use_decoupled_loss, n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
+        temperature=m.temperature, top_k=m.top_k, top_p=m.top_p,
+        advantage=rl_config.advantage_config(a, max_new_tokens=m.max_new_tokens))
 
 
 class WeightSink(Protocol):
@@ -85,16 +105,9 @@ class Trainer:
         self.rollout_stats = rollout_stats or (lambda: {})
         self.mesh = mesh        # None: one device; else params sharded on it (multi-host: parallel/multihost.py)
         self._held = None       # a batch popped here while another process's was not ready yet
-        t, a, m = config.train, config.actor, config.model
-        optimizer_config = OptimizerConfig(
-            lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
-            weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps, max_grad_norm=t.max_grad_norm,
-            updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs)
-        self.settings = UpdateSettings(
-            loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a, max_new_tokens=m.max_new_tokens),
-            use_decoupled_loss=a.use_decoupled_loss, n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
-            temperature=m.temperature, top_k=m.top_k, top_p=m.top_p,   # the sampler's: log-probs replay them
-            advantage=rl_config.advantage_config(a, max_new_tokens=m.max_new_tokens))
+        t = config.train
+        optimizer_config = optimizer_settings(config)
+        self.settings = update_settings(config)
         texts = config_action_texts(config)   # the policy server's grammar: the policy is restricted to it
         self.constraint = None if texts is None else action_constraint(policy.processor, texts,
                                                                          policy.config.text.vocab_size)
@@ -206,7 +219,7 @@ class Trainer:
             except ScreenshotOverwritten as err:   # also ScreenshotCorrupt
                 return self._skip(episodes, f"an image of the batch is unavailable: {err}")
             # int64 ids enter jnp as int32: ranks keep every distinct episode / group distinct (2**40 is not 0)
-            batch = batch._replace(episode_ids=dense_ranks(batch.episode_ids), group_ids=dense_ranks(batch.group_ids))
+            batch = batch._replace(episode_ids=host_dense_ids(batch.episode_ids), group_ids=host_dense_ids(batch.group_ids))
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
             before = _copy((self.state.params, self.state.opt_state))   # the update donates the live ones
             try:

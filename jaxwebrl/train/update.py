@@ -31,16 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwebrl.models.sampler import sampling_logits, truncates
+from jaxwebrl.models import lm_head
+from jaxwebrl.models.sampling_transform import LOGPROB_FLOOR  # noqa: F401  (re-exported: the replay floor)
+from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.rl import losses
 from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
 
 log = logging.getLogger(__name__)
 
-# log(smallest normal float32): the replayed log-prob of a token outside the current truncated (top-k / top-p)
-# distribution. Its probability there is 0; the floor keeps ratios exp(lp - prox) at 0 and statistics finite.
-LOGPROB_FLOOR = float(np.log(np.finfo(np.float32).tiny))
 
 
 class UpdateInterrupted(RuntimeError):
@@ -76,6 +75,7 @@ class OptimizerConfig:
     eps: float = 1e-8
     max_grad_norm: float | None = 1.0
     updates_per_step: int = 1
+    moments_dtype: str | None = None   # AdamW moments dtype (None: the params'); see parallel/precision.py
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,26 +93,27 @@ def make_optimizer(config: OptimizerConfig):
     lr_fn = optax.join_schedules([optax.linear_schedule(0.0, c.lr, warmup), body], [warmup]) if warmup else body
     chain = [optax.clip_by_global_norm(c.max_grad_norm)] if c.max_grad_norm else []
     chain.append(optax.adamw(lr_fn, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay))
-    return optax.chain(*chain), lr_fn
+    tx = optax.chain(*chain)
+    return (tx if c.moments_dtype is None else with_moments_dtype(tx, c.moments_dtype)), lr_fn
 
 
-def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float = 1.0,
-                   allowed: jax.Array | None = None, *, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
-    """log p(x_t | x_<t) at every position t ≥ 1 (position 0 gets 0) under the distribution the sampler draws
-    from (`sampler.sampling_logits`: constraint, temperature, top-k, top-p): [B, T, V] logits -> [B, T] float32.
+def token_logprobs(hidden: jax.Array, params, config, input_ids: jax.Array, temperature: float = 1.0, *,
+                   top_k: int = 0, top_p: float = 1.0, states: jax.Array | None = None, allowed_table: jax.Array | None = None,
+                   positions: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """(log π(x_t | x_<t), entropy of π(· | x_<t)) from the decoder's hidden states [B, T, E]: two [B, T] float32.
 
-    allowed [B, T, V] bool or None: the tokens position t could be drawn from (the action grammar). With
-    truncation, a token outside the current top-k / top-p set (the weights moved since it was sampled) has
-    probability 0 there: its log-prob is `LOGPROB_FLOOR`, with no gradient.
+    π is the distribution the sampler draws from (`sampling_transform.sampling_logits`: action grammar,
+    temperature, top-k, top-p). The LM head runs on `positions` [B, K] only (the tokens that carry
+    loss, `lm_head.loss_positions`; 0 elsewhere) or on every position t ≥ 1 when None, over
+    `config.logits_chunk` vocabulary entries at a time: no [B, T, V] logits (`lm_head.token_logprobs`).
+    states [B, T] int32 (-1: unrestricted) and allowed_table [S, V] bool: the action grammar each token was drawn
+    under. With truncation, a token outside the current top-k / top-p set has log-prob `LOGPROB_FLOOR`, no
+    gradient. Position 0 gets 0.
     """
-    processed = sampling_logits(logits[:, :-1], None if allowed is None else allowed[:, 1:], temperature=temperature,
-                                top_k=top_k, top_p=top_p)
-    targets = input_ids[:, 1:, None].astype(jnp.int32)
-    picked = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), targets, axis=-1)[..., 0]
-    if truncates(temperature, top_k, top_p):
-        inside = jnp.take_along_axis(processed, targets, axis=-1)[..., 0] > jnp.finfo(jnp.float32).min
-        picked = jnp.where(inside, picked, LOGPROB_FLOOR)
-    return jnp.pad(picked, ((0, 0), (1, 0)))
+    return lm_head.token_logprobs(hidden, lm_head.head_weight(params, config.tie_word_embeddings), input_ids,
+                                  compute_dtype=config.dtype, temperature=temperature,
+                                  top_k=top_k, top_p=top_p, states=states,
+                                  allowed_table=allowed_table, positions=positions, chunk=config.logits_chunk)
 
 
 def _masked_mean(x, mask):
@@ -120,16 +121,15 @@ def _masked_mean(x, mask):
     return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
-def _forward_logprobs(module, settings: UpdateSettings, params, mb, grid):
-    logits, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
+def _forward_logprobs(module, settings: "UpdateSettings", params, mb, grid):
+    """(logprobs, entropy) [B, T] of minibatch `mb` under `params` (see token_logprobs)."""
+    hidden, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
                              pixel_values=mb.get("pixel_values"),
-                             image_grid_thw=None if grid is None else np.asarray(grid, np.int64))
-    allowed = None
-    if "constraint_states" in mb:  # [S, V] table rows per token; unconstrained positions allow every token
-        states = mb["constraint_states"]
-        allowed = jnp.where(states[..., None] >= 0, mb["allowed_table"][jnp.maximum(states, 0)], True)
-    return token_logprobs(logits, mb["input_ids"], settings.temperature, allowed, top_k=settings.top_k,
-                          top_p=settings.top_p)
+                             image_grid_thw=None if grid is None else np.asarray(grid, np.int64), head="none")
+    return token_logprobs(hidden, params, module.config, mb["input_ids"], settings.temperature,
+                          top_k=settings.top_k, top_p=settings.top_p,
+                          states=mb.get("constraint_states"), allowed_table=mb.get("allowed_table"),
+                          positions=mb.get("loss_positions"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,16 +140,16 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
     loss_kwargs = dict(settings.loss_kwargs)
 
     def logprobs_fn(params, mb, grid):
-        return _forward_logprobs(module, settings, params, mb, grid)
+        return _forward_logprobs(module, settings, params, mb, grid)[0]
 
     def step_fn(params, opt_state, mb, grid):
         mask = mb["loss_mask"]
         behave = mb["behave_logprobs"] if settings.use_decoupled_loss else mb["prox_logprobs"]
 
         def objective(p):
-            logprobs = _forward_logprobs(module, settings, p, mb, grid)
+            logprobs, entropy = _forward_logprobs(module, settings, p, mb, grid)
             loss, stats = loss_fn(logprobs, mb["prox_logprobs"], behave, mb["advantages"], mask, **loss_kwargs)
-            return loss, (stats, logprobs)
+            return loss, (dict(stats, entropy=_masked_mean(entropy, mask)), logprobs)
 
         (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(params)
         grad_norm = optax.global_norm(grads)
@@ -248,6 +248,7 @@ class Updater:
                   "behave_logprobs": jnp.asarray(batch.behave_logprobs[index], jnp.float32)}
             if advantages is not None:
                 mb["advantages"] = jnp.asarray(advantages[index], jnp.float32)
+            mb["loss_positions"] = jnp.asarray(lm_head.loss_positions(objective[index]))  # LM-head bucket
             if batch.constraint_states is not None:
                 mb["constraint_states"] = jnp.asarray(batch.constraint_states[index], jnp.int32)
                 mb["allowed_table"] = self.allowed_table

@@ -152,7 +152,7 @@ def test_rules_cover_both_families(model_type):
     mesh = mesh_lib.make_mesh({"data": 1, "fsdp": 2, "tensor": 4})
     specs = partition.partition_specs(shapes, mesh)  # raises KeyError on any parameter without a rule
     flat = {partition.path_string(p): s for p, s in jax.tree_util.tree_flatten_with_path(specs)[0]}
-    assert flat["lm_head/kernel"] == P("fsdp", "tensor")
+    assert flat["lm_head/weight"] == P("tensor", "fsdp")
     kernels = [path for path in flat if path.endswith("kernel")]
     assert all(any(axis is not None for axis in flat[path]) for path in kernels), "every matmul weight is split"
     assert any(path.startswith("visual/blocks_1/mlp/") for path in flat)

@@ -11,7 +11,8 @@ from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint
 from jaxwebrl.rollout.action_space import constraint_states, decision_mask
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import UpdateBatch, assemble, row_bucket
-from jaxwebrl.train.update import LOGPROB_FLOOR, OptimizerConfig, Updater, UpdateSettings, token_logprobs
+from jaxwebrl.models import lm_head
+from jaxwebrl.train.update import LOGPROB_FLOOR, OptimizerConfig, Updater, UpdateSettings
 from tests.train.conftest import play_toy
 
 
@@ -50,12 +51,15 @@ def test_update_moves_success_up_and_failure_down(policy, updater, toy_buffer):
     params = jax.tree.map(lambda x: x.copy(), policy.params)
     before = updater.proximal_logprobs(params, batch)
 
-    # the proximal log-probs are the Policy's own teacher-forced log-probs (same forward, same images)
+    # the proximal log-probs are the Policy's own teacher-forced log-probs (same forward, same images) on the
+    # tokens that carry loss (the LM head runs there only; 0 elsewhere)
     logits = policy.logits(batch.input_ids[:2], batch.attention_mask[:2],
                            batch.pixel_values[:2 * 16], batch.image_grid_thw[:2])
     lp = jax.nn.log_softmax(np.asarray(logits)[:, :-1], -1)
     manual = np.take_along_axis(lp, batch.input_ids[:2, 1:, None], -1)[..., 0]
-    np.testing.assert_allclose(before[:2, 1:], manual, atol=2e-5)
+    on_loss = batch.loss_mask[:2, 1:] > 0
+    np.testing.assert_allclose(before[:2, 1:][on_loss], manual[on_loss], atol=2e-5)
+    assert (before[:2, 1:][~on_loss] == 0).all()
 
     new_params, _, stats = updater(params, tx.init(params), batch)
     assert stats["optimizer_updates"] == 6 and np.isfinite(stats["actor_loss"])
@@ -216,10 +220,15 @@ def test_a_token_outside_the_truncated_set_gets_the_floor_and_no_gradient():
     keep the renormalised log-prob and its gradient."""
     logits = jnp.log(jnp.array([[[0.5, 0.3, 0.15, 0.05]] * 3], jnp.float32))      # [1, 3, 4]
     ids = jnp.array([[0, 3, 1]])                                                    # token 3 is outside the top 2
-    lp = token_logprobs(logits, ids, 1.0, top_k=2)
+    eye = jnp.eye(4, dtype=jnp.float32)                   # head weight [V, E] = I: the hidden states are the logits
+
+    def replay(x, **kw):
+        return lm_head.token_logprobs(x, eye, ids, compute_dtype=jnp.float32, temperature=1.0, **kw)[0]
+
+    lp = replay(logits, top_k=2)
     np.testing.assert_allclose(lp, [[0.0, LOGPROB_FLOOR, np.log(0.3 / 0.8)]], rtol=1e-6)
-    grad = jax.grad(lambda x: token_logprobs(x, ids, 1.0, top_k=2).sum())(logits)
-    assert np.all(np.asarray(grad[0, 0]) == 0.0)                                   # the floored position
+    grad = jax.grad(lambda x: replay(x, top_k=2).sum())(logits)
+    assert np.all(np.asarray(grad[0, 0]) == 0.0)                                   # predicts the floored token
     assert np.abs(np.asarray(grad[0, 1])).sum() > 0
-    np.testing.assert_allclose(token_logprobs(logits, ids, 1.0), jnp.log(jnp.array([[1.0, 0.05, 0.3]])).at[0, 0].set(0),
+    np.testing.assert_allclose(replay(logits), jnp.log(jnp.array([[1.0, 0.05, 0.3]])).at[0, 0].set(0),
                                rtol=1e-6)                                          # no truncation: no floor

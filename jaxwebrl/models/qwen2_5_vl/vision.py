@@ -15,19 +15,20 @@ import numpy as np
 from jaxwebrl.models import vision_layout
 from jaxwebrl.models.config import VisionConfig
 from jaxwebrl.models.layers import RMSNorm, SwiGLU, dense
-from jaxwebrl.models.vision_blocks import VisionAttention, vision_rotary
+from jaxwebrl.models.vision_blocks import VisionAttention, block_class, vision_rotary
 
 
 class VisionBlock(nn.Module):
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    attention_chunk: int = 0
 
     @nn.compact
     def __call__(self, x, cos, sin, layout):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", **kw)(
+        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", attention_chunk=self.attention_chunk, **kw)(
             RMSNorm(c.hidden_size, 1e-6, name="norm1", **kw)(x), cos, sin, layout
         )
         mlp = SwiGLU(c.hidden_size, c.intermediate_size, use_bias=True, name="mlp", **kw)
@@ -50,9 +51,13 @@ class PatchMerger(nn.Module):
 
 
 class Qwen25VisionModel(nn.Module):
+    """`remat`: rematerialisation policy of every block; `attention_chunk`: queries per attention chunk (0: dense)."""
+
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    remat: str = "none"
+    attention_chunk: int = 0
 
     @nn.compact
     def __call__(self, pixel_values: jax.Array, image_grid_thw):
@@ -74,8 +79,9 @@ class Qwen25VisionModel(nn.Module):
         cos, sin = vision_rotary(positions, c.head_dim, c.rope_theta)
         full = vision_layout.segment_layout(vision_layout.frame_lengths(grid))
         windows = vision_layout.segment_layout(window_lengths)
+        block = block_class(VisionBlock, self.remat)
         for i in range(c.depth):
             layout = full if i in c.fullatt_block_indexes else windows
-            x = VisionBlock(c, name=f"blocks_{i}", **kw)(x, cos, sin, layout)
+            x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk, **kw)(x, cos, sin, layout)
         merged = PatchMerger(c, name="merger", **kw)(x)
         return merged[jnp.asarray(np.argsort(merged_order))], []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from jaxwebrl.models.config import ModelConfig
 from jaxwebrl.models.param_map import ParamSpec, linear, text_decoder_specs
+from jaxwebrl.models.qwen3_vl.vision import block_segments, segment_name
 
 
 def _layer_norm(hf: str, path: tuple) -> list[ParamSpec]:
@@ -32,13 +33,22 @@ def vision_specs(config: ModelConfig) -> list[ParamSpec]:
         ParamSpec(f"{hf}.patch_embed.proj.bias", root + ("patch_embed", "bias"), "copy"),
         ParamSpec(f"{hf}.pos_embed.weight", root + ("pos_embed",), "copy"),
     ]
+    segment_of = {i: (a, b) for a, b in block_segments(v) for i in range(a, b)}
     for i in range(v.depth):
-        b, p = f"{hf}.blocks.{i}", root + (f"blocks_{i}",)
+        b = f"{hf}.blocks.{i}"
+        if config.scan_layers:   # block i is row i - start of its run's stacked leaves
+            start, stop = segment_of[i]
+            p = root + (segment_name(start, stop),)
+        else:
+            p = root + (f"blocks_{i}",)
+        first = len(specs)
         specs += _layer_norm(f"{b}.norm1", p + ("norm1",)) + _layer_norm(f"{b}.norm2", p + ("norm2",))
         specs += linear(f"{b}.attn.qkv", p + ("attn", "qkv"), bias=True)
         specs += linear(f"{b}.attn.proj", p + ("attn", "proj"), bias=True)
         specs += linear(f"{b}.mlp.linear_fc1", p + ("mlp", "linear_fc1"), bias=True)
         specs += linear(f"{b}.mlp.linear_fc2", p + ("mlp", "linear_fc2"), bias=True)
+        if config.scan_layers:
+            specs[first:] = [spec._replace(layer=i - segment_of[i][0]) for spec in specs[first:]]
     specs += _merger(f"{hf}.merger", root + ("merger",))
     for j in range(len(v.deepstack_visual_indexes)):
         specs += _merger(f"{hf}.deepstack_merger_list.{j}", root + (f"deepstack_merger_list_{j}",))

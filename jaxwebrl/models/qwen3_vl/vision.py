@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jaxwebrl.models import vision_layout
 from jaxwebrl.models.config import VisionConfig
 from jaxwebrl.models.layers import dense, layer_norm
-from jaxwebrl.models.vision_blocks import VisionAttention, activation, vision_rotary
+from jaxwebrl.models.vision_blocks import VisionAttention, activation, block_class, vision_rotary
 
 
 class VisionMLP(nn.Module):
@@ -27,21 +27,38 @@ class VisionMLP(nn.Module):
         return dense(self.hidden, name="linear_fc2", **kw)(h)
 
 
+def block_segments(config: VisionConfig) -> list[tuple[int, int]]:
+    """[(start, stop), ...]: runs of blocks that end at a DeepStack tap (or at the last block). The scanned tower
+    stacks each run's params under `blocks_{start}_to_{stop - 1}` ([stop - start, ...] leaves)."""
+    cuts = sorted({i + 1 for i in config.deepstack_visual_indexes} | {config.depth})
+    starts = [0] + cuts[:-1]
+    return [(a, b) for a, b in zip(starts, cuts) if b > a]
+
+
+def segment_name(start: int, stop: int) -> str:
+    return f"blocks_{start}_to_{stop - 1}"
+
+
 class VisionBlock(nn.Module):
+    """One pre-norm ViT block. `scanned`: returns (x, None), the carry/output pair of `nn.scan`."""
+
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    attention_chunk: int = 0
+    scanned: bool = False
 
     @nn.compact
     def __call__(self, x, cos, sin, layout):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", **kw)(
+        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", attention_chunk=self.attention_chunk, **kw)(
             layer_norm("norm1", **kw)(x), cos, sin, layout
         )
-        return x + VisionMLP(c.hidden_size, c.intermediate_size, c.hidden_act, name="mlp", **kw)(
+        x = x + VisionMLP(c.hidden_size, c.intermediate_size, c.hidden_act, name="mlp", **kw)(
             layer_norm("norm2", **kw)(x)
         )
+        return (x, None) if self.scanned else x
 
 
 class PatchMerger(nn.Module):
@@ -70,9 +87,16 @@ class PatchMerger(nn.Module):
 
 
 class Qwen3VisionModel(nn.Module):
+    """`remat`: rematerialisation policy of every block; `attention_chunk`: queries per attention chunk (0: dense);
+    `scan_blocks`: each run of blocks up to a DeepStack tap is one `nn.scan` over stacked params (compile time
+    independent of depth; `block_segments`)."""
+
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    remat: str = "none"
+    attention_chunk: int = 0
+    scan_blocks: bool = False
 
     @nn.compact
     def __call__(self, pixel_values: jax.Array, image_grid_thw):
@@ -93,8 +117,19 @@ class Qwen3VisionModel(nn.Module):
         cos, sin = vision_rotary(vision_layout.patch_positions(grid, c.spatial_merge_size), c.head_dim, c.rope_theta)
         layout = vision_layout.segment_layout(vision_layout.frame_lengths(grid))
         deepstack = []
+        block = block_class(VisionBlock, self.remat, scanned=self.scan_blocks)
+        if self.scan_blocks:
+            for start, stop in block_segments(c):
+                run = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
+                              in_axes=(nn.broadcast,) * 3, length=stop - start)
+                x, _ = run(c, name=segment_name(start, stop), attention_chunk=self.attention_chunk, scanned=True,
+                           **kw)(x, cos, sin, layout)
+                if stop - 1 in c.deepstack_visual_indexes:
+                    j = c.deepstack_visual_indexes.index(stop - 1)
+                    deepstack.append(PatchMerger(c, True, name=f"deepstack_merger_list_{j}", **kw)(x))
+            return PatchMerger(c, False, name="merger", **kw)(x), deepstack
         for i in range(c.depth):
-            x = VisionBlock(c, name=f"blocks_{i}", **kw)(x, cos, sin, layout)
+            x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk, **kw)(x, cos, sin, layout)
             if i in c.deepstack_visual_indexes:
                 j = c.deepstack_visual_indexes.index(i)
                 deepstack.append(PatchMerger(c, True, name=f"deepstack_merger_list_{j}", **kw)(x))

@@ -1,0 +1,247 @@
+"""One part of bench/device_check.sh: measure a program on the local accelerator next to its roofline prediction.
+
+    python bench/device_check.py train  [--tiny]   # bf16 MFU of the Qwen3-VL-2B-width train step
+    python bench/device_check.py decode [--tiny]   # sampler decode tokens/s at batch 64 (KV cache)
+
+Prints one JSON object. The programs are the project's own: the Updater's jitted minibatch step
+(`train/update.py`: forward + backward of the vision-language model, the PPO loss, AdamW) and the Sampler's
+prefill + chunked decode (`models/sampler.py`), on random weights at Qwen3-VL-2B's published shapes (all 28
+layers; `--tiny`: the tiny preset, for a CPU smoke test). The prediction is the analytic roofline of
+`parallel/cost.py` at the chip's published bf16 peak and HBM bandwidth (`parallel/topology.py` CHIPS: "h200"
+on a GPU, else the chip named by --chip); MFU = model FLOPs / (measured step time x peak).
+Runs with only jax, flax, optax and numpy installed (ml_collections is stubbed for the import chain if absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import types
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+
+def _stub_ml_collections() -> None:
+    """train/update.py's import chain reaches config validation, which imports ml_collections at module level;
+    the accelerator image may lack it. The check uses none of it: a stand-in module lets the import succeed."""
+    try:
+        import ml_collections  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("ml_collections")
+        stub.config_dict = types.SimpleNamespace(ConfigDict=dict, placeholder=lambda kind: None)
+        sys.modules["ml_collections"] = stub
+        sys.modules["ml_collections.config_dict"] = stub.config_dict
+
+
+def model(tiny: bool, *, dtype: str, param_dtype: str, remat: str):
+    from jaxwebrl.models.config import tiny_config
+    from jaxwebrl.models.presets import preset_config
+
+    if tiny:
+        config = tiny_config().replace(dtype=dtype, param_dtype=param_dtype)
+    else:
+        config = preset_config("qwen3vl_2b", dtype=dtype, param_dtype=param_dtype)
+    return config.replace(remat=remat, scan_layers=True, attention_chunk=0 if tiny else 1024,
+                          logits_chunk=0 if tiny else 8192)
+
+
+def chip_of(name: str | None):
+    import jax
+
+    from jaxwebrl.parallel.topology import CHIPS
+
+    if name:
+        return CHIPS[name]
+    device = jax.devices()[0]
+    if device.platform == "gpu" and "H200" in device.device_kind:
+        return CHIPS["h200"]
+    if device.platform == "gpu":
+        return CHIPS["h200"]     # nearest published numbers; the JSON names the real device kind
+    return None
+
+
+def _timed(fn, warmup: int, iters: int):
+    """Median seconds of `fn()` (which blocks until its outputs are ready) after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2], times
+
+
+def train(args) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxwebrl.models import lm_head
+    from jaxwebrl.models.policy import init_params
+    from jaxwebrl.models.presets import image_processor_for
+    from jaxwebrl.parallel import cost
+    from jaxwebrl.train.update import OptimizerConfig, UpdateSettings, _compiled, make_optimizer
+
+    config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="float32",
+                   remat=args.remat)
+    rows, seq = (2, 256) if args.tiny else (args.rows, args.seq_len)
+    screenshot = (112, 140) if args.tiny else (720, 1280)
+    grid = tuple(int(g) for g in image_processor_for(config).grid_thw(*screenshot))
+    merged = int(np.prod(grid)) // config.vision.spatial_merge_size ** 2
+    module, params = init_params(config, seed=0)
+    optimizer_config = OptimizerConfig(lr=1e-6, total_steps=10)
+    settings = UpdateSettings(loss="ppo", n_minibatches=1, n_epochs=1)
+    tx, _ = make_optimizer(optimizer_config)
+    opt_state = tx.init(params)
+    _, step = _compiled(module, settings, optimizer_config)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 150000 if not args.tiny else 250, (rows, seq)).astype(np.int32)
+    start = 16
+    ids[:, start:start + merged] = config.image_token_id
+    response = min(512, seq // 4)
+    mask = np.zeros((rows, seq), np.int32)
+    mask[:, -response:] = 1
+    mb = {"input_ids": jnp.asarray(ids), "attention_mask": jnp.ones((rows, seq), jnp.int32),
+          "loss_mask": jnp.asarray(mask), "behave_logprobs": jnp.full((rows, seq), -1.0, jnp.float32),
+          "advantages": jnp.asarray(rng.standard_normal((rows, seq)), jnp.float32),
+          "prox_logprobs": jnp.full((rows, seq), -1.0, jnp.float32),
+          "loss_positions": jnp.asarray(lm_head.loss_positions(mask)),
+          "pixel_values": jnp.asarray(rng.standard_normal((rows * int(np.prod(grid)), config.vision.patch_dim)),
+                                      jnp.float32)}
+    grids = tuple([grid] * rows)
+    t0 = time.perf_counter()
+    compiled = step.lower(params, opt_state, mb, grid=grids).compile()
+    compile_s = time.perf_counter() - t0
+    state = {"params": params, "opt": opt_state}
+
+    def one():
+        state["params"], state["opt"], stats = compiled(state["params"], state["opt"], mb)
+        jax.block_until_ready(stats)
+
+    median, times = _timed(one, args.warmup, args.iters)
+    param_count = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+    work = cost.train_step(config, rows=rows, seq_len=seq, grids_per_row=[grid], positions=mb["loss_positions"].shape[1],
+                           param_count=param_count, moments_dtype=None, devices=1)
+    return _report("train_step", config, work, median, times, compile_s, compiled, args,
+                   {"rows": rows, "seq_len": seq, "image_tokens_per_row": merged, "params": param_count})
+
+
+def decode(args) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxwebrl.models import kv_cache
+    from jaxwebrl.models.policy import init_params
+    from jaxwebrl.models.sampler import Sampler, SamplingParams
+    from jaxwebrl.parallel import cost
+
+    config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="bfloat16"
+                   if not args.tiny else "float32", remat="none")
+    rows = 8 if args.tiny else args.batch
+    prompt = 32 if args.tiny else args.prompt_len
+    new = 24 if args.tiny else args.new_tokens
+    module, params = init_params(config, seed=0)
+    chunk = 8
+    sampler = Sampler(module, config, pad_token_id=0, decode_chunk=chunk)
+    sampling = SamplingParams(max_new_tokens=new, temperature=1.0)
+    weights, _ = sampler._weights((params, 0))
+    rng = np.random.default_rng(0)
+    ids = jnp.asarray(rng.integers(0, 250, (rows, prompt)).astype(np.int32))
+    mask = jnp.ones((rows, prompt), jnp.int32)
+    static = sampling
+    t0 = time.perf_counter()
+    cache = kv_cache.init_cache(sampler.config, rows, prompt + new, jnp.dtype(config.dtype))
+    state = sampler._prefill(weights, ids, mask, None, cache, jax.random.PRNGKey(0), jnp.int32(0),
+                             jnp.asarray([-1], jnp.int32), None, jnp.zeros((0,), jnp.int32), jnp.int32(0),
+                             grid=None, sampling=static)
+    jax.block_until_ready(state)
+    prefill_s = time.perf_counter() - t0
+    first = jax.device_get(state.step)
+
+    def run_chunks():
+        """Decodes from a fresh copy of the prefill state (the decode chunk donates its state); returns the
+        final state and the seconds the decode loop alone took."""
+        s = jax.tree.map(lambda x: x.copy(), state)
+        jax.block_until_ready(s)
+        start = time.perf_counter()
+        while int(jax.device_get(s.step)) < new:
+            s = sampler._decode(weights, s, jnp.int32(0), jnp.int32(int(jax.device_get(s.step)) + chunk),
+                                jnp.asarray([-1], jnp.int32), None, sampling=static)
+        jax.block_until_ready(s)
+        return s, time.perf_counter() - start
+
+    final, compile_s = run_chunks()          # compiles the decode chunk and decodes once
+    steps = int(jax.device_get(final.step)) - int(first)
+    times = sorted(run_chunks()[1] for _ in range(args.iters))
+    median = times[len(times) // 2]
+    per_step = median / max(steps, 1)
+    work = cost.decode_step(config, rows=rows, cache_len=prompt + new, devices=1)
+    out = _report("decode", config, work, per_step, [t / max(steps, 1) for t in times], compile_s, None, args,
+                  {"rows": rows, "prompt_len": prompt, "new_tokens": new, "steps_timed": steps,
+                   "compile_s_includes_one_decode": True,
+                   "prefill_s_incl_compile": prefill_s})
+    out["measured_tokens_per_s"] = rows / per_step
+    if out.get("predicted_step_s"):
+        out["predicted_tokens_per_s"] = rows / out["predicted_step_s"]
+    return out
+
+
+def _report(name, config, work, median, times, compile_s, compiled, args, shapes) -> dict:
+    import jax
+
+    from jaxwebrl.parallel import cost
+
+    device = jax.devices()[0]
+    out = {"program": name, "device": device.device_kind, "platform": device.platform, "jax": jax.__version__,
+           **shapes, "measured_step_s": median, "step_s_all": times, "compile_s": compile_s,
+           "model_flops": work.model_flops, "flops": work.executed_flops, "hbm_bytes_accessed": work.hbm_bytes,
+           "knobs": {"dtype": config.dtype, "param_dtype": config.param_dtype, "remat": config.remat,
+                     "scan_layers": config.scan_layers, "attention_chunk": config.attention_chunk,
+                     "logits_chunk": config.logits_chunk}}
+    chip = chip_of(args.chip)
+    if chip is not None:
+        predicted = cost.roofline(work.executed_flops, work.hbm_bytes, chip.peak_bf16_flops, chip.hbm_bandwidth)
+        out.update(chip=chip.name, predicted_step_s=predicted,
+                   predicted_mfu=work.model_flops / (predicted * chip.peak_bf16_flops),
+                   measured_mfu=work.model_flops / (median * chip.peak_bf16_flops))
+    if compiled is not None:
+        try:
+            stats = compiled.memory_analysis()
+            out["hbm_bytes_per_device"] = {"arguments": int(stats.argument_size_in_bytes),
+                                           "outputs": int(stats.output_size_in_bytes),
+                                           "temporaries": int(stats.temp_size_in_bytes)}
+        except Exception:  # noqa: BLE001 - not every backend reports it
+            pass
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", choices=("train", "decode"))
+    parser.add_argument("--tiny", action="store_true", help="the tiny preset (a CPU smoke test of the script)")
+    parser.add_argument("--chip", default=None, help="published numbers to predict with (default: h200 on a GPU)")
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--seq_len", type=int, default=4096)
+    parser.add_argument("--remat", default="full")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--prompt_len", type=int, default=1024)
+    parser.add_argument("--new_tokens", type=int, default=256)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=3)
+    args = parser.parse_args()
+    _stub_ml_collections()
+    result = train(args) if args.part == "train" else decode(args)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

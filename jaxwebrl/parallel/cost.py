@@ -1,0 +1,187 @@
+"""Analytic FLOPs and HBM traffic per chip of the policy's programs, and the roofline step time they imply.
+
+XLA's `cost_analysis()` counts a loop body once (scanned layers, chunked attention, the chunked LM head, the decode
+loop), so the compile report counts work analytically, from the model's shapes and the knobs that change the work:
+
+- model FLOPs (the useful work, for MFU): 2 x matmul parameters per token per pass, causal attention
+  (4 * heads * head_dim per query-key pair, T(T+1)/2 pairs in a row of T), the LM head on the positions it runs
+  on, the vision tower (bidirectional attention inside each image); a train step is 3 passes (forward and a
+  backward of twice its cost);
+- executed FLOPs (for the step time): the same plus what the implementation adds: rematerialisation (`remat`),
+  the key blocks a chunked causal attention still computes past the diagonal, the checkpointed attention and
+  LM-head chunks that the backward pass recomputes, and attention over every slot of the KV cache;
+- HBM bytes (an estimate): weights read once per pass by every chip (FSDP gathers each layer whole), gradients
+  and optimizer state read and written once per shard, decoder activations written and read once per pass,
+  the KV cache written in prefill and read once per decode step.
+
+Every function returns per-chip `Work` for work split evenly over `devices` chips (batch over data x fsdp;
+`tensor` > 1 also splits each weight read). `roofline` = max(flops / peak, bytes / bandwidth): the step time at
+100% of the chip's published bf16 peak or HBM bandwidth, whichever binds; communication is not modelled, so it
+is a bound on speed, not a forecast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxwebrl.models.config import ModelConfig
+
+# remat policy -> (share of weight matmuls recomputed, share of attention score/value matmuls recomputed)
+REMAT_RECOMPUTE = {"none": (0.0, 0.0), "full": (1.0, 1.0), "dots": (0.0, 0.0), "dots_no_batch": (0.0, 1.0)}
+
+
+def dtype_bytes(dtype: str) -> int:
+    return 2 if dtype == "bfloat16" else 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """Per-chip work of one program run."""
+
+    model_flops: float
+    executed_flops: float
+    hbm_bytes: float
+
+
+def layer_matmul_params(config: ModelConfig) -> int:
+    """Weight-matmul parameters of one decoder layer (q, k, v, o, gate, up, down)."""
+    t = config.text
+    attn = t.hidden_size * (t.num_heads + 2 * t.num_kv_heads) * t.head_dim + t.num_heads * t.head_dim * t.hidden_size
+    return attn + 3 * t.hidden_size * t.intermediate_size
+
+
+def causal_pairs(t: int) -> int:
+    """Query-key pairs of a causal row of t tokens."""
+    return t * (t + 1) // 2
+
+
+def chunked_causal_pairs(t: int, chunk: int) -> int:
+    """Pairs a causal row computes with queries `chunk` at a time over the keys up to each chunk's last query
+    (`models/attention.py`); chunk = 0: the dense t x t."""
+    if chunk <= 0 or t <= chunk:
+        return t * t
+    return sum((min(start + chunk, t) - start) * min(start + chunk, t) for start in range(0, t, chunk))
+
+
+def vision_fwd_flops(config: ModelConfig, grids) -> tuple[float, float]:
+    """(weight matmuls, attention) forward FLOPs of the vision tower on images of `grids` [(t, h, w), ...]."""
+    v = config.vision
+    hid, inter = v.hidden_size, v.intermediate_size
+    patches = sum(t * h * w for t, h, w in grids)
+    if config.model_type == "qwen2_5_vl":   # SwiGLU MLP (three matrices)
+        block = 2 * (4 * hid * hid + 3 * hid * inter)
+    else:
+        block = 2 * (4 * hid * hid + 2 * hid * inter)
+    width = hid * v.spatial_merge_size ** 2
+    merged = patches // v.spatial_merge_size ** 2
+    mergers = 1 + len(v.deepstack_visual_indexes)
+    linear = patches * (2 * v.patch_dim * hid + v.depth * block) + merged * mergers * 2 * (width * width +
+                                                                                          width * v.out_hidden_size)
+    if config.model_type == "qwen2_5_vl":   # window attention except in the full-attention blocks
+        window = (v.window_size // v.patch_size) ** 2
+        full = len(v.fullatt_block_indexes)
+        pairs = sum(t * (h * w) ** 2 for t, h, w in grids) * full
+        pairs += sum(t * h * w * min(window, h * w) for t, h, w in grids) * (v.depth - full)
+    else:
+        pairs = sum(t * (h * w) ** 2 for t, h, w in grids) * v.depth
+    return float(linear), float(4 * hid * pairs)
+
+
+def weight_bytes(config: ModelConfig, dtype: str) -> float:
+    """Bytes of the decoder and head weights in `dtype` (what every chip reads per pass)."""
+    t = config.text
+    head = t.vocab_size * t.hidden_size
+    return float((layer_matmul_params(config) * t.num_layers + head) * dtype_bytes(dtype))
+
+
+def activation_bytes_per_token(config: ModelConfig) -> float:
+    """Bytes the decoder writes and reads per token per pass (residual, norms, q/k/v/o, MLP), compute dtype."""
+    t = config.text
+    elems = 6 * t.hidden_size + 2 * (t.num_heads + 2 * t.num_kv_heads) * t.head_dim + 4 * t.intermediate_size
+    return float(elems * dtype_bytes(config.dtype) * t.num_layers)
+
+
+def kv_bytes_per_token(config: ModelConfig) -> float:
+    t = config.text
+    return float(2 * t.num_layers * t.num_kv_heads * t.head_dim * dtype_bytes(config.dtype))
+
+
+def _forward_parts(config: ModelConfig, rows: int, seq_len: int, grids_per_row, positions: int, causal_keys: int):
+    """Forward FLOPs of rows x seq_len: (linear, attention useful, attention executed, head, vision linear,
+    vision attention). causal_keys: 0 for the no-cache causal row, else the cache width every query scans."""
+    t = config.text
+    linear = 2.0 * layer_matmul_params(config) * rows * seq_len * t.num_layers
+    per_pair = 4.0 * t.num_heads * t.head_dim * t.num_layers
+    useful = per_pair * rows * causal_pairs(seq_len)
+    if causal_keys:
+        executed = per_pair * rows * seq_len * causal_keys
+    else:
+        executed = per_pair * rows * chunked_causal_pairs(seq_len, config.attention_chunk)
+    head = 2.0 * t.hidden_size * t.vocab_size * rows * positions
+    v_lin, v_attn = vision_fwd_flops(config, list(grids_per_row) * rows)
+    return linear, useful, executed, head, v_lin, v_attn
+
+
+def train_step(config: ModelConfig, *, rows: int, seq_len: int, grids_per_row, positions: int, param_count: int,
+               moments_dtype: str | None, devices: int, tensor: int = 1) -> Work:
+    """Forward + backward of rows x seq_len tokens (with images), the LM head on `positions` per row, and one
+    AdamW update of `param_count` parameters sharded over the chips."""
+    lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, seq_len, grids_per_row, positions, 0)
+    lin_re, attn_re = REMAT_RECOMPUTE[config.remat]
+    chunked_attn = 0 < config.attention_chunk < seq_len
+    longest_image = max((h * w for _, h, w in grids_per_row), default=0)
+    chunked_vision = 0 < config.attention_chunk < longest_image
+    model = 3.0 * (lin + useful + head + v_lin + v_attn)
+    flops = (3.0 + lin_re) * (lin + v_lin) + (3.0 + attn_re + chunked_attn) * executed
+    flops += (3.0 + attn_re + chunked_vision) * v_attn + (3.0 + (0 < config.logits_chunk < positions)) * head
+    passes = 3.0 + lin_re
+    param_b, moment_b = dtype_bytes(config.param_dtype), dtype_bytes(moments_dtype or config.param_dtype)
+    weights = passes * weight_bytes(config, config.dtype) / tensor
+    optimizer = param_count * (4 * param_b + 4 * moment_b) / devices      # grads w+r, params r+w, m and v r+w
+    activations = passes * activation_bytes_per_token(config) * rows * seq_len / devices
+    return Work(model / devices, flops / devices, weights + optimizer + activations)
+
+
+def forward(config: ModelConfig, *, rows: int, seq_len: int, grids_per_row, positions: int, devices: int,
+            tensor: int = 1) -> Work:
+    """One forward pass (the proximal log-probs): rows x seq_len tokens, the LM head on `positions` per row."""
+    lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, seq_len, grids_per_row, positions, 0)
+    model = lin + useful + head + v_lin + v_attn
+    flops = lin + executed + head + v_lin + v_attn
+    hbm = weight_bytes(config, config.dtype) / tensor + activation_bytes_per_token(config) * rows * seq_len / devices
+    return Work(model / devices, flops / devices, hbm)
+
+
+def prefill(config: ModelConfig, *, rows: int, prompt_len: int, cache_len: int, grids_per_row, devices: int,
+            tensor: int = 1) -> Work:
+    """The sampler's prefill: rows prompts of prompt_len tokens into a cache of cache_len slots, head on the last."""
+    lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, prompt_len, grids_per_row, 1,
+                                                                cache_len)
+    model = lin + useful + head + v_lin + v_attn
+    flops = lin + executed + head + v_lin + v_attn
+    hbm = weight_bytes(config, config.param_dtype) / tensor
+    hbm += (activation_bytes_per_token(config) + kv_bytes_per_token(config)) * rows * prompt_len / devices
+    return Work(model / devices, flops / devices, hbm)
+
+
+def decode_step(config: ModelConfig, *, rows: int, cache_len: int, devices: int, tensor: int = 1) -> Work:
+    """One decode step of `rows` rows over a cache of cache_len slots (every slot is scanned, masked or not)."""
+    t = config.text
+    lin = 2.0 * layer_matmul_params(config) * rows * t.num_layers
+    attn = 4.0 * t.num_heads * t.head_dim * t.num_layers * rows * cache_len
+    head = 2.0 * t.hidden_size * t.vocab_size * rows
+    hbm = weight_bytes(config, config.param_dtype) / tensor + kv_bytes_per_token(config) * rows * cache_len / devices
+    return Work((lin + attn + head) / devices, (lin + attn + head) / devices, hbm)
+
+
+def logprob_path(config: ModelConfig, *, rows: int, positions: int, devices: int) -> Work:
+    """The LM head's log-prob + gradient on `positions` per row (forward, recomputed chunks, 2 x backward)."""
+    head = 2.0 * config.text.hidden_size * config.text.vocab_size * rows * positions
+    chunked = 0 < config.logits_chunk < positions
+    hbm = 3.0 * config.text.hidden_size * config.text.vocab_size * dtype_bytes(config.param_dtype)
+    return Work(3.0 * head / devices, (3.0 + chunked) * head / devices, hbm)
+
+
+def roofline(flops: float, hbm_bytes: float, peak_flops: float, bandwidth: float) -> float:
+    """Seconds at 100% of peak compute or HBM bandwidth, whichever binds."""
+    return max(flops / peak_flops, hbm_bytes / bandwidth)

@@ -1,0 +1,157 @@
+r"""Compile a recipe's real programs for a TPU slice on this machine, and say whether they fit and how fast they
+could run: `python launch/compile.py --config=configs/constT10.py:qwen3vl_8b --topology=v5p-8 [--config.a.b=v]`.
+
+Prints one JSON object per program (train_step, proximal_logprobs, prefill, decode, logprob_path; see
+`jaxwebrl/parallel/aot.py`): `hbm_bytes_per_device` {arguments, outputs, temporaries, total} from XLA against
+`hbm_capacity_bytes`, `fits`, analytic `flops` and `model_flops` per chip, `predicted_step_s` (roofline at the
+chip's published bf16 peak and HBM bandwidth) and `predicted_mfu`, and `compile_s`. The config's own mesh
+(`distributed.mesh`; unset: data over hosts, fsdp over the rest) and partition rules are used; nothing is
+allocated and no accelerator is needed, only libtpu (`pip install -e ".[tpu]"`).
+
+Exit status: 0 when every program fits; 1 with one line per program that does not (bytes needed, bytes available,
+the knobs that change it); 2 for a bad flag, an unknown topology or a missing libtpu (one line naming the fix).
+
+  --rows_per_chip=N  train rows per batch shard (default 1: one 16k-token row per chip at paper scale)
+  --programs=a,b     a subset of the programs
+  --find_fit         also search the largest train rows_per_chip x max_seq_len that fit (halving max_seq_len)
+  --out=FILE         also write the JSON lines to FILE
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")     # compile-only TPU devices need no backend; keep JAX on the CPU
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:  # configs/ import configs.common
+    sys.path.insert(0, _REPO)
+
+from absl import flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. configs/constT10.py:qwen3vl_8b")
+_TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice, e.g. v5e-8, v5p-8, v6e-8, v5p-32")
+_PROGRAMS = flags.DEFINE_string("programs", "train_step,proximal_logprobs,prefill,decode,logprob_path",
+                                "comma-separated programs to compile")
+_ROWS = flags.DEFINE_integer("rows_per_chip", 1, "train rows per batch shard of the mesh")
+_FIND_FIT = flags.DEFINE_bool("find_fit", False, "search the largest train rows_per_chip x max_seq_len that fit")
+_OUT = flags.DEFINE_string("out", None, "also write the JSON lines to this file")
+
+
+def knobs_of(config, mesh) -> dict:
+    m = config.model
+    return {"dtype": m.dtype, "param_dtype": m.param_dtype or m.dtype,
+            "moments_dtype": config.train.get("moments_dtype") or m.param_dtype or m.dtype, "remat": m.remat,
+            "scan_layers": bool(m.scan_layers), "attention_chunk": int(m.attention_chunk),
+            "logits_chunk": int(m.logits_chunk), "mesh": dict(mesh.shape)}
+
+
+def advice(report: dict, config, rows_per_chip: int) -> str:
+    """One line: program, bytes needed and available, and the knobs that would change it."""
+    need = (report["hbm_bytes_per_device"]["total"] or 0) / 1e9
+    at_least = "at least " if report.get("error") else ""
+    have = report["hbm_capacity_bytes"] / 1e9
+    mesh = ", ".join(f"{k}={v}" for k, v in report["knobs"]["mesh"].items())
+    if report["program"] in ("prefill", "decode"):
+        levers = (f"--config.rollout.server_max_batch (now {config.rollout.server_max_batch}), "
+                  f"--config.buffer.max_seq_len (now {config.buffer.max_seq_len}), --config.distributed.mesh.* "
+                  f"(now {mesh}), --config.model.param_dtype=bfloat16")
+    else:
+        levers = (f"--rows_per_chip (now {rows_per_chip}), --config.buffer.max_seq_len (now "
+                  f"{config.buffer.max_seq_len}), --config.model.remat (now {config.model.remat}), "
+                  f"--config.distributed.mesh.* (now {mesh}), --config.model.param_dtype / --config.train.moments_dtype")
+    return (f"{report['program']} does not fit {report['topology']}: needs {at_least}{need:.2f} GB per device, "
+            f"{have:.2f} GB available; knobs: {levers}")
+
+
+def find_fit(config, model_config, mesh, chip, topology, emit) -> dict:
+    """Largest rows_per_chip (doubling) per max_seq_len (halving from the recipe's) whose train step fits."""
+    from jaxwebrl.parallel import aot
+
+    found, seq = [], int(config.buffer.max_seq_len)
+    while True:
+        try:
+            aot.RunShapes.of(config, model_config, mesh, seq_len=seq)
+        except ValueError:
+            break
+        best, rows = 0, 1
+        while True:
+            shapes = aot.RunShapes.of(config, model_config, mesh, rows_per_chip=rows, seq_len=seq)
+            (report,) = aot.compile_programs(config, model_config, mesh, chip, topology, shapes, ("train_step",),
+                                             knobs_of(config, mesh))
+            emit({"search": "train_step", "seq_len": seq, "rows_per_chip": rows, "fits": report["fits"],
+                  "hbm_total_bytes": report["hbm_bytes_per_device"]["total"],
+                  "predicted_mfu": report.get("predicted_mfu"), "compile_s": report["compile_s"]})
+            if not report["fits"]:
+                break
+            best, rows = rows, rows * 2
+            if rows > 64:   # enough rows per chip: stop doubling
+                break
+        found.append({"seq_len": seq, "rows_per_chip": best, "tokens_per_chip": best * seq})
+        if best:
+            break
+        seq //= 2
+    largest = max(found, key=lambda f: f["tokens_per_chip"])
+    return {"program": "train_step_fit", "topology": topology, "largest_fit": largest, "tried": found}
+
+
+def main(argv) -> int:
+    try:
+        flags.FLAGS(argv)
+        config = _CONFIG.value
+    except (flags.Error, ValueError, KeyError, TypeError, AttributeError, OSError, ImportError) as err:
+        print(f"config error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    if config is None or not _TOPOLOGY.value:
+        print("usage error: --config=configs/X.py:variant and --topology=v5p-8 are required", file=sys.stderr)
+        return 2
+    from jaxwebrl.models import presets
+    from jaxwebrl.parallel import aot, distributed, multihost
+    from jaxwebrl.parallel.topology import CHIPS, TopologyError, topology_devices
+
+    try:
+        devices, topology = topology_devices(_TOPOLOGY.value)
+    except TopologyError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    programs = [p for p in _PROGRAMS.value.split(",") if p]
+    unknown = [p for p in programs if p not in aot.PROGRAMS]
+    if unknown:
+        print(f"usage error: unknown programs {unknown}: use some of {', '.join(aot.PROGRAMS)}", file=sys.stderr)
+        return 2
+    try:
+        model_config = presets.shapes_config(config.model)
+        hosts = len({d.process_index for d in devices})
+        sizes = multihost.mesh_sizes(config.get("distributed"), hosts) or {"data": 1, "fsdp": -1, "tensor": 1}
+        mesh = distributed.process_mesh(sizes, devices)
+        shapes = aot.RunShapes.of(config, model_config, mesh, rows_per_chip=_ROWS.value)
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        print(f"config error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    chip = CHIPS[topology.chip]
+    out = open(_OUT.value, "w", encoding="utf-8") if _OUT.value else None
+
+    def emit(obj):
+        line = json.dumps(obj)
+        print(line, flush=True)
+        if out:
+            out.write(line + "\n")
+            out.flush()
+
+    failed = []
+    for report in aot.compile_programs(config, model_config, mesh, chip, topology.name, shapes, programs,
+                                       knobs_of(config, mesh)):
+        emit(report)
+        if not report["fits"]:
+            failed.append(report)
+    if _FIND_FIT.value:
+        emit(find_fit(config, model_config, mesh, chip, topology.name, emit))
+    if out:
+        out.close()
+    for report in failed:
+        print(advice(report, config, _ROWS.value), file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,34 @@
+"""The real-width CPU rehearsal: Qwen3-VL-2B widths and the 151,936-token Qwen vocabulary (2 decoder layers, 2 vision
+blocks, random weights), 1280x720 MiniWoB++ screenshots in headless Chromium, free-form tool-call actions, through
+the policy server, the ring buffer and the trainer for 2 train steps (bench/scale.py measures the same run)."""
+
+import importlib.util
+import os
+
+import pytest
+
+pytest.importorskip("dashscope", reason="the rehearsal uses the real Qwen vocabulary: pip install -e '.[qwen]'")
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _scale_bench():
+    spec = importlib.util.spec_from_file_location("bench_scale", os.path.join(REPO, "bench", "scale.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_real_width_loop_runs_two_steps(tmp_path):
+    result = _scale_bench().measure(str(tmp_path / "run"), steps=2, timeout_s=2400, max_rss_gib=20)
+    assert result["returncode"] == 0 and result["steps_done"] == 2, result.get("output_tail")
+    assert result["model"]["vocab_size"] == 151936 and result["model"]["screenshot"] == [1280, 720]
+    # a 1280x720 screenshot is resized to 704 x 1280 (multiples of 32) -> 44 x 80 patches -> 880 merged tokens
+    assert result["image_grid_thw"] == [1, 44, 80] and result["image_tokens_per_screenshot_expected"] == 880
+    assert result["image_tokens_per_screenshot"]["min"] == result["image_tokens_per_screenshot"]["max"] == 880
+    assert result["prompt_tokens"]["min"] > 880 and 0 < result["response_tokens"]["max"] <= 24
+    assert len(result["step_s"]) == 1 and result["step_s"][0] > 0
+    assert 0 < result["peak_rss_gib"] < 20
+    assert result["grammar_vocab"] == 151936 and result["grammar_build_s"] > 0 and not result["grammar_used_by_run"]

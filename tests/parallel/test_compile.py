@@ -1,0 +1,76 @@
+"""launch/compile.py compiles a reduced Qwen3-VL preset for a TPU slice with XLA's TPU compiler (libtpu, no TPU) and
+reports memory, FLOPs and the roofline; a program that cannot fit, an unknown topology and a missing libtpu each
+end in one line that names the fix."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxwebrl.parallel.topology import libtpu_available
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Qwen3-VL-2B widths and vocabulary cut to one decoder layer and one vision block, short rows, small screenshots:
+# the real programs at a size XLA's TPU compiler handles in about a minute on two cores.
+REDUCED = ["--config=configs/constT10.py:qwen3vl_2b", "--config.model.num_layers=1", "--config.model.vision_depth=1",
+           "--config.buffer.max_seq_len=1024", "--config.model.max_new_tokens=64", "--config.env.prompt_window=0",
+           "--config.env.screenshot_height=256", "--config.env.screenshot_width=256",
+           "--config.rollout.server_max_batch=8", "--config.model.attention_chunk=256"]
+needs_libtpu = pytest.mark.skipif(not libtpu_available(),
+                                  reason='libtpu is not installed here: pip install -e ".[tpu]" (.ci/install does)')
+
+
+def compile_cli(*args, timeout=900):
+    return subprocess.run([sys.executable, os.path.join(REPO, "launch", "compile.py"), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@needs_libtpu
+def test_reduced_preset_compiles_for_v5e_8_with_a_report_per_program():
+    done = compile_cli(*REDUCED, "--topology=v5e-8")
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [r["program"] for r in reports] == ["train_step", "proximal_logprobs", "prefill", "decode", "logprob_path"]
+    for r in reports:
+        hbm = r["hbm_bytes_per_device"]
+        assert set(hbm) == {"arguments", "outputs", "temporaries", "total"}
+        assert hbm["total"] == hbm["arguments"] + hbm["outputs"] + hbm["temporaries"] - r["hbm_aliased_bytes"]
+        assert r["fits"] and hbm["total"] <= r["hbm_capacity_bytes"] == 16e9
+        assert r["flops"] >= r["model_flops"] > 0 and r["predicted_step_s"] > 0 and 0 < r["predicted_mfu"] <= 1
+        assert r["topology"] == "v5e-8" and r["knobs"]["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
+        assert r["compile_s"] > 0
+    train = reports[0]
+    assert (train["rows"], train["seq_len"]) == (8, 1024)          # one row per chip
+    assert train["knobs"]["scan_layers"] and train["knobs"]["remat"] == "full"
+    # the parameters (fp32 master) and AdamW moments are sharded 8 ways: 2.1B params would need 34 GB whole
+    assert train["hbm_bytes_per_device"]["arguments"] < 1.5e9
+    assert reports[3]["predicted_tokens_per_s"] > 0 and reports[3]["bound"] == "memory"
+
+
+@needs_libtpu
+def test_a_program_that_cannot_fit_exits_1_naming_bytes_and_knobs():
+    done = compile_cli(*REDUCED, "--topology=v5e-8", "--programs=train_step", "--rows_per_chip=512")
+    assert done.returncode == 1, done.stderr[-2000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert not report["fits"]
+    (line,) = [line for line in done.stderr.splitlines() if "does not fit" in line]
+    assert line.startswith("train_step does not fit v5e-8: needs ")   # ("at least" when XLA refuses it)
+    assert "GB per device, 16.00 GB available; knobs: --rows_per_chip (now 512), --config.buffer.max_seq_len" in line
+
+
+def test_unknown_topology_and_missing_libtpu_are_one_line_each():
+    done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v9z-8", timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("unknown topology 'v9z-8': use one of v5e-4, v5e-8")
+    # no libtpu importable and no TPU_LIBRARY_PATH: the fix is the tpu extra
+    script = ("import runpy, sys; sys.modules['libtpu'] = None; "
+              f"sys.argv = ['compile.py', '--config=configs/constT10.py:qwen3vl_8b', '--topology=v5p-8']; "
+              "runpy.run_path('launch/compile.py', run_name='__main__')")
+    env = {k: v for k, v in os.environ.items() if k != "TPU_LIBRARY_PATH"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == \
+        'libtpu is not installed: pip install -e ".[tpu]" (AOT compilation for TPU topologies)'
