@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jaxwebrl.buffer import RingBuffer  # noqa: E402
+from jaxwebrl.buffer.ring import RingBuffer  # noqa: E402
 from jaxwebrl.buffer.batching import episodes_to_rows, gather_screenshots, pad_batch  # noqa: E402
 
 STEPS, TOKENS, SHAPE = 10, 1024, (720, 1280, 3)

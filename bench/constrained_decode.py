@@ -49,7 +49,8 @@ def main() -> None:
     from jaxwebrl.env import toy
     from jaxwebrl.models.policy import tiny_policy
     from jaxwebrl.models.sampler import Sampler, SamplingParams
-    from jaxwebrl.rollout.action_space import CLICK_GRID, action_constraint
+    from jaxwebrl.env.action_space import CLICK_GRID
+    from jaxwebrl.rollout.policy_server import action_constraint
 
     policy = tiny_policy(seed=0)
     tokenizer = policy.processor.tokenizer

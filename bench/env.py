@@ -31,7 +31,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def child(seconds: float, worker_id: int, unthrottled_frames: bool) -> None:
     sys.path.insert(0, ROOT)
-    from jaxwebrl.env.browser import Browser, BrowserConfig
+    from jaxwebrl.env.browser import Browser
+    from jaxwebrl.env.chromium import BrowserConfig
     from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
     from jaxwebrl.env.oracles import oracle_tasks, oracle_text
 
@@ -115,9 +116,10 @@ def worker_overhead(seconds: float) -> dict:
     time (prompting, parsing, episode assembly) and buffer writes as fractions of step time without policy."""
     import tempfile
 
-    from jaxwebrl.buffer import RingBuffer
-    from jaxwebrl.env.base import make_env
-    from jaxwebrl.env.browser import Browser, BrowserConfig
+    from jaxwebrl.buffer.ring import RingBuffer
+    from jaxwebrl.env.registry import make_env
+    from jaxwebrl.env.browser import Browser
+    from jaxwebrl.env.chromium import BrowserConfig
     from jaxwebrl.env.miniwob import TASK_AREA, VIEWPORT
     from jaxwebrl.env.oracles import oracle_tasks, oracle_text
     from jaxwebrl.rollout.client import InProcessClient

@@ -73,8 +73,10 @@ def measure(task: str, seeds: range, grid: int, horizon: int, browser, rng) -> d
 
 
 def main() -> None:
-    from jaxwebrl.env.browser import Browser, BrowserConfig
-    from jaxwebrl.env.miniwob import VIEWPORT, split_tasks
+    from jaxwebrl.env.browser import Browser
+    from jaxwebrl.env.chromium import BrowserConfig
+    from jaxwebrl.env.miniwob import VIEWPORT
+    from jaxwebrl.env.miniwob_tasks import split_tasks
     from jaxwebrl.env.oracles import oracle_tasks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -61,7 +61,7 @@ def main() -> None:
 
     import ray
 
-    from jaxwebrl.buffer import RingBuffer
+    from jaxwebrl.buffer.ring import RingBuffer
     from jaxwebrl.rollout.pool import WorkerPool
     from jaxwebrl.rollout.ray_launcher import RayWorkerPool
     from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder

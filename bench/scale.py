@@ -8,7 +8,7 @@ vision blocks, random weights; MiniWoB++ in headless Chromium at 1280x720; free-
 the browser -> policy server -> ring buffer -> trainer loop for `--steps` train steps, and prints one JSON
 object: peak RSS of the run's process tree (trainer + policy server + rollout worker + Chromium), image tokens per
 screenshot, prompt and response lengths from the buffer, the wall time to each train step, and the time to build
-the project's action grammar (the click-grid trie of `rollout/action_space.py`) over the 151k vocabulary (the
+the project's action grammar (the click-grid trie of `env/action_space.py`) over the 151k vocabulary (the
 rehearsal decodes free-form, so this is measured on its own).
 """
 
@@ -86,7 +86,7 @@ def buffer_stats(workdir: str, config) -> dict:
     """Prompt/response lengths and image tokens per screenshot of the episodes the run wrote."""
     import numpy as np
 
-    from jaxwebrl.buffer import RingBuffer
+    from jaxwebrl.buffer.ring import RingBuffer
     from jaxwebrl.models import presets
 
     model_config = presets.model_config(config.model)
@@ -114,7 +114,8 @@ def buffer_stats(workdir: str, config) -> dict:
 def grammar_build_seconds(config) -> dict:
     """Build time of the click-grid action grammar over the real vocabulary (what a constrained run builds)."""
     from jaxwebrl.models import presets
-    from jaxwebrl.rollout.action_space import CLICK_GRID, action_constraint
+    from jaxwebrl.env.action_space import CLICK_GRID
+    from jaxwebrl.rollout.policy_server import action_constraint
 
     model_config = presets.model_config(config.model)
     processor = presets.processor_for(model_config)

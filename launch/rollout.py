@@ -73,7 +73,7 @@ def build_spec(argv: list[str]) -> tuple[dict, int]:
     if not buffer:
         raise SystemExit("rollout error: --buffer is required (the trainer's ring buffer: shared path or "
                          "kvstore URL such as gs://bucket/run1/buffer)")
-    from jaxwebrl.buffer import RingBuffer
+    from jaxwebrl.buffer.ring import RingBuffer
 
     try:
         RingBuffer.open(buffer)

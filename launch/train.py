@@ -94,7 +94,7 @@ def _unknown_override(argv: list[str]) -> str | None:
 def main(argv: list[str]) -> int:
     config, workdir = parse_flags(argv)
     from jaxwebrl.buffer.schema import BufferFormatError
-    from jaxwebrl.train.errors import RunError, one_line
+    from jaxwebrl.errors import RunError, one_line
     from jaxwebrl.train.supervisor import run  # imports JAX; only after the config is known to be good
 
     try:

@@ -1,9 +1,13 @@
-"""jaxwebrl.buffer: TensorStore ring buffer of multi-step episodes, screenshots by reference, batch assembly."""
+"""jaxwebrl.buffer: where episodes live between the rollout workers and the trainer (no pickle anywhere).
 
-from jaxwebrl.buffer.episodes import EpisodeError
-from jaxwebrl.buffer.ring import ReadResult, RingBuffer, RingOverrun
-from jaxwebrl.buffer.schema import BufferConfig, BufferFormatError, BufferWriteError
-from jaxwebrl.buffer.screenshots import ScreenshotCorrupt, ScreenshotOverwritten
+  ring          RingBuffer: many writers append whole episodes, readers take whole committed groups since a cursor
+  screenshots   the screenshot ring: pixels written once, read by reference
+  episodes      episode invariants on append, and the on-disk step-row codec
+  batching      episodes -> padded step rows (the trainer's one conversion), screenshots gathered once
+  from_config   the run's buffer (path, shapes) from a run config
+  commit, control, storage, schema, integrity   the commit protocol and the on-disk format
+  inspect       `python -m jaxwebrl.buffer.inspect DIR`: what a buffer holds
 
-__all__ = ["BufferConfig", "BufferFormatError", "BufferWriteError", "EpisodeError", "ReadResult", "RingBuffer",
-           "RingOverrun", "ScreenshotCorrupt", "ScreenshotOverwritten"]
+Import from the modules (`from jaxwebrl.buffer.ring import RingBuffer`): importing this package imports nothing,
+so a module that needs only `batching` does not load TensorStore.
+"""

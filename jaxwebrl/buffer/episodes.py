@@ -18,7 +18,8 @@ TOKEN_KEYS = ("input_ids", "loss_mask", "behave_logprobs", "versions")
 REQUIRED_KEYS = TOKEN_KEYS + ("screenshot_refs", "step_index", "num_steps", "group_id", "task_id", "reward",
                               "terminated", "truncated", "env_failed")
 MEMORY_KEYS = ("memory_chars", "memory_keys", "memory_generic_frac")
-OPTIONAL_KEYS = ("screenshots", "screenshot_changed", "info", "episode_id") + MEMORY_KEYS
+# episode_id and min_version come back from `read` (taken from the commit record); on append they are ignored
+OPTIONAL_KEYS = ("screenshots", "screenshot_changed", "info", "episode_id", "min_version") + MEMORY_KEYS
 LOGPROB_TOLERANCE = 1e-4  # behaviour log-probs may round a hair above 0
 
 
@@ -245,6 +246,7 @@ def from_rows(rows: np.ndarray, record: dict) -> dict:
     K = int(record["refs_width"])
     episode = {
         "episode_id": int(record["episode_id"]),
+        "min_version": int(record["min_version"]),   # oldest policy-token version (computed once, on append)
         "task_id": record["task_id"],
         "group_id": int(record["group_id"]),
         "step_index": rows["step_index"].astype(np.int32),

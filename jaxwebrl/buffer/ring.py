@@ -3,7 +3,8 @@
     buf = RingBuffer.create(path, capacity_steps=4096, max_seq_len=2048, screenshot_shape=(720, 1280, 3))
     ref = buf.screenshots.put(image)                 # worker, during the episode
     episode_id = buf.append(episode)                 # visible all at once, or not at all
-    episodes, cursor = buf.read(since=cursor, min_version=current_version - max_head_offpolicyness)
+    episodes, cursor = buf.read(since=cursor)        # every committed episode since the cursor, in commit order
+    result = buf.read(since=cursor, group_size=G)    # whole groups only: result.groups
 
 The cursor is a small JSON dict ({"next": log seq, "pending": [log seqs held back for their group]});
 store it in the trainer checkpoint and a restarted trainer neither re-trains nor skips episodes.
@@ -29,7 +30,7 @@ from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
 log = logging.getLogger(__name__)
 
 ROW_IO_IN_FLIGHT = 8  # step rows are small chunks: a few concurrent TensorStore reads/writes help
-READ_STAT_KEYS = ("returned", "stale", "overwritten", "lost", "incomplete", "corrupt", "pending")
+READ_STAT_KEYS = ("returned", "overwritten", "lost", "incomplete", "corrupt", "pending")
 LIVE_WRITER_RECHECK_S = 5.0  # a writer seen alive is asked again after this long (a dead one stays dead)
 
 
@@ -42,16 +43,18 @@ class ReadResult:
     """What `read` returns; unpacks as `episodes, cursor`.
 
     episodes: committed episode dicts in commit order. cursor: JSON-able dict to pass as `since`.
-    stats: counts for this call: returned, stale (oldest token version < min_version), overwritten
-    (the ring reused their slots before they were read), lost (commit records lapped before being
-    read), incomplete (members of a group that can no longer complete: its writer died, or
-    `group_wait` newer commits passed it), corrupt (a row fails its checksum or is unreadable),
-    pending (held for their group).
+    stats: counts for this call: returned, overwritten (the ring reused their slots before they were read),
+    lost (commit records lapped before being read), incomplete (members of a group that can no longer complete:
+    its writer died, or `group_wait` newer commits passed it), corrupt (a row fails its checksum or is
+    unreadable), pending (held for their group).
+    groups: with `group_size`, the same episodes as whole groups (lists of one group_id's episodes, each in
+    commit order; groups in the commit order of their first episode); None without.
     """
 
     episodes: list
     cursor: dict
     stats: dict
+    groups: list | None = None
 
     def __iter__(self):
         return iter((self.episodes, self.cursor))
@@ -246,11 +249,10 @@ class RingBuffer:
                                  f"recreated?); start again with since=None")
         return records, n
 
-    def read(self, since=None, min_version: int | None = None, *, group_size: int | None = None,
-             group_wait: int | None = None, max_episodes: int | None = None) -> ReadResult:
+    def read(self, since=None, *, group_size: int | None = None, group_wait: int | None = None,
+             max_episodes: int | None = None) -> ReadResult:
         """Whole committed episodes since `since` (None: the oldest retained), as host arrays.
 
-        min_version: drop (and count as stale) episodes whose oldest policy-token version is lower.
         group_size: return only groups (same group_id) with that many episodes; members of a group
           still filling are held in the cursor's "pending" list, and given up as incomplete once
           `group_wait` (default log_capacity // 2) newer commits have passed them, or at once when the
@@ -269,13 +271,7 @@ class RingBuffer:
                 stats["lost"] += 1
             else:
                 candidates.append(rec)
-        candidates += new
-        kept = []
-        for rec in candidates:
-            if min_version is not None and int(rec["min_version"]) < min_version:
-                stats["stale"] += 1
-            else:
-                kept.append(rec)
+        kept = candidates + new
         pending = []
         if group_size is not None:
             wait = group_wait if group_wait is not None else max(1, self.config.log_capacity // 2)
@@ -293,16 +289,20 @@ class RingBuffer:
             kept.sort(key=lambda r: int(r["seq"]))
             stats["pending"] = len(pending)
         episodes = self._load(kept, stats)
+        groups = None
         if group_size is not None:   # a member overwritten or corrupt leaves a group that can never complete
-            loaded = collections.Counter(e["group_id"] for e in episodes)
-            whole = {g for g, n in loaded.items() if n >= group_size}
-            stats["incomplete"] += sum(n for g, n in loaded.items() if g not in whole)
-            episodes = [e for e in episodes if e["group_id"] in whole]
+            by_group: dict = {}
+            for episode in episodes:
+                by_group.setdefault(episode["group_id"], []).append(episode)
+            groups = [members for members in by_group.values() if len(members) >= group_size]
+            stats["incomplete"] += sum(len(m) for m in by_group.values() if len(m) < group_size)
+            whole = {members[0]["group_id"] for members in groups}
+            episodes = [episode for episode in episodes if episode["group_id"] in whole]
         stats["returned"] = len(episodes)
         self.stats.update({k: v for k, v in stats.items() if k != "pending"})
         self.stats["pending"] = stats["pending"]
         new_cursor = {"next": next_seq, "pending": sorted(int(r["seq"]) for r in pending)}
-        return ReadResult(episodes, new_cursor, dict(stats))
+        return ReadResult(episodes, new_cursor, dict(stats), groups)
 
     def _may_complete(self, members: list) -> bool:
         """False when the writer that committed a partial group is gone (its process died: the group can never

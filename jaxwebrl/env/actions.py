@@ -1,4 +1,7 @@
-"""Agent actions in the Qwen3-VL computer-use style, their parser from model text, and the inverse formatter.
+"""Agent actions in the Qwen3-VL computer-use style, their parser from model text, and the inverse formatters.
+
+(One module past ~400 lines on purpose: it is the action language, and its parser and formatters are exact inverses
+that are read, changed and tested together.)
 
 Canonical text (what `format_action` writes and models are prompted to emit):
 
@@ -435,6 +438,19 @@ def format_action(action: Action) -> str:
         args["text"] = action.text
     body = json.dumps({"name": "computer_use", "arguments": args}, ensure_ascii=False)
     return f"<tool_call>\n{body}\n</tool_call>"
+
+
+def format_call(action: Action) -> str:
+    """The short call-style text of an action (`click(250, 500)`, `type(text="abc")`, `key("Enter")`), what the
+    "call" action style prompts for; the canonical tool call (`format_action`) where there is no shorter form.
+    `parse_action` reads both."""
+    if action.kind == "click" and action.clicks == 1:
+        return f"click({action.x}, {action.y})"
+    if action.kind == "type" and not action.has_point:
+        return f"type(text={json.dumps(action.text, ensure_ascii=False)})"
+    if action.kind == "key":
+        return f"key({', '.join(json.dumps(k) for k in action.keys or ())})"
+    return format_action(action)
 
 
 def to_viewport(x: int, y: int, width: int, height: int) -> tuple[float, float]:

@@ -1,6 +1,6 @@
-"""The environment interface every task source shares: toy, MiniWoB++ and JSON web-task specs.
+"""The environment interface every task source shares: toy, MiniWoB++, JSON web-task specs, registered envs.
 
-    env = make_env("miniwob/click-test")      # or "toy", or a JSON task spec (dict, JSON text, or .json path)
+    env = make_env("miniwob/click-test")      # jaxwebrl.env.registry: "toy", a JSON task spec, a registered name
     obs = env.reset(seed=0)                   # Observation
     res = env.step(action)                    # StepResult; `action` is an Action or model text
     env.close()
@@ -16,8 +16,7 @@ Failure contract (the rollout worker's recovery is built on it):
 from __future__ import annotations
 
 import dataclasses
-import json
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -92,66 +91,3 @@ class Env(Protocol):
     def step(self, action: Action | str) -> StepResult: ...
 
     def close(self) -> None: ...
-
-
-MINIWOB_PREFIX = "miniwob/"
-
-
-def check_env_spec(spec: Any) -> Any:
-    """Validate an env spec without building anything (no browser starts, no python evaluator is imported).
-
-    Returns "toy", "miniwob/<task>" or the `WebTaskSpec` of a JSON spec (dict, JSON text, or .json path).
-    Raises ValueError (a `TaskSpecError` for JSON specs) that names the problem and the fix, TypeError for a
-    spec that is neither str nor dict.
-    """
-    if isinstance(spec, str):
-        text = spec.strip()
-        if text == "toy":
-            return text
-        if text.startswith(MINIWOB_PREFIX):
-            from jaxwebrl.env.miniwob import available_tasks
-
-            if text[len(MINIWOB_PREFIX):] not in available_tasks():
-                raise ValueError(f"unknown MiniWoB++ task {text!r}: see the miniwob package's html/miniwob/*.html")
-            return text
-        from jaxwebrl.env.task_spec import TaskSpecError, WebTaskSpec, load_spec_file
-
-        if text.startswith("{"):
-            try:
-                data = json.loads(text)
-            except (ValueError, RecursionError) as err:
-                raise TaskSpecError(f"task spec (inline JSON text): not valid JSON ({err}): fix the text") from None
-            return WebTaskSpec.from_dict(data)
-        if text.endswith(".json"):
-            return load_spec_file(text)
-        raise ValueError(
-            f"unknown environment spec {spec!r}: use 'toy', 'miniwob/<task>' (e.g. 'miniwob/click-test'), "
-            "a JSON task spec, or a path to a .json task file"
-        )
-    if isinstance(spec, Mapping):
-        from jaxwebrl.env.task_spec import WebTaskSpec
-
-        return WebTaskSpec.from_dict(dict(spec))
-    raise TypeError(f"environment spec must be a str or a dict, got {type(spec).__name__}")
-
-
-def make_env(spec: Any, **options) -> Env:
-    """Build an environment from a spec.
-
-    spec: "toy" (browser-free, `jaxwebrl.env.toy.ToyEnv`), "miniwob/<task>" (a bundled MiniWoB++ task),
-    or a JSON task spec: a dict, a JSON string, or a path to a .json file with
-    `{task_id, start_url, goal, max_steps, difficulty, evaluator}` (validated by `check_env_spec` first).
-    options: passed to the environment's constructor (e.g. `screenshot_size`, `max_steps`, `browser`).
-    """
-    checked = check_env_spec(spec)
-    if checked == "toy":
-        from jaxwebrl.env.toy import ToyEnv  # lazy: keeps browser-free users free of selenium
-
-        return ToyEnv(**options)
-    if isinstance(checked, str):
-        from jaxwebrl.env.miniwob import MiniWobEnv
-
-        return MiniWobEnv(checked[len(MINIWOB_PREFIX):], **options)
-    from jaxwebrl.env.webtask import WebTaskEnv
-
-    return WebTaskEnv(checked, **options)

@@ -14,7 +14,8 @@ from typing import Any
 
 from jaxwebrl.env.actions import Action, parse_action
 from jaxwebrl.env.base import Observation, StepResult
-from jaxwebrl.env.browser import Browser, BrowserConfig
+from jaxwebrl.env.browser import Browser
+from jaxwebrl.env.chromium import BrowserConfig
 
 
 class BrowserEnv:

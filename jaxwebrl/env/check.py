@@ -14,9 +14,21 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
+
+from jaxwebrl.env.actions import Action, format_action
+from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.browser import Browser
+from jaxwebrl.env.chromium import BrowserConfig
+from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
+from jaxwebrl.env.miniwob_tasks import available_tasks
+from jaxwebrl.env.oracles import oracle_tasks, run_episode
+from jaxwebrl.env.probes import UdpProbe, WebSocketProbe, serve_directory
+from jaxwebrl.env.task_spec import WebTaskSpec
+from jaxwebrl.env.webtask import WebTaskEnv
 
 
 def _stats_ms(seconds: list[float]) -> dict:
@@ -58,12 +70,6 @@ def allowlist_check(browser, wait_s: float = 15.0) -> dict:
     WebSocket to an outside port (next to an allowed one, which must work), WebRTC with a STUN server on a
     UDP port (and TURN over TCP) and WebTransport. Enforced when the page works, every attempt was refused
     and no outside socket saw a packet."""
-    import tempfile
-
-    from jaxwebrl.env.actions import Action, format_action
-    from jaxwebrl.env.probes import UdpProbe, WebSocketProbe, serve_directory
-    from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
-
     with tempfile.TemporaryDirectory() as task_dir, tempfile.TemporaryDirectory() as outside_dir:
         outside, outside_url, outside_seen = serve_directory(outside_dir)
         ws_outside, ws_allowed, udp = WebSocketProbe(), WebSocketProbe(), UdpProbe()
@@ -122,11 +128,6 @@ def _probe_log(browser, wait_s: float) -> list[str]:
 
 def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] | None) -> dict:
     """Play `episodes` oracle episodes of each task in one browser; returns the report dict."""
-    from jaxwebrl.env.base import EnvFailure
-    from jaxwebrl.env.browser import Browser, BrowserConfig
-    from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
-    from jaxwebrl.env.oracles import run_episode
-
     report: dict = {"ok": False, "tasks": {}, "errors": []}
     t0 = time.perf_counter()
     try:
@@ -178,9 +179,6 @@ def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jaxwebrl.env.miniwob import available_tasks
-    from jaxwebrl.env.oracles import oracle_tasks
-
     parser = argparse.ArgumentParser(prog="python -m jaxwebrl.env.check", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="", help="comma-separated MiniWoB++ tasks (default: all with oracles)")
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per task")

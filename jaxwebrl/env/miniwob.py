@@ -21,63 +21,14 @@ from typing import Any
 from jaxwebrl.env.actions import Action, from_viewport
 from jaxwebrl.env.base import EnvTimeout
 from jaxwebrl.env.allowlist import UrlAllowlist, blocked_message
-from jaxwebrl.env.browser import Browser, BrowserConfig
+from jaxwebrl.env.browser import Browser
+from jaxwebrl.env.chromium import BrowserConfig
 from jaxwebrl.env.browser_env import BrowserEnv
+from jaxwebrl.env.miniwob_tasks import html_dir, horizon
 
 TASK_AREA = (0, 0, 160, 210)  # x, y, width, height of #wrap in CSS pixels
 VIEWPORT = (320, 240)  # room for the task area; the reward display to its right is never captured
 MAX_EPISODE_TIME_MS = 2**31 - 1  # setTimeout's largest delay; larger values overflow and fire at once
-
-# Difficulty splits by how many actions a competent policy needs, each with its step horizon.
-SPLITS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "easy": (5, (
-        "click-test", "click-test-2", "click-button", "click-link", "click-dialog", "click-dialog-2",
-        "click-tab", "focus-text", "focus-text-2", "click-widget", "click-color", "identify-shape",
-    )),
-    "medium": (10, (
-        "click-option", "click-checkboxes", "enter-text", "enter-text-2", "enter-password", "login-user",
-        "click-button-sequence", "click-collapsible", "click-tab-2", "choose-list", "enter-date",
-        "use-spinner", "navigate-tree", "guess-number",
-    )),
-    "hard": (20, (
-        "click-checkboxes-large", "click-scroll-list", "email-inbox", "book-flight", "search-engine",
-        "social-media", "login-user-popup", "choose-date", "click-pie", "use-autocomplete",
-    )),
-}
-DEFAULT_HORIZON = 10
-
-
-def html_dir() -> str:
-    """The `html` directory of the installed miniwob package (holds core/, common/ and miniwob/<task>.html)."""
-    try:
-        import miniwob
-    except ImportError:
-        raise ImportError("the miniwob package is missing: pip install miniwob") from None
-    return os.path.join(os.path.dirname(miniwob.__file__), "html")
-
-
-def available_tasks() -> list[str]:
-    folder = os.path.join(html_dir(), "miniwob")
-    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".html"))
-
-
-def task_split(task: str) -> str | None:
-    for split, (_, tasks) in SPLITS.items():
-        if task in tasks:
-            return split
-    return None
-
-
-def split_tasks(split: str) -> tuple[str, ...]:
-    if split not in SPLITS:
-        raise ValueError(f"unknown MiniWoB++ split {split!r}: use one of {list(SPLITS)}")
-    return SPLITS[split][1]
-
-
-def horizon(task: str) -> int:
-    split = task_split(task)
-    return SPLITS[split][0] if split else DEFAULT_HORIZON
-
 
 _STATE_JS = """
 if (typeof WOB_DONE_GLOBAL === 'undefined') { return [false, 0, null, location.href]; }  // not a task page

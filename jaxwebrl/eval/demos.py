@@ -8,7 +8,7 @@ Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (shor
 `click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. Only
 episodes the oracle wins are kept. MiniWoB++ tasks need an oracle (`jaxwebrl.env.oracles.oracle_tasks()`).
 
-`action_texts` (a constrained policy's action space, `jaxwebrl.rollout.action_space.config_action_texts`) snaps
+`action_texts` (a constrained policy's action space, `jaxwebrl.env.action_space.config_action_texts`) snaps
 every oracle click to the nearest allowed click, and that snapped click is what is played and recorded, so the
 demonstrations hold only responses the constrained policy can emit (an episode the snapped oracle loses is
 dropped like any other).
@@ -16,32 +16,23 @@ dropped like any other).
 
 from __future__ import annotations
 
-import json
 from typing import Iterable
 
 import numpy as np
 
-from jaxwebrl.env.actions import Action, format_action, parse_action
-from jaxwebrl.env.base import make_env
+from jaxwebrl.env import toy
+from jaxwebrl.env.action_space import RESPONSE_PREFIX
+from jaxwebrl.env.actions import Action, format_action, format_call, parse_action
+from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
 
 
-def call_text(action: Action) -> str:
-    """The short call-style text of an action (`click(250, 500)`, `type(text="abc")`, `key("Enter")`)."""
-    if action.kind == "click":
-        return f"click({action.x}, {action.y})"
-    if action.kind == "type" and not action.has_point:
-        return f"type(text={json.dumps(action.text, ensure_ascii=False)})"
-    if action.kind == "key":
-        return f"key({', '.join(json.dumps(k) for k in action.keys or ())})"
-    return format_action(action)  # no shorter form: the canonical tool call (the parser reads both)
-
-
 def response_text(action: Action, action_style: str) -> str:
-    text = call_text(action) if action_style == "call" else format_action(action)
+    """The demonstration's response: the minimal memory, then the action in the prompt's style."""
+    text = format_call(action) if action_style == "call" else format_action(action)
     if parse_action(text).kind != action.kind:
         raise ValueError(f"{text!r} does not parse back to a {action.kind} action")
-    return f"Memory: {{}}\nAction: {text}"
+    return RESPONSE_PREFIX + text
 
 
 def snap_click(action: Action, action_texts, task_id: str = "") -> Action:
@@ -62,11 +53,9 @@ def snap_click(action: Action, action_texts, task_id: str = "") -> Action:
 def _oracle(task_id: str):
     """env -> Action for the env's current state."""
     if task_id == "toy":
-        from jaxwebrl.env import toy
-
         return lambda env, obs, step: parse_action(toy.oracle_action_text(obs.goal, step))
     if task_id.startswith("miniwob/"):
-        from jaxwebrl.env.oracles import get_oracle
+        from jaxwebrl.env.oracles import get_oracle  # deferred: the oracles import Selenium (heavy)
 
         oracle = get_oracle(task_id.split("/", 1)[1])
         return lambda env, obs, step: oracle(env)

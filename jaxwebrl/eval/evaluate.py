@@ -7,10 +7,10 @@ Path: `PolicyServer` (batched KV-cache sampler, the training recipe's sampling s
 `PolicyClient` over the wire) take (task, seed) jobs from one queue and play `episodes_per_seed` episodes of
 each instance into a private ring buffer; the report is computed from the episodes read back from it, so it
 measures exactly what training would have recorded. The worker settings (prompt, action style, screenshot
-size, horizon, max_new_tokens) come from the recipe, as in `jaxwebrl.train.supervisor.worker_spec`.
+size, horizon, max_new_tokens) come from the recipe, as for training (`jaxwebrl.rollout.spec`).
 
-Seeds: every task is played on the same instance seeds, so two policies are compared on identical instances.
-Training workers draw instance seeds at random from [0, 2**31), so a fixed eval range is held out in practice.
+Seeds: every task is played on the same instance seeds, so two policies are compared on identical instances
+(the held-out range starts at `seeds.EVAL_SEED_START`).
 """
 
 from __future__ import annotations
@@ -23,34 +23,25 @@ import tempfile
 import threading
 import time
 
+from jaxwebrl.buffer.from_config import create_sized
+from jaxwebrl.env.registry import env_specs
 from jaxwebrl.eval import report as report_lib
+from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.rollout.client import PolicyClient
+from jaxwebrl.rollout.serving import PolicyService
+from jaxwebrl.rollout.spec import worker_fields
+from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SEED_START = 1_000_000  # divisible by 4: the first four seeds play the toy's instructions A, B, C, D
 
-
-def worker_config(config, tasks, *, episodes_per_seed: int, temperature: float | None):
+def worker_config(config, tasks, *, episodes_per_seed: int, temperature: float | None) -> WorkerConfig:
     """The recipe's WorkerConfig with the eval task list, G = episodes_per_seed and the eval temperature."""
-    from jaxwebrl.rollout.worker import WorkerConfig
-    from jaxwebrl.train.supervisor import worker_spec
-
-    fields = worker_spec(config, buffer_path="", address="", token="", stats_dir="")["worker"]
+    fields = worker_fields(config)
     fields.update(tasks=list(tasks), group_size=int(episodes_per_seed))
     if temperature is not None:
         fields["temperature"] = float(temperature)
     return WorkerConfig.from_dict(fields)
-
-
-def _eval_buffer(config, path: str, episodes: int):
-    from jaxwebrl.buffer import RingBuffer
-
-    horizon = max(int(config.env.max_episode_steps), 3)
-    steps = episodes * horizon + 16
-    return RingBuffer.create(path, capacity_steps=steps, max_seq_len=config.buffer.max_seq_len,
-                             screenshot_shape=(config.env.screenshot_height, config.env.screenshot_width, 3),
-                             max_images_per_step=config.env.prompt_window + 1,
-                             capacity_screenshots=steps, log_capacity=max(64, 2 * episodes))
 
 
 def play(config, policy, jobs: list[tuple[str, int]], buffer, *, episodes_per_seed: int, num_workers: int,
@@ -60,11 +51,6 @@ def play(config, policy, jobs: list[tuple[str, int]], buffer, *, episodes_per_se
     `make_handler(buffer)` replaces the policy server by another transport handler (e.g. the scripted backend
     of diagnostics and tests);
     by default a `PolicyServer` serves `policy` as version `version`."""
-    from jaxwebrl.rollout.client import PolicyClient
-    from jaxwebrl.rollout.policy_server import PolicyServer
-    from jaxwebrl.rollout.transport import TransportServer, new_token
-    from jaxwebrl.rollout.worker import RolloutWorker
-
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
     wconfig = worker_config(config, sorted({t for t, _ in jobs}), episodes_per_seed=episodes_per_seed,
@@ -73,19 +59,14 @@ def play(config, policy, jobs: list[tuple[str, int]], buffer, *, episodes_per_se
     for index, job in enumerate(jobs):
         todo.put((index, job))
     errors: list[BaseException] = []
-    server = None
     if make_handler is not None:
-        handler = make_handler(buffer)
+        service = PolicyService(make_handler(buffer), host="127.0.0.1", num_clients=num_workers)
     else:
-        server = PolicyServer.from_config(policy, buffer, config)
-        server.set_weights(policy.params, version)
-        handler = server.handle
-    token = new_token()
-    transport = TransportServer(handler, token=token, host="127.0.0.1",
-                                num_threads=max(4, 2 * num_workers)).start()
+        service = PolicyService.for_policy(policy, buffer, config, host="127.0.0.1", num_clients=num_workers)
+        service.server.set_weights(policy.params, version)
 
     def work(worker_id: int) -> None:
-        client = PolicyClient(transport.address, token=token)
+        client = PolicyClient(service.address, token=service.token)
         worker = RolloutWorker(wconfig, client, buffer, worker_id=worker_id)
         try:
             while not errors:
@@ -102,15 +83,11 @@ def play(config, policy, jobs: list[tuple[str, int]], buffer, *, episodes_per_se
 
     threads = [threading.Thread(target=work, args=(i,), name=f"eval-worker-{i}", daemon=True)
                for i in range(min(num_workers, len(jobs)))]
-    try:
+    with service.start():
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    finally:
-        transport.close()
-        if server is not None:
-            server.close()
     if errors:
         raise errors[0]
     episodes, _ = buffer.read(None)
@@ -126,10 +103,8 @@ def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int =
              title: str = "policy", make_handler=None) -> dict:
     """Run `policy` on `tasks` (default: the recipe's `env.tasks`) x `seeds`; returns the report dict and, with
     `out_dir`, writes `eval.json` and `eval.md` there. `temperature` None keeps the recipe's sampling."""
-    from jaxwebrl.train.config_validation import env_specs
-
-    tasks = list(tasks) if tasks else env_specs(config)
-    seeds = [int(s) for s in (seeds if seeds is not None else range(DEFAULT_SEED_START, DEFAULT_SEED_START + 4))]
+    tasks = list(tasks) if tasks else env_specs(config.env.tasks)
+    seeds = [int(s) for s in (seeds if seeds is not None else range(EVAL_SEED_START, EVAL_SEED_START + 4))]
     if not tasks or not seeds:
         raise ValueError("evaluation needs at least one task and one seed")
     jobs = [(task, seed) for task in tasks for seed in seeds]
@@ -138,7 +113,7 @@ def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int =
     info = dict(policy_info or {})
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jaxwebrl-eval-") as scratch:
-        buffer = _eval_buffer(config, os.path.join(scratch, "buffer"), len(jobs) * episodes_per_seed)
+        buffer = create_sized(config, os.path.join(scratch, "buffer"), len(jobs) * episodes_per_seed)
         episodes = play(config, policy, jobs, buffer, episodes_per_seed=episodes_per_seed,
                         num_workers=num_workers, temperature=temperature,
                         version=int(info.get("policy_version") or 0), make_handler=make_handler)

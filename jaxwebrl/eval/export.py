@@ -4,8 +4,8 @@
 
 The HF directory is `save_pretrained` of the trained params on the recipe's model (config.json, safetensors,
 tokenizer and preprocessor files). The params checkpoint is one Orbax pytree (`params/`) plus
-`jaxwebrl_params.json` (step, policy version, source); `policies.load_params_checkpoint` and
-`launch/eval.py --policy=DIR` read it back, and so does plain Orbax:
+`jaxwebrl_params.json` (step, policy version, source), the layout of `jaxwebrl/checkpoint/layout.py`;
+`load_policy(config, DIR)` and `launch/eval.py --policy=DIR` read it back, and so does plain Orbax:
 `ocp.StandardCheckpointer().restore(DIR + "/params")`.
 """
 
@@ -14,24 +14,10 @@ from __future__ import annotations
 import json
 import os
 
-import orbax.checkpoint as ocp
-
-from jaxwebrl.eval.policies import PARAMS_INFO, load_policy
+from jaxwebrl.checkpoint.layout import save_params
+from jaxwebrl.checkpoint.policies import load_policy
 from jaxwebrl.models.hf_io import save_pretrained
 from jaxwebrl.models.policy import Policy
-
-
-def save_params(params, out_dir: str, info: dict) -> None:
-    """Write `params` as a standalone Orbax checkpoint `out_dir/params` plus the provenance JSON `info`."""
-    target = os.path.join(os.path.abspath(out_dir), "params")
-    if os.path.exists(target):
-        raise FileExistsError(f"{target} exists: choose a new --params_out directory (exports never overwrite)")
-    os.makedirs(out_dir, exist_ok=True)
-    with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(target, params)
-        checkpointer.wait_until_finished()
-    with open(os.path.join(out_dir, PARAMS_INFO), "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2, sort_keys=True)
 
 
 def save_hf(policy: Policy, out_dir: str, info: dict, *, dtype: str | None = None) -> None:

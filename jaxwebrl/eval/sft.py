@@ -25,6 +25,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxwebrl.checkpoint.layout import save_params
+from jaxwebrl.checkpoint.policies import initial_policy
+from jaxwebrl.env.action_space import config_action_texts
+from jaxwebrl.env.prompt import PromptConfig
+from jaxwebrl.env.registry import env_specs
+from jaxwebrl.eval.demos import oracle_demonstrations
+from jaxwebrl.rollout.policy_server import action_constraint
+from jaxwebrl.rollout.spec import worker_fields
+
 
 def demo_rows(demos: list[dict], processor) -> list[dict]:
     """Demonstration steps -> dict(input_ids [L] int32, loss_mask [L] float32, pixel_values [P, D] f32,
@@ -117,23 +126,16 @@ def warm_start(config, out_dir: str, *, seeds, steps: int, batch_size: int = 8, 
                log_every: int = 0) -> dict:
     """Demonstrations of the oracles on `config.env.tasks` x `seeds` (training seeds: keep them disjoint from
     the evaluation seeds), `sft_train` of the recipe's initial policy, then `out_dir/params` +
-    `out_dir/jaxwebrl_params.json` (export.save_params) and `out_dir/sft.json`. Returns the sft.json dict."""
-    from jaxwebrl.env.prompt import PromptConfig
-    from jaxwebrl.eval.demos import oracle_demonstrations
-    from jaxwebrl.eval.evaluate import worker_config
-    from jaxwebrl.eval.export import save_params
-    from jaxwebrl.eval.policies import base_policy
-    from jaxwebrl.rollout.action_space import action_constraint, config_action_texts
-    from jaxwebrl.train.config_validation import env_specs
-
-    tasks, seeds = env_specs(config), [int(s) for s in seeds]
+    `out_dir/jaxwebrl_params.json` (`checkpoint.layout.save_params`) and `out_dir/sft.json`. Returns the sft.json
+    dict."""
+    tasks, seeds = env_specs(config.env.tasks), [int(s) for s in seeds]
     texts = config_action_texts(config)   # None: the policy is not constrained
-    wconfig = worker_config(config, tasks, episodes_per_seed=1, temperature=None)
+    workers = worker_fields(config)       # the prompt and env options the recipe's rollout workers use
     start = time.monotonic()
-    demos = oracle_demonstrations(tasks, seeds, prompt=PromptConfig.from_dict(wconfig.prompt),
-                                  env_options=dict(wconfig.env_options), action_texts=texts)
+    demos = oracle_demonstrations(tasks, seeds, prompt=PromptConfig.from_dict(workers["prompt"]),
+                                  env_options=dict(workers["env_options"]), action_texts=texts)
     demo_s = time.monotonic() - start
-    policy = base_policy(config)
+    policy = initial_policy(config)
     rows = demo_rows(demos, policy.processor)
     if texts is not None:   # constrained policy: the loss goes where the grammar left a choice, as in RL
         rows = decision_rows(rows, action_constraint(policy.processor, texts, policy.config.text.vocab_size))

@@ -6,6 +6,8 @@ int32`; the sampler masks disallowed tokens before temperature/top-k/top-p and a
 Builders:
 - `from_vocab_mask(allowed [V])`: one state.
 - `from_token_sequences(seqs, V, end)`: exactly a finite set of token sequences, then the end token (a trie).
+- `from_texts(tokenizer, texts, V)`: exactly the tokenisation of each text, then the tokenizer's end token (the
+  action grammar's responses, `jaxwebrl.env.action_space.response_texts`).
 - `from_regex(pattern, token_strings, end)`: any token sequence whose text fully matches `pattern` (Python `re`
   syntax: literals, classes, `.`, groups, `|`, `?`, `*`, `+`, `{m,n}`), then the end token. The pattern is
   compiled to a character DFA, and a token is allowed in a state when its whole text walks the DFA without
@@ -74,6 +76,12 @@ class TokenConstraint:
         return _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end)
 
     @classmethod
+    def from_texts(cls, tokenizer, texts: Sequence[str], vocab_size: int) -> "TokenConstraint":
+        """Admits exactly `tokenizer.encode(text)` (no special tokens) + `tokenizer.eos_token_id` for each text."""
+        sequences = [np.asarray(tokenizer.encode(text, add_special_tokens=False)).tolist() for text in texts]
+        return cls.from_token_sequences(sequences, vocab_size, end_token_id=tokenizer.eos_token_id)
+
+    @classmethod
     def from_regex(cls, pattern: str, token_strings: Sequence[str | None], end_token_id: int,
                    after_end: Sequence[int] | None = None) -> "TokenConstraint":
         """Token sequences whose concatenated text fully matches `pattern`, then `end_token_id`.
@@ -140,6 +148,34 @@ class TokenConstraint:
             out[i] = state
             state = int(self.next_state[state, int(token)])
         return out
+
+    def replay(self, input_ids: np.ndarray, loss_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(states [B, T] int32, admitted [B] bool): the state each policy token (`loss_mask` 1) of step rows was
+        drawn in, -1 elsewhere; admitted[b] is False when a response of row b is not in the grammar (not decoded
+        under it: scripted or demonstration episodes, or a grammar that changed since), whose states stay -1.
+
+        Each maximal run of policy tokens in a row is one response, replayed from the initial state.
+        input_ids, loss_mask: [B, T] integer arrays (padding has loss_mask 0).
+        """
+        input_ids, policy = np.asarray(input_ids), np.asarray(loss_mask).astype(bool)
+        states = np.full(policy.shape, -1, np.int32)
+        admitted = np.ones(policy.shape[0], bool)
+        for b in range(policy.shape[0]):
+            edges = np.flatnonzero(np.diff(np.concatenate([[0], policy[b].astype(np.int8), [0]])))
+            for start, end in zip(edges[::2], edges[1::2]):
+                try:
+                    states[b, start:end] = self.walk(input_ids[b, start:end])
+                except ValueError:
+                    admitted[b] = False
+            if not admitted[b]:
+                states[b] = -1
+        return states, admitted
+
+    def decision_mask(self, states: np.ndarray, loss_mask: np.ndarray, admitted: np.ndarray) -> np.ndarray:
+        """[B, T] int32: the policy tokens that carry loss — in admitted rows those drawn in a state that admitted
+        more than one token, in the other rows every policy token (they are trained unconstrained)."""
+        free = (states >= 0) & self.choice_states[np.maximum(states, 0)]
+        return np.where(admitted[:, None], free, np.asarray(loss_mask) > 0).astype(np.int32)
 
 
 def _prune(transitions: list[dict[int, int]], terminal: list[bool], start: int):

@@ -154,16 +154,16 @@ class LockstepBuffer:
     def __getattr__(self, name):
         return getattr(self._buffer, name)
 
-    def read(self, since=None, min_version: int | None = None, *, group_size: int | None = None, **options):
+    def read(self, since=None, *, group_size: int | None = None, **options):
         if self._primary:
             cursor = self._buffer.oldest_cursor() if since is None else since   # what read(None) starts from
-            result = self._buffer.read(cursor, min_version, group_size=group_size, **options)
+            result = self._buffer.read(cursor, group_size=group_size, **options)
             self._broadcast(_header(_next(cursor), result.cursor["next"], result.episodes))
             same, detail = True, ""
         else:
             start, end, count, digest = _unpack(self._broadcast(np.zeros(HEADER, np.int32)))
             cursor = {"next": start, "pending": []} if since is None else since
-            result = self._read_up_to(cursor, end, min_version, group_size, options)
+            result = self._read_up_to(cursor, end, group_size, options)
             ids = _episode_ids(result.episodes)
             same = (_next(cursor), result.cursor["next"], len(ids), _crc(ids)) == (start, end, count, digest)
             detail = (f": process {jax.process_index()} read log {_next(cursor)}..{result.cursor['next']}, "
@@ -175,11 +175,11 @@ class LockstepBuffer:
                 "raise buffer.capacity_steps, or give every process the same buffer.path")
         return result
 
-    def _read_up_to(self, cursor, end: int, min_version, group_size, options):
+    def _read_up_to(self, cursor, end: int, group_size, options):
         """One read from `cursor` through log seq `end` (re-read while this process sees fewer records)."""
         deadline = time.monotonic() + self._timeout_s
         while True:
-            result = self._buffer.read(cursor, min_version, group_size=group_size,
+            result = self._buffer.read(cursor, group_size=group_size,
                                        **dict(options, max_episodes=max(0, end - _next(cursor))))
             if result.cursor["next"] >= end or time.monotonic() > deadline:
                 return result

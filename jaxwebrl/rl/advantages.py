@@ -141,17 +141,55 @@ def _raw_estimator(episode_rewards, group_index, valid, **_):
     return jnp.where(valid, jnp.asarray(episode_rewards, jnp.float32), 0.0)
 
 
-_ESTIMATORS = {
-    "grpo": _norm_estimator("group", "group"),             # the paper's reward_norm
-    "drgrpo": _norm_estimator("group", None),              # mean only
-    "rloo": _norm_estimator("group", None, leave1out=True),
-    "liteppo": _norm_estimator("group", "batch"),
-    "batch": _norm_estimator("batch", "batch"),
-    "raw": _raw_estimator,
-    "success_filter": lambda r, g, v, **_: success_filter(r, g, v),
-}
-_ESTIMATORS["fbc"] = _ESTIMATORS["raft"] = _ESTIMATORS["success_filter"]
-_ESTIMATORS["ppo"] = _ESTIMATORS["raw"]
+# Registry: name -> (estimator, the reward_norm levels (mean_level, std_level, mean_leave1out) it implies). A run
+# config writes the reward normalisation the way the paper and AReaL do (`actor.reward_norm`) and names the
+# estimator; the two must agree (train/rl_config.py checks it).
+_ESTIMATORS: dict = {}
+
+
+def register_estimator(name: str, fn, *, reward_norm: tuple) -> None:
+    """Make `name` an advantage estimator every recipe can name (`actor.estimator`).
+
+    fn(episode_rewards [E], group_index [E], valid [E] bool, *, std_unbiased: bool, eps: float) -> r̂ [E] float32:
+    one normalised reward per episode (E is a static bound: rows of the batch; `valid` marks real episodes, and
+    `group_index` [E] int32 holds each episode's dense group id). Pure jnp: it runs inside the jitted advantage path.
+    reward_norm: the `actor.reward_norm` levels (mean_level, std_level, mean_leave1out) it implies, e.g.
+    ("group", "group", False) for GRPO, (None, None, False) for an estimator that normalises nothing itself.
+    Registering the same estimator again is a no-op; another one under a taken name is a ValueError.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"estimator name must be a non-empty str, got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"register_estimator({name!r}, ...): the estimator must be callable")
+    mean, std, leave1out = reward_norm
+    levels = ("group", "batch", None)
+    if mean not in levels or std not in levels or not isinstance(leave1out, bool):
+        raise ValueError(f"register_estimator({name!r}, ...): reward_norm=(mean_level, std_level, mean_leave1out) "
+                         f"with levels in {levels} and a bool, got {reward_norm!r}")
+    entry = (fn, (mean, std, leave1out))
+    if _ESTIMATORS.get(name, entry) != entry:
+        raise ValueError(f"advantage estimator {name!r} is already registered: choose another name")
+    _ESTIMATORS[name] = entry
+
+
+def _success_filter_estimator(r, g, v, **_):
+    return success_filter(r, g, v)
+
+
+for _name, _fn, _norm in (
+        ("grpo", _norm_estimator("group", "group"), ("group", "group", False)),             # the paper's reward_norm
+        ("drgrpo", _norm_estimator("group", None), ("group", None, False)),                 # mean only
+        ("rloo", _norm_estimator("group", None, leave1out=True), ("group", None, True)),
+        ("liteppo", _norm_estimator("group", "batch"), ("group", "batch", False)),
+        ("batch", _norm_estimator("batch", "batch"), ("batch", "batch", False)),
+        ("raw", _raw_estimator, (None, None, False)),
+        ("ppo", _raw_estimator, (None, None, False)),
+        # RAFT++ / fbc: r̂ = 1 on success, 0 otherwise; no reward normalisation
+        ("success_filter", _success_filter_estimator, (None, None, False)),
+        ("fbc", _success_filter_estimator, (None, None, False)),
+        ("raft", _success_filter_estimator, (None, None, False))):
+    register_estimator(_name, _fn, reward_norm=_norm)
+del _name, _fn, _norm
 
 
 def get_estimator(name: str):
@@ -159,7 +197,13 @@ def get_estimator(name: str):
     f(episode_rewards [E], group_index [E], valid [E], **kw) -> r̂ [E] float32."""
     if name not in _ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(_ESTIMATORS)}")
-    return _ESTIMATORS[name]
+    return _ESTIMATORS[name][0]
+
+
+def implied_reward_norm(name: str) -> tuple:
+    """The (mean_level, std_level, mean_leave1out) of `actor.reward_norm` estimator `name` implies."""
+    get_estimator(name)
+    return _ESTIMATORS[name][1]
 
 
 def estimator_names():
@@ -169,12 +213,17 @@ def estimator_names():
 # --------------------------------------------------------------------------- 3. step advantages
 
 
+def check_const_length(const_length) -> None:
+    """`step_adv_const_length` (k of the step normaliser 1/k): None (1/|τ|) or a number > 0, else ValueError."""
+    if const_length is not None and not const_length > 0:
+        raise ValueError(f"step_adv_const_length={const_length!r}: k must be > 0 (the paper uses 10) or None for 1/|τ|")
+
+
 def _step_values(r_hat, table, ep_index, const_length):
+    """Step 3 (checked by the callers: `check_const_length`)."""
     if const_length is None:
         denom = table["steps"]
     else:
-        if not const_length > 0:
-            raise ValueError(f"const_length (step_adv_const_length) must be > 0, got {const_length}")
         denom = jnp.full_like(table["steps"], float(const_length))
     per_episode = jnp.where(table["valid"], r_hat / jnp.maximum(denom, 1e-30), 0.0)
     return per_episode[ep_index]
@@ -198,8 +247,7 @@ def step_advantages(rewards, episode_ids, group_ids, *, const_length=None, std_u
     _check_rows(rewards, episode_ids, group_ids)
     if segments.is_concrete(rewards, episode_ids, group_ids):
         _check_episode_rows(rewards, episode_ids, group_ids)
-    if const_length is not None and not const_length > 0:
-        raise ValueError(f"const_length (step_adv_const_length) must be > 0, got {const_length}")
+    check_const_length(const_length)
     episode_ids, group_ids = segments.host_dense_ids(episode_ids), segments.host_dense_ids(group_ids)
     return _step_advantages(rewards, episode_ids, group_ids, const_length=const_length,
                             std_unbiased=std_unbiased, eps=eps)
@@ -295,8 +343,7 @@ class AdvantageConfig:
             raise ValueError("overlong_tokens needs max_response_tokens and overlong_penalty_factor too")
         if self.kl_estimator not in kl_lib.KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {kl_lib.KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.step_adv_const_length is not None and not self.step_adv_const_length > 0:
-            raise ValueError(f"step_adv_const_length must be > 0 or None, got {self.step_adv_const_length}")
+        check_const_length(self.step_adv_const_length)
         if not isinstance(self.gae_lambda_kwargs, tuple):
             raise ValueError("gae_lambda_kwargs must be a tuple of (name, value) pairs (hashable)")
 

@@ -1,5 +1,8 @@
 """The PPO-family actor losses, selected by name: every recipe is a config switch.
 
+(One module past ~400 lines on purpose: the family's members differ in a few lines each and are read side by side,
+against each other and against AReaL's formulas, with the registry that names them.)
+
 All losses take `(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask)`, each [B, T]
 (`logprobs` carries the gradient; the other three are stop-gradient evidence), and return
 `(loss, stats)`: a float32 scalar and a dict of float32 scalars with at least `STAT_KEYS`.
@@ -439,6 +442,40 @@ _REGISTRY = {
     "fbc": (fbc_loss, {}),
     "raft": (fbc_loss, {}),
 }
+
+
+_LOSS_INPUTS = ("logprobs", "prox_logprobs", "behave_logprobs", "advantages", "loss_mask")
+
+
+def register_loss(name: str, fn, **defaults) -> None:
+    """Make `name` an actor loss every recipe can name (`actor.loss`), with `defaults` bound (a recipe's values).
+
+    fn(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *, knob=default, ...) -> (loss, stats):
+    [B, T] inputs as in the module docstring, a float32 scalar loss and a dict of float32 scalar stats (the
+    trainer logs every stat; `clip_ratio`, `dual_clip_ratio` and `behave_cap_ratio` go to the dashboard). Knobs
+    are keyword-only; a run config sets one from `actor.<knob>` when such a field exists and is not None
+    (`jaxwebrl.train.rl_config.loss_kwargs`). Registering the same loss again is a no-op; another one under a
+    taken name is a ValueError.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"loss name must be a non-empty str, got {name!r}")
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        raise TypeError(f"register_loss({name!r}, ...): the loss must be a Python function") from None
+    positional = [p.name for p in parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) != len(_LOSS_INPUTS):
+        raise ValueError(f"register_loss({name!r}, ...): the loss takes {len(_LOSS_INPUTS)} positional inputs "
+                         f"{_LOSS_INPUTS}, got {positional}")
+    knobs = {p.name for p in parameters.values() if p.kind == p.KEYWORD_ONLY}
+    unknown = sorted(set(defaults) - knobs)
+    if unknown:
+        raise ValueError(f"register_loss({name!r}, ...): defaults {unknown} are not keyword-only arguments of the "
+                         f"loss (it takes {sorted(knobs)})")
+    entry = (fn, dict(defaults))
+    if _REGISTRY.get(name, entry) != entry:
+        raise ValueError(f"loss {name!r} is already registered: choose another name")
+    _REGISTRY[name] = entry
 
 
 def loss_names():

@@ -1,20 +1,19 @@
-"""jaxwebrl.rollout: everlasting rollout workers, their supervised pool, and the policy-server transport.
+"""jaxwebrl.rollout: everlasting rollout workers, their supervised pools, and the policy server they talk to.
 
-    client = PolicyClient(address, token=token)                  # or InProcessClient(handler)
+  worker         RolloutWorker: plays groups of episodes forever and appends each whole one to the ring buffer
+  env_host       the one thread that calls into a worker's environments (browsers are not thread-safe)
+  spec           a worker pool's JSON spec from a run config (what crosses into worker processes)
+  pool           WorkerPool: N supervised worker processes; worker_process: what runs inside one
+  ray_launcher   RayWorkerPool: the same spec and surface on a Ray cluster; `pool_for(config, spec)`
+  client         Generation, PolicyClient (over the wire), InProcessClient
+  transport      the authenticated pyzmq request/reply transport; wire: its message format
+  policy_server  PolicyServer: batched, versioned generation behind the transport
+  serving        the policy server on the transport, as one object a run or an evaluation starts and stops
+  scripted       a test/diagnostic backend (scripted action text, real tokens; no model)
+
+    client = PolicyClient(address, token=token)                          # or InProcessClient(handler)
     worker = RolloutWorker(WorkerConfig(tasks=["toy"]), client, RingBuffer.open(path))
-    worker.run()                                                 # plays and appends episodes forever
-    with WorkerPool(spec, num_workers=8): ...                    # N supervised worker processes
+    worker.run()                                                          # plays and appends episodes forever
 
-`scripted.ScriptedBackend` is a test/diagnostic policy backend (no model); the real generation backend is
-`policy_server.py`.
+Import from the modules: importing this package imports nothing (so the trainer's update path does not load pyzmq).
 """
-
-from jaxwebrl.rollout.client import Generation, InProcessClient, PolicyClient
-from jaxwebrl.rollout.pool import WorkerPool, build_worker, serve_worker
-from jaxwebrl.rollout.transport import (TransportAuthError, TransportClient, TransportError, TransportServer,
-                                        TransportTimeout, new_token)
-from jaxwebrl.rollout.worker import EnvGivenUp, RolloutWorker, WorkerConfig, WorkerStats
-
-__all__ = ["EnvGivenUp", "Generation", "InProcessClient", "PolicyClient", "RolloutWorker", "TransportAuthError",
-           "TransportClient", "TransportError", "TransportServer", "TransportTimeout", "WorkerConfig",
-           "WorkerPool", "WorkerStats", "build_worker", "new_token", "serve_worker"]

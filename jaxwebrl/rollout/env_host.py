@@ -25,7 +25,8 @@ import queue
 import threading
 from typing import Any, Callable
 
-from jaxwebrl.env.base import MINIWOB_PREFIX, EnvTimeout
+from jaxwebrl.env.base import EnvTimeout
+from jaxwebrl.env.registry import MINIWOB_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,8 @@ class EnvHost:
         browser = None
         if self.share_browser and isinstance(task, str) and task.startswith(MINIWOB_PREFIX):
             if self._browser is None:
-                from jaxwebrl.env.browser import Browser, BrowserConfig
+                from jaxwebrl.env.browser import Browser
+                from jaxwebrl.env.chromium import BrowserConfig
                 from jaxwebrl.env.miniwob import VIEWPORT
 
                 self._browser = Browser(BrowserConfig(viewport=VIEWPORT))

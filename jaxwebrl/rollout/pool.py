@@ -3,7 +3,9 @@
     spec = {"worker": WorkerConfig fields, "buffer": {"path": DIR},
             "policy": {"kind": "remote", "address": "tcp://127.0.0.1:5555", "token": TOKEN}
                    or {"kind": "scripted", "responder": "toy_oracle", ...}   # test / diagnostic backend
-            "stats_dir": DIR (optional: each worker writes worker_<id>.json after every group)}
+            "stats_dir": DIR (optional: each worker writes worker_<id>.json after every group),
+            "extensions": [module names] (optional: imported by every worker first)}
+    (`jaxwebrl.rollout.spec.worker_spec(config, ...)` makes one from a run config.)
     with WorkerPool(spec, num_workers=4) as pool:
         ...                                   # workers play and append episodes to the ring buffer
 
@@ -12,7 +14,8 @@ when it keeps dying young); a worker that exits with EXIT_FATAL (wrong token, ba
 restarted, and neither is one that failed ``max_same_failures`` times in a row with the same error (a worker
 writes its error as one line to a private report file before it exits); ``raise_if_failed`` reports why, in
 one line, so the run stops instead of restarting it forever. Every env spec of ``spec["worker"]["tasks"]`` is
-validated in the parent first (`jaxwebrl.env.base.check_env_spec`).
+validated in the parent first (`jaxwebrl.env.registry.check_env_spec`). What runs inside a worker process is
+`worker_process.py`.
 
 No orphans: each worker leads its own process group and asks the kernel for SIGTERM when the pool's thread
 that started it dies (PR_SET_PDEATHSIG), so a crashed parent takes its workers along; a worker closes its
@@ -23,7 +26,6 @@ browser profile directories of that worker (and, at start, those of any dead own
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import multiprocessing
@@ -31,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -39,14 +40,15 @@ from typing import Any
 
 import psutil
 
-from jaxwebrl.env.browser import PROFILE_DIR_PREFIX
+from jaxwebrl.env.chromium import PROFILE_DIR_PREFIX
+from jaxwebrl.env.registry import check_env_spec
+from jaxwebrl.extensions import import_extensions
+from jaxwebrl.rollout.worker import WorkerConfig
+from jaxwebrl.rollout.worker_process import EXIT_FATAL, worker_process_main
 
 log = logging.getLogger(__name__)
 
-EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
 REPORTS_DIR_PREFIX = "jaxwebrl-pool-"  # + owner pid + "-" + random
-EXIT_CRASH = 1   # an unexpected error: restarted, unless it keeps being the same one
-PR_SET_PDEATHSIG = 1
 
 
 class WorkerPool:
@@ -265,18 +267,15 @@ def next_backoff(previous_s: float, lived_s: float, min_uptime_s: float, max_bac
 
 def _check_spec(spec: dict) -> None:
     """Fail in the parent, with a clear message, on what would make every worker die at start."""
-    from jaxwebrl.rollout.worker import WorkerConfig
-
     for key in ("worker", "policy", "buffer"):
         if key not in spec:
             raise ValueError(f"worker pool spec lacks {key!r}: give 'worker' (WorkerConfig fields), "
                              "'policy' ({'kind': 'remote'|'scripted', ...}) and 'buffer' ({'path': DIR})")
-    unknown = set(spec) - {"worker", "policy", "buffer", "stats_dir"}
+    unknown = set(spec) - {"worker", "policy", "buffer", "stats_dir", "extensions"}
     if unknown:
         raise ValueError(f"unknown worker pool spec key(s) {sorted(unknown)}")
+    import_extensions(spec.get("extensions"))   # the envs they register must be known here, as in every worker
     config = WorkerConfig.from_dict(spec["worker"])
-    from jaxwebrl.env.base import check_env_spec
-
     for index, task in enumerate(config.tasks):  # before any worker (or browser) starts
         try:
             check_env_spec(task)
@@ -291,103 +290,6 @@ def _check_spec(spec: dict) -> None:
         raise ValueError(f"policy kind must be 'remote' or 'scripted', got {kind!r}")
     if "path" not in spec["buffer"]:
         raise ValueError("buffer spec lacks 'path' (the ring buffer made by RingBuffer.create)")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Worker process side
-
-
-def build_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0):
-    """(RolloutWorker, client) from a pool spec, in this process; also used by Ray actors and launch/rollout.py."""
-    from jaxwebrl.buffer import RingBuffer
-    from jaxwebrl.rollout.client import InProcessClient, PolicyClient
-    from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
-
-    config = WorkerConfig.from_dict(dict(spec["worker"], seed=int(spec["worker"].get("seed", 0)) * 1000003
-                                         + incarnation))
-    buffer = RingBuffer.open(spec["buffer"]["path"])
-    policy = dict(spec["policy"])
-    kind = policy.pop("kind")
-    if kind == "remote":
-        client = PolicyClient(policy["address"], token=policy["token"], timeout_s=policy.get("timeout_s", 600.0))
-    else:
-        from jaxwebrl.rollout.scripted import ScriptedBackend
-
-        client = InProcessClient(ScriptedBackend.from_config(policy, fetch_image=buffer.screenshots.get))
-    return RolloutWorker(config, client, buffer, worker_id=worker_id), client
-
-
-def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent_pid: int,
-                        report_path: str | None = None) -> None:
-    """Entry point of a worker process: own process group, die with the parent, close browsers on SIGTERM."""
-    os.setsid()
-    _set_parent_death_signal(signal.SIGTERM)
-    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
-        os._exit(0)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s worker-{worker_id} %(levelname)s %(name)s: %(message)s")
-
-    def on_sigterm(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
-    serve_worker(json.loads(spec_json), worker_id, incarnation, report_path=report_path)
-
-
-def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, report_path: str | None = None) -> None:
-    """Run one worker of a pool spec in this process until SIGTERM/SystemExit (also for hand-started workers,
-    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration, a refused token or a
-    buffer that keeps refusing its episodes (disk full), with EXIT_CRASH on any other error; either way the error
-    goes to `report_path` as one line first."""
-    from jaxwebrl.rollout.transport import TransportAuthError
-    from jaxwebrl.rollout.worker import BufferUnusable
-
-    logger = logging.getLogger(__name__)
-    worker = client = None
-
-    def stop(code: int, exc: BaseException, what: str) -> None:
-        line = _one_line(exc)
-        logger.error("worker %d %s: %s", worker_id, what, line, exc_info=code == EXIT_CRASH)
-        _write_report(report_path, line)
-        _close_quietly(worker, client)
-        os._exit(code)
-
-    try:
-        try:
-            worker, client = build_worker(spec, worker_id, incarnation)
-        except (ValueError, OSError) as exc:  # bad configuration, missing buffer: restarting cannot help
-            stop(EXIT_FATAL, exc, "cannot start")
-        stats_dir = spec.get("stats_dir")
-        while True:
-            worker.run(max_groups=1)
-            if stats_dir:
-                try:
-                    _write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
-                except OSError as exc:  # a full disk costs the stats file, not the worker
-                    logger.warning("worker %d: stats not written: %s", worker_id, exc)
-    except (TransportAuthError, BufferUnusable) as exc:
-        stop(EXIT_FATAL, exc, "stops for good")
-    except Exception as exc:  # noqa: BLE001 - reported in one line; the pool decides whether to restart
-        stop(EXIT_CRASH, exc, "failed")
-    finally:
-        _close_quietly(worker, client)
-
-
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1000]
-
-
-def _write_report(path: str | None, line: str) -> None:
-    if not path:
-        return
-    try:
-        with open(path + ".tmp", "w") as f:
-            f.write(line)
-        os.replace(path + ".tmp", path)
-    except OSError:  # the report is a courtesy: the exit code still tells the pool
-        pass
 
 
 def _take_report(path: str) -> str | None:
@@ -431,23 +333,6 @@ def _runs(pid: int) -> bool:
         return False
 
 
-def _close_quietly(worker, client) -> None:
-    for thing in (worker, client):
-        if thing is not None:
-            try:
-                thing.close()
-            except Exception:  # shutting down: nothing left to protect
-                pass
-
-
-def _write_stats(stats_dir: str, worker_id: int, incarnation: int, stats: dict) -> None:
-    os.makedirs(stats_dir, exist_ok=True)
-    path = os.path.join(stats_dir, f"worker_{worker_id}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(dict(stats, worker_id=worker_id, incarnation=incarnation, pid=os.getpid()), f)
-    os.replace(path + ".tmp", path)
-
-
 def read_stats(stats_dir: str) -> list[dict]:
     """The latest stats JSON of every worker that wrote one (see the ``stats_dir`` spec key)."""
     if not os.path.isdir(stats_dir):
@@ -458,11 +343,3 @@ def read_stats(stats_dir: str) -> list[dict]:
             with open(os.path.join(stats_dir, name)) as f:
                 out.append(json.load(f))
     return out
-
-
-def _set_parent_death_signal(sig: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(sig))
-    except (OSError, AttributeError):  # not Linux: the monitor's cleanup still applies
-        pass

@@ -5,7 +5,7 @@
         ...                                        # actors play and append episodes to the shared ring buffer
     pool.raise_if_failed()                         # wrong token / bad config: reported, never restarted
 
-Each actor builds its worker from the JSON pool spec with `pool.build_worker` (the code path of local worker
+Each actor builds its worker from the JSON pool spec with `worker_process.build_worker` (the code path of local worker
 processes and of launch/rollout.py), talks to the policy server over the pyzmq transport with the shared token
 (`spec["policy"] = {"kind": "remote", "address": "tcp://HOST:PORT", "token": ...}`; the server must bind an
 address the Ray nodes reach, `rollout.host`), and writes to the ring buffer at `spec["buffer"]["path"]`, a path
@@ -23,11 +23,15 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import socket
 import threading
 import time
 from typing import Any
 
-from jaxwebrl.rollout.pool import _close_quietly, _write_stats, build_worker, checked_spec_json, next_backoff
+from jaxwebrl.rollout.pool import WorkerPool, checked_spec_json, next_backoff
+from jaxwebrl.rollout.transport import TransportAuthError
+from jaxwebrl.rollout.worker import WorkerStats
+from jaxwebrl.rollout.worker_process import build_worker, close_quietly, write_stats
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,6 @@ class RolloutActor:
 
     def run(self) -> dict:
         """Play until stopped; returns the worker's stats. Raises FatalWorkerError on a refused token/bad spec."""
-        from jaxwebrl.rollout.transport import TransportAuthError
-
         worker = client = None
         try:
             try:
@@ -73,12 +75,12 @@ class RolloutActor:
             while not self._stop.is_set():
                 worker.run(max_groups=1)
                 if stats_dir:
-                    _write_stats(stats_dir, self.worker_id, self.incarnation, worker.stats.to_dict())
+                    write_stats(stats_dir, self.worker_id, self.incarnation, worker.stats.to_dict())
             return worker.stats.to_dict()
         except TransportAuthError as exc:
             raise FatalWorkerError(f"worker {self.worker_id}: the policy server refused it: {exc}") from None
         finally:
-            _close_quietly(worker, client)
+            close_quietly(worker, client)
 
     def stop(self) -> None:
         self._stop.set()
@@ -87,13 +89,9 @@ class RolloutActor:
 
     def stats(self) -> dict:
         """The worker's counters (all zero while it is still being built)."""
-        from jaxwebrl.rollout.worker import WorkerStats
-
         return (WorkerStats() if self._worker is None else self._worker.stats).to_dict()
 
     def node(self) -> str:
-        import socket
-
         return socket.gethostname()
 
 
@@ -289,8 +287,6 @@ def pool_for(config, spec: dict[str, Any]):
     r = config.rollout
     launcher = r.launcher
     if launcher == "local":
-        from jaxwebrl.rollout.pool import WorkerPool
-
         return WorkerPool(spec, r.num_workers)
     if launcher == "ray":
         resources = r.get("ray_resources", None)

@@ -36,9 +36,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxwebrl.buffer import BufferWriteError, EpisodeError
+from jaxwebrl.buffer.schema import BufferWriteError
+
+from jaxwebrl.buffer.episodes import EpisodeError
 from jaxwebrl.env.actions import parse_action
-from jaxwebrl.env.base import EnvFailure, make_env
+from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.memory import MemoryTracker, split_memory
 from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
 from jaxwebrl.rollout.env_host import EnvHost, task_name

@@ -1,9 +1,10 @@
 """Episodes from the ring buffer -> one `UpdateBatch` of padded step rows with their images.
 
-Rows come from the buffer's batch assembly (`episodes_to_rows`, `pad_batch`); screenshots are fetched by
-reference once per distinct image and run through the policy's image processor, so the trainer sees exactly
-the pixels the policy server saw. Row count and length are rounded up to a few buckets so the jitted update
-compiles a handful of shapes, not one per batch.
+The episode becomes step rows once, here (`batching.episodes_to_rows`, then `pad_batch` pads them); screenshots
+are fetched by reference once per distinct image and run through the policy's image processor, so the trainer
+sees exactly the pixels the policy server saw. Row count and length are rounded up to a few buckets so the jitted
+update compiles a handful of shapes, not one per batch. Episode and group ids of any width are ranked densely
+here (int32 ranks, so a 64-bit id never wraps when it enters jnp).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from jaxwebrl.buffer import batching
 from jaxwebrl.models.constraints import TokenConstraint
-from jaxwebrl.rollout.action_space import constraint_states, decision_mask
+from jaxwebrl.rl.segments import host_dense_ids
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +25,8 @@ class UpdateBatch(NamedTuple):
     """Step rows of one train step, host arrays. B rows (real rows first), T tokens.
 
     input_ids [B, T] int32; attention_mask [B, T] int32 (1 = real token); loss_mask [B, T] int32 (1 on policy
-    tokens); behave_logprobs [B, T] float32; rewards [B] float32 raw episode reward; episode_ids, group_ids [B]
-    int64; num_real_rows: rows before the padding rows (padding has loss_mask 0); pixel_values [P, D] float32
+    tokens); behave_logprobs [B, T] float32; rewards [R] float32 raw episode reward; episode_ids, group_ids [R]
+    int32 dense ranks of the rows' episode / group ids (R = num_real_rows); num_real_rows: rows before the padding rows (padding has loss_mask 0); pixel_values [P, D] float32
     (patches of every image, row-major), image_grid_thw [N, 3] int64 and images_per_row [B] int32 (or None
     when no row has images). When the policy decoded under an action constraint: constraint_states [B, T]
     int32, the automaton state each policy token was drawn in (-1 elsewhere, and in rows whose response is
@@ -131,8 +132,8 @@ def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatche
     loss_mask = padded["loss_mask"].astype(np.int32)
     states = decisions = None
     if constraint is not None:
-        states, admitted = constraint_states(constraint, padded["input_ids"], loss_mask)
-        decisions = decision_mask(constraint, states, loss_mask, admitted)
+        states, admitted = constraint.replay(padded["input_ids"], loss_mask)
+        decisions = constraint.decision_mask(states, loss_mask, admitted)
         outside = int((~admitted[:len(rows)]).sum())
         if outside:
             log.warning("%d of %d step rows hold responses outside the action grammar (not decoded under it); "
@@ -143,8 +144,8 @@ def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatche
         loss_mask=loss_mask,
         behave_logprobs=padded["behave_logprobs"].astype(np.float32),
         rewards=padded["reward"][:len(rows)].astype(np.float32),
-        episode_ids=padded["episode_id"][:len(rows)].astype(np.int64),
-        group_ids=padded["group_id"][:len(rows)].astype(np.int64),
+        episode_ids=host_dense_ids(padded["episode_id"][:len(rows)]),
+        group_ids=host_dense_ids(padded["group_id"][:len(rows)]),
         num_real_rows=len(rows),
         pixel_values=pixel_values, image_grid_thw=grid, images_per_row=images_per_row,
         constraint_states=states, decision_mask=decisions)

@@ -1,7 +1,8 @@
 """Check a run's ConfigDict before any browser, process or device work starts.
 
 Every problem becomes one `ConfigError` whose message is a single line naming the key (or file) and the fix,
-e.g. `actor.c_clip=0.5: the dual clip must be > 1 (e.g. 3.0) or None to disable it`.
+e.g. `actor.c_clip=0.5: the dual clip must be > 1 (e.g. 3.0) or None to disable it`. The config's extension
+modules (`extensions`) are imported first, so the losses, estimators and envs they register are known.
 """
 
 from __future__ import annotations
@@ -10,6 +11,16 @@ import os
 import shutil
 
 from ml_collections import config_dict
+
+from jaxwebrl.checkpoint.layout import holds_params
+from jaxwebrl.env.registry import check_env_spec, env_specs, needs_browser
+from jaxwebrl.env.task_spec import MAX_STEPS, TaskSpecError
+from jaxwebrl.extensions import import_extensions
+from jaxwebrl.models import presets
+from jaxwebrl.models.layers import REMAT_POLICIES
+from jaxwebrl.parallel import distributed, multihost
+from jaxwebrl.rl import aggregation, losses
+from jaxwebrl.train import rl_config
 
 MODES = ("async", "sync")
 LAUNCHERS = ("local", "ray")
@@ -26,6 +37,10 @@ class ConfigError(ValueError):
 
 def validate(config: config_dict.ConfigDict, workdir: str | None = None) -> None:
     """Raise ConfigError on the first problem found; return None when the config can run."""
+    try:
+        import_extensions(config.get("extensions"))
+    except ImportError as err:
+        raise ConfigError(_one_line(err)) from None
     _check_rollout(config)
     _check_train(config)
     _check_actor(config)
@@ -33,22 +48,6 @@ def validate(config: config_dict.ConfigDict, workdir: str | None = None) -> None
     _check_env(config)
     _check_paths(config, workdir)
     _check_distributed(config)
-
-
-def env_specs(config: config_dict.ConfigDict) -> list[str]:
-    """`env.tasks` as a list of env specs; "miniwob" alone expands to every bundled MiniWoB++ task."""
-    specs = [s.strip() for s in str(config.env.tasks).split(",") if s.strip()]
-    out: list[str] = []
-    for spec in specs:
-        if spec == "miniwob":
-            out.extend(f"miniwob/{name}" for name in _miniwob_task_names())
-        else:
-            out.append(spec)
-    return out
-
-
-def needs_browser(config: config_dict.ConfigDict) -> bool:
-    return any(spec != "toy" for spec in env_specs(config))
 
 
 def _fail(key: str, value, fix: str) -> None:
@@ -105,8 +104,6 @@ def _check_train(c) -> None:
 
 def _check_actor(c) -> None:
     a = c.actor
-    from jaxwebrl.rl import losses  # the registry is the source of truth for names
-
     try:
         losses.get_loss(a.loss)
     except (KeyError, ValueError) as err:
@@ -127,22 +124,15 @@ def _check_actor(c) -> None:
     if a.behav_imp_weight_cap is not None and not a.use_decoupled_loss:
         _fail("actor.behav_imp_weight_cap", a.behav_imp_weight_cap,
               "the cap applies to the decoupled loss only: set it to None or use_decoupled_loss=True")
-    from jaxwebrl.train import rl_config
-
     ignored = rl_config.ignored_knobs(a)
     if ignored:
         _fail(f"actor.{ignored[0]}", a[ignored[0]], f"loss {a.loss!r} does not use it: set it to None")
-    if a.agg_mode is not None:
-        from jaxwebrl.rl import aggregation
-
-        if a.agg_mode not in aggregation.AGG_MODES:
-            _fail("actor.agg_mode", a.agg_mode, f"use one of {aggregation.AGG_MODES} or None")
+    if a.agg_mode is not None and a.agg_mode not in aggregation.AGG_MODES:
+        _fail("actor.agg_mode", a.agg_mode, f"use one of {aggregation.AGG_MODES} or None")
     for key in ("agg_normalizer", "m2_threshold"):
         if a[key] is not None and not a[key] > 0:
             _fail(f"actor.{key}", a[key], "must be > 0 or None (agg_normalizer: the response-token budget; "
                   "m2_threshold: e.g. 0.04)")
-    if a.step_adv_const_length is not None and not a.step_adv_const_length > 0:
-        _fail("actor.step_adv_const_length", a.step_adv_const_length, "k must be > 0 (the paper uses 10) or None for 1/|τ|")
     if a.kl_ctl < 0:
         _fail("actor.kl_ctl", a.kl_ctl, "must be >= 0")
     if not (0 < a.discount <= 1 and 0 <= a.gae_lambda <= 1):
@@ -160,6 +150,10 @@ def _check_actor(c) -> None:
         rl_config.estimator_name(a)
     except ValueError as err:
         raise ConfigError(_one_line(err)) from None
+    try:   # the advantage path's own checks (step_adv_const_length k > 0, the overlong penalty's fields)
+        rl_config.advantage_config(a, max_new_tokens=c.model.max_new_tokens)
+    except ValueError as err:
+        raise ConfigError(f"actor.{_one_line(err)}") from None
     if c.env.group_size < 2 and "group" in (a.reward_norm.mean_level, a.reward_norm.std_level):
         _fail("env.group_size", c.env.group_size, "group reward normalisation needs G >= 2 episodes per group")
 
@@ -175,9 +169,6 @@ def _check_model(c) -> None:
             _fail(f"model.{key}", m.get(key), "use 'float32', 'bfloat16' or None (= model.dtype)")
     if c.train.get("moments_dtype") not in (None, "float32", "bfloat16"):
         _fail("train.moments_dtype", c.train.get("moments_dtype"), "use 'float32', 'bfloat16' or None (= the params')")
-    from jaxwebrl.models import presets
-    from jaxwebrl.models.layers import REMAT_POLICIES
-
     if m.get("remat", "none") not in REMAT_POLICIES:
         _fail("model.remat", m.get("remat"), f"use one of {', '.join(REMAT_POLICIES)}")
     for key in ("attention_chunk", "logits_chunk"):
@@ -206,29 +197,16 @@ def _check_model(c) -> None:
 
 def _check_env(c) -> None:
     e = c.env
-    specs = env_specs(c)
+    specs = env_specs(e.tasks)
     if not specs:
         _fail("env.tasks", e.tasks, "name at least one env spec, e.g. 'toy' or 'miniwob/click-test'")
-    known = set(_miniwob_task_names())
-    for spec in specs:
-        if spec == "toy":
-            continue
-        if spec.startswith("miniwob/"):
-            if spec.split("/", 1)[1] not in known:
-                _fail("env.tasks", spec, "unknown MiniWoB++ task: see the miniwob package's html/miniwob/*.html")
-        elif spec.endswith(".json"):
-            if not os.path.isfile(spec):
-                _fail("env.tasks", spec, "JSON task spec file not found")
-            from jaxwebrl.env.task_spec import load_spec_file
-
-            try:  # every key, type, range, regex and the start URL; a python evaluator is named, not imported
-                load_spec_file(spec)
-            except ValueError as err:
-                raise ConfigError(f"env.tasks: {_one_line(err)}") from None
-        else:
-            _fail("env.tasks", spec, "use 'toy', 'miniwob', 'miniwob/<task>' or a path to a JSON task spec")
-    from jaxwebrl.env.task_spec import MAX_STEPS
-
+    for spec in specs:   # every key, type, range, regex and start URL of a JSON spec; its evaluator is not imported
+        try:
+            check_env_spec(spec)
+        except TaskSpecError as err:   # names the spec file itself
+            raise ConfigError(f"env.tasks: {_one_line(err)}") from None
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"env.tasks={spec!r}: {_one_line(err)}") from None
     if not 1 <= e.max_episode_steps <= MAX_STEPS:
         _fail("env.max_episode_steps", e.max_episode_steps, f"must be in 1..{MAX_STEPS}")
     if e.prompt_window < 0:
@@ -237,7 +215,7 @@ def _check_env(c) -> None:
         _fail("env.action_style", e.action_style, "use 'call' or 'tool_call'")
     if e.screenshot_height < 8 or e.screenshot_width < 8:
         _fail("env.screenshot_height", (e.screenshot_height, e.screenshot_width), "screenshots must be at least 8×8")
-    if needs_browser(c):
+    if needs_browser(specs):
         if _which(e.chromium) is None:
             _fail("env.chromium", e.chromium, "Chromium not found: apt-get install -y chromium (or set the path)")
         if _which(e.chromedriver) is None:
@@ -248,7 +226,7 @@ def _check_paths(c, workdir) -> None:
     if workdir is not None and os.path.exists(workdir) and not os.path.isdir(workdir):
         _fail("--workdir", workdir, "exists and is not a directory: choose a directory path")
     init = c.model.get("init_params")
-    if init is not None and not _holds_params(init):
+    if init is not None and not holds_params(init):
         _fail("model.init_params", init, "no params checkpoint (jaxwebrl_params.json) or training checkpoint "
               "(<step>/state) there: give launch/sft.py's --workdir or a run's checkpoints/ dir")
     ckpt = c.checkpoint.restore_from
@@ -266,8 +244,6 @@ def _check_distributed(c) -> None:
     the trainer mesh; nothing is joined here."""
     if "distributed" not in c:
         return
-    from jaxwebrl.parallel import distributed, multihost
-
     section = c.distributed.to_dict()
     try:
         settings = distributed.resolve_settings(multihost.initialize_settings(section))
@@ -285,24 +261,10 @@ def _check_distributed(c) -> None:
               "reserves devices from a trainer mesh: set distributed.mesh (e.g. mesh.fsdp=-1) or run several processes")
 
 
-def _holds_params(path: str) -> bool:
-    """A params checkpoint (launch/sft.py, launch/export.py --params_out), a workdir or its checkpoints/ dir."""
-    from jaxwebrl.eval.policies import is_params_checkpoint, training_checkpoint_dir
-
-    return is_params_checkpoint(path) or training_checkpoint_dir(path) is not None
-
-
 def _which(name: str) -> str | None:
     if os.path.sep in name:
         return name if os.access(name, os.X_OK) else None
     return shutil.which(name)
-
-
-def _miniwob_task_names() -> list[str]:
-    import miniwob
-
-    html = os.path.join(os.path.dirname(miniwob.__file__), "html", "miniwob")
-    return sorted(f[: -len(".html")] for f in os.listdir(html) if f.endswith(".html"))
 
 
 def _one_line(err: Exception) -> str:

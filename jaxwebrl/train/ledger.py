@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import collections
 
-from jaxwebrl.train.dynamic_sampling import episode_scalar
+from jaxwebrl.train.gatherer import episode_scalar
+
+
+def _id(episode: dict) -> int:
+    return int(episode_scalar(episode, "episode_id"))
 
 
 class ReadLedger:
@@ -20,10 +24,11 @@ class ReadLedger:
         self._reads: collections.deque = collections.deque()   # (cursor before read, [episode ids])
         self._skip = set(consumed or ())             # consumed before a restart: ignore when re-read
 
-    def record(self, cursor_before, cursor_after, episodes: list[dict]) -> list[dict]:
-        """Note one read; returns its episodes minus those a previous run already consumed."""
-        fresh = [e for e in episodes if int(episode_scalar(e, "episode_id")) not in self._skip]
-        self._reads.append((cursor_before, [int(episode_scalar(e, "episode_id")) for e in fresh]))
+    def record(self, cursor_before, cursor_after, groups: list[list[dict]]) -> list[list[dict]]:
+        """Note one read of whole groups; returns them minus the episodes a previous run already consumed
+        (a group left empty is dropped)."""
+        fresh = [kept for kept in ([e for e in group if _id(e) not in self._skip] for group in groups) if kept]
+        self._reads.append((cursor_before, [_id(e) for group in fresh for e in group]))
         self.cursor = cursor_after
         return fresh
 

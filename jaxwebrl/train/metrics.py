@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from jaxwebrl.train.errors import WorkdirError, one_line
+from jaxwebrl.errors import WorkdirError, one_line
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,11 @@
 A recipe names its advantage estimator (`actor.estimator`: "grpo", "drgrpo", "rloo", "success_filter", ..., the
 jaxwebrl.rl registry), as AReaL and Tunix users do; the reward normalisation is still written the way the paper
 and AReaL write it (`reward_norm.mean_level/std_level`, `mean_leave1out`), and must be the one the estimator
-implies, so an override of one without the other fails before the run starts. This module is the one place
-that maps one onto the other.
+implies (the registry records it), so an override of one without the other fails before the run starts.
+
+Loss knobs: `LOSS_KNOBS` maps the built-in `actor.*` fields onto the keyword arguments of the registered losses
+that take them; any other keyword-only argument of a registered loss (an extension's) is set from the `actor`
+field of the same name when the config has one and it is not None.
 """
 
 from __future__ import annotations
@@ -14,35 +17,25 @@ from ml_collections import config_dict
 from jaxwebrl.rl import advantages, losses
 from jaxwebrl.rl.normalization import NormConfig
 
-# advantage estimator -> the (mean_level, std_level, mean_leave1out) of actor.reward_norm it implies.
-NORM_OF_ESTIMATOR = {
-    "grpo": ("group", "group", False),
-    "drgrpo": ("group", None, False),
-    "rloo": ("group", None, True),
-    "liteppo": ("group", "batch", False),
-    "batch": ("batch", "batch", False),
-    "raw": (None, None, False),
-    "success_filter": (None, None, False),   # RAFT++: r̂ = 1 on success, 0 otherwise; no reward normalisation
-}
-
-
 def _levels(levels) -> str:
     mean, std, leave1out = levels
     return f"mean_level={mean!r}, std_level={std!r}, mean_leave1out={leave1out}"
 
 
 def estimator_name(actor: config_dict.ConfigDict) -> str:
-    """`actor.estimator`, checked against the reward normalisation it implies (ValueError, one line, otherwise)."""
+    """`actor.estimator`, checked against the reward normalisation it implies (`advantages.register_estimator`
+    records it); ValueError, one line, otherwise."""
     name = actor.estimator
-    if name not in NORM_OF_ESTIMATOR:
-        raise ValueError(f"actor.estimator={name!r} is not an advantage estimator: use one of "
-                         f"{sorted(NORM_OF_ESTIMATOR)}")
+    names = advantages.estimator_names()
+    if name not in names:
+        raise ValueError(f"actor.estimator={name!r} is not an advantage estimator: use one of {names} (or register "
+                         f"one: jaxwebrl.rl.advantages.register_estimator)")
     norm = actor.reward_norm
     levels = (norm.mean_level, norm.std_level, bool(norm.mean_leave1out))
-    implied = NORM_OF_ESTIMATOR[name]
+    implied = advantages.implied_reward_norm(name)
     if levels != implied:
-        match = [n for n, lv in NORM_OF_ESTIMATOR.items() if lv == levels and n != "success_filter"]
-        hint = f" (those levels are estimator {match[0]!r})" if match else ""
+        match = [n for n in names if advantages.implied_reward_norm(n) == levels]
+        hint = f" (those levels are estimator {', '.join(map(repr, match))})" if match else ""
         raise ValueError(f"actor.estimator={name!r} implies reward_norm {_levels(implied)} but the config has "
                          f"{_levels(levels)}{hint}: change one to match the other")
     return name
@@ -100,6 +93,10 @@ def loss_kwargs(actor: config_dict.ConfigDict, *, max_new_tokens: int) -> tuple:
         value = actor[field]
         if kwarg in accepted and value is not None:
             out.append((kwarg, value))
+    built_in = set(LOSS_KNOBS.values()) | {"agg_normalizer"}
+    for kwarg in sorted(accepted - built_in):   # an extension loss's own knobs: actor.<same name>
+        if kwarg in actor and actor[kwarg] is not None:
+            out.append((kwarg, actor[kwarg]))
     if agg_mode(actor) == CONSTANT_NORMALIZER_MODE:
         normalizer = actor.agg_normalizer if actor.agg_normalizer is not None else max_new_tokens
         out.append(("agg_normalizer", float(normalizer)))

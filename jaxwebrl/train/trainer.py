@@ -31,16 +31,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwebrl.buffer import ScreenshotOverwritten
+from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.checkpoint.resume import restore_or_init
+from jaxwebrl.env.action_space import config_action_texts
+from jaxwebrl.errors import TrainingDiverged
 from jaxwebrl.parallel import distributed
-from jaxwebrl.rl.segments import host_dense_ids
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
-from jaxwebrl.rollout.action_space import action_constraint, config_action_texts
+from jaxwebrl.rollout.policy_server import action_constraint
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import assemble
-from jaxwebrl.train.checkpoint import Checkpointer
-from jaxwebrl.train.dynamic_sampling import BatchGatherer, episode_scalar
-from jaxwebrl.train.errors import TrainingDiverged
+from jaxwebrl.train.gatherer import BatchGatherer, episode_scalar, staleness
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter
 from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateInterrupted, UpdateSettings
@@ -54,7 +55,6 @@ BUFFER_LOSSES = {          # read stat -> what it means for the user
     "incomplete": "in groups that can never complete (their worker died mid-group, or the group waited too long)",
     "corrupt": "damaged on disk (checksum mismatch; python -m jaxwebrl.buffer.inspect lists them)",
 }
-RESUME_META = ("step", "policy_version", "buffer_cursor", "consumed_episode_ids")
 
 
 def optimizer_settings(config) -> OptimizerConfig:
@@ -119,7 +119,7 @@ class Trainer:
         self.dropped_invalid_episodes = 0
         self.skipped_batches = 0
         self._skipped_in_a_row = 0
-        self.gatherer = BatchGatherer(group_size=config.env.group_size, consumer_batch_size=t.consumer_batch_size,
+        self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
                                       max_head_offpolicyness=config.rollout.max_head_offpolicyness,
                                       dynamic_sampling=t.dynamic_sampling)
         c = config.checkpoint
@@ -141,26 +141,17 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
     def _restore_or_init(self) -> TrainState:
+        """The run's starting state (`checkpoint/resume.py`: this workdir's checkpoint, `checkpoint.restore_from`,
+        `model.init_params`, or the policy's own weights, in that order) and its buffer resume point."""
         params = _copy(self.policy.params)  # the update donates its params; the policy's own stay intact
         rng = jax.random.key(self.config.seed)
         if self.mesh is not None:   # global arrays every process's update and Orbax save share
             params, rng = place_train_state(params, rng, self.mesh)
         opt_state = (jax.jit(self.optimizer.init) if self.mesh is not None else self.optimizer.init)(params)
-        self._resume = {"cursor": None, "consumed": []}
-        source = self.checkpointer
-        if self.checkpointer.latest_step() is None and self.config.checkpoint.restore_from:
-            source = Checkpointer(self.config.checkpoint.restore_from, async_save=False)
-        own = source is self.checkpointer
-        restored = source.restore_newest_readable(   # a newer unreadable checkpoint is named, set aside, skipped
-            params=params, opt_state=opt_state, rng=rng, required_meta=RESUME_META if own else RESUME_META[:2],
-            set_aside=own and distributed.is_primary())
-        if restored is None:
-            return TrainState(params, opt_state, 0, 0, rng)
-        params, opt_state, rng, meta = restored
-        if own:  # our own run: continue its data stream exactly
-            self._resume = {"cursor": meta["buffer_cursor"], "consumed": meta["consumed_episode_ids"]}
-        log.info("resumed from %s step %d (policy version %d)", source.directory, meta["step"], meta["policy_version"])
-        return TrainState(params, opt_state, int(meta["step"]), int(meta["policy_version"]), rng)
+        start = restore_or_init(self.config, self.checkpointer, params=params, opt_state=opt_state, rng=rng,
+                                set_aside=distributed.is_primary())
+        self._resume = {"cursor": start.cursor, "consumed": start.consumed}
+        return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
 
     def save(self, metrics: dict | None = None) -> None:
         point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()))
@@ -175,7 +166,7 @@ class Trainer:
         before = self.ledger.cursor
         result = self.buffer.read(before, group_size=self.config.env.group_size)
         self._count_buffer_losses(result.stats)
-        self.gatherer.add(self.ledger.record(before, result.cursor, result.episodes))
+        self.gatherer.add_groups(self.ledger.record(before, result.cursor, result.groups))
 
     def _count_buffer_losses(self, stats: dict) -> None:
         lost = {k: int(stats.get(k, 0)) for k in BUFFER_LOSSES if stats.get(k, 0)}
@@ -210,16 +201,14 @@ class Trainer:
         if sync and hasattr(self.sink, "pause"):
             self.sink.pause()
         try:
-            staleness = self.gatherer.staleness(episodes, self.state.version)
+            lags = [staleness(e, self.state.version) for e in episodes]
             try:
-                batch, rows = assemble(episodes, screenshots=self.buffer.screenshots,
+                batch, _ = assemble(episodes, screenshots=self.buffer.screenshots,
                                        image_processor=self.policy.processor.image_processor,
                                        n_minibatches=self.settings.n_minibatches,
                                        max_seq_len=self.config.buffer.max_seq_len, constraint=self.constraint)
             except ScreenshotOverwritten as err:   # also ScreenshotCorrupt
                 return self._skip(episodes, f"an image of the batch is unavailable: {err}")
-            # int64 ids enter jnp as int32: ranks keep every distinct episode / group distinct (2**40 is not 0)
-            batch = batch._replace(episode_ids=host_dense_ids(batch.episode_ids), group_ids=host_dense_ids(batch.group_ids))
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
             before = _copy((self.state.params, self.state.opt_state))   # the update donates the live ones
             try:
@@ -243,7 +232,7 @@ class Trainer:
                 self.sink.resume()
         self._trained_trajectories += len(episodes)
         self.trained_episode_ids.extend(int(episode_scalar(e, "episode_id")) for e in episodes)
-        return self._step_metrics(episodes, rows, batch, stats, staleness, lr)
+        return self._step_metrics(episodes, batch, stats, lags, lr)
 
     def _in_vocabulary(self, episodes: list[dict]) -> list[dict]:
         """`episodes` without those holding token ids outside [0, vocab_size) (they would gather NaN logits in
@@ -318,7 +307,7 @@ class Trainer:
         self._seen_mark = (seen, won)
         return (won - last_won) / (seen - last_seen) if seen > last_seen else float("nan")
 
-    def _step_metrics(self, episodes, rows, batch, stats, staleness, lr):
+    def _step_metrics(self, episodes, batch, stats, lags, lr):
         rewards = np.array([float(episode_scalar(e, "reward")) for e in episodes])
         steps = np.array([len(e["input_ids"]) for e in episodes])
         success = rewards > 0
@@ -342,8 +331,8 @@ class Trainer:
             "rollout/episodes_seen": counts.episodes_seen,
             # every episode read since the last step, before dynamic sampling (which keeps the batch near 50%)
             "rollout/success_rate_seen": self._seen_success_rate(counts),
-            "rollout/staleness/mean": float(np.mean(staleness)),
-            "rollout/staleness/max": float(np.max(staleness)),
+            "rollout/staleness/mean": float(np.mean(lags)),
+            "rollout/staleness/max": float(np.max(lags)),
             "ppo_actor/final_reward/avg": stats["final_reward"],
             "ppo_actor/advantages/avg": stats["advantages"],
             "ppo_actor/update/actor_loss/avg": stats["actor_loss"],
@@ -362,7 +351,7 @@ class Trainer:
             "trainer/idle_fraction": self._idle_s / elapsed,
             "policy/version": self.state.version,
         }
-        lags = np.asarray(staleness)
+        lags = np.asarray(lags)
         top = min(self.config.rollout.max_head_offpolicyness, 4)
         for k in range(top + 1):
             scalars[f"rollout/staleness/hist_{k}"] = int(np.sum(lags == k))
@@ -370,7 +359,7 @@ class Trainer:
             scalars[f"rollout/staleness/hist_gt{top}"] = int(np.sum(lags > top))
         for key, value in loss_stats.items():
             scalars.setdefault(f"ppo_actor/update/{key}/avg", value)
-        return scalars, {"rollout/staleness": list(staleness), "rollout/steps": steps.tolist()}
+        return scalars, {"rollout/staleness": lags.tolist(), "rollout/steps": steps.tolist()}
 
 
 def _copy(params):

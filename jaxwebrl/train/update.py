@@ -41,7 +41,6 @@ from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
 log = logging.getLogger(__name__)
 
 
-
 class UpdateInterrupted(RuntimeError):
     """A train step was abandoned between minibatch updates (Ctrl-C); its partial update is discarded."""
 
@@ -121,6 +120,12 @@ def _masked_mean(x, mask):
     return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
+@jax.jit
+def _policy_token_means(token_rewards, advantages, loss_mask):
+    """(mean token reward, mean advantage) over the policy tokens of the real rows: two scalars."""
+    return _masked_mean(token_rewards, loss_mask), _masked_mean(advantages, loss_mask)
+
+
 def _forward_logprobs(module, settings: "UpdateSettings", params, mb, grid):
     """(logprobs, entropy) [B, T] of minibatch `mb` under `params` (see token_logprobs)."""
     hidden, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
@@ -187,16 +192,16 @@ class Updater:
     # ------------------------------------------------------------------ host driver
     def __call__(self, params, opt_state, batch: UpdateBatch, should_stop=None):
         """One train step. `should_stop()` is checked between minibatch updates: when it turns true the step is
-        abandoned with UpdateInterrupted (the donated params are gone: resume from the last checkpoint)."""
+        abandoned with UpdateInterrupted (the donated params are gone: resume from the last checkpoint).
+
+        The advantages stay on the device: computed once for the batch's real rows, padded with zero rows, and
+        gathered per minibatch there; only the two logged means come back to the host."""
         s = self.settings
         n_real = batch.num_real_rows
         real_mask = batch.loss_mask[:n_real]
-        # 64-bit ids go in as they are: compute_token_advantages ranks them densely on the host before jit
         trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
                                  real_mask)
-        advantages = np.zeros(batch.loss_mask.shape, np.float32)
-        advantages[:n_real] = np.asarray(trace.advantages)
-        token_rewards = np.asarray(trace.token_rewards)
+        advantages = jnp.pad(trace.advantages, ((0, batch.loss_mask.shape[0] - n_real), (0, 0)))   # [B, T]
 
         minibatches = [m for m in self._split(batch, advantages) if m.policy_tokens > 0]
         for m in minibatches:  # proximal log-probs, all before the first update of this step
@@ -214,9 +219,8 @@ class Updater:
             log.warning("no policy token carries loss in this batch of %d rows: no optimizer step", n_real)
             stats = dict.fromkeys(("actor_loss", "grad_norm", "approx_kl_abs", "behave_approx_kl_abs",
                                    "policy_tokens"), 0.0)
-        bool_mask = real_mask.astype(bool)
-        stats["final_reward"] = float(token_rewards[bool_mask].mean()) if bool_mask.any() else 0.0
-        stats["advantages"] = float(advantages[:n_real][bool_mask].mean()) if bool_mask.any() else 0.0
+        final_reward, mean_advantage = _policy_token_means(trace.token_rewards, trace.advantages, real_mask)
+        stats["final_reward"], stats["advantages"] = float(final_reward), float(mean_advantage)
         stats["optimizer_updates"] = len(per_update)
         return params, opt_state, stats
 
@@ -246,8 +250,8 @@ class Updater:
                   "attention_mask": jnp.asarray(batch.attention_mask[index], jnp.int32),
                   "loss_mask": jnp.asarray(objective[index], jnp.int32),
                   "behave_logprobs": jnp.asarray(batch.behave_logprobs[index], jnp.float32)}
-            if advantages is not None:
-                mb["advantages"] = jnp.asarray(advantages[index], jnp.float32)
+            if advantages is not None:   # [B, T] on the device: gathered there
+                mb["advantages"] = advantages[jnp.asarray(index)]
             mb["loss_positions"] = jnp.asarray(lm_head.loss_positions(objective[index]))  # LM-head bucket
             if batch.constraint_states is not None:
                 mb["constraint_states"] = jnp.asarray(batch.constraint_states[index], jnp.int32)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.buffer.batching import (STEP_SCALARS, bucket_batches, episodes_to_rows, gather_screenshots, pack_rows,
                                       pad_batch)
 from tests.buffer.factory import SHAPE, make_episode

@@ -8,7 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import BufferWriteError, RingBuffer
+from jaxwebrl.buffer.schema import BufferWriteError
+
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.pool import WorkerPool
 from tests.buffer.factory import SHAPE, make_episode
 from tests.disks import fill, tmpfs

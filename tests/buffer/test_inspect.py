@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.buffer.inspect import summarize
 from tests.buffer.factory import SHAPE, make_episode
 

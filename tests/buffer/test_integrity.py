@@ -13,7 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import EpisodeError, RingBuffer, ScreenshotCorrupt
+from jaxwebrl.buffer.episodes import EpisodeError
+
+from jaxwebrl.buffer.ring import RingBuffer
+
+from jaxwebrl.buffer.screenshots import ScreenshotCorrupt
 from jaxwebrl.buffer.inspect import summarize
 from tests.buffer import workers
 from tests.buffer.factory import SHAPE, assert_same_episode, make_episode

@@ -11,7 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import RingBuffer, ScreenshotOverwritten
+from jaxwebrl.buffer.ring import RingBuffer
+
+from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from tests.buffer import workers
 from tests.buffer.factory import SHAPE, assert_same_episode, make_episode
 

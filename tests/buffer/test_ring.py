@@ -5,7 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import BufferFormatError, EpisodeError, RingBuffer, ScreenshotOverwritten
+from jaxwebrl.buffer.schema import BufferFormatError
+
+from jaxwebrl.buffer.episodes import EpisodeError
+
+from jaxwebrl.buffer.ring import RingBuffer
+
+from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from tests.buffer.factory import SHAPE, assert_same_episode, make_episode
 
 
@@ -139,16 +145,18 @@ def test_late_writer_clobber_is_detected_not_mixed(tmp_path):
     assert result.episodes == [] and result.stats["overwritten"] == 1 and result.stats["corrupt"] == 0
 
 
-def test_staleness_filter_counts(tmp_path):
+def test_read_gives_each_episodes_oldest_policy_token_version(tmp_path):
+    """The staleness the trainer filters on (train/gatherer.py) is computed once, on append, and read back."""
     buf = create(tmp_path / "buf")
     for seed, version in enumerate([1, 4, 2, 7, 5]):
         buf.append(make_episode(seed, version=version, num_steps=2))
-    result = buf.read(since=0, min_version=4)
+    result = buf.read(since=0)
     # make_episode gives versions version, version+1: oldest token version is `version`
     oldest = [min(int(v[m > 0].min()) for v, m in zip(e["versions"], e["loss_mask"])) for e in result.episodes]
-    assert sorted(oldest) == [4, 5, 7]
-    assert result.stats["stale"] == 2 and buf.stats["stale"] == 2
-    assert result.cursor["next"] == 5
+    assert [e["min_version"] for e in result.episodes] == oldest == [1, 4, 2, 7, 5]
+    assert result.groups is None and result.cursor["next"] == 5
+    again = dict(result.episodes[0])
+    assert buf.append(again) > 0   # read-back fields (episode_id, min_version) are taken back as they are
 
 
 def test_group_completeness_filter(tmp_path):
@@ -162,6 +170,7 @@ def test_group_completeness_filter(tmp_path):
     buf.append(make_episode(4, group_id=2, num_steps=1))
     r = buf.read(since=json.loads(json.dumps(r.cursor)), group_size=2)
     assert [e["info"]["seed"] for e in r.episodes] == [1, 4]
+    assert [[e["info"]["seed"] for e in group] for group in r.groups] == [[1, 4]]   # the one grouping of episodes
     assert r.cursor["pending"] == [3]
     for seed in range(5, 9):
         buf.append(make_episode(seed, group_id=100 + seed, num_steps=1))

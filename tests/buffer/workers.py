@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxwebrl.buffer import RingBuffer, RingOverrun
+from jaxwebrl.buffer.ring import RingBuffer, RingOverrun
 from tests.buffer.factory import make_episode
 
 KILL_SHAPE = (96, 128, 3)

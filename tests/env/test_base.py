@@ -4,7 +4,8 @@
 import numpy as np
 import pytest
 
-from jaxwebrl.env.base import BrowserCrashed, Env, EnvFailure, EnvTimeout, Observation, StepResult, make_env
+from jaxwebrl.env.base import BrowserCrashed, Env, EnvFailure, EnvTimeout, Observation, StepResult
+from jaxwebrl.env.registry import make_env
 
 
 def test_observation_requires_uint8_rgb():

@@ -11,7 +11,8 @@ import pytest
 from jaxwebrl.env.actions import Action, format_action
 from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout
 from jaxwebrl.env.allowlist import UrlAllowlist
-from jaxwebrl.env.browser import Browser, BrowserConfig, check_installation
+from jaxwebrl.env.browser import Browser
+from jaxwebrl.env.chromium import BrowserConfig, check_installation
 from jaxwebrl.env.keys import key_events
 from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
 from jaxwebrl.env.oracles import run_episode
@@ -110,7 +111,7 @@ def test_hung_page_times_out_and_close_leaves_no_process():
         assert browser.alive and browser.run_js("return 1 + 1") == 2
         assert _gone(pids)
         pids = browser.process_ids()
-        profile_dir = browser._tmpdir
+        profile_dir = browser.profile_dir
         assert os.path.isdir(os.path.join(profile_dir, "profile"))
     finally:
         browser.close()

@@ -8,7 +8,8 @@ import pytest
 
 from jaxwebrl.env import check
 from jaxwebrl.env.allowlist import UrlAllowlist
-from jaxwebrl.env.browser import Browser, BrowserConfig
+from jaxwebrl.env.browser import Browser
+from jaxwebrl.env.chromium import BrowserConfig
 from jaxwebrl.env.probes import GREETING, UdpProbe, WebSocketProbe, serve_directory
 
 pytestmark = pytest.mark.browser

@@ -7,7 +7,8 @@ import pytest
 
 from jaxwebrl.env import toy
 from jaxwebrl.env.actions import Action, format_action
-from jaxwebrl.env.base import Env, make_env
+from jaxwebrl.env.base import Env
+from jaxwebrl.env.registry import make_env
 
 
 def play(env, seed, texts):

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from jaxwebrl.env.actions import Action, format_action
-from jaxwebrl.env.base import make_env
-from jaxwebrl.env.browser import Browser, BrowserConfig
+from jaxwebrl.env.registry import make_env
+from jaxwebrl.env.browser import Browser
+from jaxwebrl.env.chromium import BrowserConfig
 from jaxwebrl.env.probes import serve_directory
 from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
 
@@ -200,7 +201,7 @@ def test_downloads_are_denied(site, browser):
     env.run_js("var a = document.createElement('a'); a.href = 'page2.html'; a.download = 'got-it.html';"
                "document.body.appendChild(a); a.click();")
     time.sleep(1.0)
-    written = [name for _, _, files in os.walk(browser._tmpdir) for name in files if name.startswith("got-it")]
+    written = [name for _, _, files in os.walk(browser.profile_dir) for name in files if name.startswith("got-it")]
     assert written == [] and not os.path.exists(os.path.expanduser("~/Downloads/got-it.html"))
     assert env.step(format_action(Action("wait", seconds=0.0))).observation.url.endswith("/index.html")
 

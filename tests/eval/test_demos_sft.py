@@ -3,14 +3,15 @@
 import numpy as np
 import pytest
 
-from jaxwebrl.env.actions import parse_action
+from jaxwebrl.env.actions import format_call, parse_action
 from jaxwebrl.env.prompt import PromptConfig
-from jaxwebrl.eval.demos import call_text, oracle_demonstrations, response_text, snap_click
+from jaxwebrl.eval.demos import oracle_demonstrations, response_text, snap_click
 from jaxwebrl.eval.sft import decision_rows, demo_rows, pad_rows, sft_train
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.models.processor import tiny_processor
-from jaxwebrl.rollout.action_space import CLICK_GRID, RESPONSE_PREFIX, action_constraint
+from jaxwebrl.env.action_space import CLICK_GRID, RESPONSE_PREFIX
+from jaxwebrl.rollout.policy_server import action_constraint
 
 SHORT = PromptConfig(window=0, system_prompt="Press the buttons of the pattern. Answer: Memory: {} then Action.")
 
@@ -28,8 +29,8 @@ def test_toy_demonstrations_are_the_oracle_path_in_worker_prompts():
 def test_call_text_parses_back():
     for text in ["click(12, 900)", 'type(text="a \\"b\\"")', 'key("Enter")']:
         action = parse_action(text)
-        assert parse_action(call_text(action)) == parse_action(call_text(parse_action(call_text(action))))
-        assert call_text(action) == text
+        assert parse_action(format_call(action)) == parse_action(format_call(parse_action(format_call(action))))
+        assert format_call(action) == text
     assert response_text(parse_action("click(1, 2)"), "tool_call").startswith("Memory: {}\nAction: <tool_call>")
 
 
@@ -48,8 +49,8 @@ def test_sft_fits_the_demonstrations():
 
 
 def test_snap_click_picks_the_nearest_allowed_click_and_refuses_other_kinds():
-    assert call_text(snap_click(parse_action("click(101, 949)"), CLICK_GRID)) == "click(150, 950)"
-    assert call_text(snap_click(parse_action("click(0, 0)"), CLICK_GRID)) == "click(50, 50)"
+    assert format_call(snap_click(parse_action("click(101, 949)"), CLICK_GRID)) == "click(150, 950)"
+    assert format_call(snap_click(parse_action("click(0, 0)"), CLICK_GRID)) == "click(50, 50)"
     with pytest.raises(ValueError, match="miniwob/enter-text: the oracle needs a 'type' action"):
         snap_click(parse_action('type(text="x")'), CLICK_GRID, "miniwob/enter-text")
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from jaxwebrl.eval.evaluate import DEFAULT_SEED_START, evaluate
-from jaxwebrl.eval.policies import load_policy
+from jaxwebrl.checkpoint.policies import load_policy
 from tests.eval.trained import toy_config, write_trained_checkpoint
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

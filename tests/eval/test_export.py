@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from jaxwebrl.eval.export import export
-from jaxwebrl.eval.policies import base_policy, load_policy
+from jaxwebrl.checkpoint.policies import initial_policy, load_policy
 from tests.eval.trained import write_trained_checkpoint
 
 
@@ -33,7 +33,7 @@ def test_checkpoint_exports_to_hf_with_equal_logits(trained, tmp_path):
     assert info["step"] == 2 and info["policy_version"] == 7
     policy, _ = load_policy(config, workdir)
     _leaves_equal(policy.params, params)            # the trained params, not the initial ones
-    initial = base_policy(config)
+    initial = initial_policy(config)
     c = policy.config
     rng = np.random.RandomState(3)
     grid = [(1, 4, 4)]

@@ -8,8 +8,8 @@ import numpy as np
 import optax
 
 from configs.constT10 import get_config
-from jaxwebrl.eval.policies import base_policy
-from jaxwebrl.train.checkpoint import Checkpointer
+from jaxwebrl.checkpoint.policies import initial_policy
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
 
 
 def toy_config():
@@ -20,7 +20,7 @@ def write_trained_checkpoint(workdir: str, *, steps: int = 2, version: int = 7):
     """Take `steps` AdamW steps of next-token loss on the recipe's initial policy and save them as train step
     `steps` (policy version `version`) under WORKDIR/checkpoints. Returns (config, trained params)."""
     config = toy_config()
-    policy = base_policy(config)
+    policy = initial_policy(config)
     ids = jnp.asarray(np.random.RandomState(0).randint(0, 200, (2, 12)), jnp.int32)
 
     def loss_fn(params):

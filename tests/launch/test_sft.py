@@ -10,11 +10,10 @@ import jax
 import numpy as np
 
 from configs.constT10 import get_config
-from jaxwebrl.buffer import RingBuffer
-from jaxwebrl.eval.policies import load_policy
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.checkpoint.policies import initial_policy, load_policy, recipe_policy
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.train.config_validation import validate
-from jaxwebrl.train.supervisor import build_policy
 from jaxwebrl.train.trainer import Trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,15 +52,18 @@ def test_sft_warm_start_is_where_the_rl_run_starts(tmp_path):
     warm, info = load_policy(get_config("toy"), str(sft_dir))         # what launch/eval.py --policy=DIR runs
     assert info["step"] == 4 and info["source"] == str(sft_dir)
     initial = tiny_policy(seed=config.seed)
-    policy = build_policy(config)                                      # what the supervisor hands the trainer
-    assert leaves_equal(policy.params, warm.params) and not leaves_equal(policy.params, initial.params)
+    assert leaves_equal(initial_policy(config).params, warm.params)   # what a fresh run of this config starts from
+    assert not leaves_equal(warm.params, initial.params)
+    policy = recipe_policy(config)            # what the supervisor hands the trainer; it starts from the warm start
+    assert leaves_equal(policy.params, initial.params)
 
     buffer = RingBuffer.create(str(tmp_path / "rl" / "buffer"), capacity_steps=64, max_seq_len=512,
                                screenshot_shape=(64, 64, 3), max_images_per_step=1)
     sink = Sink()
     trainer = Trainer(config, str(tmp_path / "rl"), policy=policy, buffer=buffer, weight_sink=sink)
     try:
-        assert trainer.state.step == 0 and trainer.state.version == 0
+        assert trainer.state.step == 0 and trainer.state.version == 0      # checkpoint/resume.py, step 3
+        assert leaves_equal(trainer.state.params, warm.params)
         assert leaves_equal(sink.published[0][0], warm.params) and sink.published[0][1] == 0
         fresh = trainer.optimizer.init(warm.params)                   # fresh optimizer state: zero moments
         assert leaves_equal(trainer.state.opt_state, fresh)

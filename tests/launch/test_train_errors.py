@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from jaxwebrl.train.supervisor import workdir_lock
+from jaxwebrl.train.workdir import workdir_lock
 from tests.disks import remount_read_only, tmpfs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOY = ["--config=configs/constT10.py:toy", "--config.buffer.max_seq_len=512", "--config.metrics.progress_bar=False"]
-HOLD = "import sys, time; from jaxwebrl.train.supervisor import workdir_lock\n" \
+HOLD = "import sys, time; from jaxwebrl.train.workdir import workdir_lock\n" \
        "with workdir_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)"
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import psutil
 import pytest
 
-from jaxwebrl.buffer import RingBuffer
-from jaxwebrl.env.base import make_env
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.pool import WorkerPool, read_stats
 from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.rollout.policy_server import PolicyServer
 

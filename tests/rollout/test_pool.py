@@ -12,8 +12,9 @@ import time
 import psutil
 import pytest
 
-from jaxwebrl.buffer import RingBuffer
-from jaxwebrl.rollout.pool import EXIT_FATAL, WorkerPool, read_stats
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.rollout.pool import WorkerPool, read_stats
+from jaxwebrl.rollout.worker_process import EXIT_FATAL
 from jaxwebrl.rollout.transport import TransportServer, new_token
 
 

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env import toy
 from jaxwebrl.env.actions import parse_action
 from jaxwebrl.env.base import BrowserCrashed

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.train.metrics import read_metrics
 from tests.scale import train_steps
@@ -54,7 +54,7 @@ def launch(workdir: str, devices: int, *flags: str, log_name: str = "log.txt"):
 
 
 def restored_params(workdir: str):
-    from jaxwebrl.train.checkpoint import Checkpointer
+    from jaxwebrl.checkpoint.checkpointer import Checkpointer
     from jaxwebrl.train.update import OptimizerConfig, make_optimizer
 
     params = tiny_policy(seed=0).params

@@ -10,10 +10,10 @@ import time
 import pytest
 
 from configs.common import base_config
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
 from jaxwebrl.rollout.transport import TransportServer, new_token
-from jaxwebrl.train.supervisor import buffer_for
+from jaxwebrl.buffer.from_config import open_or_create
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "launch", "rollout.py")
@@ -38,7 +38,7 @@ def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(launcher, tmp_
     if launcher == "ray":
         pytest.importorskip("ray", reason='--launcher=ray needs Ray: pip install "ray==2.60.0"')
     config = base_config("toy")
-    buffer = buffer_for(config, str(tmp_path))  # what the trainer creates in its workdir
+    buffer = open_or_create(config, str(tmp_path))  # what the trainer creates in its workdir
     path = os.path.join(str(tmp_path), "buffer")
     token = new_token()
     backend = ScriptedBackend(toy_oracle_responder(epsilon=0.5), fetch_image=buffer.screenshots.get, version=2)
@@ -63,7 +63,7 @@ def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(launcher, tmp_
 
 
 def test_wrong_token_exits_fatal(tmp_path):
-    buffer_for(base_config("toy"), str(tmp_path))
+    open_or_create(base_config("toy"), str(tmp_path))
     with TransportServer(ScriptedBackend(toy_oracle_responder()), token=new_token()) as server:
         proc = launch(f"--server={server.address}", f"--buffer={tmp_path / 'buffer'}", "--num_workers=1",
                       token=new_token())
@@ -82,7 +82,7 @@ def test_wrong_token_exits_fatal(tmp_path):
     (["--server=tcp://127.0.0.1:5555", "--buffer=BUFFER"], None, "no token"),
 ])
 def test_bad_flags_fail_in_one_line(args, token, expected, tmp_path):
-    buffer_for(base_config("toy"), str(tmp_path))
+    open_or_create(base_config("toy"), str(tmp_path))
     args = [a.replace("BUFFER", str(tmp_path / "buffer")) for a in args]
     proc = launch(*args, token=token)
     output = proc.communicate(timeout=120)[0]

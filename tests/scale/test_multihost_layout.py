@@ -107,7 +107,7 @@ def test_agreements_are_the_local_flag_on_one_process():
 
 
 def test_other_processes_read_the_same_log_range_as_process_0(tmp_path):
-    from jaxwebrl.buffer import RingBuffer
+    from jaxwebrl.buffer.ring import RingBuffer
     from tests.scale.train_steps import synthetic_episodes
 
     buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=64,

@@ -91,7 +91,7 @@ def test_two_processes_match_one_process_on_eight_devices(tmp_path):
     assert decoder and set(decoder) <= set(moved)  # the steps really trained every decoder weight (text-only batch)
 
     # the checkpoint both processes wrote restores onto this process's 8-device mesh, bit for bit
-    from jaxwebrl.train.checkpoint import Checkpointer
+    from jaxwebrl.checkpoint.checkpointer import Checkpointer
 
     checkpointer = Checkpointer(os.path.join(out_dir, "ckpt"), keep=1, keep_best=False, async_save=False)
     restored, _, _, meta = checkpointer.restore(params=params, opt_state=opt_state, rng=jax.random.key(3))

@@ -8,7 +8,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason='the Ray launcher tests need Ray: pip install "ray==2.60.0"')
 
-from jaxwebrl.buffer import RingBuffer  # noqa: E402
+from jaxwebrl.buffer.ring import RingBuffer  # noqa: E402
 from jaxwebrl.rollout.ray_launcher import RayWorkerPool, pool_for  # noqa: E402
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder  # noqa: E402
 from jaxwebrl.rollout.transport import TransportServer, new_token  # noqa: E402

@@ -83,7 +83,7 @@ def main(out_dir: str) -> None:
     import jax
 
     from jaxwebrl.parallel.mesh import make_mesh
-    from jaxwebrl.train.checkpoint import Checkpointer
+    from jaxwebrl.checkpoint.checkpointer import Checkpointer
 
     mesh = distributed.process_mesh({"data": settings.num_processes, "fsdp": -1})
     handed_off = make_mesh({"data": settings.num_processes, "fsdp": -1})   # sees several processes' devices

@@ -6,7 +6,7 @@ makes the token fields the way the policy server does (real chat template and to
 
 import pytest
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder

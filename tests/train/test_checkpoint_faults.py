@@ -13,8 +13,8 @@ import numpy as np
 import optax
 import pytest
 
-from jaxwebrl.train.checkpoint import Checkpointer
-from jaxwebrl.train.errors import CheckpointError, WorkdirError
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.errors import CheckpointError, WorkdirError
 from jaxwebrl.train.metrics import MetricsWriter, read_metrics
 from tests.disks import tmpfs
 
@@ -47,7 +47,7 @@ def test_resume_falls_back_to_the_newest_readable_checkpoint_naming_the_broken_o
     (tmp_path / "ck" / "4" / "meta" / "metadata").write_text('{"step": 4, "policy_')     # cut mid-write
     meta = tmp_path / "ck" / "3" / "meta" / "metadata"
     meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "buffer_cursor"}))
-    with caplog.at_level(logging.WARNING, logger="jaxwebrl.train.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="jaxwebrl.checkpoint.checkpointer"):
         params, _, _, got = restore(tmp_path / "ck", required_meta=("policy_version", "buffer_cursor"))
     assert got["step"] == 2
     np.testing.assert_array_equal(np.asarray(params["w"]), np.asarray(state(2)[0]["w"]))
@@ -78,8 +78,8 @@ def test_disk_full_at_save_is_one_line_naming_the_step_and_the_previous_checkpoi
     per-thread tracebacks are not printed."""
     script = r"""
 import sys, time, jax, jax.numpy as jnp, optax
-from jaxwebrl.train.checkpoint import Checkpointer
-from jaxwebrl.train.errors import CheckpointError
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.errors import CheckpointError
 params = {"w": jax.random.normal(jax.random.key(0), (256, 256))}
 opt = optax.adam(1e-3).init(params)
 ck = Checkpointer(sys.argv[1], keep=3, keep_best=False, async_save=sys.argv[2] == "async")

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwebrl.train.checkpoint import Checkpointer
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
 from jaxwebrl.train.metrics import MetricsWriter, read_metrics
 
 

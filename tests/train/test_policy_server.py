@@ -9,8 +9,8 @@ import pytest
 
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.rollout.client import InProcessClient
-from jaxwebrl.rollout.action_space import action_constraint, constrained_action_texts
-from jaxwebrl.rollout.policy_server import PolicyServer
+from jaxwebrl.env.action_space import action_texts
+from jaxwebrl.rollout.policy_server import PolicyServer, action_constraint
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
@@ -24,7 +24,7 @@ def policy():
 
 def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy, toy_buffer):
     server = PolicyServer(policy, toy_buffer, max_batch=4, deadline_ms=50, decode_chunk=8,
-                          action_texts=constrained_action_texts(["toy"]))
+                          action_texts=action_texts(["toy"]))
     try:
         config = WorkerConfig(tasks=("toy",), group_size=2, max_new_tokens=48,
                               prompt={"window": 0, "system_prompt": SHORT_SYSTEM_PROMPT})
@@ -48,7 +48,7 @@ def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy
 
     # the trainer replays the grammar: the same restricted log-probs, forced tokens at exactly 0, and the one
     # choice of a toy response (button 0 or 1) the only token that carries loss
-    constraint = action_constraint(policy.processor, constrained_action_texts(["toy"]), policy.config.text.vocab_size)
+    constraint = action_constraint(policy.processor, action_texts(["toy"]), policy.config.text.vocab_size)
     batch, _ = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
                         n_minibatches=1, max_seq_len=512, constraint=constraint)
     updater = Updater(policy.module, UpdateSettings(n_minibatches=1, n_epochs=1), OptimizerConfig(lr=1e-3, total_steps=1),

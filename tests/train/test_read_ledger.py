@@ -2,11 +2,11 @@
 
 import numpy as np
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
-from jaxwebrl.train.dynamic_sampling import BatchGatherer
+from jaxwebrl.train.gatherer import BatchGatherer
 from jaxwebrl.train.ledger import ReadLedger
 
 
@@ -23,24 +23,24 @@ def test_resume_point_skips_consumed_and_rereads_pending(tmp_path):
     worker.run(max_groups=3)
 
     ledger = ReadLedger(None)
-    gatherer = BatchGatherer(group_size=2, consumer_batch_size=2, max_head_offpolicyness=5, dynamic_sampling=False)
+    gatherer = BatchGatherer(consumer_batch_size=2, max_head_offpolicyness=5, dynamic_sampling=False)
     before = ledger.cursor
-    first, after = buf.read(before, group_size=2, max_episodes=4)       # groups 1 and 2
-    gatherer.add(ledger.record(before, after, first))
+    first = buf.read(before, group_size=2, max_episodes=4)               # groups 1 and 2
+    gatherer.add_groups(ledger.record(before, first.cursor, first.groups))
     trained = gatherer.pop_batch(0)                                       # group 1 consumed, group 2 pending
     assert len(trained) == 2
     worker.run(max_groups=1)
     before = ledger.cursor
-    second, after = buf.read(before, group_size=2)                        # groups 3 and 4
-    gatherer.add(ledger.record(before, after, second))
+    second = buf.read(before, group_size=2)                               # groups 3 and 4
+    gatherer.add_groups(ledger.record(before, second.cursor, second.groups))
     trained += gatherer.pop_batch(0)                                      # group 2 consumed
     pending = set(gatherer.pending_episode_ids())
     assert len(pending) == 4
 
     point = ledger.resume_point(pending)                                  # what a checkpoint stores now
     restarted = ReadLedger(point["cursor"], point["consumed"])
-    again, _ = buf.read(point["cursor"], group_size=2)
-    fresh = restarted.record(point["cursor"], None, again)
+    again = buf.read(point["cursor"], group_size=2)
+    fresh = [e for group in restarted.record(point["cursor"], None, again.groups) for e in group]
     assert sorted(ids(fresh)) == sorted(pending)
     assert not set(ids(fresh)) & set(ids(trained))
     assert np.all([e["input_ids"][0].size > 0 for e in fresh])

@@ -14,9 +14,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer import RingBuffer
-from jaxwebrl.train.checkpoint import Checkpointer
-from jaxwebrl.train.errors import CheckpointError
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.errors import CheckpointError
 from jaxwebrl.train.metrics import read_metrics
 from jaxwebrl.train.trainer import Trainer
 from tests.disks import tmpfs

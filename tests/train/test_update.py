@@ -8,7 +8,6 @@ import pytest
 from configs.constT10 import get_config
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint
-from jaxwebrl.rollout.action_space import constraint_states, decision_mask
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import UpdateBatch, assemble, row_bucket
 from jaxwebrl.models import lm_head
@@ -111,8 +110,8 @@ def _sampled_batch(prompts, results, n_minibatches, constraint=None):
     with_images = [p for p in prompts if len(p["image_grid_thw"])]
     states = decisions = None
     if constraint is not None:
-        states, admitted = constraint_states(constraint, ids, mask)
-        decisions = decision_mask(constraint, states, mask, admitted)
+        states, admitted = constraint.replay(ids, mask)
+        decisions = constraint.decision_mask(states, mask, admitted)
     return UpdateBatch(
         input_ids=ids, attention_mask=attention, loss_mask=mask, behave_logprobs=behave,
         rewards=np.zeros(n, np.float32), episode_ids=np.arange(n), group_ids=np.zeros(n, np.int64), num_real_rows=n,

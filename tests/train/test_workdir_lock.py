@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from jaxwebrl.train.supervisor import workdir_lock
+from jaxwebrl.train.workdir import workdir_lock
 
-HOLD = "import sys, time; from jaxwebrl.train.supervisor import workdir_lock\n" \
+HOLD = "import sys, time; from jaxwebrl.train.workdir import workdir_lock\n" \
        "with workdir_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)"
 
 

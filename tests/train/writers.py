@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from jaxwebrl.buffer import RingBuffer
+from jaxwebrl.buffer.ring import RingBuffer
 
 
 def append_half_a_group(path: str, group_id: int, done) -> None:

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from jaxwebrl.env.action_space import CLICK_GRID, RESPONSE_PREFIX, action_texts
 from jaxwebrl.models.processor import tiny_processor
-from jaxwebrl.rollout.action_space import (CLICK_GRID, RESPONSE_PREFIX, action_constraint, constrained_action_texts,
-                                           constraint_states, decision_mask)
+from jaxwebrl.rollout.policy_server import action_constraint
 
 
 @pytest.fixture(scope="module")
@@ -26,18 +26,18 @@ def _row(processor, prompt: str, response: str, width: int):
 
 
 def test_toy_responses_have_one_decision_and_foreign_rows_fall_back(processor):
-    texts = constrained_action_texts(["toy"])
+    texts = action_texts(["toy"])
     assert texts == ("click(250, 500)", "click(750, 500)")
     constraint = action_constraint(processor, texts, processor.tokenizer.vocab_size)
     rows = [_row(processor, "user: go", RESPONSE_PREFIX + "click(750, 500)", 64),
             _row(processor, "user: go", RESPONSE_PREFIX + "click(250, 500)", 64),
             _row(processor, "user: go", 'Memory: {"a": 1}\nAction: click(250, 500)', 64)]  # not in the grammar
     ids, mask = np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
-    states, admitted = constraint_states(constraint, ids, mask)
+    states, admitted = constraint.replay(ids, mask)
     assert admitted.tolist() == [True, True, False]
     assert (states[:2][mask[:2] == 0] == -1).all() and (states[:2][mask[:2] == 1] >= 0).all()
     assert (states[2] == -1).all()
-    decisions = decision_mask(constraint, states, mask, admitted)
+    decisions = constraint.decision_mask(states, mask, admitted)
     tok = processor.tokenizer
     for b, digit in ((0, "7"), (1, "2")):   # the one choice: which button
         assert decisions[b].sum() == 1 and tok.decode(ids[b][decisions[b] == 1].tolist()) == digit
@@ -47,6 +47,6 @@ def test_toy_responses_have_one_decision_and_foreign_rows_fall_back(processor):
 def test_click_grid_decisions_are_the_two_coordinates(processor):
     constraint = action_constraint(processor, CLICK_GRID, processor.tokenizer.vocab_size)
     ids, mask = _row(processor, "user: go", RESPONSE_PREFIX + "click(350, 950)", 80)
-    states, admitted = constraint_states(constraint, ids[None], mask[None])
-    decisions = decision_mask(constraint, states, mask[None], admitted)
+    states, admitted = constraint.replay(ids[None], mask[None])
+    decisions = constraint.decision_mask(states, mask[None], admitted)
     assert admitted.all() and processor.tokenizer.decode(ids[decisions[0] == 1].tolist()) == "39"

@@ -1,7 +1,7 @@
 """Orbax checkpoints of a training run: params, optimizer state, RNG and a JSON record of progress.
 
-Layout: `WORKDIR/checkpoints/<step>/{state, meta}`. `state` is a pytree (params, opt_state, rng key data);
-`meta` is JSON: step, policy version, buffer cursor and whatever the trainer needs to continue exactly where
+Layout (`layout.py`): `WORKDIR/checkpoints/<step>/{state, meta}`. `state` is a pytree (params, opt_state, rng key
+data); `meta` is JSON: step, policy version, buffer cursor and whatever the trainer needs to continue exactly where
 it stopped (no pickle). Retention keeps the last `keep` steps plus the best one by `best_metric`; saves are
 asynchronous (the trainer keeps training while the previous step is written).
 
@@ -28,7 +28,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from jaxwebrl.train.errors import CheckpointError, one_line
+from jaxwebrl.checkpoint.layout import ITEMS, state_tree
+from jaxwebrl.errors import CheckpointError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies),
             enable_async_checkpointing=o["async_save"], create=True)
-        return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        return ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
 
     # ------------------------------------------------------------------ save
     def save(self, step: int, *, params, opt_state, rng: jax.Array, meta: dict[str, Any],
@@ -98,7 +99,7 @@ class Checkpointer:
         Raises CheckpointError when this save, or the previous one, cannot be written."""
         self.check()
         self._refuse_without_room(step)
-        state = {"params": params, "opt_state": opt_state, "rng": jax.random.key_data(rng)}
+        state = state_tree(params, opt_state, rng)
         best = None
         if metrics is not None and self.best_metric in metrics and np.isfinite(metrics[self.best_metric]):
             best = {self.best_metric: float(metrics[self.best_metric])}
@@ -174,8 +175,7 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint under {self.directory}: nothing to restore")
-        target = {"params": params, "opt_state": opt_state, "rng": jax.random.key_data(rng)}
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_tree(params, opt_state, rng))
         out = self._manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         state = out["state"]

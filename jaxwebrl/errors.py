@@ -1,5 +1,9 @@
 """Errors that end a run for a reason the user or the machine caused (not a bug): str() is one line that says what
-happened and how to fix it; launch/train.py prints it without a traceback and exits non-zero."""
+happened and how to fix it; launch/train.py prints it without a traceback and exits non-zero.
+
+A leaf module (it imports nothing from jaxwebrl), so every layer raises the same errors: the checkpoint package
+raises `CheckpointError`, the trainer `TrainingDiverged`, the run supervisor `WorkdirError`.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,46 @@
+"""A run's ring buffer from its config: where it lives and the shapes every writer and reader agree on.
+
+    buffer = open_or_create(config, workdir, vocab_size=V)   # the training run's WORKDIR/buffer (or buffer.path)
+    buffer = create_sized(config, path, episodes=N)          # a private buffer that holds N episodes (evaluation)
+
+The shapes come from the config alone: `buffer.max_seq_len` tokens a step row, screenshots of
+`env.screenshot_height` x `env.screenshot_width`, `env.prompt_window + 1` images a step.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.buffer.schema import META_KEY
+
+
+def path_for(config, workdir: str) -> str:
+    """`buffer.path`, or WORKDIR/buffer."""
+    return config.buffer.path or os.path.join(workdir, "buffer")
+
+
+def shapes(config) -> dict:
+    """The `RingBuffer.create` shape arguments a run config implies (see the module docstring)."""
+    e = config.env
+    return {"max_seq_len": config.buffer.max_seq_len,
+            "screenshot_shape": (e.screenshot_height, e.screenshot_width, 3),
+            "max_images_per_step": e.prompt_window + 1}
+
+
+def open_or_create(config, workdir: str, vocab_size: int = 0) -> RingBuffer:
+    """Open the run's buffer when it exists, else create it with `buffer.capacity_steps`; `vocab_size` (the
+    policy's) makes every writer refuse token ids outside the vocabulary."""
+    path = path_for(config, workdir)
+    if os.path.isfile(os.path.join(path, META_KEY)):
+        return RingBuffer.open(path)
+    return RingBuffer.create(path, capacity_steps=config.buffer.capacity_steps, vocab_size=vocab_size,
+                             **shapes(config))
+
+
+def create_sized(config, path: str, episodes: int) -> RingBuffer:
+    """A new buffer at `path` that holds `episodes` whole episodes of at most `env.max_episode_steps` steps
+    (at least 3, the toy's horizon) without overwriting any."""
+    steps = episodes * max(int(config.env.max_episode_steps), 3) + 16
+    return RingBuffer.create(path, capacity_steps=steps, capacity_screenshots=steps,
+                             log_capacity=max(64, 2 * episodes), **shapes(config))

@@ -1,0 +1,125 @@
+"""The Orbax layouts of jaxwebrl, in one place, and their readers and writers.
+
+A training checkpoint (written by `Checkpointer`, a run's `WORKDIR/checkpoints/`):
+
+    <dir>/<step>/state     Orbax pytree {"params", "opt_state", "rng": key data}
+    <dir>/<step>/meta      JSON: step, policy_version, buffer_cursor, consumed_episode_ids (no pickle)
+
+A standalone params checkpoint (written by `save_params`: launch/sft.py, launch/export.py --params_out):
+
+    DIR/params                 one Orbax pytree of the params (plain Orbax restores it:
+                               `ocp.StandardCheckpointer().restore(DIR + "/params")`)
+    DIR/jaxwebrl_params.json   provenance: step, policy_version, source, ...
+
+    steps = checkpoint_steps(dir)                         # [1, 2, ...] steps with a state item
+    params, meta = restore_params(dir, template, step=None)   # params only, into `template`'s structure and dtypes
+    save_params(params, out_dir, info); params, info = load_params(out_dir, template)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import orbax.checkpoint as ocp
+
+ITEMS = ("state", "meta")               # the items of every training checkpoint step
+PARAMS_INFO = "jaxwebrl_params.json"    # provenance file inside a standalone params checkpoint
+PARAMS_DIR = "params"
+
+
+def state_tree(params, opt_state, rng: jax.Array) -> dict:
+    """The pytree a training checkpoint's `state` item holds (the RNG as key data: Orbax stores plain arrays)."""
+    return {"params": params, "opt_state": opt_state, "rng": jax.random.key_data(rng)}
+
+
+def checkpoint_steps(checkpoint_dir: str) -> list[int]:
+    """Steps under `checkpoint_dir` that hold a `state` item, ascending."""
+    return sorted(int(n) for n in os.listdir(checkpoint_dir)
+                  if n.isdigit() and os.path.isdir(os.path.join(checkpoint_dir, n, "state")))
+
+
+def training_checkpoint_dir(path: str) -> str | None:
+    """`path` if it is a training checkpoint directory, `path/checkpoints` for a workdir, else None."""
+    for candidate in (path, os.path.join(path, "checkpoints")):
+        if os.path.isdir(candidate) and checkpoint_steps(candidate):
+            return candidate
+    return None
+
+
+def is_params_checkpoint(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, PARAMS_INFO))
+
+
+def holds_params(path: str) -> bool:
+    """A params checkpoint, a training workdir or its checkpoints/ dir."""
+    return is_params_checkpoint(path) or training_checkpoint_dir(path) is not None
+
+
+def restore_params(checkpoint_dir: str, template, *, step: int | None = None):
+    """Params of training checkpoint `step` (default: latest) in the structure and dtypes of `template` (arrays
+    or ShapeDtypeStructs); the optimizer state stays on disk. Returns `(params, meta)`."""
+    steps = checkpoint_steps(checkpoint_dir)
+    if not steps:
+        raise FileNotFoundError(f"no training checkpoint under {checkpoint_dir} (expected <dir>/<step>/state, as "
+                                f"written by jaxwebrl.checkpoint.checkpointer)")
+    step = steps[-1] if step is None else int(step)
+    if step not in steps:
+        raise FileNotFoundError(f"checkpoint step {step} not in {checkpoint_dir}: available steps {steps}")
+    abstract = {"params": jax.tree.map(ocp.utils.to_shape_dtype_struct, template)}
+    manager = ocp.CheckpointManager(checkpoint_dir, item_names=ITEMS,
+                                    options=ocp.CheckpointManagerOptions(read_only=True))
+    try:
+        out = manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(item=abstract,
+                                         restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
+                                         partial_restore=True),
+            meta=ocp.args.JsonRestore()))
+    except (ValueError, KeyError) as err:
+        raise ValueError(f"{checkpoint_dir}/{step} does not hold params of this model ({err}); pass the "
+                         f"--config the run was trained with") from err
+    finally:
+        manager.close()
+    return out["state"]["params"], dict(out["meta"])
+
+
+def save_params(params, out_dir: str, info: dict) -> None:
+    """Write `params` as a standalone Orbax checkpoint `out_dir/params` plus the provenance JSON `info`."""
+    target = os.path.join(os.path.abspath(out_dir), PARAMS_DIR)
+    if os.path.exists(target):
+        raise FileExistsError(f"{target} exists: choose a new --params_out directory (exports never overwrite)")
+    os.makedirs(out_dir, exist_ok=True)
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(target, params)
+        checkpointer.wait_until_finished()
+    with open(os.path.join(out_dir, PARAMS_INFO), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2, sort_keys=True)
+
+
+def load_params(path: str, template):
+    """Params of a standalone params checkpoint in the structure of `template`. Returns `(params, info)` with info
+    the provenance JSON written next to them."""
+    if not is_params_checkpoint(path):
+        raise FileNotFoundError(f"{path} is not a params checkpoint (no {PARAMS_INFO}); write one with "
+                                f"launch/export.py --params_out")
+    with open(os.path.join(path, PARAMS_INFO), encoding="utf-8") as f:
+        info = json.load(f)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+    with ocp.StandardCheckpointer() as checkpointer:
+        params = checkpointer.restore(os.path.join(path, PARAMS_DIR), abstract)
+    return params, info
+
+
+def params_of(source: str, template, *, step: int | None = None) -> tuple[object, dict]:
+    """(params, provenance) of a training checkpoint dir / workdir (step `step`, default latest) or a standalone
+    params checkpoint, in `template`'s structure. FileNotFoundError naming `source` when it holds neither."""
+    checkpoint_dir = training_checkpoint_dir(source)
+    if checkpoint_dir is not None:
+        params, meta = restore_params(checkpoint_dir, template, step=step)
+        return params, {"source": checkpoint_dir, "step": meta.get("step"), "policy_version": meta.get("policy_version")}
+    if is_params_checkpoint(source):
+        params, info = load_params(source, template)
+        return params, {"source": source, "step": info.get("step"), "policy_version": info.get("policy_version")}
+    raise FileNotFoundError(f"{source} holds neither a training checkpoint (<step>/state) nor a params checkpoint "
+                            f"({PARAMS_INFO})")

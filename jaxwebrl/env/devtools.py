@@ -1,0 +1,122 @@
+"""DevTools I/O of a `Browser`: every WebDriver/CDP call guarded, pixels out, input in (the `Browser`'s mixin).
+
+Screenshots use CDP `Page.captureScreenshot` (clipped, no WebDriver round trip for the element), input uses CDP
+`Input.dispatchMouseEvent` / `Input.insertText` / `Input.dispatchKeyEvent`; coordinates are CSS pixels of the
+viewport the browser pinned. Every WebDriver/CDP failure surfaces as `BrowserCrashed` or `EnvTimeout` (both
+`EnvFailure`) and marks the browser broken (its `restart()`, or the env's next reset, starts a fresh one).
+
+The mixin uses the Browser's `driver`, `broken` and `busy_s` (seconds inside browser calls), and its
+`close_popups()` (navigation.py) before a capture.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from PIL import Image
+
+from jaxwebrl.env.base import BrowserCrashed, EnvTimeout
+from jaxwebrl.env.keys import key_events
+
+# After an input action: two animation frames (wheel scrolls and layout land), at most 150 ms where frames stall.
+SETTLE_JS = "new Promise(r => { requestAnimationFrame(() => requestAnimationFrame(r)); setTimeout(r, 150); })"
+
+
+class DevToolsIO:
+    """Guarded WebDriver/CDP calls, screenshots and input (see the module docstring)."""
+
+    driver: Any
+    broken: bool
+    busy_s: float
+
+    def _guard(self, what: str, fn: Callable, *args, **kwargs):
+        """Run a WebDriver call; map every driver/browser failure to EnvFailure and mark the browser broken."""
+        if self.driver is None or self.broken:
+            raise BrowserCrashed(f"browser is not running (call restart()) before {what}")
+        from selenium.common.exceptions import TimeoutException, WebDriverException  # deferred: Selenium is heavy
+
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        except TimeoutException as exc:
+            self.broken = True
+            raise EnvTimeout(f"{what}: browser timed out ({_first_line(exc)})") from exc
+        except WebDriverException as exc:
+            self.broken = True
+            raise BrowserCrashed(f"{what}: {_first_line(exc)}") from exc
+        except Exception as exc:  # urllib3/socket errors: chromedriver is gone or hung
+            self.broken = True
+            text = f"{type(exc).__name__}: {_first_line(exc)}"
+            if "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
+                raise EnvTimeout(f"{what}: chromedriver did not answer ({text})") from exc
+            raise BrowserCrashed(f"{what}: chromedriver unreachable ({text})") from exc
+        finally:
+            self.busy_s += time.perf_counter() - t0
+
+    def _cdp(self, cmd: str, params: dict | None = None) -> dict:
+        return self._guard(cmd, self.driver.execute_cdp_cmd, cmd, params or {})
+
+    def run_js(self, script: str, *args) -> Any:
+        """Run JavaScript in the page (`return ...` to get a value)."""
+        return self._guard("execute_script", self.driver.execute_script, script, *args)
+
+    def current_url(self) -> str:
+        return self._guard("current_url", lambda: self.driver.current_url)
+
+    def go_back(self) -> None:
+        self._guard("back", self.driver.back)
+
+    def settle(self) -> None:
+        """Let the page apply an input action before anything reads its state: CDP input calls return once the
+        event is dispatched, while scrolling, new tabs and layout complete on later frames."""
+        self._cdp("Runtime.evaluate", {"expression": SETTLE_JS, "awaitPromise": True})
+
+    # ---- pixels -----------------------------------------------------------------------------------------
+    def screenshot(self, clip: tuple[int, int, int, int] | None = None,
+                   size: tuple[int, int] | None = None) -> np.ndarray:
+        """uint8 [H, W, 3] RGB of the viewport, or of clip=(x, y, width, height); resized to size=(W, H)."""
+        self.close_popups()  # a tab in front of the task's would stall the capture
+        params: dict[str, Any] = {"format": "png", "captureBeyondViewport": False, "optimizeForSpeed": True}
+        if clip is not None:
+            x, y, w, h = clip
+            params["clip"] = {"x": x, "y": y, "width": w, "height": h, "scale": 1}
+        data = self._cdp("Page.captureScreenshot", params)["data"]
+        image = Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+        if size is not None and image.size != tuple(size):
+            image = image.resize(tuple(size), Image.BILINEAR)
+        return np.asarray(image, dtype=np.uint8)
+
+    # ---- input (CSS pixels) -----------------------------------------------------------------------------
+    def click(self, x: float, y: float, clicks: int = 1) -> None:
+        self._mouse("mouseMoved", x, y)
+        for count in range(1, clicks + 1):
+            self._mouse("mousePressed", x, y, button="left", clickCount=count)
+            self._mouse("mouseReleased", x, y, button="left", clickCount=count)
+
+    def _mouse(self, kind: str, x: float, y: float, **extra) -> None:
+        self._cdp("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, **extra})
+
+    def type_text(self, text: str) -> None:
+        """Insert text at the focused element; "\\n" presses Enter."""
+        for i, chunk in enumerate(text.split("\n")):
+            if i:
+                self.press_keys(("Enter",))
+            if chunk:
+                self._cdp("Input.insertText", {"text": chunk})
+
+    def press_keys(self, keys: Sequence[str]) -> None:
+        """Press keys together, e.g. ("ctrl", "a") or ("Enter",). ValueError names an unknown key."""
+        for event in key_events(keys):
+            self._cdp("Input.dispatchKeyEvent", event)
+
+    def scroll(self, x: float, y: float, dx: float, dy: float) -> None:
+        self._mouse("mouseWheel", x, y, deltaX=dx, deltaY=dy)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+    return str(text).strip().splitlines()[0][:300] if str(text).strip() else type(exc).__name__

@@ -1,0 +1,157 @@
+"""Env specs: the names a run config's `env.tasks` lists, checked before anything starts and built in a worker.
+
+    "toy"               the browser-free toy task (`jaxwebrl.env.toy`)
+    "miniwob/<task>"    a bundled MiniWoB++ task in headless Chromium; "miniwob" alone in `env.tasks`: all of them
+    a JSON task spec    a dict, JSON text or a path to a .json file (`jaxwebrl.env.task_spec`)
+    a registered name   a Python environment class registered with `register_env` (an extension module, see
+                        `jaxwebrl.extensions`), e.g. "counter"
+
+    specs = env_specs("toy,miniwob/click-test")     # a config's env.tasks as a list of specs
+    check_env_spec(spec)                             # validated only: no browser starts, no evaluator is imported
+    env = make_env(spec, screenshot_size=(W, H), max_steps=N)
+
+Registering an environment (from outside the package):
+
+    register_env("counter", CounterEnv, action_texts=("click(250, 500)", "click(750, 500)"))
+
+`CounterEnv(screenshot_size=(W, H), max_steps=N)` must give an object with the `jaxwebrl.env.base.Env` interface
+(`task_id`, `max_steps`, `reset(seed) -> Observation`, `step(action) -> StepResult`, `close()`); `action_texts`
+is what a policy decoding under the action grammar may emit in it (`jaxwebrl.env.action_space`; None: the click
+grid of a browser page); `needs_browser=True` makes config validation check that Chromium is installed;
+`takes_max_steps=False` for an env with a fixed horizon of its own (`make_env` then leaves `max_steps` out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable, Mapping
+
+from jaxwebrl.env import toy
+from jaxwebrl.env.base import Env
+from jaxwebrl.env.miniwob_tasks import available_tasks
+from jaxwebrl.env.task_spec import TaskSpecError, WebTaskSpec, load_spec_file
+
+MINIWOB_PREFIX = "miniwob/"
+ALL_MINIWOB = "miniwob"   # in env.tasks: every bundled MiniWoB++ task
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvEntry:
+    """A registered environment (see the module docstring): `factory(**options) -> Env`."""
+
+    factory: Callable[..., Env]
+    action_texts: tuple[str, ...] | None = None
+    needs_browser: bool = False
+    takes_max_steps: bool = True
+
+
+_REGISTRY: dict[str, EnvEntry] = {}
+
+
+def register_env(name: str, factory: Callable[..., Env], *, action_texts=None, needs_browser: bool = False,
+                 takes_max_steps: bool = True) -> None:
+    """Make `name` an env spec every run config can list in `env.tasks` (see the module docstring). Registering
+    the same factory again is a no-op; another factory under a taken name is a ValueError."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or "," in name:
+        raise ValueError(f"env name {name!r}: give a non-empty name without commas or surrounding spaces")
+    if name == ALL_MINIWOB or name.startswith(MINIWOB_PREFIX) or name.endswith(".json") or name.startswith("{"):
+        raise ValueError(f"env name {name!r} looks like a MiniWoB++ task or a JSON task spec: choose another name")
+    if not callable(factory):
+        raise TypeError(f"register_env({name!r}, ...): the factory must be callable (an Env class), "
+                        f"got {type(factory).__name__}")
+    entry = EnvEntry(factory, None if action_texts is None else tuple(action_texts), bool(needs_browser),
+                     bool(takes_max_steps))
+    if entry.action_texts is not None and (not entry.action_texts
+                                           or not all(isinstance(t, str) and t for t in entry.action_texts)):
+        raise ValueError(f"register_env({name!r}, ...): action_texts must be non-empty strings (or None)")
+    if _REGISTRY.get(name, entry) != entry:
+        raise ValueError(f"env name {name!r} is already registered to {_REGISTRY[name].factory!r}: choose another name")
+    _REGISTRY[name] = entry
+
+
+def registered_entry(spec: Any) -> EnvEntry | None:
+    """The registry entry of `spec` when it names a registered env, else None."""
+    return _REGISTRY.get(spec.strip()) if isinstance(spec, str) else None
+
+
+def registered_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+register_env("toy", toy.ToyEnv, action_texts=toy.ACTION_TEXTS, takes_max_steps=False)
+
+
+def env_specs(tasks: str) -> list[str]:
+    """A config's `env.tasks` (comma-separated specs) as a list; "miniwob" alone expands to every bundled task."""
+    out: list[str] = []
+    for spec in (s.strip() for s in str(tasks).split(",")):
+        if spec == ALL_MINIWOB:
+            out.extend(MINIWOB_PREFIX + name for name in available_tasks())
+        elif spec:
+            out.append(spec)
+    return out
+
+
+def needs_browser(specs) -> bool:
+    """Whether any of `specs` plays in Chromium (MiniWoB++ and JSON web tasks do; registered envs say so)."""
+    for spec in specs:
+        entry = registered_entry(spec)
+        if entry is None or entry.needs_browser:
+            return True
+    return False
+
+
+def check_env_spec(spec: Any) -> Any:
+    """Validate an env spec without building anything (no browser starts, no python evaluator is imported).
+
+    Returns the registered name ("toy", ...), "miniwob/<task>" or the `WebTaskSpec` of a JSON spec (dict, JSON
+    text, or .json path). Raises ValueError (a `TaskSpecError` for JSON specs) that names the problem and the fix,
+    TypeError for a spec that is neither str nor dict.
+    """
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text in _REGISTRY:
+            return text
+        if text.startswith(MINIWOB_PREFIX):
+            if text[len(MINIWOB_PREFIX):] not in available_tasks():
+                raise ValueError(f"unknown MiniWoB++ task {text!r}: see the miniwob package's html/miniwob/*.html")
+            return text
+        if text.startswith("{"):
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError) as err:
+                raise TaskSpecError(f"task spec (inline JSON text): not valid JSON ({err}): fix the text") from None
+            return WebTaskSpec.from_dict(data)
+        if text.endswith(".json"):
+            return load_spec_file(text)
+        registered = f", or a registered env ({', '.join(registered_names())})"
+        raise ValueError(f"unknown environment spec {spec!r}: use 'toy', 'miniwob/<task>' (e.g. 'miniwob/click-test'), "
+                         f"a JSON task spec, a path to a .json task file{registered}; an extension's env must be "
+                         f"imported first (config.extensions)")
+    if isinstance(spec, Mapping):
+        return WebTaskSpec.from_dict(dict(spec))
+    raise TypeError(f"environment spec must be a str or a dict, got {type(spec).__name__}")
+
+
+def make_env(spec: Any, **options) -> Env:
+    """Build the environment `spec` names (validated by `check_env_spec` first).
+
+    options: passed to the environment's constructor: `screenshot_size` (W, H), `max_steps` (left out for an env
+    with a fixed horizon), `browser` (a shared Browser, MiniWoB++ and JSON web tasks only).
+    """
+    checked = check_env_spec(spec)
+    entry = registered_entry(checked)
+    if entry is not None:
+        options.pop("browser", None)
+        if not entry.takes_max_steps:
+            options.pop("max_steps", None)
+        return entry.factory(**options)
+    # Browser envs import Selenium: deferred (heavy), so browser-free runs and tools never load it.
+    if isinstance(checked, str):
+        from jaxwebrl.env.miniwob import MiniWobEnv
+
+        return MiniWobEnv(checked[len(MINIWOB_PREFIX):], **options)
+    from jaxwebrl.env.webtask import WebTaskEnv
+
+    return WebTaskEnv(checked, **options)

@@ -1,0 +1,38 @@
+"""A rollout worker pool's JSON spec from a run config: what crosses into worker processes and Ray actors.
+
+    spec = worker_spec(config, buffer_path=DIR, address="tcp://...", token=TOKEN, stats_dir=DIR)
+    WorkerPool(spec, num_workers)                           # or RayWorkerPool, or launch/rollout.py on a node
+    fields = worker_fields(config)                          # the WorkerConfig fields alone (evaluation, SFT)
+
+The trainer, the evaluator, the supervised warm start and hand-started nodes all derive the workers' settings
+(tasks, group size, screenshot size, horizon, prompt, sampling) from the same recipe here, so they agree by
+construction. `extensions` (the config's extension modules) are imported by every worker before it builds its
+environments.
+"""
+
+from __future__ import annotations
+
+from jaxwebrl.env.registry import env_specs
+from jaxwebrl.extensions import extension_names
+
+
+def worker_fields(config) -> dict:
+    """The `WorkerConfig` fields a run config implies (JSON-able)."""
+    e, m = config.env, config.model
+    prompt = {"window": e.prompt_window, "action_style": e.action_style}
+    if e.system_prompt is not None:
+        prompt["system_prompt"] = e.system_prompt
+    return {"tasks": env_specs(e.tasks), "group_size": e.group_size,
+            "env_options": {"screenshot_size": [e.screenshot_width, e.screenshot_height],   # (W, H)
+                            "max_steps": e.max_episode_steps},
+            "step_timeout_s": e.step_timeout_s, "max_new_tokens": m.max_new_tokens,
+            "temperature": m.temperature, "top_p": m.top_p, "prompt": prompt, "seed": config.seed}
+
+
+def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir: str | None) -> dict:
+    """The JSON spec of the rollout worker pool for this config (`jaxwebrl.rollout.pool`)."""
+    return {"worker": worker_fields(config),
+            "policy": {"kind": "remote", "address": address, "token": token},
+            "buffer": {"path": buffer_path},
+            "stats_dir": stats_dir,
+            "extensions": list(extension_names(config.get("extensions")))}

@@ -1,0 +1,134 @@
+"""What runs inside one rollout worker process (or Ray actor, or hand-started node): a worker built from the pool's
+JSON spec, serving until it is told to stop, its failure reported in one line.
+
+    worker, client = build_worker(spec, worker_id)           # the one way a spec becomes a RolloutWorker
+    serve_worker(spec, worker_id, report_path=PATH)           # play until SIGTERM; exit codes below
+    worker_process_main(spec_json, worker_id, ...)            # WorkerPool's process target: own group, dies with it
+
+Exit codes: EXIT_FATAL (a bad configuration, a refused token, a buffer that keeps refusing episodes: restarting
+cannot help) and EXIT_CRASH (anything else: the pool restarts it unless it keeps failing the same way). Either way
+the error goes to the report file as one line first, for the pool to quote.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.env.chromium import set_parent_death_signal
+from jaxwebrl.errors import one_line
+from jaxwebrl.extensions import import_extensions
+from jaxwebrl.rollout.client import InProcessClient, PolicyClient
+from jaxwebrl.rollout.scripted import ScriptedBackend
+from jaxwebrl.rollout.transport import TransportAuthError
+from jaxwebrl.rollout.worker import BufferUnusable, RolloutWorker, WorkerConfig
+
+EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
+EXIT_CRASH = 1   # an unexpected error: restarted, unless it keeps being the same one
+
+log = logging.getLogger(__name__)
+
+
+def build_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0):
+    """(RolloutWorker, client) from a pool spec, in this process; also used by Ray actors and launch/rollout.py.
+    The spec's extension modules are imported first (they may register the envs its tasks name)."""
+    import_extensions(spec.get("extensions"))
+    config = WorkerConfig.from_dict(dict(spec["worker"], seed=int(spec["worker"].get("seed", 0)) * 1000003
+                                         + incarnation))
+    buffer = RingBuffer.open(spec["buffer"]["path"])
+    policy = dict(spec["policy"])
+    kind = policy.pop("kind")
+    if kind == "remote":
+        client = PolicyClient(policy["address"], token=policy["token"], timeout_s=policy.get("timeout_s", 600.0))
+    else:
+        client = InProcessClient(ScriptedBackend.from_config(policy, fetch_image=buffer.screenshots.get))
+    return RolloutWorker(config, client, buffer, worker_id=worker_id), client
+
+
+def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent_pid: int,
+                        report_path: str | None = None) -> None:
+    """Entry point of a worker process: own process group, die with the parent, close browsers on SIGTERM."""
+    os.setsid()
+    set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(0)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s worker-{worker_id} %(levelname)s %(name)s: %(message)s")
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    serve_worker(json.loads(spec_json), worker_id, incarnation, report_path=report_path)
+
+
+def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, report_path: str | None = None) -> None:
+    """Run one worker of a pool spec in this process until SIGTERM/SystemExit (also for hand-started workers,
+    e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration, a refused token or a
+    buffer that keeps refusing its episodes (disk full), with EXIT_CRASH on any other error; either way the error
+    goes to `report_path` as one line first."""
+    worker = client = None
+
+    def stop(code: int, exc: BaseException, what: str) -> None:
+        line = one_line(exc, limit=1000)
+        log.error("worker %d %s: %s", worker_id, what, line, exc_info=code == EXIT_CRASH)
+        write_report(report_path, line)
+        close_quietly(worker, client)
+        os._exit(code)
+
+    try:
+        try:
+            worker, client = build_worker(spec, worker_id, incarnation)
+        except (ValueError, OSError) as exc:  # bad configuration, missing buffer or extension: restarting cannot help
+            stop(EXIT_FATAL, exc, "cannot start")
+        stats_dir = spec.get("stats_dir")
+        while True:
+            worker.run(max_groups=1)
+            if stats_dir:
+                try:
+                    write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
+                except OSError as exc:  # a full disk costs the stats file, not the worker
+                    log.warning("worker %d: stats not written: %s", worker_id, exc)
+    except (TransportAuthError, BufferUnusable) as exc:
+        stop(EXIT_FATAL, exc, "stops for good")
+    except Exception as exc:  # noqa: BLE001 - reported in one line; the pool decides whether to restart
+        stop(EXIT_CRASH, exc, "failed")
+    finally:
+        close_quietly(worker, client)
+
+
+def write_report(path: str | None, line: str) -> None:
+    """Leave the one-line failure at `path` for the pool (atomically; a write that fails is skipped)."""
+    if not path:
+        return
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(line)
+        os.replace(path + ".tmp", path)
+    except OSError:  # the report is a courtesy: the exit code still tells the pool
+        pass
+
+
+def close_quietly(worker, client) -> None:
+    for thing in (worker, client):
+        if thing is not None:
+            try:
+                thing.close()
+            except Exception:  # shutting down: nothing left to protect
+                pass
+
+
+def write_stats(stats_dir: str, worker_id: int, incarnation: int, stats: dict) -> None:
+    """The worker's counters as `stats_dir/worker_<id>.json` (replaced atomically after every group)."""
+    os.makedirs(stats_dir, exist_ok=True)
+    path = os.path.join(stats_dir, f"worker_{worker_id}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(dict(stats, worker_id=worker_id, incarnation=incarnation, pid=os.getpid()), f)
+    os.replace(path + ".tmp", path)

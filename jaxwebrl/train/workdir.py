@@ -1,0 +1,61 @@
+"""A run's workdir: proved writable before anything starts, held by one run at a time, private to its owner.
+
+    check_workdir(workdir)           # creates it (0700) or raises WorkdirError naming the path and the fix
+    with workdir_lock(workdir): ...  # a second run on the same workdir is one WorkdirError line
+    os.umask(RUN_UMASK)              # files 0600, directories 0700 (workers and their browsers inherit it)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+
+from jaxwebrl.errors import WorkdirError
+
+RUN_UMASK = 0o077   # files a run creates (checkpoints, buffer, metrics, logs) are 0600, its directories 0700
+
+
+def check_workdir(workdir: str) -> None:
+    """Creates WORKDIR (0700) and proves it writable, or raises WorkdirError naming the path and the fix."""
+    try:
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        probe = os.path.join(workdir, f".write-test-{os.getpid()}")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.unlink(probe)
+    except OSError as err:
+        where = err.filename or workdir
+        if err.errno == errno.EROFS:
+            fix = "it is on a read-only filesystem: pass a --workdir on a writable disk (or remount it rw)"
+        elif err.errno in (errno.EACCES, errno.EPERM):
+            fix = f"this user may not write there: pass another --workdir or fix its permissions (chmod u+w {where})"
+        elif err.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = "the disk is full: free space or pass a --workdir on another disk"
+        else:
+            fix = "pass a --workdir this user can create and write"
+        raise WorkdirError(f"workdir {workdir} is not writable ({err.strerror or err}: {where}); {fix}") from None
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str):
+    """Holds an exclusive lock on WORKDIR/train.lock while the block runs: a second run on the same workdir would
+    append to the same buffer and write the same checkpoints. The kernel drops the lock when its process dies,
+    so a killed run never blocks its own resumption."""
+    path = os.path.join(workdir, "train.lock")
+    with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o600), "r+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            raise WorkdirError(f"workdir {workdir} is in use by another training run (pid {holder}): stop that run "
+                               "or pass another --workdir") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,42 @@
+"""Whole groups filtered and batched: env-failed and stale episodes excluded and counted, uniform groups dropped."""
+
+import numpy as np
+
+from jaxwebrl.train.gatherer import BatchGatherer, staleness
+
+
+def episode(episode_id, group_id, reward, *, version=1, env_failed=False, steps=2):
+    """A buffer episode as `RingBuffer.read` returns it (`min_version`: its oldest policy-token version)."""
+    return {
+        "episode_id": episode_id, "group_id": np.int64(group_id), "reward": np.float32(reward),
+        "env_failed": np.full(steps, env_failed), "min_version": version,
+        "loss_mask": [np.array([0, 0, 1, 1], np.int8)] * steps,
+        "versions": [np.array([-1, -1, version, version + 1], np.int32)] * steps,
+    }
+
+
+def test_staleness_is_versions_behind_the_oldest_policy_token():
+    assert staleness(episode(0, 0, 1.0, version=3), 5) == 2 and staleness(episode(0, 0, 1.0), 1) == 0
+
+
+def test_groups_filtered_and_batched_whole():
+    g = BatchGatherer(consumer_batch_size=6, max_head_offpolicyness=1)
+    g.add_groups([[episode(0, 10, 1), episode(1, 10, 0), episode(3, 10, 0), episode(4, 10, 1, env_failed=True)]])
+    g.add_groups([[episode(2, 11, 1), episode(5, 11, 1), episode(6, 11, 1), episode(7, 11, 1)]])   # uniform
+    g.add_groups([[episode(8 + i, 12, r, version=0) for i, r in enumerate([0, 1, 0, 1])],          # stale at 2
+                  [episode(12 + i, 13, r, version=5) for i, r in enumerate([0, 1, 0, 1])]])
+    assert g.pending_episode_ids() == list(range(16)) and g.counts.episodes_seen == 16
+    batch = g.pop_batch(current_version=2)          # group 12 (oldest version 0 < 2 - 1) is stale: dropped
+    assert sorted(e["episode_id"] for e in batch) == [0, 1, 3, 12, 13, 14, 15]
+    c = g.counts
+    assert (c.env_failed, c.dropped_uniform_groups, c.dropped_stale, c.groups_accepted) == (1, 1, 4, 2)
+    assert c.successes_seen == 1 + 4 + 2 + 2        # env-failed successes never count
+    assert g.pending_episode_ids() == [] and g.pop_batch(current_version=2) is None
+
+
+def test_too_few_keeps_groups_for_next_time():
+    g = BatchGatherer(consumer_batch_size=4, max_head_offpolicyness=2, dynamic_sampling=False)
+    g.add_groups([[episode(0, 1, 1), episode(1, 1, 1)]])
+    assert g.pop_batch(0) is None and g.ready_trajectories() == 2
+    g.add_groups([[episode(2, 2, 0), episode(3, 2, 0)]])
+    assert [e["episode_id"] for e in g.pop_batch(0)] == [0, 1, 2, 3]
