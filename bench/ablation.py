@@ -16,8 +16,6 @@ import argparse
 import json
 import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from learning_run import curve, eval_cmd, eval_summary, run  # noqa: E402
 
 RECIPES = ("constT10", "grpo", "raftpp")

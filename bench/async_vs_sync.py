@@ -11,13 +11,11 @@ async/sync trajectories-per-hour ratio.
 import argparse
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 
 def measure(mode: str, args, root: str, max_steps: int = 10**6) -> dict:

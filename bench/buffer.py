@@ -19,13 +19,10 @@ import json
 import multiprocessing
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxwebrl.buffer.ring import RingBuffer  # noqa: E402
 from jaxwebrl.buffer.batching import episodes_to_rows, gather_screenshots, pad_batch  # noqa: E402

@@ -30,7 +30,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child(seconds: float, worker_id: int, unthrottled_frames: bool) -> None:
-    sys.path.insert(0, ROOT)
     from jaxwebrl.env.browser import Browser
     from jaxwebrl.env.chromium import BrowserConfig
     from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv

@@ -32,7 +32,6 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -156,7 +155,6 @@ def bench_train_step(batch: int, length: int, repeats: int) -> tuple[dict, tuple
 
 _LOAD_CHILD = r"""
 import os, sys, json, threading, time, psutil
-sys.path.insert(0, sys.argv[2])
 import jax
 from jaxwebrl.models import hf_io
 jax.block_until_ready(jax.numpy.zeros(1))

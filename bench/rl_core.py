@@ -20,7 +20,7 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))   # tests/ holds the NumPy reference (tests is not an installed package)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

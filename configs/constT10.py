@@ -14,12 +14,13 @@ Paper scale (TPU/GPU host, local HF checkpoint directory):
       --config.model.checkpoint=/models/Qwen3-VL-8B-Instruct
 """
 
-from configs.common import base_config
+from configs import base
 
 
 def get_config(arg=None):
-    c = base_config(arg)  # the base is this recipe; say here what makes it constT10
+    c = base.config()
+    base.SCALES[base.variant(arg)](c)     # the scale the variant names (configs/base.py)
     c.actor.loss = "ppo"
     c.actor.estimator = "grpo"                 # group mean and population std (reward_norm group/group)
-    c.actor.step_adv_const_length = 10.0
+    c.actor.step_adv_const_length = 10.0       # k of 1/k, the constant step normaliser (the one recipe that sets it)
     return c

@@ -9,11 +9,12 @@ Paper scale (TPU/GPU host, local HF checkpoint directory):
       --config.model.checkpoint=/models/Qwen3-VL-8B-Instruct
 """
 
-from configs.common import base_config
+from configs import base
 
 
 def get_config(arg=None):
-    c = base_config(arg)
+    c = base.config()
+    base.SCALES[base.variant(arg)](c)     # the scale the variant names (configs/base.py)
     c.actor.estimator = "grpo"                    # group mean and std (reward_norm group/group)
     c.actor.loss = "dapo"
     c.actor.eps_clip_higher = 0.28
@@ -21,5 +22,4 @@ def get_config(arg=None):
     c.actor.overlong_tokens = 4
     c.actor.overlong_penalty_factor = 1.0
     c.train.dynamic_sampling = True
-    c.actor.step_adv_const_length = None
     return c

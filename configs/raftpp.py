@@ -12,15 +12,15 @@ Paper scale (TPU/GPU host, local HF checkpoint directory):
       --config.model.checkpoint=/models/Qwen3-VL-8B-Instruct
 """
 
-from configs.common import base_config
+from configs import base
 
 
 def get_config(arg=None):
-    c = base_config(arg)
+    c = base.config()
+    base.SCALES[base.variant(arg)](c)     # the scale the variant names (configs/base.py)
     c.actor.estimator = "success_filter"          # r̂ = 1 on success, 0 otherwise (reward_norm None/None)
     c.actor.loss = "fbc"
     c.actor.reward_norm.mean_level = None
     c.actor.reward_norm.std_level = None
-    c.actor.step_adv_const_length = None
     c.train.dynamic_sampling = False   # a group of all successes still teaches RAFT++
     return c

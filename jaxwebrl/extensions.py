@@ -6,7 +6,7 @@
 An extension module registers what the config then names (docs/interfaces.md, "Extending"):
 
     jaxwebrl.rl.losses.register_loss(name, fn, **defaults)            -> actor.loss = name
-    jaxwebrl.rl.advantages.register_estimator(name, fn, reward_norm=) -> actor.estimator = name
+    jaxwebrl.rl.estimators.register_estimator(name, fn, reward_norm=) -> actor.estimator = name
     jaxwebrl.env.registry.register_env(name, env_class, ...)          -> env.tasks = name
 
 Rollout workers are separate processes (spawned, or Ray actors): they get the module names in their JSON spec and

@@ -2,7 +2,7 @@ r"""Compile a recipe's real programs for a TPU slice on this machine, and say wh
 could run: `python launch/compile.py --config=configs/constT10.py:qwen3vl_8b --topology=v5p-8 [--config.a.b=v]`.
 
 Prints one JSON object per program (train_step, proximal_logprobs, prefill, decode, logprob_path; see
-`jaxwebrl/parallel/aot.py`): `hbm_bytes_per_device` {arguments, outputs, temporaries, total} from XLA against
+`jaxwebrl/train/aot.py`): `hbm_bytes_per_device` {arguments, outputs, temporaries, total} from XLA against
 `hbm_capacity_bytes`, `fits`, analytic `flops` and `model_flops` per chip, `predicted_step_s` (roofline at the
 chip's published bf16 peak and HBM bandwidth) and `predicted_mfu`, and `compile_s`. The config's own mesh
 (`distributed.mesh`; unset: data over hosts, fsdp over the rest) and partition rules are used; nothing is
@@ -22,14 +22,16 @@ import os
 import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")     # compile-only TPU devices need no backend; keep JAX on the CPU
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:  # configs/ import configs.common
-    sys.path.insert(0, _REPO)
 
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+# E402 below: nothing may import JAX before JAX_PLATFORMS is set
+from absl import app, flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. configs/constT10.py:qwen3vl_8b")
+from jaxwebrl import cli  # noqa: E402
+from jaxwebrl.models import presets  # noqa: E402
+from jaxwebrl.parallel import distributed, multihost  # noqa: E402
+from jaxwebrl.parallel.topology import CHIPS, TopologyError, topology_devices  # noqa: E402
+from jaxwebrl.train import aot  # noqa: E402
+
 _TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice, e.g. v5e-8, v5p-8, v6e-8, v5p-32")
 _PROGRAMS = flags.DEFINE_string("programs", "train_step,proximal_logprobs,prefill,decode,logprob_path",
                                 "comma-separated programs to compile")
@@ -66,8 +68,6 @@ def advice(report: dict, config, rows_per_chip: int) -> str:
 
 def find_fit(config, model_config, mesh, chip, topology, emit) -> dict:
     """Largest rows_per_chip (doubling) per max_seq_len (halving from the recipe's) whose train step fits."""
-    from jaxwebrl.parallel import aot
-
     found, seq = [], int(config.buffer.max_seq_len)
     while True:
         try:
@@ -96,29 +96,18 @@ def find_fit(config, model_config, mesh, chip, topology, emit) -> dict:
 
 
 def main(argv) -> int:
-    try:
-        flags.FLAGS(argv)
-        config = _CONFIG.value
-    except (flags.Error, ValueError, KeyError, TypeError, AttributeError, OSError, ImportError) as err:
-        print(f"config error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    if config is None or not _TOPOLOGY.value:
-        print("usage error: --config=configs/X.py:variant and --topology=v5p-8 are required", file=sys.stderr)
-        return 2
-    from jaxwebrl.models import presets
-    from jaxwebrl.parallel import aot, distributed, multihost
-    from jaxwebrl.parallel.topology import CHIPS, TopologyError, topology_devices
-
+    del argv
+    if not _TOPOLOGY.value:
+        cli.exit_with("usage error: --config=configs/X.py:variant and --topology=v5p-8 are required", 2)
+    config = cli.loaded_config(code=2)
     try:
         devices, topology = topology_devices(_TOPOLOGY.value)
     except TopologyError as err:
-        print(str(err), file=sys.stderr)
-        return 2
+        cli.exit_with(str(err), 2)
     programs = [p for p in _PROGRAMS.value.split(",") if p]
     unknown = [p for p in programs if p not in aot.PROGRAMS]
     if unknown:
-        print(f"usage error: unknown programs {unknown}: use some of {', '.join(aot.PROGRAMS)}", file=sys.stderr)
-        return 2
+        cli.exit_with(f"usage error: unknown programs {unknown}: use some of {', '.join(aot.PROGRAMS)}", 2)
     try:
         model_config = presets.shapes_config(config.model)
         hosts = len({d.process_index for d in devices})
@@ -126,8 +115,7 @@ def main(argv) -> int:
         mesh = distributed.process_mesh(sizes, devices)
         shapes = aot.RunShapes.of(config, model_config, mesh, rows_per_chip=_ROWS.value)
     except (ValueError, KeyError, FileNotFoundError) as err:
-        print(f"config error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+        cli.exit_with(f"config error: {' '.join(str(err).split())}", 2)
     chip = CHIPS[topology.chip]
     out = open(_OUT.value, "w", encoding="utf-8") if _OUT.value else None
 
@@ -154,4 +142,4 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    app.run(main, flags_parser=cli.flags_parser("config error", code=2))

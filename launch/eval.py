@@ -11,22 +11,18 @@ exported params or HF directory that policy.
 
 import json
 import os
-import sys
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:  # configs/ import configs.common
-    sys.path.insert(0, _REPO)
+from absl import app, flags
 
-from absl import app, flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+from jaxwebrl import cli
+from jaxwebrl.eval.seeds import EVAL_SEED_START
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "recipe, e.g. configs/constT10.py:toy")
 _POLICY = flags.DEFINE_string("policy", "initial", "'initial', a workdir, its checkpoints/ dir, a params or HF dir")
 _STEP = flags.DEFINE_integer("step", None, "training step of a checkpoint (default: the latest)")
 _OUT_DIR = flags.DEFINE_string("out_dir", None, "where eval.json and eval.md go")
 _TASKS = flags.DEFINE_string("tasks", None, "comma-separated env specs (default: the recipe's env.tasks)")
 _NUM_SEEDS = flags.DEFINE_integer("num_seeds", 4, "instances per task")
-_SEED_START = flags.DEFINE_integer("seed_start", 1_000_000, "first instance seed (held out from training)")
+_SEED_START = flags.DEFINE_integer("seed_start", EVAL_SEED_START, "first instance seed (held out from training)")
 _EPISODES = flags.DEFINE_integer("episodes_per_seed", 1, "episodes per instance")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 1, "rollout workers playing in parallel (one browser each)")
 _TEMPERATURE = flags.DEFINE_float("temperature", None, "sampling temperature (default: the recipe's; 0 = greedy)")
@@ -35,22 +31,23 @@ _TITLE = flags.DEFINE_string("title", None, "row name in the Markdown table (def
 
 def main(argv):
     del argv
-    if _CONFIG.value is None or not _OUT_DIR.value:
-        raise app.UsageError("--config and --out_dir are required, e.g. --config=configs/constT10.py:toy "
-                             "--policy=initial --out_dir=/tmp/eval_initial")
+    if not _OUT_DIR.value:
+        raise app.UsageError("--out_dir is required, e.g. --config=configs/constT10.py:toy --policy=initial "
+                             "--out_dir=/tmp/eval_initial")
     if _NUM_SEEDS.value < 1 or _EPISODES.value < 1 or _NUM_WORKERS.value < 1:
         raise app.UsageError("--num_seeds, --episodes_per_seed and --num_workers must be >= 1")
-    from jaxwebrl.eval.evaluate import evaluate  # imports JAX; only after the flags are known to be good
-    from jaxwebrl.eval.policies import load_policy
+    config = cli.loaded_config()
+    from jaxwebrl.checkpoint.policies import load_policy  # deferred: JAX starts once the flags are known to be good
+    from jaxwebrl.eval.evaluate import evaluate
 
     tasks = [t.strip() for t in _TASKS.value.split(",") if t.strip()] if _TASKS.value else None
     try:
-        policy, info = load_policy(_CONFIG.value, _POLICY.value, step=_STEP.value)
+        policy, info = load_policy(config, _POLICY.value, step=_STEP.value)
     except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(f"eval error: {err}") from None
+        cli.exit_with(f"eval error: {err}")
     seeds = range(_SEED_START.value, _SEED_START.value + _NUM_SEEDS.value)
     title = _TITLE.value or (_POLICY.value if _POLICY.value == "initial" else os.path.basename(_POLICY.value.rstrip("/")))
-    report = evaluate(_CONFIG.value, policy, tasks=tasks, seeds=seeds, episodes_per_seed=_EPISODES.value,
+    report = evaluate(config, policy, tasks=tasks, seeds=seeds, episodes_per_seed=_EPISODES.value,
                       num_workers=_NUM_WORKERS.value, temperature=_TEMPERATURE.value, out_dir=_OUT_DIR.value,
                       policy_info=info, title=title)
     with open(os.path.join(_OUT_DIR.value, "eval.md"), encoding="utf-8") as f:
@@ -59,4 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("config error"))

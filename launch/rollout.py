@@ -12,24 +12,23 @@ gs://bucket/run1/buffer). Give every node its own `--first_worker_id` range so w
 `--launcher=local` (default) runs the workers as supervised processes on this node (`WorkerPool`);
 `--launcher=ray` places them on a Ray cluster (`--ray_address`, e.g. auto or ray://head:10001). Runs until
 SIGINT/SIGTERM, then stops every worker and its browsers. Exits 78 when the workers stop for good (wrong token,
-bad configuration), 2 on a bad flag.
+bad configuration), 1 on a bad flag (one `rollout error:` line).
 """
 
+import logging
 import os
 import signal
-import sys
 import threading
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:  # configs/ import configs.common
-    sys.path.insert(0, _REPO)
+from absl import app, flags
 
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+from jaxwebrl import cli
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.rollout.pool import WorkerPool
+from jaxwebrl.rollout.ray_launcher import RayWorkerPool
+from jaxwebrl.rollout.spec import worker_spec
+from jaxwebrl.rollout.worker_process import EXIT_FATAL
 
-EXIT_FATAL = 78
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. configs/constT10.py[:variant] (the trainer's)")
 _SERVER = flags.DEFINE_string("server", None, "policy server transport address, e.g. tcp://10.0.0.1:5555")
 _TOKEN_FILE = flags.DEFINE_string("token_file", None, "file holding the shared token (default: $JAXWEBRL_TOKEN)")
 _BUFFER = flags.DEFINE_string("buffer", None, "ring buffer path or kvstore URL (default: the config's buffer.path)")
@@ -56,56 +55,40 @@ def read_token(token_file: str | None, environ=os.environ) -> str:
     return token
 
 
-def build_spec(argv: list[str]) -> tuple[dict, int]:
-    """(pool spec, number of workers) from the flags; every problem is a one-line SystemExit."""
-    try:
-        flags.FLAGS(argv)
-        config = _CONFIG.value
-    except (flags.Error, ValueError, KeyError, TypeError, AttributeError, OSError, ImportError) as err:
-        raise SystemExit(f"rollout error: {' '.join(str(err).split())}") from None
-    if config is None:
-        raise SystemExit("rollout error: --config is required (the trainer's recipe, e.g. configs/constT10.py:tiny)")
+def build_spec(config) -> tuple[dict, int]:
+    """(pool spec, number of workers) from the config and the flags; every problem is one `rollout error:` line."""
     server = _SERVER.value
     if not server or not server.startswith("tcp://") or server.rpartition(":")[2] in ("", "0"):
-        raise SystemExit(f"rollout error: --server={server!r}: give the policy server's address, "
-                         "e.g. --server=tcp://10.0.0.1:5555")
+        cli.exit_with(f"rollout error: --server={server!r}: give the policy server's address, "
+                      "e.g. --server=tcp://10.0.0.1:5555")
     buffer = _BUFFER.value or config.buffer.path
     if not buffer:
-        raise SystemExit("rollout error: --buffer is required (the trainer's ring buffer: shared path or "
-                         "kvstore URL such as gs://bucket/run1/buffer)")
-    from jaxwebrl.buffer.ring import RingBuffer
-
+        cli.exit_with("rollout error: --buffer is required (the trainer's ring buffer: shared path or "
+                      "kvstore URL such as gs://bucket/run1/buffer)")
     try:
         RingBuffer.open(buffer)
     except Exception as exc:  # noqa: BLE001 - any failure to open means the workers could not write
-        raise SystemExit(f"rollout error: --buffer={buffer}: cannot open the ring buffer ({exc}); start the "
-                         "trainer first (it creates the buffer) and give this node the same path or URL") from None
-    from jaxwebrl.train.supervisor import worker_spec
-
+        cli.exit_with(f"rollout error: --buffer={buffer}: cannot open the ring buffer ({exc}); start the "
+                      "trainer first (it creates the buffer) and give this node the same path or URL")
     spec = worker_spec(config, buffer_path=buffer, address=server, token=read_token(_TOKEN_FILE.value),
                        stats_dir=_STATS_DIR.value)
     num_workers = _NUM_WORKERS.value or config.rollout.num_workers
     if num_workers < 1:
-        raise SystemExit(f"rollout error: --num_workers={num_workers}: need at least 1")
+        cli.exit_with(f"rollout error: --num_workers={num_workers}: need at least 1")
     return spec, num_workers
 
 
 def make_pool(spec: dict, num_workers: int):
     if _LAUNCHER.value == "ray":
-        from jaxwebrl.rollout.ray_launcher import RayWorkerPool
-
         local = {} if _RAY_ADDRESS.value else {"include_dashboard": False}  # a Ray of its own on this node
         return RayWorkerPool(spec, num_workers, address=_RAY_ADDRESS.value, first_worker_id=_FIRST_ID.value,
                              init_kwargs=local)
-    from jaxwebrl.rollout.pool import WorkerPool
-
     return WorkerPool(spec, num_workers, first_worker_id=_FIRST_ID.value)
 
 
-def main(argv: list[str]) -> int:
-    import logging
-
-    spec, num_workers = build_spec(argv)
+def main(argv) -> int:
+    del argv
+    spec, num_workers = build_spec(cli.loaded_config("rollout error"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -125,4 +108,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    app.run(main, flags_parser=cli.flags_parser("rollout error"))

@@ -11,43 +11,42 @@ episodes for --steps and DIR receives a params checkpoint (params/, jaxwebrl_par
     python launch/train.py --config=configs/constT10.py --workdir=RL --config.model.init_params=DIR
     python launch/eval.py --config=configs/constT10.py --policy=DIR --out_dir=DIR/eval
 
-Seed split: demonstrations use seeds below 1_000_000; launch/eval.py holds out 1_000_000 and up (its default
---seed_start), and RL workers draw instance seeds at random from [0, 2**31).
+Seed split (`jaxwebrl/eval/seeds.py`): demonstrations use seeds below EVAL_SEED_START = 1_000_000; launch/eval.py
+holds out 1_000_000 and up, and RL workers draw instance seeds at random from [0, 2**31).
 """
 
 import json
 import os
-import sys
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:  # configs/ import configs.common; launch.train holds the shared flags
-    sys.path.insert(0, _REPO)
+from absl import app, flags
 
-from absl import flags  # noqa: E402
+from jaxwebrl import cli
+from jaxwebrl.eval.seeds import EVAL_SEED_START
 
-from launch.train import parse_flags  # noqa: E402  (defines --config and --workdir)
-
-EVAL_SEED_START = 1_000_000   # = jaxwebrl.eval.evaluate.DEFAULT_SEED_START (not imported: it loads JAX)
-
+_WORKDIR = cli.define_workdir_flag("new directory for the params checkpoint and sft.json")
 _STEPS = flags.DEFINE_integer("steps", 200, "SFT optimizer steps")
 _NUM_SEEDS = flags.DEFINE_integer("num_seeds", 64, "training instances per task the oracle plays")
-_SEED_START = flags.DEFINE_integer("seed_start", 0, "first training instance seed (must stay below 1_000_000)")
+_SEED_START = flags.DEFINE_integer("seed_start", 0, f"first training instance seed (must stay below {EVAL_SEED_START})")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "demonstration steps per SFT step")
 _LR = flags.DEFINE_float("lr", 1e-3, "AdamW learning rate of the SFT steps")
 _LOG_EVERY = flags.DEFINE_integer("log_every", 25, "print the mean loss every N steps (0: never)")
 
 
-def main(argv: list[str]) -> int:
-    config, workdir = parse_flags(argv)
+def main(argv) -> int:
+    del argv
+    workdir = _WORKDIR.value
+    if not workdir:
+        cli.exit_with("config error: --workdir is required, e.g. --workdir=/tmp/sft")
+    config = cli.validated_config(workdir)
     if _STEPS.value < 1 or _NUM_SEEDS.value < 1 or _BATCH_SIZE.value < 1 or not _LR.value > 0:
-        raise SystemExit("sft error: --steps, --num_seeds and --batch_size must be >= 1 and --lr > 0")
+        cli.exit_with("sft error: --steps, --num_seeds and --batch_size must be >= 1 and --lr > 0")
     if _SEED_START.value < 0 or _SEED_START.value + _NUM_SEEDS.value > EVAL_SEED_START:
-        raise SystemExit(f"sft error: training seeds {_SEED_START.value}..{_SEED_START.value + _NUM_SEEDS.value - 1} "
-                         f"must lie in [0, {EVAL_SEED_START}): launch/eval.py holds out {EVAL_SEED_START} and up")
+        cli.exit_with(f"sft error: training seeds {_SEED_START.value}..{_SEED_START.value + _NUM_SEEDS.value - 1} "
+                      f"must lie in [0, {EVAL_SEED_START}): launch/eval.py holds out {EVAL_SEED_START} and up")
     if os.path.exists(os.path.join(workdir, "params")):
-        raise SystemExit(f"sft error: {workdir}/params exists: choose a new --workdir (a warm start is never "
-                         f"overwritten)")
-    from jaxwebrl.eval.sft import warm_start  # imports JAX; only after the flags are known to be good
+        cli.exit_with(f"sft error: {workdir}/params exists: choose a new --workdir (a warm start is never "
+                      f"overwritten)")
+    from jaxwebrl.eval.sft import warm_start  # deferred: JAX starts once the flags are known to be good
 
     seeds = range(_SEED_START.value, _SEED_START.value + _NUM_SEEDS.value)
     summary = warm_start(config, workdir, seeds=seeds, steps=_STEPS.value, batch_size=_BATCH_SIZE.value,
@@ -57,4 +56,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    app.run(main, flags_parser=cli.flags_parser("config error"))

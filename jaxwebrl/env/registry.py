@@ -147,11 +147,10 @@ def make_env(spec: Any, **options) -> Env:
         if not entry.takes_max_steps:
             options.pop("max_steps", None)
         return entry.factory(**options)
-    # Browser envs import Selenium: deferred (heavy), so browser-free runs and tools never load it.
     if isinstance(checked, str):
-        from jaxwebrl.env.miniwob import MiniWobEnv
+        from jaxwebrl.env.miniwob import MiniWobEnv  # deferred (heavy): a browser env imports Selenium
 
         return MiniWobEnv(checked[len(MINIWOB_PREFIX):], **options)
-    from jaxwebrl.env.webtask import WebTaskEnv
+    from jaxwebrl.env.webtask import WebTaskEnv  # deferred (heavy), as above
 
     return WebTaskEnv(checked, **options)

@@ -4,7 +4,7 @@
     text = markdown(report, title=...)
 
 Success is reward > 0 (binary MiniWoB++ reward, exact toy verifier). Env-failed episodes are counted, never
-scored. Splits: MiniWoB++ tasks by `jaxwebrl.env.miniwob.SPLITS`, JSON web tasks by their own `difficulty`,
+scored. Splits: MiniWoB++ tasks by `jaxwebrl.env.miniwob_tasks.SPLITS`, JSON web tasks by their own `difficulty`,
 the toy env (three turns) as "easy"; the toy's four instructions are reported as tasks `toy/A` ... `toy/D`.
 """
 
@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from jaxwebrl.env.miniwob_tasks import task_split
 
 SPLIT_ORDER = ("easy", "medium", "hard", "other")
 TOY_PATTERNS = "ABCD"
@@ -32,8 +34,6 @@ def task_difficulty(label: str, difficulty: str | None = None) -> str:
     if label.startswith("toy"):
         return "easy"
     if label.startswith("miniwob/"):
-        from jaxwebrl.env.miniwob import task_split
-
         return task_split(label.split("/", 1)[1]) or "other"
     return "other"
 

@@ -18,13 +18,15 @@ Every function returns per-chip `Work` for work split evenly over `devices` chip
 `tensor` > 1 also splits each weight read). `roofline` = max(flops / peak, bytes / bandwidth): the step time at
 100% of the chip's published bf16 peak or HBM bandwidth, whichever binds; communication is not modelled, so it
 is a bound on speed, not a forecast.
+
+`config` everywhere is a `jaxwebrl.models.config.ModelConfig`; only its numbers are read (this module imports no
+model code: parallel/ sits below models/ in docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from jaxwebrl.models.config import ModelConfig
 
 # remat policy -> (share of weight matmuls recomputed, share of attention score/value matmuls recomputed)
 REMAT_RECOMPUTE = {"none": (0.0, 0.0), "full": (1.0, 1.0), "dots": (0.0, 0.0), "dots_no_batch": (0.0, 1.0)}
@@ -43,7 +45,7 @@ class Work:
     hbm_bytes: float
 
 
-def layer_matmul_params(config: ModelConfig) -> int:
+def layer_matmul_params(config) -> int:
     """Weight-matmul parameters of one decoder layer (q, k, v, o, gate, up, down)."""
     t = config.text
     attn = t.hidden_size * (t.num_heads + 2 * t.num_kv_heads) * t.head_dim + t.num_heads * t.head_dim * t.hidden_size
@@ -63,7 +65,7 @@ def chunked_causal_pairs(t: int, chunk: int) -> int:
     return sum((min(start + chunk, t) - start) * min(start + chunk, t) for start in range(0, t, chunk))
 
 
-def vision_fwd_flops(config: ModelConfig, grids) -> tuple[float, float]:
+def vision_fwd_flops(config, grids) -> tuple[float, float]:
     """(weight matmuls, attention) forward FLOPs of the vision tower on images of `grids` [(t, h, w), ...]."""
     v = config.vision
     hid, inter = v.hidden_size, v.intermediate_size
@@ -87,26 +89,26 @@ def vision_fwd_flops(config: ModelConfig, grids) -> tuple[float, float]:
     return float(linear), float(4 * hid * pairs)
 
 
-def weight_bytes(config: ModelConfig, dtype: str) -> float:
+def weight_bytes(config, dtype: str) -> float:
     """Bytes of the decoder and head weights in `dtype` (what every chip reads per pass)."""
     t = config.text
     head = t.vocab_size * t.hidden_size
     return float((layer_matmul_params(config) * t.num_layers + head) * dtype_bytes(dtype))
 
 
-def activation_bytes_per_token(config: ModelConfig) -> float:
+def activation_bytes_per_token(config) -> float:
     """Bytes the decoder writes and reads per token per pass (residual, norms, q/k/v/o, MLP), compute dtype."""
     t = config.text
     elems = 6 * t.hidden_size + 2 * (t.num_heads + 2 * t.num_kv_heads) * t.head_dim + 4 * t.intermediate_size
     return float(elems * dtype_bytes(config.dtype) * t.num_layers)
 
 
-def kv_bytes_per_token(config: ModelConfig) -> float:
+def kv_bytes_per_token(config) -> float:
     t = config.text
     return float(2 * t.num_layers * t.num_kv_heads * t.head_dim * dtype_bytes(config.dtype))
 
 
-def _forward_parts(config: ModelConfig, rows: int, seq_len: int, grids_per_row, positions: int, causal_keys: int):
+def _forward_parts(config, rows: int, seq_len: int, grids_per_row, positions: int, causal_keys: int):
     """Forward FLOPs of rows x seq_len: (linear, attention useful, attention executed, head, vision linear,
     vision attention). causal_keys: 0 for the no-cache causal row, else the cache width every query scans."""
     t = config.text
@@ -122,7 +124,7 @@ def _forward_parts(config: ModelConfig, rows: int, seq_len: int, grids_per_row, 
     return linear, useful, executed, head, v_lin, v_attn
 
 
-def train_step(config: ModelConfig, *, rows: int, seq_len: int, grids_per_row, positions: int, param_count: int,
+def train_step(config, *, rows: int, seq_len: int, grids_per_row, positions: int, param_count: int,
                moments_dtype: str | None, devices: int, tensor: int = 1) -> Work:
     """Forward + backward of rows x seq_len tokens (with images), the LM head on `positions` per row, and one
     AdamW update of `param_count` parameters sharded over the chips."""
@@ -142,7 +144,7 @@ def train_step(config: ModelConfig, *, rows: int, seq_len: int, grids_per_row, p
     return Work(model / devices, flops / devices, weights + optimizer + activations)
 
 
-def forward(config: ModelConfig, *, rows: int, seq_len: int, grids_per_row, positions: int, devices: int,
+def forward(config, *, rows: int, seq_len: int, grids_per_row, positions: int, devices: int,
             tensor: int = 1) -> Work:
     """One forward pass (the proximal log-probs): rows x seq_len tokens, the LM head on `positions` per row."""
     lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, seq_len, grids_per_row, positions, 0)
@@ -152,7 +154,7 @@ def forward(config: ModelConfig, *, rows: int, seq_len: int, grids_per_row, posi
     return Work(model / devices, flops / devices, hbm)
 
 
-def prefill(config: ModelConfig, *, rows: int, prompt_len: int, cache_len: int, grids_per_row, devices: int,
+def prefill(config, *, rows: int, prompt_len: int, cache_len: int, grids_per_row, devices: int,
             tensor: int = 1) -> Work:
     """The sampler's prefill: rows prompts of prompt_len tokens into a cache of cache_len slots, head on the last."""
     lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, prompt_len, grids_per_row, 1,
@@ -164,7 +166,7 @@ def prefill(config: ModelConfig, *, rows: int, prompt_len: int, cache_len: int, 
     return Work(model / devices, flops / devices, hbm)
 
 
-def decode_step(config: ModelConfig, *, rows: int, cache_len: int, devices: int, tensor: int = 1) -> Work:
+def decode_step(config, *, rows: int, cache_len: int, devices: int, tensor: int = 1) -> Work:
     """One decode step of `rows` rows over a cache of cache_len slots (every slot is scanned, masked or not)."""
     t = config.text
     lin = 2.0 * layer_matmul_params(config) * rows * t.num_layers
@@ -174,7 +176,7 @@ def decode_step(config: ModelConfig, *, rows: int, cache_len: int, devices: int,
     return Work((lin + attn + head) / devices, (lin + attn + head) / devices, hbm)
 
 
-def logprob_path(config: ModelConfig, *, rows: int, positions: int, devices: int) -> Work:
+def logprob_path(config, *, rows: int, positions: int, devices: int) -> Work:
     """The LM head's log-prob + gradient on `positions` per row (forward, recomputed chunks, 2 x backward)."""
     head = 2.0 * config.text.hidden_size * config.text.vocab_size * rows * positions
     chunked = 0 < config.logits_chunk < positions

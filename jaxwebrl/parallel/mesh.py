@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 AXES = ("data", "fsdp", "tensor")
@@ -57,12 +58,11 @@ def make_mesh(config: Mapping[str, Any] | None = None, devices: Sequence[jax.Dev
     Single process: devices are laid out by `mesh_utils.create_device_mesh` (topology-aware on TPU/GPU).
     Devices of several processes: `distributed.process_mesh` (hosts span `data`, then `fsdp`).
     """
-    from jax.experimental import mesh_utils
-
     devices = list(jax.devices() if devices is None else devices)
     shape = resolve_mesh_shape(config, len(devices))
     if len({d.process_index for d in devices}) > 1:
-        from jaxwebrl.parallel.distributed import process_mesh  # hosts on `data`/`fsdp`, `tensor` inside a host
+        # hosts on `data`/`fsdp`, `tensor` inside a host; imported here to break a cycle (distributed imports mesh)
+        from jaxwebrl.parallel.distributed import process_mesh
 
         return process_mesh(config, devices)
     try:

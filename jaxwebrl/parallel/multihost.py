@@ -30,10 +30,12 @@ from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.mesh import AXES
+from jaxwebrl.parallel.partition import param_shardings
 
 LAYOUT_KEYS = ("mesh", "server_devices")   # config.distributed keys that are not initialize()'s
 
@@ -98,8 +100,6 @@ def layout(config) -> Layout:
 def place_train_state(params, rng: jax.Array, mesh: Mesh):
     """(params sharded on `mesh` by the partition rules, `rng` replicated on it): global arrays that every
     process's jitted update and Orbax save can use. Every process passes the same host values (same seed)."""
-    from jaxwebrl.parallel.partition import param_shardings
-
     params = distributed.shard_from_host(jax.tree.map(np.asarray, params), param_shardings(params, mesh))
     return params, distributed.replicated_key(rng, mesh)
 
@@ -143,8 +143,6 @@ class LockstepBuffer:
 
     def __init__(self, buffer, *, primary: bool | None = None, broadcast: Callable | None = None,
                  agree_any: Callable[[bool], bool] | None = None, timeout_s: float = 120.0, retry_s: float = 0.05):
-        from jax.experimental import multihost_utils
-
         self._buffer = buffer
         self._primary = distributed.is_primary() if primary is None else primary
         self._broadcast = broadcast or multihost_utils.broadcast_one_to_all

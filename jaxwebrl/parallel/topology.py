@@ -64,7 +64,7 @@ LIBTPU_MISSING = 'libtpu is not installed: pip install -e ".[tpu]" (AOT compilat
 
 def libtpu_available() -> bool:
     """Whether JAX can load the TPU plugin (libtpu from PyPI, or TPU_LIBRARY_PATH)."""
-    from jax._src.cloud_tpu_init import get_tpu_library_path
+    from jax._src.cloud_tpu_init import get_tpu_library_path  # deferred: TPU plugin lookup, only when asked
 
     return get_tpu_library_path() is not None
 
@@ -97,7 +97,7 @@ def topology_devices(name: str) -> tuple[list, Topology]:
     topology = lookup(name)
     if not libtpu_available():
         raise TopologyError(LIBTPU_MISSING)
-    from jax.experimental import topologies
+    from jax.experimental import topologies  # deferred: loads libtpu (heavy, optional: the tpu extra)
 
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")   # no metadata server here: one hostname
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")     # compile-only: several processes may load libtpu

@@ -1,7 +1,8 @@
 """The PPO-family actor losses, selected by name: every recipe is a config switch.
 
 (One module past ~400 lines on purpose: the family's members differ in a few lines each and are read side by side,
-against each other and against AReaL's formulas, with the registry that names them.)
+against each other and against AReaL's formulas, with the registry that names them. Entropy and KL terms and the
+whole actor objective are `regularizers.py`.)
 
 All losses take `(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask)`, each [B, T]
 (`logprobs` carries the gradient; the other three are stop-gradient evidence), and return
@@ -31,7 +32,6 @@ import jax
 import jax.numpy as jnp
 
 from jaxwebrl.rl import aggregation
-from jaxwebrl.rl import kl as kl_lib
 from jaxwebrl.rl import rejection as rejection_lib
 from jaxwebrl.rl import segments
 from jaxwebrl.rl.rejection import RejectionConfig
@@ -390,35 +390,6 @@ def sao_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *,
                      agg_normalizer=agg_normalizer)
 
 
-# ------------------------------------------------------------------------ entropy and KL terms
-
-
-def entropy_from_logits(logits, *, temperature: float = 1.0):
-    """Per-token entropy of the softmax over the vocabulary: [B, T, V] -> [B, T] float32."""
-    logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32) / temperature, axis=-1)
-    return -(jnp.exp(logp) * logp).sum(axis=-1)
-
-
-def entropy_loss(entropy, loss_mask, *, agg_mode="token-mean", agg_normalizer=None, segment_ids=None):
-    """-aggregate(entropy) over policy tokens (minimising it raises entropy). Returns (loss, {"entropy"})."""
-    valid = jnp.asarray(loss_mask).astype(bool)
-    ent = jnp.where(valid, jnp.asarray(entropy, jnp.float32), 0.0)
-    value = aggregation.aggregate(ent, valid, agg_mode, segment_ids=segment_ids, normalizer=agg_normalizer)
-    return -value, {"entropy": jax.lax.stop_gradient(value)}
-
-
-def kl_loss(logprobs, base_logprobs, loss_mask, *, estimator="k3", agg_mode="token-mean", agg_normalizer=None,
-            segment_ids=None):
-    """KL penalty of the current policy to a reference or proximal policy (base is stop-gradient).
-    Returns (loss, {"kl"})."""
-    valid = jnp.asarray(loss_mask).astype(bool)
-    lp = jnp.where(valid, jnp.asarray(logprobs, jnp.float32), 0.0)
-    base = jax.lax.stop_gradient(jnp.where(valid, jnp.asarray(base_logprobs, jnp.float32), 0.0))
-    kl = jnp.where(valid, kl_lib.kl_estimate(lp, base, estimator), 0.0)
-    value = aggregation.aggregate(kl, valid, agg_mode, segment_ids=segment_ids, normalizer=agg_normalizer)
-    return value, {"kl": jax.lax.stop_gradient(value)}
-
-
 # ----------------------------------------------------------------------------------- registry
 
 _GSPO = dict(eps_clip=3e-4, eps_clip_higher=4e-4, agg_mode="seq-mean-token-mean")
@@ -508,29 +479,3 @@ def loss_kwarg_names(name: str) -> frozenset:
     get_loss(name)
     fn, _ = _REGISTRY[name]
     return frozenset(p.name for p in inspect.signature(fn).parameters.values() if p.kind == p.KEYWORD_ONLY)
-
-
-def actor_objective(name, logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *, loss_kwargs=(),
-                    entropy=None, entropy_coef=0.0, ref_logprobs=None, kl_coef=0.0, kl_estimator="k3",
-                    kl_to="reference"):
-    """Registered loss + entropy bonus + KL penalty (to `ref_logprobs`, or to the proximal policy)."""
-    loss, stats = get_loss(name)(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask,
-                                 **dict(loss_kwargs))
-    stats = dict(stats, policy_loss=stats["loss"])
-    if entropy_coef:
-        if entropy is None:
-            raise ValueError("entropy_coef > 0 needs entropy [B, T] (see entropy_from_logits)")
-        ent_loss, ent_stats = entropy_loss(entropy, loss_mask)
-        loss = loss + entropy_coef * ent_loss
-        stats.update(ent_stats)
-    if kl_coef:
-        if kl_to not in ("reference", "proximal"):
-            raise ValueError(f"kl_to must be 'reference' or 'proximal', got {kl_to!r}")
-        base = prox_logprobs if kl_to == "proximal" else ref_logprobs
-        if base is None:
-            raise ValueError("kl_coef > 0 with kl_to='reference' needs ref_logprobs [B, T]")
-        kl_value, kl_stats = kl_loss(logprobs, base, loss_mask, estimator=kl_estimator)
-        loss = loss + kl_coef * kl_value
-        stats.update(kl_stats)
-    stats["loss"] = jax.lax.stop_gradient(loss)
-    return loss, stats

@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jaxwebrl.rollout.transport import TransportClient, decode_message, encode_message
+from jaxwebrl.rollout.transport import TransportClient
+from jaxwebrl.rollout.wire import decode_message, encode_message
 
 GENERATE_OP = "generate"
 

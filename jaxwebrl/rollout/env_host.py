@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import json
 import logging
 import queue
 import threading
@@ -38,8 +39,6 @@ def task_name(task: Any) -> str:
     if isinstance(task, str):
         return task
     if isinstance(task, dict):
-        import json
-
         return str(task.get("task_id") or json.dumps(task, sort_keys=True))
     return repr(task)
 
@@ -122,6 +121,7 @@ class EnvHost:
         browser = None
         if self.share_browser and isinstance(task, str) and task.startswith(MINIWOB_PREFIX):
             if self._browser is None:
+                # deferred (heavy): the browser imports Selenium; browser-free workers never load it
                 from jaxwebrl.env.browser import Browser
                 from jaxwebrl.env.chromium import BrowserConfig
                 from jaxwebrl.env.miniwob import VIEWPORT

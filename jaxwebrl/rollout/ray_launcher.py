@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from jaxwebrl.rollout.pool import WorkerPool, checked_spec_json, next_backoff
-from jaxwebrl.rollout.transport import TransportAuthError
+from jaxwebrl.rollout.wire import TransportAuthError
 from jaxwebrl.rollout.worker import WorkerStats
 from jaxwebrl.rollout.worker_process import build_worker, close_quietly, write_stats
 
@@ -45,7 +45,7 @@ class FatalWorkerError(RuntimeError):
 def import_ray():
     """The `ray` module, or ImportError with the install hint."""
     try:
-        import ray
+        import ray  # deferred: optional dependency (the ray extra), only for the ray launcher
     except ImportError as exc:
         raise ImportError(f"{RAY_HINT} ({exc})") from None
     return ray

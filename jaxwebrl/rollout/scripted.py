@@ -23,6 +23,7 @@ import numpy as np
 
 from jaxwebrl.env import toy
 from jaxwebrl.env.prompt import read_goal_and_step
+from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import GENERATE_OP, Generation
 
 Responder = Callable[[dict, np.random.Generator], tuple[str, float]]  # -> (response text, log P(choice))
@@ -89,8 +90,6 @@ class ScriptedBackend:
     def __init__(self, responder: Responder, processor=None, fetch_image: Callable[[int], np.ndarray] | None = None,
                  version: int = 0, seed: int = 0, delay_s: float = 0.0):
         if processor is None:
-            from jaxwebrl.models.processor import tiny_processor
-
             processor = tiny_processor()
         self.processor = processor
         self._responder = responder

@@ -1,8 +1,7 @@
 """Request/reply transport between rollout workers and the policy server (pyzmq, no pickle).
 
-A message is a zmq multipart: frame 0 is a UTF-8 JSON header, frames 1.. are raw little-endian array
-buffers. NumPy arrays anywhere in a payload dict travel as frames and come back as arrays with the same
-dtype and shape; everything else must be plain JSON (str, int, float, bool, None, list, dict with str keys).
+A message is a zmq multipart of a JSON header and raw array frames (`wire.py`: NumPy arrays anywhere in a payload
+dict travel as frames and come back with the same dtype and shape; everything else is plain JSON).
 
 Authentication happens at connection time, before any message is accepted: the server is a ZMQ PLAIN server
 whose ZAP handler admits a peer only when its password is the shared token (compared in constant time). A peer
@@ -13,9 +12,8 @@ to the server drops while a request waits for its reply (a dead server is an err
 silent wait for ``timeout_s``). The server binds 127.0.0.1 unless given another host; PLAIN does not encrypt.
 
 What an authenticated peer sends is checked before anything is decoded or copied: whole-message size (all
-frames together) at most ``max_message_bytes``, a header that is a JSON object nested at most
-``MAX_JSON_DEPTH`` deep, at most ``MAX_ARRAYS`` arrays of allowed dtypes whose byte counts match their frames,
-array markers that name an existing array. Any problem, and any exception of the handler, becomes an error
+frames together) at most ``max_message_bytes``, then the message format's own checks (`wire.decode_message`).
+Any problem, and any exception of the handler, becomes an error
 reply; the serve loop survives everything (if its thread dies anyway, ``raise_if_failed`` says so in one line).
 
     server = TransportServer(handler, token=token)        # handler(request: dict) -> dict, called on a pool
@@ -24,6 +22,9 @@ reply; the serve loop survives everything (if its thread dies anyway, ``raise_if
     reply = client.request({"op": "generate", "image_refs": np.array([3, 4])})
 
 The handler runs on ``num_threads`` threads so a batching backend sees concurrent requests from many clients.
+
+(Past ~400 lines on purpose: the server and the client of one protocol, whose handshake, liveness and error paths
+mirror each other and are read together.)
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from __future__ import annotations
 import concurrent.futures
 import hmac
 import itertools
-import json
 import logging
 import os
 import queue
@@ -40,41 +40,22 @@ import threading
 import time
 from typing import Any, Callable
 
-import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
-PROTOCOL = "jaxwebrl-transport/2"
-ARRAY_MARKER = "__ndarray__"
+from jaxwebrl.rollout.wire import (PROTOCOL, TransportAuthError, TransportError, TransportTimeout, decode_message,
+                                   echoable_id, encode_message, error_reply, short_text)
+
 # Paper scale: a reply is 4 arrays of <= 16k tokens (~0.2 MB), a request a chat of a few steps (~0.1 MB).
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
-MAX_JSON_DEPTH = 64          # nesting of the JSON header (a chat request needs ~6)
-MAX_ARRAYS = 1024            # arrays per message
-MAX_ARRAY_DIMS = 32
 PLAIN_USERNAME = b"jaxwebrl"
 ZAP_DOMAIN = b"jaxwebrl"
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"
-_ALLOWED_KINDS = "biuf"  # bool, signed int, unsigned int, float
-_WIRE_DTYPES = frozenset(np.dtype(t).newbyteorder("<").str for t in (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, np.float32, np.float64))
-_MAX_ECHOED_ID_CHARS = 64
 NOT_CONNECTED_WARNING_MS = 30_000  # a client with no connection says so this often while it waits
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[dict], dict]
-
-
-class TransportError(RuntimeError):
-    """The peer answered with an error, or the message was malformed."""
-
-
-class TransportAuthError(TransportError, PermissionError):
-    """The server refused the connection because the shared token did not match."""
-
-
-class TransportTimeout(TransportError, TimeoutError):
-    """No reply arrived within the timeout."""
 
 
 def new_token() -> str:
@@ -114,125 +95,6 @@ class _RateLimitedLog:
         if suppressed:
             message += f" ({suppressed} more like it in the last {self.period_s:g} s)"
         log.warning(message, *args)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Encoding
-
-
-def _encode_value(value: Any, arrays: list[np.ndarray], path: str) -> Any:
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind not in _ALLOWED_KINDS:
-            raise TypeError(f"{path}: array dtype {value.dtype} cannot travel; use bool, int, uint or float")
-        arrays.append(value.astype(value.dtype.newbyteorder("<"), order="C", copy=False))
-        return {ARRAY_MARKER: len(arrays) - 1}
-    if isinstance(value, dict):
-        out = {}
-        for key, child in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"{path}: dict key {key!r} is not a str; JSON headers need str keys")
-            if key == ARRAY_MARKER:
-                raise ValueError(f"{path}: key {ARRAY_MARKER!r} is reserved by the transport")
-            out[key] = _encode_value(child, arrays, f"{path}.{key}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_encode_value(child, arrays, f"{path}[{i}]") for i, child in enumerate(value)]
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    raise TypeError(
-        f"{path}: value of type {type(value).__name__} cannot travel; send JSON types or NumPy arrays"
-    )
-
-
-def _decode_value(value: Any, arrays: list[np.ndarray], depth: int = 0) -> Any:
-    if depth > MAX_JSON_DEPTH:
-        raise TransportError(f"message payload is nested deeper than {MAX_JSON_DEPTH} levels")
-    if isinstance(value, dict):
-        if ARRAY_MARKER in value:
-            index = value[ARRAY_MARKER]
-            if len(value) != 1 or type(index) is not int or not 0 <= index < len(arrays):
-                raise TransportError(f"bad array marker {_short(value)}: expected {{{ARRAY_MARKER!r}: index}} with "
-                                     f"0 <= index < {len(arrays)}")
-            return arrays[index]
-        return {key: _decode_value(child, arrays, depth + 1) for key, child in value.items()}
-    if isinstance(value, list):
-        return [_decode_value(child, arrays, depth + 1) for child in value]
-    return value
-
-
-def encode_message(header: dict, payload: dict) -> list[bytes | memoryview]:
-    """Frames for ``payload`` (arrays become frames) under ``header`` (plain JSON fields)."""
-    arrays: list[np.ndarray] = []
-    body = _encode_value(payload, arrays, "payload")
-    specs = [{"dtype": a.dtype.str, "shape": list(a.shape)} for a in arrays]
-    head = dict(header, protocol=PROTOCOL, payload=body, arrays=specs)
-    return [json.dumps(head, separators=(",", ":")).encode()] + [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays]
-
-
-def _buffer(frame) -> memoryview:
-    """The bytes of a frame without copying them (zmq.Frame, bytes or memoryview)."""
-    return frame.buffer if isinstance(frame, zmq.Frame) else memoryview(frame)
-
-
-def decode_message(frames: list) -> tuple[dict, dict]:
-    """(header, payload) from frames (bytes or zmq.Frame); arrays are fresh writable NumPy arrays.
-
-    Every check runs before any array is copied; each array is copied once. Raises TransportError naming the
-    problem for anything malformed (never IndexError, RecursionError, ...)."""
-    if not frames:
-        raise TransportError("empty message")
-    try:
-        head = json.loads(bytes(_buffer(frames[0])))
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, int too long, nested too deep
-        raise TransportError(f"message header is not a JSON object: {_short(exc)}") from None
-    if not isinstance(head, dict) or head.get("protocol") != PROTOCOL:
-        raise TransportError(f"message is not {PROTOCOL}: peer runs another version or another program")
-    specs = head.get("arrays", [])
-    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
-        raise TransportError(f"header 'arrays' must be a list of at most {MAX_ARRAYS} array specs")
-    if len(specs) != len(frames) - 1:
-        raise TransportError(f"header names {len(specs)} arrays but {len(frames) - 1} frames arrived")
-    views = []
-    for index, (spec, frame) in enumerate(zip(specs, frames[1:])):
-        dtype, shape = _checked_spec(spec, index)
-        buffer = _buffer(frame)
-        count = 1
-        for dim in shape:
-            count *= dim
-        if buffer.nbytes != dtype.itemsize * count:
-            raise TransportError(f"array frame {index} of {buffer.nbytes} bytes does not match {dtype} {shape}")
-        views.append((buffer, dtype, shape))
-    arrays = [np.frombuffer(buffer, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="), copy=True)
-              for buffer, dtype, shape in views]
-    payload = _decode_value(head.get("payload", {}), arrays)
-    if not isinstance(payload, dict):
-        raise TransportError(f"message payload must be a JSON object, got {type(payload).__name__}")
-    return head, payload
-
-
-def _checked_spec(spec: Any, index: int) -> tuple[np.dtype, tuple[int, ...]]:
-    if not isinstance(spec, dict) or spec.get("dtype") not in _WIRE_DTYPES or not isinstance(spec.get("shape"), list):
-        raise TransportError(f"array spec {index} {_short(spec)} is not {{'dtype': one of {sorted(_WIRE_DTYPES)}, "
-                             "'shape': [int, ...]}")
-    shape = spec["shape"]
-    if len(shape) > MAX_ARRAY_DIMS or not all(type(d) is int and d >= 0 for d in shape):
-        raise TransportError(f"array spec {index} has a bad shape {_short(shape)}: at most {MAX_ARRAY_DIMS} "
-                             "non-negative ints")
-    return np.dtype(spec["dtype"]), tuple(shape)
-
-
-def _short(value: Any, limit: int = 120) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _echoable_id(request_id: Any) -> Any:
-    """The request id to echo in a reply: an int or a short str, else None (never echo a peer's junk)."""
-    if type(request_id) is int or (isinstance(request_id, str) and len(request_id) <= _MAX_ECHOED_ID_CHARS):
-        return request_id
-    return None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -330,7 +192,7 @@ class TransportServer:
         try:
             self._serve()
         except BaseException as exc:  # noqa: BLE001 - recorded for raise_if_failed, then the thread ends
-            self._failure = f"{type(exc).__name__}: {_short(exc, 300)}"
+            self._failure = f"{type(exc).__name__}: {short_text(exc, 300)}"
             log.error("policy server transport stopped: %s", self._failure)
             self._ready.set()
 
@@ -374,7 +236,7 @@ class TransportServer:
                     if self._stop.is_set():
                         break
                     self._warn.warning("loop", "transport: serve loop error (%s: %s); serving on",
-                                       type(exc).__name__, _short(exc))
+                                       type(exc).__name__, short_text(exc))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             for sock in (socket, zap):
@@ -433,10 +295,10 @@ class TransportServer:
             head, payload = decode_message(frames)
         except Exception as exc:  # noqa: BLE001 - whatever the peer sent, it gets an error reply
             self._count("requests_malformed")
-            self._warn.warning("protocol", "transport: refused a malformed message: %s", _short(exc))
-            socket.send_multipart([identity] + _error_reply(None, "protocol", _short(exc, 300)), copy=False)
+            self._warn.warning("protocol", "transport: refused a malformed message: %s", short_text(exc))
+            socket.send_multipart([identity] + error_reply(None, "protocol", short_text(exc, 300)), copy=False)
             return
-        pool.submit(self._run_handler, identity, _echoable_id(head.get("id")), payload)
+        pool.submit(self._run_handler, identity, echoable_id(head.get("id")), payload)
 
     def _run_handler(self, identity, request_id: Any, payload: dict) -> None:
         try:
@@ -449,18 +311,14 @@ class TransportServer:
             if self._stop.is_set():  # shutting down: the handler was told to stop, nothing went wrong
                 log.debug("transport: handler stopped during shutdown: %s", exc)
             else:
-                log.warning("transport: handler failed on a request: %s: %s", type(exc).__name__, _short(exc, 300),
+                log.warning("transport: handler failed on a request: %s: %s", type(exc).__name__, short_text(exc, 300),
                             exc_info=log.isEnabledFor(logging.DEBUG))
-            reply = _error_reply(request_id, "handler", f"{type(exc).__name__}: {_short(exc, 300)}")
+            reply = error_reply(request_id, "handler", f"{type(exc).__name__}: {short_text(exc, 300)}")
         self._replies.put((identity, reply))
         try:
             os.write(self._wake_write, b"x")
         except OSError:  # closed during shutdown
             pass
-
-
-def _error_reply(request_id: Any, kind: str, message: str) -> list:
-    return encode_message({"id": request_id, "ok": False, "error_kind": kind, "error": message}, {})
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -534,7 +392,6 @@ class TransportClient:
 
     def _connection_events(self, waiting: bool) -> None:
         """Read the socket's handshake events; raise on a refusal, or on a lost connection while ``waiting``."""
-        from zmq.utils.monitor import recv_monitor_message
 
         lost = False
         while self._monitor.poll(0):

@@ -45,7 +45,7 @@ from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.memory import MemoryTracker, split_memory
 from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
 from jaxwebrl.rollout.env_host import EnvHost, task_name
-from jaxwebrl.rollout.transport import TransportAuthError, TransportError
+from jaxwebrl.rollout.wire import TransportAuthError, TransportError
 
 log = logging.getLogger(__name__)
 

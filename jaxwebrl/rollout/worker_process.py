@@ -25,7 +25,7 @@ from jaxwebrl.errors import one_line
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rollout.client import InProcessClient, PolicyClient
 from jaxwebrl.rollout.scripted import ScriptedBackend
-from jaxwebrl.rollout.transport import TransportAuthError
+from jaxwebrl.rollout.wire import TransportAuthError
 from jaxwebrl.rollout.worker import BufferUnusable, RolloutWorker, WorkerConfig
 
 EXIT_FATAL = 78  # configuration or authentication error: restarting would not help

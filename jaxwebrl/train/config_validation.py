@@ -62,7 +62,7 @@ def _check_rollout(c) -> None:
         _fail("rollout.launcher", r.launcher, f"use one of {LAUNCHERS}")
     if r.launcher == "ray":
         try:
-            import ray  # noqa: F401
+            import ray  # noqa: F401  (deferred: optional dependency; only checks it is installed)
         except ImportError:
             _fail("rollout.launcher", "ray", "Ray is not installed: pip install 'jaxwebrl[ray]', or use 'local'")
     if r.num_workers < 1:
@@ -234,7 +234,7 @@ def _check_paths(c, workdir) -> None:
         _fail("checkpoint.restore_from", ckpt, "checkpoint directory not found: give an existing checkpoints/ dir")
     if c.metrics.wandb_project is not None:
         try:
-            import wandb  # noqa: F401
+            import wandb  # noqa: F401  (deferred: optional dependency; only checks it is installed)
         except ImportError:
             _fail("metrics.wandb_project", c.metrics.wandb_project, "wandb is not installed: pip install wandb, or unset it")
 

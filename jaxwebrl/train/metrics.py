@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
+
 from jaxwebrl.errors import WorkdirError, one_line
 
 log = logging.getLogger(__name__)
@@ -69,12 +71,12 @@ class MetricsWriter:
         self._skipped_file = None
         self._tb = None
         if tensorboard:
-            from tensorboardX import SummaryWriter
+            from tensorboardX import SummaryWriter  # deferred: only when metrics.tensorboard is on
 
             self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
         self._wandb = None
         if wandb_project:
-            import wandb
+            import wandb  # deferred: optional dependency, only when metrics.wandb_project is set
 
             self._wandb = wandb.init(project=wandb_project, entity=wandb_entity, config=config, dir=workdir,
                                      resume="allow")
@@ -108,7 +110,7 @@ class MetricsWriter:
                     self._tb.add_histogram(key, _as_array(values), step)
             self._tb.flush()
         if self._wandb is not None:
-            import wandb
+            import wandb  # deferred: optional, as in __init__
 
             logged = {k: v for k, v in record.items() if k not in ("step", "time") and v is not None}
             logged.update({k: wandb.Histogram(list(v)) for k, v in (histograms or {}).items() if len(v)})
@@ -190,8 +192,6 @@ def _finite_or_none(value) -> float | None:
 
 
 def _as_array(values):
-    import numpy as np
-
     return np.asarray(values, dtype=np.float64)
 
 
@@ -199,6 +199,7 @@ class _ProgressBar:
     """rich progress bar: train steps done, reward, loss, trajectories/hour."""
 
     def __init__(self, total: int, start: int):
+        # deferred: only when metrics.progress_bar is on
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ml_collections import config_dict
 
-from jaxwebrl.rl import advantages, losses
+from jaxwebrl.rl import advantages, estimators, losses
 from jaxwebrl.rl.normalization import NormConfig
 
 def _levels(levels) -> str:
@@ -23,18 +23,18 @@ def _levels(levels) -> str:
 
 
 def estimator_name(actor: config_dict.ConfigDict) -> str:
-    """`actor.estimator`, checked against the reward normalisation it implies (`advantages.register_estimator`
+    """`actor.estimator`, checked against the reward normalisation it implies (`estimators.register_estimator`
     records it); ValueError, one line, otherwise."""
     name = actor.estimator
-    names = advantages.estimator_names()
+    names = estimators.estimator_names()
     if name not in names:
         raise ValueError(f"actor.estimator={name!r} is not an advantage estimator: use one of {names} (or register "
-                         f"one: jaxwebrl.rl.advantages.register_estimator)")
+                         f"one: jaxwebrl.rl.estimators.register_estimator)")
     norm = actor.reward_norm
     levels = (norm.mean_level, norm.std_level, bool(norm.mean_leave1out))
-    implied = advantages.implied_reward_norm(name)
+    implied = estimators.implied_reward_norm(name)
     if levels != implied:
-        match = [n for n in names if advantages.implied_reward_norm(n) == levels]
+        match = [n for n in names if estimators.implied_reward_norm(n) == levels]
         hint = f" (those levels are estimator {', '.join(map(repr, match))})" if match else ""
         raise ValueError(f"actor.estimator={name!r} implies reward_norm {_levels(implied)} but the config has "
                          f"{_levels(levels)}{hint}: change one to match the other")

@@ -9,7 +9,8 @@ from jaxwebrl.train import rl_config
 from jaxwebrl.train.config_validation import ConfigError, validate
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RECIPES = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "configs")) if f.endswith(".py") and f != "common.py")
+RECIPES = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "configs"))
+                 if f.endswith(".py") and f not in ("base.py", "__init__.py"))
 
 
 def load(name, arg=None):
@@ -50,6 +51,28 @@ def test_constT10_is_the_paper_recipe():
     assert (c.actor.reward_norm.mean_level, c.actor.reward_norm.std_level) == ("group", "group")
     assert c.actor.reward_norm.std_unbiased is False
     assert load("grpo")[1].actor.step_adv_const_length is None
+
+
+def test_only_constT10_sets_k_and_the_base_is_no_recipe():
+    """configs/base.py is neutral (1/|τ|); constT10.py is the one recipe file that sets k = 10."""
+    from configs import base
+
+    assert base.config().actor.step_adv_const_length is None
+    for name in RECIPES:
+        with open(os.path.join(REPO, "configs", f"{name}.py")) as f:
+            sets_k = "c.actor.step_adv_const_length" in f.read()
+        assert sets_k == (name == "constT10"), name
+        assert (load(name)[1].actor.step_adv_const_length == 10.0) == (name == "constT10"), name
+
+
+def test_every_recipe_takes_every_scale_variant():
+    from configs import base
+
+    for name in RECIPES:
+        for variant in base.SCALES:
+            assert load(name, variant)[1].variant == variant, (name, variant)
+    with pytest.raises(ValueError, match="unknown config variant 'nope': use one of tiny, toy"):
+        load("grpo", "nope")
 
 
 @pytest.mark.parametrize("key, value, message", [

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxwebrl.rl import advantages as A
+from jaxwebrl.rl import estimators as E
 from jaxwebrl.rl import gae
 from jaxwebrl.rl.normalization import NormConfig
 from tests.rl import numpy_reference as ref
@@ -167,13 +168,13 @@ def test_estimator_registry_switches_recipes():
     r = np.array([1.0, 0.0, 0.0, 1.0, 0.5])
     g = np.array([0, 0, 0, 0, 1])
     valid = np.ones(5, bool)
-    np.testing.assert_allclose(A.get_estimator("rloo")(r, g, valid), [2 / 3, -2 / 3, -2 / 3, 2 / 3, 0.5], rtol=1e-5)
-    np.testing.assert_allclose(A.get_estimator("drgrpo")(r, g, valid), [0.5, -0.5, -0.5, 0.5, 0.0], rtol=1e-5)
-    np.testing.assert_allclose(A.get_estimator("fbc")(r, g, valid), [1, 0, 0, 1, 1])
-    np.testing.assert_allclose(A.get_estimator("raw")(r, g, valid), r)
-    np.testing.assert_allclose(A.get_estimator("grpo")(r, g, valid), [1, -1, -1, 1, 0], rtol=1e-4)
+    np.testing.assert_allclose(E.get_estimator("rloo")(r, g, valid), [2 / 3, -2 / 3, -2 / 3, 2 / 3, 0.5], rtol=1e-5)
+    np.testing.assert_allclose(E.get_estimator("drgrpo")(r, g, valid), [0.5, -0.5, -0.5, 0.5, 0.0], rtol=1e-5)
+    np.testing.assert_allclose(E.get_estimator("fbc")(r, g, valid), [1, 0, 0, 1, 1])
+    np.testing.assert_allclose(E.get_estimator("raw")(r, g, valid), r)
+    np.testing.assert_allclose(E.get_estimator("grpo")(r, g, valid), [1, -1, -1, 1, 0], rtol=1e-4)
     with pytest.raises(ValueError, match="unknown advantage estimator"):
-        A.get_estimator("nope")
+        E.get_estimator("nope")
 
 
 def test_critic_truncation_and_adv_norm_in_the_full_path():

@@ -82,7 +82,8 @@ def test_a_clean_shutdown_with_requests_in_flight_logs_no_traceback(tmp_path, ca
     paused server (sync mode): one held in a batch, one queued. The queued one's handler is failed, quietly."""
     import logging
 
-    from jaxwebrl.rollout.transport import TransportClient, TransportError, TransportServer, new_token
+    from jaxwebrl.rollout.transport import TransportClient, TransportServer, new_token
+    from jaxwebrl.rollout.wire import TransportError
 
     buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=512,
                                screenshot_shape=(64, 64, 3), max_images_per_step=1)

@@ -6,8 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from jaxwebrl.rollout.transport import (TransportAuthError, TransportClient, TransportError, TransportServer,
-                                        TransportTimeout, decode_message, encode_message, new_token)
+from jaxwebrl.rollout.transport import TransportClient, TransportServer, new_token
+from jaxwebrl.rollout.wire import (TransportAuthError, TransportError, TransportTimeout, decode_message,
+                                   encode_message)
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxwebrl.rollout import transport
-from jaxwebrl.rollout.transport import TransportClient, TransportError, TransportServer, new_token
+from jaxwebrl.rollout import transport, wire
+from jaxwebrl.rollout.transport import TransportClient, TransportServer, new_token
+from jaxwebrl.rollout.wire import TransportError
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(transport.__file__))))
 MiB = 1 << 20
@@ -30,7 +31,7 @@ def echo(request):
 
 
 def _head(payload, arrays=(), **extra) -> bytes:
-    return json.dumps({"protocol": transport.PROTOCOL, "id": 1, "payload": payload, "arrays": list(arrays),
+    return json.dumps({"protocol": wire.PROTOCOL, "id": 1, "payload": payload, "arrays": list(arrays),
                        **extra}).encode()
 
 
@@ -47,18 +48,18 @@ KILLERS = {
     "array marker not an int": [_head({"a": {"__ndarray__": "x"}})],
     "array marker with company": [_head({"a": {"__ndarray__": 0, "b": 1}}, [{"dtype": "<i4", "shape": [1]}]),
                                   b"\0" * 4],
-    "nested 100k deep": [b'{"protocol": "%s", "payload": ' % transport.PROTOCOL.encode() + b"[" * 100_000],
+    "nested 100k deep": [b'{"protocol": "%s", "payload": ' % wire.PROTOCOL.encode() + b"[" * 100_000],
     "nested below the JSON limit": [_head(json.loads("[" * 500 + "]" * 500))],
     "object dtype": [_head({}, [{"dtype": "|O", "shape": [1]}]), b"\0" * 8],
     "structured dtype": [_head({}, [{"dtype": [["a", "<i4"]], "shape": [1]}]), b"\0" * 4],
     "negative shape": [_head({}, [{"dtype": "<i4", "shape": [-1]}]), b""],
     "shape of strings": [_head({}, [{"dtype": "<i4", "shape": ["1"]}]), b"\0" * 4],
     "huge shape": [_head({}, [{"dtype": "<i8", "shape": [2**62, 2**62]}]), b"\0" * 8],
-    "arrays not a list": [json.dumps({"protocol": transport.PROTOCOL, "payload": {}, "arrays": 5}).encode()],
+    "arrays not a list": [json.dumps({"protocol": wire.PROTOCOL, "payload": {}, "arrays": 5}).encode()],
     "payload a list": [_head([1, 2])],
     "header a list": [b"[1, 2, 3]"],
     "header not UTF-8": [b"\xff\xfe\x00garbage"],
-    "integer of 10k digits": [b'{"protocol": "%s", "id": %s}' % (transport.PROTOCOL.encode(), b"9" * 10_000)],
+    "integer of 10k digits": [b'{"protocol": "%s", "id": %s}' % (wire.PROTOCOL.encode(), b"9" * 10_000)],
     "frame count mismatch": [_head({}), b"extra", b"frames"],
 }
 
@@ -80,7 +81,7 @@ def test_a_message_over_the_size_limit_as_a_whole_is_refused():
     with TransportServer(echo, token=token, max_message_bytes=1 * MiB) as server, \
             TransportClient(server.address, token=token, timeout_s=10) as client:
         chunk = np.zeros(600 * 1024, np.uint8)  # each frame is under the limit, the message is not
-        client._socket.send_multipart(transport.encode_message({"id": 1}, {"a": chunk, "b": chunk}))
+        client._socket.send_multipart(wire.encode_message({"id": 1}, {"a": chunk, "b": chunk}))
         reply = _raw_reply(client._socket)
         assert reply["ok"] is False and "exceeds the limit" in reply["error"]
         assert client.request({"a": chunk})["echo"]["a"].shape == chunk.shape
@@ -89,17 +90,17 @@ def test_a_message_over_the_size_limit_as_a_whole_is_refused():
 
 def _json_values():
     scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=12)
-    keys = st.text(max_size=6) | st.just(transport.ARRAY_MARKER)
+    keys = st.text(max_size=6) | st.just(wire.ARRAY_MARKER)
     return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
                         max_leaves=16)
 
 
 def _messages():
     values = _json_values()
-    dtypes = st.sampled_from(sorted(transport._WIRE_DTYPES) + [">i4", "|O", "<U4", "|V8", "(2,)<i4"])
+    dtypes = st.sampled_from(sorted(wire._WIRE_DTYPES) + [">i4", "|O", "<U4", "|V8", "(2,)<i4"])
     spec = st.fixed_dictionaries({"dtype": dtypes | values, "shape": st.lists(st.integers(-2, 6), max_size=3) | values})
     header = st.fixed_dictionaries({
-        "protocol": st.just(transport.PROTOCOL) | st.text(max_size=4),
+        "protocol": st.just(wire.PROTOCOL) | st.text(max_size=4),
         "id": values, "payload": values | st.dictionaries(st.text(max_size=4), values, max_size=3),
         "arrays": st.lists(spec, max_size=3) | values})
     frames = st.lists(st.binary(max_size=48), max_size=3)
@@ -177,7 +178,7 @@ def _attack(address: str, frame_bytes: int, frames: int, password: bytes | None)
     monitor = sock.get_monitor_socket()
     sock.connect(address)
     blob = np.zeros(frame_bytes, np.uint8)
-    head = json.dumps({"protocol": transport.PROTOCOL, "id": 1, "token": "wrong", "payload": {},
+    head = json.dumps({"protocol": wire.PROTOCOL, "id": 1, "token": "wrong", "payload": {},
                        "arrays": [{"dtype": "|u1", "shape": [frame_bytes]}] * frames}).encode()
     sock.send_multipart([head] + [memoryview(blob)] * frames, copy=False)
     from zmq.utils.monitor import recv_monitor_message
@@ -260,7 +261,7 @@ def test_a_dead_serve_thread_is_reported_and_waiting_clients_hear_at_once():
     try:
         assert not worker.is_alive()
         assert len(errors) == 1 and "lost the connection" in str(errors[0]), errors
-        assert not isinstance(errors[0], transport.TransportTimeout)
+        assert not isinstance(errors[0], wire.TransportTimeout)
         with pytest.raises(RuntimeError, match=r"policy server transport at tcp://.* stopped: Fatal: simulated") as err:
             server.raise_if_failed()
         assert "\n" not in str(err.value)
@@ -274,6 +275,6 @@ def test_a_client_with_no_server_says_so_while_it_waits(monkeypatch, caplog):
         placeholder.bind(("127.0.0.1", 0))
         port = placeholder.getsockname()[1]
     with TransportClient(f"tcp://127.0.0.1:{port}", token=new_token(), timeout_s=1.0) as client:
-        with pytest.raises(transport.TransportTimeout):
+        with pytest.raises(wire.TransportTimeout):
             client.request({})
     assert any("still no connection to the policy server" in r.getMessage() for r in caplog.records)

@@ -14,7 +14,7 @@ from jaxwebrl.env.memory import memory_stats, parse_memory, split_memory
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder, toy_oracle_responder
-from jaxwebrl.rollout.transport import TransportError
+from jaxwebrl.rollout.wire import TransportError
 from jaxwebrl.rollout.worker import EnvGivenUp, RolloutWorker, WorkerConfig
 
 PROCESSOR = tiny_processor()

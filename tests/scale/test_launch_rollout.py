@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from configs.common import base_config
+from configs.constT10 import get_config
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
 from jaxwebrl.rollout.transport import TransportServer, new_token
@@ -37,7 +37,7 @@ def count_episodes(path) -> int:
 def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(launcher, tmp_path):
     if launcher == "ray":
         pytest.importorskip("ray", reason='--launcher=ray needs Ray: pip install "ray==2.60.0"')
-    config = base_config("toy")
+    config = get_config("toy")
     buffer = open_or_create(config, str(tmp_path))  # what the trainer creates in its workdir
     path = os.path.join(str(tmp_path), "buffer")
     token = new_token()
@@ -63,7 +63,7 @@ def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(launcher, tmp_
 
 
 def test_wrong_token_exits_fatal(tmp_path):
-    open_or_create(base_config("toy"), str(tmp_path))
+    open_or_create(get_config("toy"), str(tmp_path))
     with TransportServer(ScriptedBackend(toy_oracle_responder()), token=new_token()) as server:
         proc = launch(f"--server={server.address}", f"--buffer={tmp_path / 'buffer'}", "--num_workers=1",
                       token=new_token())
@@ -82,7 +82,7 @@ def test_wrong_token_exits_fatal(tmp_path):
     (["--server=tcp://127.0.0.1:5555", "--buffer=BUFFER"], None, "no token"),
 ])
 def test_bad_flags_fail_in_one_line(args, token, expected, tmp_path):
-    open_or_create(base_config("toy"), str(tmp_path))
+    open_or_create(get_config("toy"), str(tmp_path))
     args = [a.replace("BUFFER", str(tmp_path / "buffer")) for a in args]
     proc = launch(*args, token=token)
     output = proc.communicate(timeout=120)[0]

@@ -5,14 +5,14 @@ import jax
 import numpy as np
 import pytest
 
-from configs.common import base_config
+from configs.constT10 import get_config
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.train.config_validation import ConfigError, validate
 
 
 def toy(**distributed_fields):
-    config = base_config("toy")
+    config = get_config("toy")
     for key, value in distributed_fields.items():
         if key.startswith("mesh_"):
             config.distributed.mesh[key[len("mesh_"):]] = value

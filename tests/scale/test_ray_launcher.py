@@ -102,9 +102,9 @@ def test_killed_actor_is_replaced(tmp_path, local_ray):
 
 
 def test_config_picks_the_launcher():
-    from configs.common import base_config
+    from configs.constT10 import get_config
 
-    config = base_config("toy")
+    config = get_config("toy")
     spec = {"worker": {"tasks": ["toy"]}, "policy": {"kind": "scripted", "responder": "toy_oracle"},
             "buffer": {"path": "/nonexistent"}}
     assert type(pool_for(config, spec)).__name__ == "WorkerPool"

@@ -35,10 +35,17 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxwebrl.models import kv_cache, lm_head, stacking
 from jaxwebrl.models.config import ModelConfig
+from jaxwebrl.models.policy import init_params_shapes
+from jaxwebrl.models.presets import image_processor_for
+from jaxwebrl.models.sampler import Sampler, SamplingParams
+from jaxwebrl.models.vl_model import VisionLanguageModel
 from jaxwebrl.parallel import cost, partition
 from jaxwebrl.parallel.mesh import batch_divisor, batch_spec
 from jaxwebrl.parallel.topology import Chip
+from jaxwebrl.train.trainer import optimizer_settings, update_settings
+from jaxwebrl.train.update import _compiled, make_optimizer
 
 PROGRAMS = ("train_step", "proximal_logprobs", "prefill", "decode", "logprob_path")
 
@@ -59,8 +66,6 @@ class RunShapes:
     @classmethod
     def of(cls, config, model_config: ModelConfig, mesh, *, rows_per_chip: int = 1,
            seq_len: int | None = None) -> "RunShapes":
-        from jaxwebrl.models.presets import image_processor_for
-
         seq_len = int(seq_len or config.buffer.max_seq_len)
         grid = image_processor_for(model_config).grid_thw(config.env.screenshot_height, config.env.screenshot_width)
         images = int(config.env.prompt_window) + 1
@@ -139,11 +144,6 @@ class Programs:
     """Abstract inputs and jitted programs of one run config on one mesh (see the module docstring)."""
 
     def __init__(self, config, model_config: ModelConfig, mesh, shapes: RunShapes):
-        from jaxwebrl.models.policy import init_params_shapes
-        from jaxwebrl.models.vl_model import VisionLanguageModel
-        from jaxwebrl.train.trainer import optimizer_settings, update_settings
-        from jaxwebrl.train.update import _compiled, make_optimizer
-
         self.config, self.model_config, self.mesh, self.shapes = config, model_config, mesh, shapes
         self.module = VisionLanguageModel(model_config)
         shapes_tree = init_params_shapes(model_config)
@@ -191,8 +191,6 @@ class Programs:
         return compiled, seconds, work, {"rows": s.rows, "seq_len": s.seq_len}
 
     def _sampler(self):
-        from jaxwebrl.models.sampler import Sampler, SamplingParams
-
         r = self.config.rollout
         sampler = Sampler(self.module, self.model_config, decode_chunk=int(r.decode_chunk), mesh=self.mesh,
                           batch_multiple=min(4, int(r.server_max_batch)))
@@ -201,16 +199,11 @@ class Programs:
         return sampler, sampling
 
     def _server_params(self):
-        from jaxwebrl.models import stacking
-        from jaxwebrl.models.policy import init_params_shapes
-
         shapes_tree = jax.eval_shape(lambda p: stacking.unstack(p, self.model_config),
                                      init_params_shapes(self.model_config))
         return _abstract(shapes_tree, partition.param_shardings(shapes_tree, self.mesh))
 
     def _prefill_args(self, sampler, sampling):
-        from jaxwebrl.models import kv_cache
-
         s, mesh = self.shapes, self.mesh
         rows, width = s.server_rows, s.prompt_len
         cache_shapes = jax.eval_shape(lambda: kv_cache.init_cache(sampler.config, rows, width + s.max_new_tokens,
@@ -259,8 +252,6 @@ class Programs:
                                          "per": "decode step (one token per row)"}
 
     def logprob_path(self):
-        from jaxwebrl.models import lm_head
-
         c, s, mesh = self.model_config, self.shapes, self.mesh
         rows = batch_divisor(mesh)            # one row per batch shard
         weight_shape = (c.text.vocab_size, c.text.hidden_size)

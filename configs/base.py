@@ -1,12 +1,21 @@
-"""Shared base of every recipe in configs/: one place that names every field and its default.
+"""The neutral base of every recipe in configs/: every field and its default, and the scales a recipe runs at.
 
-A recipe file (constT10.py, grpo.py, ...) calls `base_config(arg)` and changes only what makes it that
-recipe. `arg` is the string after ':' in `--config=configs/X.py:arg` and picks a variant:
+No recipe lives here: the defaults are the decoupled PPO family's shared settings (AReaL's decoupled loss with a
+behaviour-weight cap and a dual clip, GRPO group normalisation) with the per-trajectory step normaliser 1/|τ|.
+A recipe file (constT10.py, grpo.py, ...) builds on it in its own `get_config(arg)`:
+
+    def get_config(arg=None):
+        c = base.config()                         # every field
+        base.SCALES[base.variant(arg)](c)         # the scale the variant names (`--config=configs/X.py:variant`)
+        c.actor.step_adv_const_length = 10.0      # what makes it that recipe
+        return c
+
+Scales (the variant names every recipe takes):
 
   tiny          (default) tiny random Qwen3-VL policy on the CPU, bundled MiniWoB++ tasks in headless Chromium
   toy           tiny policy on the browser-free toy environment (~8 s an update; grpo solves it in ~20 updates)
   qwen3vl_8b    the paper's scale: Qwen3-VL-8B from a local HF directory (--config.model.checkpoint=DIR)
-  qwen3vl_2b    the same recipe on Qwen3-VL-2B; qwen2_5vl_7b: on Qwen2.5-VL-7B
+  qwen3vl_2b    the same on Qwen3-VL-2B; qwen2_5vl_7b: on Qwen2.5-VL-7B
   rehearsal     CPU rehearsal at real width: Qwen3-VL-2B widths and vocabulary (random weights, real Qwen
                 tokenizer), 2 decoder layers, 2 vision blocks, 1280x720 screenshots, free-form tool-call actions
 
@@ -14,10 +23,9 @@ Every field has a default here, so any of them can be overridden with `--config.
 are `config_dict.placeholder(type)` (None until set, but still typed and overridable).
 """
 
-from ml_collections import config_dict
+import functools
 
-VARIANTS = ("tiny", "toy", "qwen3vl_8b", "qwen3vl_2b", "qwen2_5vl_7b", "rehearsal")
-PAPER_SCALE = {"qwen3vl_8b": "qwen3vl_8b", "qwen3vl_2b": "qwen3vl_2b", "qwen2_5vl_7b": "qwen2_5vl_7b"}  # variant -> preset
+from ml_collections import config_dict
 
 # The Easy MiniWoB++ tasks the tiny default trains on (bench/learning_run_tasks.py measured them; 20 training seeds,
 # 5 steps): random clicks on the 10 x 10 grid win 5% / 0% / 15%, the oracle snapped to that grid 100% of each, and
@@ -25,15 +33,23 @@ PAPER_SCALE = {"qwen3vl_8b": "qwen3vl_8b", "qwen3vl_2b": "qwen3vl_2b", "qwen2_5v
 TINY_MINIWOB_TASKS = ("miniwob/click-tab", "miniwob/click-dialog", "miniwob/click-dialog-2")
 
 
-def base_config(arg: str | None = None) -> config_dict.ConfigDict:
-    """The paper's recipe (constT10) at the scale the variant `arg` names; recipes edit fields on top."""
-    variant = arg or "tiny"
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown config variant {variant!r}: use one of {', '.join(VARIANTS)} "
+def variant(arg: str | None) -> str:
+    """The variant `arg` names (default "tiny"); ValueError naming the known ones otherwise."""
+    name = arg or "tiny"
+    if name not in SCALES:
+        raise ValueError(f"unknown config variant {name!r}: use one of {', '.join(SCALES)} "
                          f"(e.g. --config=configs/constT10.py:tiny)")
+    return name
+
+
+def config() -> config_dict.ConfigDict:
+    """Every field of a run config at its default (the tiny CPU scale); a recipe applies a scale and its own
+    settings on top."""
     c = config_dict.ConfigDict()
-    c.variant = variant
+    c.variant = "tiny"
     c.seed = 0
+    c.extensions = ""                              # comma-separated modules every process imports first (they
+                                                   # register losses, estimators, envs: jaxwebrl/extensions.py)
 
     c.model = config_dict.ConfigDict()
     c.model.name = "tiny"                          # "tiny" (random init), "pretrained" (load model.checkpoint) or
@@ -109,7 +125,7 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
 
     c.actor = config_dict.ConfigDict()
     c.actor.loss = "ppo"                           # name in jaxwebrl.rl.losses registry
-    c.actor.estimator = "grpo"                     # advantage estimator (jaxwebrl.rl.advantages registry); must match
+    c.actor.estimator = "grpo"                     # advantage estimator (jaxwebrl.rl.estimators registry); must match
                                                    # reward_norm's levels: grpo group/group, drgrpo group/None, rloo
                                                    # group/None leave-one-out, success_filter and raw None/None
     c.actor.use_decoupled_loss = True              # behaviour weight w = exp(prox − behave)
@@ -127,8 +143,7 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
     c.actor.m2_threshold = config_dict.placeholder(float)      # M2PO second-moment bound (e.g. 0.04); None: off
     c.actor.sapo_tau_pos = config_dict.placeholder(float)      # SAPO gate temperatures (None: loss defaults)
     c.actor.sapo_tau_neg = config_dict.placeholder(float)
-    c.actor.step_adv_const_length = config_dict.placeholder(float)   # k of 1/k; None → 1/|τ|
-    c.actor.step_adv_const_length = 10.0
+    c.actor.step_adv_const_length = config_dict.placeholder(float)   # k of 1/k; None → 1/|τ| (constT10: 10)
     c.actor.discount = 1.0
     c.actor.gae_lambda = 1.0
     c.actor.reward_bias = 0.0
@@ -167,8 +182,6 @@ def base_config(arg: str | None = None) -> config_dict.ConfigDict:
     c.distributed.mesh.data = config_dict.placeholder(int)
     c.distributed.mesh.fsdp = config_dict.placeholder(int)
     c.distributed.mesh.tensor = config_dict.placeholder(int)
-
-    _apply_variant(c, variant)
     return c
 
 
@@ -195,90 +208,110 @@ TINY_SYSTEM_PROMPT = "You are a web agent. Reply with 'Memory: {...}' then 'Acti
 TOY_SYSTEM_PROMPT = "Do the task."
 
 
-def _apply_variant(c: config_dict.ConfigDict, variant: str) -> None:
-    if variant in ("tiny", "toy"):
-        c.buffer.max_seq_len = 512
-    if variant == "toy":
-        # Measured (grpo, 2-core CPU): from the random tiny policy, sampled success 0.13 -> 0.9 over updates 1-20
-        # and 0.95 by 25, ~8 s an update. lr 1e-3 learned sooner but swung 0.68 -> 0.1 -> 0.67 -> 0.03; with 8
-        # trajectories an update it had not learned after 20 updates.
-        c.env.tasks = "toy"
-        c.env.system_prompt = TOY_SYSTEM_PROMPT
-        c.env.max_episode_steps = 3
-        c.rollout.num_workers = 2
-        c.train.consumer_batch_size = 32
-        c.train.ppo_n_minibatches = 1
-        c.train.ppo_n_epochs = 4
-        c.train.lr = 3e-4
-    elif variant == "tiny":
-        c.env.system_prompt = TINY_SYSTEM_PROMPT
-        # Measured on the 2-core CPU under load: 8 trajectories x (2 minibatches x 3 epochs) took 42 s a step and
-        # recompiled as the row count wandered over 8..64; 32 trajectories (~80 rows: one 128-row shape) x (1 x 2)
-        # take ~45 s, so the trainer uses ~4x the trajectories per minute (the workers make ~60 episodes/min).
-        # (Measured with power-of-two row buckets; rows now bucket in quarter octaves, ~80 rows -> 80/96/112/128.)
-        # 4 epochs (not 2) per batch: from the SFT warm start, constT10 went 48.3% -> 66.7% held out in 15 updates
-        # (~50 s each); with 2 epochs, 10 updates gave +5 points and 30 gave none (README, Results).
-        c.train.consumer_batch_size = 32
-        c.train.ppo_n_minibatches = 1
-        c.train.ppo_n_epochs = 4
-        c.train.lr = 3e-4                          # a tiny policy needs a larger step than 8B
-        c.env.screenshot_height = 140              # 10 x 8 patches of 14 px (20 image tokens): one patch row per
-        c.env.screenshot_width = 112               # click-grid row; 64 x 64 leaves the ViT only 4 tokens
-    elif variant in PAPER_SCALE:
-        c.model.name = "pretrained"
-        c.model.preset = PAPER_SCALE[variant]      # shapes for launch/compile.py until model.checkpoint is set
-        c.model.dtype = "bfloat16"
-        c.model.param_dtype = "float32"            # fp32 master weights, bf16 compute (launch/compile.py: fits v5p-8)
-        c.model.remat = "full"
-        c.model.scan_layers = True
-        c.model.attention_chunk = 1024
-        c.model.logits_chunk = 8192
-        c.model.max_new_tokens = 512
-        c.model.constrained_actions = False
-        c.env.tasks = "miniwob"                    # all bundled MiniWoB++ tasks; JSON specs for WebGym-style sets
-        c.env.group_size = 8
-        c.env.max_episode_steps = 30
-        c.env.screenshot_height = 720
-        c.env.screenshot_width = 1280
-        c.env.prompt_window = 2
-        c.env.action_style = "tool_call"
-        c.rollout.num_workers = 64
-        c.rollout.server_max_batch = 64
-        c.buffer.capacity_steps = 262144
-        c.buffer.max_seq_len = 16384
-        c.train.consumer_batch_size = 128
-        c.train.max_steps = 1000
-    elif variant == "rehearsal":
-        # Real width on the CPU: Qwen3-VL-2B's hidden/heads/MLP/vocabulary and vision patch/merge sizes, 2 decoder
-        # layers, 2 vision blocks, random weights with the real Qwen tokenizer, 1280x720 screenshots, unconstrained
-        # tool-call actions. Sized for a 2-core, 24 GB machine (bench/scale.py, tests/launch/test_rehearsal.py): bf16
-        # weights and AdamW moments (fp32 compute) keep the ~0.5B parameters (311M of them the 151,936 x 2048
-        # embedding) and their three copies (recipe, trainer, policy server) near 10 GB all told.
-        c.model.name = "random"
-        c.model.param_dtype = "bfloat16"
-        c.model.preset = "qwen3vl_2b"
-        c.model.num_layers = 2
-        c.model.scan_layers = True                 # remat under scan: a third of the unrolled train step's memory
-        c.model.remat = "full"
-        c.model.vision_depth = 2
-        c.model.attention_chunk = 512
-        c.model.logits_chunk = 8192
-        c.model.max_new_tokens = 24
-        c.model.constrained_actions = False
-        c.env.tasks = "miniwob/click-test"
-        c.env.group_size = 2
-        c.env.max_episode_steps = 1                # 2 step rows a train step: ~10 GB peak on the CPU
-        c.env.screenshot_height = 720
-        c.env.screenshot_width = 1280
-        c.env.prompt_window = 0
-        c.env.action_style = "tool_call"
-        c.rollout.num_workers = 1
-        c.rollout.server_max_batch = 2
-        c.buffer.capacity_steps = 256
-        c.buffer.max_seq_len = 1536                # a 1280x720 screenshot is 880 image tokens
-        c.train.consumer_batch_size = 2
-        c.train.ppo_n_minibatches = 1
-        c.train.ppo_n_epochs = 1
-        c.train.max_steps = 2
-        c.train.dynamic_sampling = False
-        c.checkpoint.async_save = False
+def toy(c: config_dict.ConfigDict) -> None:
+    """The tiny policy on the browser-free toy environment."""
+    c.variant = "toy"
+    c.buffer.max_seq_len = 512
+    # Measured (grpo, 2-core CPU): from the random tiny policy, sampled success 0.13 -> 0.9 over updates 1-20
+    # and 0.95 by 25, ~8 s an update. lr 1e-3 learned sooner but swung 0.68 -> 0.1 -> 0.67 -> 0.03; with 8
+    # trajectories an update it had not learned after 20 updates.
+    c.env.tasks = "toy"
+    c.env.system_prompt = TOY_SYSTEM_PROMPT
+    c.env.max_episode_steps = 3
+    c.rollout.num_workers = 2
+    c.train.consumer_batch_size = 32
+    c.train.ppo_n_minibatches = 1
+    c.train.ppo_n_epochs = 4
+    c.train.lr = 3e-4
+
+
+def tiny(c: config_dict.ConfigDict) -> None:
+    """The tiny random policy on the bundled MiniWoB++ tasks (the default)."""
+    c.variant = "tiny"
+    c.buffer.max_seq_len = 512
+    c.env.system_prompt = TINY_SYSTEM_PROMPT
+    # Measured on the 2-core CPU under load: 8 trajectories x (2 minibatches x 3 epochs) took 42 s a step and
+    # recompiled as the row count wandered over 8..64; 32 trajectories (~80 rows: one 128-row shape) x (1 x 2)
+    # take ~45 s, so the trainer uses ~4x the trajectories per minute (the workers make ~60 episodes/min).
+    # (Measured with power-of-two row buckets; rows now bucket in quarter octaves, ~80 rows -> 80/96/112/128.)
+    # 4 epochs (not 2) per batch: from the SFT warm start, constT10 went 48.3% -> 66.7% held out in 15 updates
+    # (~50 s each); with 2 epochs, 10 updates gave +5 points and 30 gave none (README, Results).
+    c.train.consumer_batch_size = 32
+    c.train.ppo_n_minibatches = 1
+    c.train.ppo_n_epochs = 4
+    c.train.lr = 3e-4                          # a tiny policy needs a larger step than 8B
+    c.env.screenshot_height = 140              # 10 x 8 patches of 14 px (20 image tokens): one patch row per
+    c.env.screenshot_width = 112               # click-grid row; 64 x 64 leaves the ViT only 4 tokens
+
+
+def paper_scale(c: config_dict.ConfigDict, preset: str) -> None:
+    """The paper's scale on the model `preset` names, from a local HF checkpoint (--config.model.checkpoint=DIR)."""
+    c.variant = preset
+    c.model.name = "pretrained"
+    c.model.preset = preset                    # shapes for launch/compile.py until model.checkpoint is set
+    c.model.dtype = "bfloat16"
+    c.model.param_dtype = "float32"            # fp32 master weights, bf16 compute (launch/compile.py: fits v5p-8)
+    c.model.remat = "full"
+    c.model.scan_layers = True
+    c.model.attention_chunk = 1024
+    c.model.logits_chunk = 8192
+    c.model.max_new_tokens = 512
+    c.model.constrained_actions = False
+    c.env.tasks = "miniwob"                    # all bundled MiniWoB++ tasks; JSON specs for WebGym-style sets
+    c.env.group_size = 8
+    c.env.max_episode_steps = 30
+    c.env.screenshot_height = 720
+    c.env.screenshot_width = 1280
+    c.env.prompt_window = 2
+    c.env.action_style = "tool_call"
+    c.rollout.num_workers = 64
+    c.rollout.server_max_batch = 64
+    c.buffer.capacity_steps = 262144
+    c.buffer.max_seq_len = 16384
+    c.train.consumer_batch_size = 128
+    c.train.max_steps = 1000
+
+
+def rehearsal(c: config_dict.ConfigDict) -> None:
+    """The real-width CPU rehearsal (bench/scale.py, tests/launch/test_rehearsal.py)."""
+    c.variant = "rehearsal"
+    # Real width on the CPU: Qwen3-VL-2B's hidden/heads/MLP/vocabulary and vision patch/merge sizes, 2 decoder
+    # layers, 2 vision blocks, random weights with the real Qwen tokenizer, 1280x720 screenshots, unconstrained
+    # tool-call actions. Sized for a 2-core, 24 GB machine (bench/scale.py, tests/launch/test_rehearsal.py): bf16
+    # weights and AdamW moments (fp32 compute) keep the ~0.5B parameters (311M of them the 151,936 x 2048
+    # embedding) and their three copies (recipe, trainer, policy server) near 10 GB all told.
+    c.model.name = "random"
+    c.model.param_dtype = "bfloat16"
+    c.model.preset = "qwen3vl_2b"
+    c.model.num_layers = 2
+    c.model.scan_layers = True                 # remat under scan: a third of the unrolled train step's memory
+    c.model.remat = "full"
+    c.model.vision_depth = 2
+    c.model.attention_chunk = 512
+    c.model.logits_chunk = 8192
+    c.model.max_new_tokens = 24
+    c.model.constrained_actions = False
+    c.env.tasks = "miniwob/click-test"
+    c.env.group_size = 2
+    c.env.max_episode_steps = 1                # 2 step rows a train step: ~10 GB peak on the CPU
+    c.env.screenshot_height = 720
+    c.env.screenshot_width = 1280
+    c.env.prompt_window = 0
+    c.env.action_style = "tool_call"
+    c.rollout.num_workers = 1
+    c.rollout.server_max_batch = 2
+    c.buffer.capacity_steps = 256
+    c.buffer.max_seq_len = 1536                # a 1280x720 screenshot is 880 image tokens
+    c.train.consumer_batch_size = 2
+    c.train.ppo_n_minibatches = 1
+    c.train.ppo_n_epochs = 1
+    c.train.max_steps = 2
+    c.train.dynamic_sampling = False
+    c.checkpoint.async_save = False
+
+
+SCALES = {"tiny": tiny, "toy": toy,
+      "qwen3vl_8b": functools.partial(paper_scale, preset="qwen3vl_8b"),
+      "qwen3vl_2b": functools.partial(paper_scale, preset="qwen3vl_2b"),
+      "qwen2_5vl_7b": functools.partial(paper_scale, preset="qwen2_5vl_7b"),
+      "rehearsal": rehearsal}
