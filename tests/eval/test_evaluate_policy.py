@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 
-from jaxwebrl.eval.evaluate import DEFAULT_SEED_START, evaluate
+from jaxwebrl.eval.evaluate import evaluate
+from jaxwebrl.eval.seeds import EVAL_SEED_START
 from jaxwebrl.checkpoint.policies import load_policy
 from tests.eval.trained import toy_config, write_trained_checkpoint
 
@@ -19,7 +20,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 def test_trained_checkpoint_on_toy_through_policy_server(tmp_path):
     config, _ = write_trained_checkpoint(str(tmp_path / "run"))
     policy, info = load_policy(config, str(tmp_path / "run"))
-    report = evaluate(config, policy, seeds=range(DEFAULT_SEED_START, DEFAULT_SEED_START + 4), episodes_per_seed=2,
+    report = evaluate(config, policy, seeds=range(EVAL_SEED_START, EVAL_SEED_START + 4), episodes_per_seed=2,
                       num_workers=2, temperature=0.0, policy_info=info, out_dir=str(tmp_path / "eval"))
     assert set(report["tasks"]) == {"toy/A", "toy/B", "toy/C", "toy/D"}
     assert report["overall"]["episodes"] == 8 and report["overall"]["env_failed"] == 0

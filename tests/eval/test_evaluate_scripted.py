@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from jaxwebrl.eval.evaluate import DEFAULT_SEED_START, evaluate
+from jaxwebrl.eval.evaluate import evaluate
+from jaxwebrl.eval.seeds import EVAL_SEED_START
 from jaxwebrl.eval.report import markdown
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
@@ -23,7 +24,7 @@ def _oracle(epsilon):
 
 
 def test_perfect_oracle_scores_every_toy_task(tmp_path):
-    report = evaluate(_config(), None, seeds=range(DEFAULT_SEED_START, DEFAULT_SEED_START + 8),
+    report = evaluate(_config(), None, seeds=range(EVAL_SEED_START, EVAL_SEED_START + 8),
                       episodes_per_seed=2, num_workers=2, out_dir=str(tmp_path), make_handler=_oracle(0.0))
     assert set(report["tasks"]) == {"toy/A", "toy/B", "toy/C", "toy/D"}
     for task in report["tasks"].values():
@@ -38,7 +39,7 @@ def test_perfect_oracle_scores_every_toy_task(tmp_path):
 
 
 def test_noisy_oracle_fails_some_and_counts_failures_separately(tmp_path):
-    seeds = range(DEFAULT_SEED_START, DEFAULT_SEED_START + 8)
+    seeds = range(EVAL_SEED_START, EVAL_SEED_START + 8)
     report = evaluate(_config(), None, seeds=seeds, episodes_per_seed=2, num_workers=1,
                       make_handler=_oracle(1.0))                  # uniform over the two buttons: 1/8 succeed
     rows = report["episodes"]
