@@ -341,7 +341,7 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
     e.g. launch/rollout.py on a remote node). Exits with EXIT_FATAL on a bad configuration, a refused token or a
     buffer that keeps refusing its episodes (disk full), with EXIT_CRASH on any other error; either way the error
     goes to `report_path` as one line first."""
-    from jaxwebrl.rollout.transport import TransportAuthError
+    from jaxwebrl.rollout.transport import TransportAuthError, TransportRequestRefused
     from jaxwebrl.rollout.worker import BufferUnusable
 
     logger = logging.getLogger(__name__)
@@ -367,7 +367,7 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
                     _write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
                 except OSError as exc:  # a full disk costs the stats file, not the worker
                     logger.warning("worker %d: stats not written: %s", worker_id, exc)
-    except (TransportAuthError, BufferUnusable) as exc:
+    except (TransportAuthError, TransportRequestRefused, BufferUnusable) as exc:
         stop(EXIT_FATAL, exc, "stops for good")
     except Exception as exc:  # noqa: BLE001 - reported in one line; the pool decides whether to restart
         stop(EXIT_CRASH, exc, "failed")

@@ -77,6 +77,14 @@ class TransportTimeout(TransportError, TimeoutError):
     """No reply arrived within the timeout."""
 
 
+class RequestRefused(ValueError):
+    """Raised by a handler when the request itself is malformed: the client gets `TransportRequestRefused`."""
+
+
+class TransportRequestRefused(TransportError):
+    """The server refused the request as malformed (`RequestRefused`): sending it again cannot help."""
+
+
 def new_token() -> str:
     """A fresh random shared token (32 hex characters)."""
     return secrets.token_hex(16)
@@ -451,7 +459,8 @@ class TransportServer:
             else:
                 log.warning("transport: handler failed on a request: %s: %s", type(exc).__name__, _short(exc, 300),
                             exc_info=log.isEnabledFor(logging.DEBUG))
-            reply = _error_reply(request_id, "handler", f"{type(exc).__name__}: {_short(exc, 300)}")
+            kind = "refused" if isinstance(exc, RequestRefused) else "handler"
+            reply = _error_reply(request_id, kind, f"{type(exc).__name__}: {_short(exc, 300)}")
         self._replies.put((identity, reply))
         try:
             os.write(self._wake_write, b"x")
@@ -530,7 +539,8 @@ class TransportClient:
                 if head.get("ok"):
                     return reply
                 kind, message = head.get("error_kind"), head.get("error", "unknown error")
-                raise TransportError(f"policy server at {self.address} failed ({kind}): {message}")
+                error = TransportRequestRefused if kind == "refused" else TransportError
+                raise error(f"policy server at {self.address} failed ({kind}): {message}")
 
     def _connection_events(self, waiting: bool) -> None:
         """Read the socket's handshake events; raise on a refusal, or on a lost connection while ``waiting``."""
