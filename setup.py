@@ -36,6 +36,7 @@ TPU = ["jax[tpu]==0.10.2"]             # libtpu: AOT compilation for TPU topolog
 EXTRAS = {
     "test": QWEN_VOCAB + [
         "pytest==9.0.3",
+        "pytest-timeout==2.4.0",
         "hypothesis==6.155.2",
         "torch==2.13.0",
         "transformers==5.24.0",

@@ -38,7 +38,8 @@ def _stub_ml_collections() -> None:
         sys.modules["ml_collections.config_dict"] = stub.config_dict
 
 
-def model(tiny: bool, *, dtype: str, param_dtype: str, remat: str):
+def model(tiny: bool, *, dtype: str, param_dtype: str, remat: str, attention_impl: str = "xla",
+          attention_chunk: int = 1024):
     from jaxwebrl.models.config import tiny_config
     from jaxwebrl.models.presets import preset_config
 
@@ -46,8 +47,8 @@ def model(tiny: bool, *, dtype: str, param_dtype: str, remat: str):
         config = tiny_config().replace(dtype=dtype, param_dtype=param_dtype)
     else:
         config = preset_config("qwen3vl_2b", dtype=dtype, param_dtype=param_dtype)
-    return config.replace(remat=remat, scan_layers=True, attention_chunk=0 if tiny else 1024,
-                          logits_chunk=0 if tiny else 8192)
+    return config.replace(remat=remat, scan_layers=True, attention_chunk=0 if tiny else attention_chunk,
+                          logits_chunk=0 if tiny else 8192, attention_impl=attention_impl)
 
 
 def chip_of(name: str | None):
@@ -90,7 +91,7 @@ def train(args) -> dict:
     from jaxwebrl.train.update import OptimizerConfig, UpdateSettings, _compiled, make_optimizer
 
     config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="float32",
-                   remat=args.remat)
+                   remat=args.remat, attention_impl=args.attention_impl, attention_chunk=args.attention_chunk)
     rows, seq = (2, 256) if args.tiny else (args.rows, args.seq_len)
     screenshot = (112, 140) if args.tiny else (720, 1280)
     grid = tuple(int(g) for g in image_processor_for(config).grid_thw(*screenshot))
@@ -104,6 +105,8 @@ def train(args) -> dict:
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 150000 if not args.tiny else 250, (rows, seq)).astype(np.int32)
     start = 16
+    if args.no_images:   # text rows only: isolates the vision tower's share of the step
+        merged = 0
     ids[:, start:start + merged] = config.image_token_id
     response = min(512, seq // 4)
     mask = np.zeros((rows, seq), np.int32)
@@ -112,10 +115,12 @@ def train(args) -> dict:
           "loss_mask": jnp.asarray(mask), "behave_logprobs": jnp.full((rows, seq), -1.0, jnp.float32),
           "advantages": jnp.asarray(rng.standard_normal((rows, seq)), jnp.float32),
           "prox_logprobs": jnp.full((rows, seq), -1.0, jnp.float32),
-          "loss_positions": jnp.asarray(lm_head.loss_positions(mask)),
-          "pixel_values": jnp.asarray(rng.standard_normal((rows * int(np.prod(grid)), config.vision.patch_dim)),
-                                      jnp.float32)}
-    grids = tuple([grid] * rows)
+          "loss_positions": jnp.asarray(lm_head.loss_positions(mask))}
+    grids = None
+    if not args.no_images:
+        mb["pixel_values"] = jnp.asarray(rng.standard_normal((rows * int(np.prod(grid)), config.vision.patch_dim)),
+                                         jnp.float32)
+        grids = tuple([grid] * rows)
     t0 = time.perf_counter()
     compiled = step.lower(params, opt_state, mb, grid=grids).compile()
     compile_s = time.perf_counter() - t0
@@ -127,7 +132,7 @@ def train(args) -> dict:
 
     median, times = _timed(one, args.warmup, args.iters)
     param_count = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-    work = cost.train_step(config, rows=rows, seq_len=seq, grids_per_row=[grid], positions=mb["loss_positions"].shape[1],
+    work = cost.train_step(config, rows=rows, seq_len=seq, grids_per_row=[] if args.no_images else [grid], positions=mb["loss_positions"].shape[1],
                            param_count=param_count, moments_dtype=None, devices=1)
     return _report("train_step", config, work, median, times, compile_s, compiled, args,
                    {"rows": rows, "seq_len": seq, "image_tokens_per_row": merged, "params": param_count})
@@ -205,7 +210,7 @@ def _report(name, config, work, median, times, compile_s, compiled, args, shapes
            "model_flops": work.model_flops, "flops": work.executed_flops, "hbm_bytes_accessed": work.hbm_bytes,
            "knobs": {"dtype": config.dtype, "param_dtype": config.param_dtype, "remat": config.remat,
                      "scan_layers": config.scan_layers, "attention_chunk": config.attention_chunk,
-                     "logits_chunk": config.logits_chunk}}
+                     "logits_chunk": config.logits_chunk, "attention_impl": config.attention_impl}}
     chip = chip_of(args.chip)
     if chip is not None:
         predicted = cost.roofline(work.executed_flops, work.hbm_bytes, chip.peak_bf16_flops, chip.hbm_bandwidth)
@@ -231,6 +236,10 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=4096)
     parser.add_argument("--remat", default="full")
+    parser.add_argument("--attention_chunk", type=int, default=1024, help="queries per attention chunk (0: dense)")
+    parser.add_argument("--no_images", action="store_true", help="text-only rows (the vision tower's share)")
+    parser.add_argument("--attention_impl", default="fused", choices=("xla", "fused"),
+                        help="the text decoder's attention kernel in the train step (fused: cuDNN flash attention)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--prompt_len", type=int, default=1024)
     parser.add_argument("--new_tokens", type=int, default=256)

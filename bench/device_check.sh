@@ -48,7 +48,8 @@ EOF
   fi
 }
 
-run_part train_step "$TRAIN_LIMIT" train "${EXTRA[@]}"
+run_part train_step "$TRAIN_LIMIT" train "${EXTRA[@]}"                             # fused (cuDNN) attention
+run_part train_step_xla "$TRAIN_LIMIT" train --attention_impl=xla "${EXTRA[@]}"   # the masked XLA kernel
 run_part decode "$DECODE_LIMIT" decode "${EXTRA[@]}"
 
 "$PYTHON" - "$WORK" "${OUT:-}" <<'EOF'
@@ -61,7 +62,7 @@ try:
     result["devices"] = [d.device_kind for d in jax.devices()]
 except Exception as err:  # noqa: BLE001 - report what we can
     result["jax_error"] = repr(err)
-for name in ("train_step", "decode"):
+for name in ("train_step", "train_step_xla", "decode"):
     try:
         result[name] = json.load(open(os.path.join(work, f"{name}.json")))
     except Exception as err:  # noqa: BLE001

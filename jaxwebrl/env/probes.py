@@ -46,7 +46,7 @@ class WebSocketProbe:
         threading.Thread(target=self._accept, name="ws-probe", daemon=True).start()
 
     def close(self) -> None:
-        self._sock.close()
+        _close_waking(self._sock)
 
     def _accept(self) -> None:
         while True:
@@ -109,7 +109,7 @@ class UdpProbe:
         threading.Thread(target=self._count, name="udp-probe", daemon=True).start()
 
     def close(self) -> None:
-        self._sock.close()
+        _close_waking(self._sock)
 
     def _count(self) -> None:
         while True:
@@ -118,3 +118,12 @@ class UdpProbe:
             except OSError:
                 return
             self.packets += 1
+
+
+def _close_waking(sock: socket.socket) -> None:
+    """Close `sock` and wake the probe thread blocked on it (a plain close leaves accept/recv waiting on Linux)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:   # not connected (UDP) or already shut
+        pass
+    sock.close()

@@ -49,9 +49,21 @@ def causal_mask(attention_mask: jax.Array) -> AttentionMask:
     return AttentionMask(attention_mask.astype(bool), slots, prefix_causal=True)
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, scale: float, chunk: int = 0) -> jax.Array:
-    """q [B, T, H, D], k/v [B, S, K, D] (H a multiple of K) -> [B, T, H, D] in q.dtype (see the module docstring)."""
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, scale: float, chunk: int = 0,
+           impl: str = "xla") -> jax.Array:
+    """q [B, T, H, D], k/v [B, S, K, D] (H a multiple of K) -> [B, T, H, D] in q.dtype (see the module docstring).
+
+    impl="fused" on the no-cache causal forward (`mask.prefix_causal`) calls `jax.nn.dot_product_attention`
+    (JAX picks the kernel: cuDNN flash attention on a GPU, XLA elsewhere) with a causal mask and each row's
+    valid length, which is exact for right-padded rows (real tokens first, as `buffer.batching.pad_batch` lays
+    them out): a real query never sees a key after it. Other masks (KV-cache prefill, vision) use the XLA path.
+    """
     t = q.shape[1]
+    if impl == "fused" and mask.prefix_causal:
+        lengths = mask.key_valid.sum(axis=-1).astype(jnp.int32)
+        out = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), scale=scale, is_causal=True,
+                                           query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+        return out.astype(q.dtype)
     if chunk <= 0 or t <= chunk:
         return masked_attention(q, k, v, mask.dense(0, t), scale)
     one = jax.checkpoint(lambda q_, k_, v_, m_: masked_attention(q_, k_, v_, m_, scale))

@@ -67,6 +67,9 @@ class VisionConfig:
         return self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
 
 
+ATTENTION_IMPLS = ("xla", "fused")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """A whole policy. `dtype` is the compute dtype, `param_dtype` the storage dtype of the weights
@@ -77,7 +80,9 @@ class ModelConfig:
     True/False mean "full"/"none"); `scan_layers` runs the decoder as one scan over stacked layer params (compile
     time independent of depth); `attention_chunk` > 0 computes attention that many queries at a time;
     `logits_chunk` > 0 computes the trainer's log-probs over that many vocabulary entries at a time
-    (`lm_head.token_logprobs`).
+    (`lm_head.token_logprobs`); `attention_impl` picks the text decoder's no-cache attention kernel ("xla": the
+    masked kernel of `attention.py`; "fused": `jax.nn.dot_product_attention`, cuDNN flash attention on a GPU,
+    for right-padded rows: see `attention.attend`).
     """
 
     model_type: str
@@ -94,6 +99,7 @@ class ModelConfig:
     scan_layers: bool = False
     attention_chunk: int = 0
     logits_chunk: int = 0
+    attention_impl: str = "xla"
     hf_config_json: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self):
@@ -106,6 +112,8 @@ class ModelConfig:
         if self.attention_chunk < 0 or self.logits_chunk < 0:
             raise ValueError(f"attention_chunk={self.attention_chunk} and logits_chunk={self.logits_chunk} must be "
                              ">= 0 (0: no chunking)")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl={self.attention_impl!r}: use one of {', '.join(ATTENTION_IMPLS)}")
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
                 f"unsupported model_type {self.model_type!r}: jaxwebrl supports {SUPPORTED_MODEL_TYPES}"

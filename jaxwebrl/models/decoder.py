@@ -36,6 +36,7 @@ class TextAttention(nn.Module):
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
     attention_chunk: int = 0
+    attention_impl: str = "xla"
 
     @nn.compact
     def __call__(self, x, cos, sin, mask: AttentionMask, layer_cache=None, cache_index=None):
@@ -63,7 +64,8 @@ class TextAttention(nn.Module):
             k = kv_cache.write_rows(layer_cache["k"], k, cache_index)
             v = kv_cache.write_rows(layer_cache["v"], v, cache_index)
             new_cache = {"k": k, "v": v}
-        out = attend(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5, self.attention_chunk)
+        out = attend(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5, self.attention_chunk,
+                     self.attention_impl)
         out = dense(x.shape[-1], use_bias=False, name="o_proj", **kw)(out.reshape(b, t, -1))
         return out, new_cache
 
@@ -76,13 +78,15 @@ class DecoderLayer(nn.Module):
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
     attention_chunk: int = 0
+    attention_impl: str = "xla"
 
     @nn.compact
     def __call__(self, x, cos, sin, mask, layer_cache=None, cache_index=None, deepstack=None, layer_index=None):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         h = RMSNorm(c.hidden_size, c.rms_norm_eps, name="input_layernorm", **kw)(x)
-        h, new_cache = TextAttention(c, name="self_attn", attention_chunk=self.attention_chunk, **kw)(
+        h, new_cache = TextAttention(c, name="self_attn", attention_chunk=self.attention_chunk,
+                                     attention_impl=self.attention_impl, **kw)(
             h, cos, sin, mask, layer_cache, cache_index)
         x = x + h
         h = RMSNorm(c.hidden_size, c.rms_norm_eps, name="post_attention_layernorm", **kw)(x)
@@ -112,10 +116,12 @@ class TextDecoder(nn.Module):
     remat: str = "none"
     scan_layers: bool = False
     attention_chunk: int = 0
+    attention_impl: str = "xla"
 
     def setup(self):
         c = self.config
-        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype, attention_chunk=self.attention_chunk)
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype, attention_chunk=self.attention_chunk,
+                  attention_impl=self.attention_impl)
         self.embed_tokens = nn.Embed(
             c.vocab_size, c.hidden_size, embedding_init=nn.initializers.normal(0.02),
             dtype=self.dtype, param_dtype=self.param_dtype,

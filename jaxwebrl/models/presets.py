@@ -61,7 +61,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     ),
 }
 
-KNOBS = ("remat", "scan_layers", "attention_chunk", "logits_chunk")
+KNOBS = ("remat", "scan_layers", "attention_chunk", "logits_chunk", "attention_impl")
 
 
 def _scaled(indexes, depth: int, new_depth: int) -> list[int]:

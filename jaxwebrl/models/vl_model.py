@@ -64,7 +64,7 @@ class VisionLanguageModel(nn.Module):
         self.visual = _vision_tower_class(c.model_type)(c.vision, remat=c.remat, attention_chunk=c.attention_chunk,
                                                         **scan, **kw)
         self.language_model = TextDecoder(c.text, remat=c.remat, scan_layers=c.scan_layers,
-                                          attention_chunk=c.attention_chunk, **kw)
+                                          attention_chunk=c.attention_chunk, attention_impl=c.attention_impl, **kw)
         if not c.tie_word_embeddings:
             self.lm_head = LMHead(c.text.vocab_size, compute_dtype=kw["dtype"], param_dtype=kw["param_dtype"])
 

@@ -26,6 +26,7 @@ import numpy as np
 from jaxwebrl.env.action_space import config_action_texts, response_texts
 from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.sampler import Sampler, SamplingParams
+from jaxwebrl.rollout.wire import RequestRefused
 
 log = logging.getLogger(__name__)
 
@@ -251,16 +252,17 @@ def _settle(future: concurrent.futures.Future, result: Any = None, error: BaseEx
 def _check_request(request: dict) -> None:
     """ValueError naming the field when a generate request (docs/interfaces.md) is malformed."""
     if request.get("op") != "generate":
-        raise ValueError(f"policy server serves op 'generate' only, got {request.get('op')!r}")
+        raise RequestRefused(f"policy server serves op 'generate' only, got {request.get('op')!r}")
     messages, refs = request.get("messages"), request.get("image_refs")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise ValueError("generate request 'messages' must be a list of chat message dicts")
+        raise RequestRefused("generate request 'messages' must be a list of chat message dicts")
     if not isinstance(refs, np.ndarray) or refs.dtype.kind not in "iu" or refs.ndim != 1:
-        raise ValueError("generate request 'image_refs' must be an int array [K] of screenshot refs")
+        raise RequestRefused("generate request 'image_refs' must be an int array [K] of screenshot refs")
     max_new = request.get("max_new_tokens")
     if type(max_new) is not int or max_new < 1:
-        raise ValueError(f"generate request 'max_new_tokens' must be an int >= 1, got {max_new!r}")
-    for key in ("temperature", "top_p"):
-        value = request.get(key, 1.0)
-        if type(value) not in (int, float) or not np.isfinite(value) or value <= 0:
-            raise ValueError(f"generate request {key!r} must be a finite number > 0, got {value!r}")
+        raise RequestRefused(f"generate request 'max_new_tokens' must be an int >= 1, got {max_new!r}")
+    temperature, top_p = request.get("temperature", 1.0), request.get("top_p", 1.0)
+    if type(temperature) not in (int, float) or not np.isfinite(temperature) or temperature < 0:
+        raise RequestRefused(f"generate request 'temperature' must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if type(top_p) not in (int, float) or not 0 < top_p <= 1:
+        raise RequestRefused(f"generate request 'top_p' must be a number in (0, 1], got {top_p!r}")

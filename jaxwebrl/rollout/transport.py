@@ -43,8 +43,9 @@ from typing import Any, Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from jaxwebrl.rollout.wire import (PROTOCOL, TransportAuthError, TransportError, TransportTimeout, decode_message,
-                                   echoable_id, encode_message, error_reply, short_text)
+from jaxwebrl.rollout.wire import (PROTOCOL, RequestRefused, TransportAuthError, TransportError, TransportRequestRefused,
+                                   TransportTimeout, decode_message, echoable_id, encode_message, error_reply,
+                                   short_text)
 
 # Paper scale: a reply is 4 arrays of <= 16k tokens (~0.2 MB), a request a chat of a few steps (~0.1 MB).
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
@@ -313,7 +314,8 @@ class TransportServer:
             else:
                 log.warning("transport: handler failed on a request: %s: %s", type(exc).__name__, short_text(exc, 300),
                             exc_info=log.isEnabledFor(logging.DEBUG))
-            reply = error_reply(request_id, "handler", f"{type(exc).__name__}: {short_text(exc, 300)}")
+            kind = "refused" if isinstance(exc, RequestRefused) else "handler"
+            reply = error_reply(request_id, kind, f"{type(exc).__name__}: {short_text(exc, 300)}")
         self._replies.put((identity, reply))
         try:
             os.write(self._wake_write, b"x")
@@ -388,7 +390,8 @@ class TransportClient:
                 if head.get("ok"):
                     return reply
                 kind, message = head.get("error_kind"), head.get("error", "unknown error")
-                raise TransportError(f"policy server at {self.address} failed ({kind}): {message}")
+                error = TransportRequestRefused if kind == "refused" else TransportError
+                raise error(f"policy server at {self.address} failed ({kind}): {message}")
 
     def _connection_events(self, waiting: bool) -> None:
         """Read the socket's handshake events; raise on a refusal, or on a lost connection while ``waiting``."""

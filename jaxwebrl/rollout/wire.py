@@ -42,6 +42,14 @@ class TransportTimeout(TransportError, TimeoutError):
     """No reply arrived within the timeout."""
 
 
+class RequestRefused(ValueError):
+    """Raised by a handler when the request itself is malformed: the client gets `TransportRequestRefused`."""
+
+
+class TransportRequestRefused(TransportError):
+    """The server refused the request as malformed (`RequestRefused`): sending it again cannot help."""
+
+
 def _encode_value(value: Any, arrays: list[np.ndarray], path: str) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in _ALLOWED_KINDS:

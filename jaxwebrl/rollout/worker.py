@@ -13,7 +13,8 @@ Failures:
   in the group, so a group is always exactly G appended episodes (the trainer completes a group at its G-th).
   A break before the first step leaves nothing to append: that slot is replayed (``max_env_retries``).
 - The policy server is unreachable or fails (``TransportError``): the partial episode is dropped (no env
-  fault, no data) and the worker retries after a pause; a wrong token (``TransportAuthError``) is fatal.
+  fault, no data) and the worker retries after a pause; a wrong token (``TransportAuthError``) or a request the server refuses as malformed
+  (``TransportRequestRefused``) is fatal.
 - Malformed model output is an invalid action: counted, fed back in the next prompt, never a crash.
 - The buffer refuses the episode (``EpisodeError``) or cannot write it (``BufferWriteError``: disk full,
   read-only): the episode is dropped, counted (``buffer_failures``) and logged in one line, and its slot is
@@ -45,7 +46,7 @@ from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.memory import MemoryTracker, split_memory
 from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
 from jaxwebrl.rollout.env_host import EnvHost, task_name
-from jaxwebrl.rollout.wire import TransportAuthError, TransportError
+from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportRequestRefused
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +273,7 @@ class RolloutWorker:
             generation = self.client.generate(prompt.messages, prompt.image_refs,
                                               max_new_tokens=self.config.max_new_tokens,
                                               temperature=self.config.temperature, top_p=self.config.top_p)
-        except TransportAuthError:
+        except (TransportAuthError, TransportRequestRefused):   # retrying cannot help: the worker stops
             raise
         except TransportError as exc:
             self.stats.server_errors += 1

@@ -25,7 +25,7 @@ from jaxwebrl.errors import one_line
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rollout.client import InProcessClient, PolicyClient
 from jaxwebrl.rollout.scripted import ScriptedBackend
-from jaxwebrl.rollout.wire import TransportAuthError
+from jaxwebrl.rollout.wire import TransportAuthError, TransportRequestRefused
 from jaxwebrl.rollout.worker import BufferUnusable, RolloutWorker, WorkerConfig
 
 EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
@@ -96,7 +96,7 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
                     write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
                 except OSError as exc:  # a full disk costs the stats file, not the worker
                     log.warning("worker %d: stats not written: %s", worker_id, exc)
-    except (TransportAuthError, BufferUnusable) as exc:
+    except (TransportAuthError, TransportRequestRefused, BufferUnusable) as exc:
         stop(EXIT_FATAL, exc, "stops for good")
     except Exception as exc:  # noqa: BLE001 - reported in one line; the pool decides whether to restart
         stop(EXIT_CRASH, exc, "failed")

@@ -72,6 +72,7 @@ def test_sigkill_during_append_leaves_nothing_partial(tmp_path):
         assert started.wait(60)
         marks = {}
         while len(marks) < 2:  # time two appends of the warm writer, then kill a fraction into the next
+            assert proc.is_alive(), f"the writer died before it was killed (exit code {proc.exitcode})"
             n = committed.value
             if n >= 1 and 1 not in marks:
                 marks[1] = time.perf_counter()

@@ -48,3 +48,40 @@ def test_chunked_equals_dense(name, chunk):
     chunked = jax.grad(loss(chunk), argnums=(0, 1, 2))(q, k, v)
     for a, b in zip(dense, chunked):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-5)
+
+
+def test_fused_kernel_equals_the_masked_kernel_on_right_padded_causal_rows():
+    """impl="fused" (jax.nn.dot_product_attention: cuDNN flash attention on a GPU, its XLA kernel here) on the
+    trainer's right-padded causal rows: the same outputs and gradients on real tokens, finite everywhere."""
+    rng, _, _, _ = _inputs()
+    q, k, v = (jnp.asarray(rng.standard_normal((3, 16, h, D)), jnp.float32) for h in (H, KV, KV))
+    real = jnp.asarray(np.arange(16)[None, :] < np.array([16, 9, 1])[:, None])     # [3, 16] real tokens first
+    mask = causal_mask(real)
+    keep = real[:, :, None, None]
+
+    def out(impl, q_):
+        return attend(q_, k, v, mask, D**-0.5, 0, impl)
+
+    np.testing.assert_allclose(out("fused", q) * keep, out("xla", q) * keep, atol=1e-5)
+    assert np.isfinite(np.asarray(out("fused", q))).all()
+    grads = {impl: jax.grad(lambda q_: (out(impl, q_) * keep).sum())(q) for impl in ("fused", "xla")}
+    assert np.isfinite(np.asarray(grads["fused"])).all()
+    np.testing.assert_allclose(grads["fused"], grads["xla"], atol=1e-5)
+
+
+def test_the_model_with_the_fused_kernel_gives_the_same_logits_on_right_padded_rows():
+    from jaxwebrl.models.config import tiny_config
+    from jaxwebrl.models.policy import init_params
+
+    config = tiny_config()
+    module, params = init_params(config, seed=0)
+    fused_module, _ = init_params(config.replace(attention_impl="fused"), seed=0)
+    rng = np.random.default_rng(1)
+    ids = jnp.asarray(rng.integers(0, config.text.vocab_size, (2, 24)), jnp.int32)
+    real = jnp.asarray(np.arange(24)[None, :] < np.array([[24], [13]]))
+    logits = {name: m.apply({"params": params}, ids, attention_mask=real.astype(jnp.int32))[0]
+              for name, m in (("xla", module), ("fused", fused_module))}
+    np.testing.assert_allclose(np.asarray(logits["fused"])[np.asarray(real)], np.asarray(logits["xla"])[np.asarray(real)],
+                               atol=1e-4)
+    with pytest.raises(ValueError, match="attention_impl"):
+        config.replace(attention_impl="flash")

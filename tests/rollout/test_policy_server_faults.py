@@ -28,7 +28,9 @@ def server(tmp_path_factory):
     ({"op": "train"}, "op 'generate' only"),
     ({"max_new_tokens": None}, "'max_new_tokens' must be an int >= 1"),
     ({"max_new_tokens": "8"}, "'max_new_tokens' must be an int >= 1"),
-    ({"temperature": float("nan")}, "'temperature' must be a finite number > 0"),
+    ({"temperature": float("nan")}, "'temperature' must be a finite number >= 0"),
+    ({"temperature": -1.0}, "'temperature' must be a finite number >= 0"),
+    ({"top_p": 1.5}, "'top_p' must be a number in"),
     ({"image_refs": [1, 2]}, "'image_refs' must be an int array"),
     ({"messages": "hello"}, "'messages' must be a list"),
 ])
@@ -120,3 +122,29 @@ def test_a_clean_shutdown_with_requests_in_flight_logs_no_traceback(tmp_path, ca
     tracebacks = [r for r in caplog.records if r.exc_info and r.levelno >= logging.INFO]
     assert tracebacks == [], [r.getMessage() for r in tracebacks]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("jaxwebrl")]
+
+
+def test_a_refused_request_reaches_the_client_as_refused_not_as_a_retryable_failure():
+    """A handler's RequestRefused (the request itself is wrong) comes back as TransportRequestRefused, which
+    workers do not retry; any other handler failure stays a plain, retryable TransportError. (An eval run once
+    retried a refused greedy request forever.)"""
+    from jaxwebrl.rollout.transport import (RequestRefused, TransportClient, TransportError, TransportRequestRefused,
+                                            TransportServer, new_token)
+
+    def handler(request):
+        if request["kind"] == "refuse":
+            raise RequestRefused("bad field")
+        raise ValueError("transient")
+
+    token = new_token()
+    server = TransportServer(handler, token=token).start()
+    client = TransportClient(server.address, token=token, timeout_s=30)
+    try:
+        with pytest.raises(TransportRequestRefused, match="bad field"):
+            client.request({"kind": "refuse"})
+        with pytest.raises(TransportError, match="transient") as info:
+            client.request({"kind": "other"})
+        assert not isinstance(info.value, TransportRequestRefused)
+    finally:
+        client.close()
+        server.close()
