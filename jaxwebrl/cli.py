@@ -11,7 +11,10 @@
     if __name__ == "__main__":
         app.run(main, flags_parser=cli.flags_parser("config error"))
 
-`--config=configs/X.py[:variant]` loads a recipe (`get_config(variant)`), `--config.a.b=value` overrides a field.
+`--config=configs/X.py[:variant]` loads a recipe (`get_config(variant)`), `--config.a.b=value` overrides a field
+(an unknown key names the nearest existing ones), `--print_config` prints the resolved config as JSON and exits 0,
+`--help` lists the launcher's flags and exits 0. Given a workdir with a config.json (`loaded_config(workdir=...)`),
+the config is the one that run recorded, with this command line's overrides on top.
 Every problem the user or the machine causes is one line on stderr and a non-zero exit code, and nothing starts
 (no JAX, no browser, no file written) before the config is known to be good: a bad flag or value
 (`config error: ...`, naming the key), a run that cannot go on (`error: ...`: a locked or read-only workdir,
@@ -24,20 +27,29 @@ config validation) only inside the functions that need them.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
+import importlib.util
+import json
 import os
 import re
 import sys
 from typing import NoReturn
 
 from absl import flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from jaxwebrl.buffer.schema import BufferFormatError
 from jaxwebrl.errors import RunError, one_line
 from jaxwebrl.extensions import import_extensions
+from jaxwebrl.train import run_config
 
-CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. configs/constT10.py[:variant]")
+CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. configs/constT10.py[:variant]; "
+                                         "--config.a.b=value overrides a field")
+PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "print the resolved config (recipe + overrides) as JSON "
+                                 "and exit")
+HELP_ARGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
 _FLAG_ERRORS = (flags.Error, ValueError, KeyError, TypeError, AttributeError, OSError, ImportError)
 
@@ -58,6 +70,8 @@ def flags_parser(prefix: str = "config error", code: int = 1):
     `prefix: ...` naming the key or the file, exit `code`."""
 
     def parse(argv: list[str]) -> list[str]:
+        if any(arg in HELP_ARGS for arg in argv[1:argv.index("--") if "--" in argv else None]):
+            print_help()
         recipe = _config_arg(argv)
         if recipe is None:
             exit_with(f"{prefix}: --config is required, e.g. --config=configs/constT10.py", code)
@@ -66,20 +80,38 @@ def flags_parser(prefix: str = "config error", code: int = 1):
             exit_with(f"{prefix}: --config={path}: file not found (recipes live in configs/, e.g. "
                       f"configs/constT10.py)", code)
         try:
-            return flags.FLAGS(argv)
+            rest = flags.FLAGS(argv)
         except _FLAG_ERRORS as err:
             exit_with(f"{prefix}: {_flag_message(err, recipe, argv)}", code)
+        if not flags.FLAGS["verbosity"].present:   # libraries' INFO (Orbax's per-save lines) would drown the run's
+            absl_logging.set_verbosity(absl_logging.WARNING)   # own; --verbosity=0 brings them back
+        return rest
 
     return parse
 
 
-def loaded_config(prefix: str = "config error", code: int = 1):
-    """The parsed config with its extension modules imported (launchers that do not run training)."""
+def print_help() -> NoReturn:
+    """The launcher's docstring and flags (its own, then the shared ones) on stdout; exit 0."""
+    main = sys.modules["__main__"]
+    print((main.__doc__ or "").strip() + "\n")
+    print(flags.FLAGS.main_module_help())
+    print(flags.FLAGS.module_help(sys.modules[__name__]))
+    print("\n  --config.KEY=VALUE: override any field of the recipe (e.g. --config.train.lr=1e-5); "
+          "--print_config lists them all")
+    sys.exit(0)
+
+
+def loaded_config(prefix: str = "config error", code: int = 1, workdir: str | None = None):
+    """The parsed config with its extension modules imported (launchers that do not run training); with a
+    `workdir` holding a config.json, that run's config with this command line's overrides on top."""
     config = CONFIG.value
+    if workdir:
+        config = _with_workdir_config(config, workdir, prefix, code)
     try:
         import_extensions(config.get("extensions"))
     except ImportError as err:
         exit_with(f"{prefix}: {err}", code)
+    _maybe_print(config)
     return config
 
 
@@ -88,6 +120,7 @@ def validated_config(workdir: str | None, prefix: str = "config error", code: in
     from jaxwebrl.train.config_validation import ConfigError, validate  # deferred (heavy): it imports JAX
 
     config = CONFIG.value
+    _maybe_print(config)
     try:
         validate(config, workdir)
     except ConfigError as err:
@@ -112,6 +145,78 @@ def run_errors(workdir: str | None = None):
                   "resume from the last checkpoint")
 
 
+def _maybe_print(config) -> None:
+    if PRINT_CONFIG.value:
+        print(json.dumps(run_config.as_dict(config), indent=2, sort_keys=True))
+        sys.exit(0)
+
+
+def _overridden_keys() -> set[str]:
+    """Dotted keys this command line set (`--config.a.b=v`)."""
+    return {name[len("config."):] for name in flags.FLAGS if name.startswith("config.") and flags.FLAGS[name].present}
+
+
+def _with_workdir_config(config, workdir: str, prefix: str, code: int):
+    """`config` with every value WORKDIR/config.json records, except the keys this command line overrides (the
+    recipe gives the structure; keys it lacks are left out)."""
+    if not os.path.isdir(workdir):   # "initial", a file
+        return config
+    candidates = [workdir, os.path.dirname(os.path.abspath(workdir))]   # a workdir or its checkpoints/ dir
+    where = next((d for d in candidates if os.path.isfile(os.path.join(d, run_config.CONFIG_FILE))), None)
+    if where is None:
+        return config
+    try:
+        saved = run_config.flat(run_config.load(where))
+    except RunError as err:
+        exit_with(f"{prefix}: {err}", code)
+    keep = _overridden_keys()
+    merged = config.copy_and_resolve_references()
+    for key, value in saved.items():
+        if key in keep:
+            continue
+        *parents, leaf = key.split(".")
+        node = merged
+        try:
+            for part in parents:
+                node = node[part]
+            if leaf not in node:
+                continue
+            node[leaf] = tuple(value) if isinstance(node[leaf], tuple) and isinstance(value, list) else value
+        except (KeyError, TypeError, AttributeError) as err:
+            exit_with(f"{prefix}: {where}/{run_config.CONFIG_FILE}: {key}={value!r} does not fit this recipe "
+                      f"({' '.join(str(err).split())}): pass the recipe that run used as --config", code)
+    return merged
+
+
+def nearest_keys(unknown: str, keys, n: int = 3) -> list[str]:
+    """The existing dotted keys most like `unknown`: by spelling (whole key, or its last part anywhere), and a
+    last part that abbreviates unknown's (`learning_rate` -> `lr`)."""
+    last = unknown.rsplit(".", 1)[-1]
+    initials = "".join(word[0] for word in last.split("_") if word)
+
+    def score(key: str) -> float:
+        tail = key.rsplit(".", 1)[-1]
+        best = max(difflib.SequenceMatcher(None, unknown, key).ratio(),
+                   difflib.SequenceMatcher(None, last, tail).ratio() - 0.05)
+        return max(best, 0.95) if len(initials) > 1 and tail == initials else best
+
+    ranked = sorted(keys, key=lambda k: (-score(k), k))
+    return [k for k in ranked[:n] if score(k) >= 0.6]
+
+
+def _recipe_keys(recipe: str) -> list[str]:
+    """Every dotted key of the recipe `path[:variant]` (empty when it does not load: its own error is reported)."""
+    path, _, variant = recipe.partition(":")
+    try:
+        spec = importlib.util.spec_from_file_location("_jaxwebrl_recipe", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        config = module.get_config(variant) if variant else module.get_config()
+        return list(run_config.flat(run_config.as_dict(config)))
+    except Exception:  # noqa: BLE001 - only a hint: a recipe that fails to load gets none
+        return []
+
+
 def _config_arg(argv: list[str]) -> str | None:
     for arg in argv:
         if arg.startswith("--config="):
@@ -123,8 +228,10 @@ def _flag_message(err: Exception, recipe: str, argv: list[str]) -> str:
     """absl/config_flags errors in one line: the unknown override key by name, or the config file's own error."""
     unknown = _unknown_override(err, argv)
     if unknown is not None:
-        return (f"unknown config key {unknown!r}: no such field (every field is defined in configs/base.py; "
-                f"check the spelling)")
+        near = nearest_keys(unknown, _recipe_keys(recipe))
+        hint = (f"did you mean {near[0]}" + (f" (or {', '.join(near[1:])})" if near[1:] else "") + "?" if near
+                else "check the spelling")
+        return f"unknown config key {unknown!r}: no such field; {hint} (every field is defined in configs/base.py)"
     text = " ".join(str(err).split())
     if "Traceback" in text:  # an exception raised inside the config file's get_config
         last = re.findall(r"\b(\w+(?:Error|Exception): .*?)(?= \w+(?:Error|Exception): |$)", text)

@@ -20,6 +20,14 @@ class CheckpointError(RunError):
     """No checkpoint could be restored, or one could not be written (disk full); earlier ones are intact."""
 
 
+class ConfigChanged(RunError):
+    """A resume whose config differs from the one the workdir was started with (WORKDIR/config.json)."""
+
+
+class RolloutFailed(RunError):
+    """The rollout workers or the policy server stopped for good (wrong token, bad configuration, a dead thread)."""
+
+
 class TrainingDiverged(RunError):
     """Train steps keep giving non-finite loss, gradients or weights from finite weights."""
 

@@ -36,7 +36,7 @@ def main(argv):
                              "--out_dir=/tmp/eval_initial")
     if _NUM_SEEDS.value < 1 or _EPISODES.value < 1 or _NUM_WORKERS.value < 1:
         raise app.UsageError("--num_seeds, --episodes_per_seed and --num_workers must be >= 1")
-    config = cli.loaded_config()
+    config = cli.loaded_config(workdir=_POLICY.value)   # a workdir's config.json, overrides on top
     from jaxwebrl.checkpoint.policies import load_policy  # deferred: JAX starts once the flags are known to be good
     from jaxwebrl.eval.evaluate import evaluate
 

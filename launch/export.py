@@ -24,7 +24,7 @@ def main(argv):
     if not _POLICY.value:
         raise app.UsageError("--policy is required, e.g. --config=configs/constT10.py:toy --policy=/tmp/run "
                              "--hf_out=/tmp/run_hf")
-    config = cli.loaded_config()
+    config = cli.loaded_config(workdir=_POLICY.value)   # a workdir's config.json, overrides on top
     from jaxwebrl.eval.export import export  # deferred: JAX starts once the flags are known to be good
 
     try:

@@ -1,5 +1,6 @@
 """Training metrics: one flat JSON object per train step in WORKDIR/metrics.jsonl, TensorBoard, optional wandb,
-and a live progress bar in the terminal.
+one log line per train step on stderr (`console.step_line`, in a file as on a terminal), and a live progress bar
+when stderr is a terminal.
 
 Keys are the paper's dashboard names, flat (`ppo_actor/update/actor_loss/avg`), so any tool reading the JSONL
 or the TensorBoard run sees the same curves the paper shows.
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from jaxwebrl.errors import WorkdirError, one_line
+from jaxwebrl.train import console
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,8 @@ class MetricsWriter:
             self._wandb = wandb.init(project=wandb_project, entity=wandb_entity, config=config, dir=workdir,
                                      resume="allow")
         self._bar = _ProgressBar(total_steps, start_step) if progress_bar and sys.stderr.isatty() else None
+        self._total = total_steps
+        self._clock = console.StepClock(total_steps)
 
     def write_episodes(self, step: int, episode_ids: list[int]) -> None:
         """Which buffer episodes train step `step` trained on (WORKDIR/trained_episodes.jsonl, an audit trail)."""
@@ -115,6 +119,8 @@ class MetricsWriter:
             logged = {k: v for k, v in record.items() if k not in ("step", "time") and v is not None}
             logged.update({k: wandb.Histogram(list(v)) for k, v in (histograms or {}).items() if len(v)})
             self._wandb.log(logged, step=step)
+        step_s, eta_s = self._clock.tick(step)
+        console.log.info("%s", console.step_line(step, self._total, scalars, step_s, eta_s))
         if self._bar is not None:
             self._bar.update(step, scalars)
 

@@ -27,25 +27,16 @@ import jax
 from jaxwebrl.buffer import from_config as run_buffer
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.policies import recipe_policy
+from jaxwebrl.errors import RolloutFailed, one_line
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rollout.ray_launcher import pool_for
 from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.spec import worker_spec
+from jaxwebrl.train import console, run_config
 from jaxwebrl.train.trainer import Trainer
 from jaxwebrl.train.workdir import RUN_UMASK, check_workdir, workdir_lock
 
 log = logging.getLogger(__name__)
-
-
-def _log_to_stderr() -> None:
-    """jaxwebrl's INFO logs on stderr (absl may own the root logger, so configure our package logger)."""
-    package = logging.getLogger("jaxwebrl")
-    package.setLevel(logging.INFO)
-    if not package.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        package.addHandler(handler)
-        package.propagate = False
 
 
 @contextlib.contextmanager
@@ -69,16 +60,21 @@ def _stop_on_signals(stop: threading.Event):
             signal.signal(sig, old)
 
 
-def run(config, workdir: str, *, stop: threading.Event | None = None) -> int:
-    """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code."""
+def run(config, workdir: str, *, stop: threading.Event | None = None, allow_config_change: bool = False) -> int:
+    """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code. WORKDIR/config.json
+    records the config; a resume whose config differs is refused unless `allow_config_change` (run_config.py)."""
+    console.log_to_stderr()
     check_workdir(workdir)   # before any JAX or browser work: a read-only or foreign workdir is one line
     distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
-    _log_to_stderr()
     stop = stop or threading.Event()
     primary = distributed.is_primary()
     previous_umask = os.umask(RUN_UMASK)   # inherited by the worker processes and their browsers
     try:
         with workdir_lock(workdir) if primary else contextlib.nullcontext():
+            if primary:
+                changes = run_config.record(config, workdir, allow_change=allow_config_change)
+                log.info("config validated (%s); workdir %s%s", config.get("variant") or "recipe", workdir,
+                         f", resuming with changes {run_config.describe(changes)}" if changes else "")
             return _run(config, workdir, stop, primary)
     finally:
         os.umask(previous_umask)
@@ -89,10 +85,12 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
     if layout.mesh is not None:
         log.info("process %d of %d: %d local of %d devices; trainer mesh %s", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count(), dict(layout.mesh.shape))
-    policy = recipe_policy(config)   # the trainer starts it from a checkpoint or a warm start (checkpoint/resume.py)
+    with console.phase(f"building the policy (model.name={config.model.name})"):
+        policy = recipe_policy(config)   # the trainer starts it from a checkpoint or a warm start (resume.py)
     vocab_size = policy.config.text.vocab_size
     # process 0 creates the buffer, the others open it once it exists
-    buffer = run_buffer.open_or_create(config, workdir, vocab_size) if primary else None
+    with console.phase(f"opening the ring buffer {run_buffer.path_for(config, workdir)}"):
+        buffer = run_buffer.open_or_create(config, workdir, vocab_size) if primary else None
     distributed.sync("buffer ready")
     if buffer is None:
         buffer = RingBuffer.open(run_buffer.path_for(config, workdir))
@@ -106,8 +104,9 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
         if service is not None:
             cleanup.callback(service.close)
         reads = multihost.LockstepBuffer(buffer) if jax.process_count() > 1 else buffer   # same episodes everywhere
-        trainer = Trainer(config, workdir, policy=policy, buffer=reads, weight_sink=sink,
-                          rollout_stats=server.stats if server is not None else None, mesh=layout.mesh)
+        with console.phase("building the trainer (optimizer state, checkpoint restore)"):
+            trainer = Trainer(config, workdir, policy=policy, buffer=reads, weight_sink=sink,
+                              rollout_stats=server.stats if server is not None else None, mesh=layout.mesh)
         if trainer.state.step >= config.train.max_steps:
             log.info("workdir %s already holds %d steps (train.max_steps=%d): nothing to do",
                      workdir, trainer.state.step, config.train.max_steps)
@@ -115,10 +114,13 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
             return 0
         if primary:
             service.start()
+            log.info("policy server up at %s (policy version %d)", service.address, trainer.state.version)
             spec = worker_spec(config, buffer_path=run_buffer.path_for(config, workdir), address=service.address,
                                token=service.token, stats_dir=os.path.join(workdir, "rollout_stats"))
             pool = pool_for(config, spec).start()   # local processes or Ray actors, by rollout.launcher
             cleanup.callback(pool.close)
+            log.info("%d rollout workers started (%s launcher, env.tasks=%s); waiting for their first episodes",
+                     config.rollout.num_workers, config.rollout.launcher, config.env.tasks)
 
         def should_stop() -> bool:
             """Every process stops at the same point: when any of them has a signal, `stop` or a failed pool."""
@@ -134,5 +136,6 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
         log.info("stopped at step %d (policy version %d); worker restarts: %d",
                  trainer.state.step, trainer.state.version, pool.restarts if pool is not None else 0)
     if failure:
-        raise failure[0]
+        raise RolloutFailed(f"{one_line(failure[0], 600)}; the trainer stopped at step {trainer.state.step}: fix the "
+                            "cause, then rerun the same command to resume from the last checkpoint") from failure[0]
     return 0

@@ -39,7 +39,7 @@ from jaxwebrl.errors import TrainingDiverged
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.policy_server import action_constraint
-from jaxwebrl.train import rl_config
+from jaxwebrl.train import console, rl_config, run_config
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.gatherer import BatchGatherer, episode_scalar, staleness
 from jaxwebrl.train.ledger import ReadLedger
@@ -134,6 +134,8 @@ class Trainer:
                               start_step=self.state.step)
         self._t0 = time.monotonic()
         self._idle_s = 0.0
+        self._first_episodes_said = False
+        self._config_json = run_config.as_dict(config)   # in every checkpoint's meta: the config that trained it
         self._seen_mark = (0, 0)              # (episodes, successes) read up to the previous step's metrics
         self._trained_trajectories = 0
         self.trained_episode_ids: list[int] = []   # this process's, in training order
@@ -156,7 +158,7 @@ class Trainer:
     def save(self, metrics: dict | None = None) -> None:
         point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()))
         meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
-                "consumed_episode_ids": point["consumed"]}
+                "consumed_episode_ids": point["consumed"], "config": self._config_json}
         self.checkpointer.save(self.state.step, params=self.state.params, opt_state=self.state.opt_state,
                                rng=self.state.rng, meta=meta, metrics=metrics)
 
@@ -178,18 +180,36 @@ class Trainer:
         """Block (polling) until a batch is ready or `stop()`; idle time is counted. With several processes each
         polls the shared buffer and they go on together, once every one has the (same, FIFO) batch."""
         start = time.monotonic()
+        said = start
         try:
             while not stop():
                 self.poll()
+                self._say_first_episodes()
                 if self._held is None:
                     self._held = self.gatherer.pop_batch(self.state.version)
                 if distributed.all_processes(self._held is not None):
                     batch, self._held = self._held, None
                     return batch
+                if time.monotonic() - said >= console.HEARTBEAT_S:
+                    said = time.monotonic()
+                    self._say_waiting(said - start)
                 time.sleep(self.config.train.idle_sleep_s)
             return None
         finally:
             self._idle_s += time.monotonic() - start
+
+    def _say_first_episodes(self) -> None:
+        if not self._first_episodes_said and self.gatherer.counts.episodes_seen:
+            self._first_episodes_said = True
+            console.log.info("first episodes arrived: %d read from the buffer %s after the trainer started",
+                             self.gatherer.counts.episodes_seen, console.duration(time.monotonic() - self._t0))
+
+    def _say_waiting(self, waited_s: float) -> None:
+        c = self.gatherer.counts
+        console.log.info("waiting for episodes: %d/%d trajectories ready for step %d (%s so far; read %d, dropped "
+                         "%d uniform groups, %d stale, %d env-failed)", self.gatherer.ready_trajectories(),
+                         self.config.train.consumer_batch_size, self.state.step + 1, console.duration(waited_s),
+                         c.episodes_seen, c.dropped_uniform_groups, c.dropped_stale, c.env_failed)
 
     def train_step(self, episodes: list[dict], should_stop=None) -> tuple[dict, dict] | None:
         """One optimizer step on `episodes`; publishes version v+1; returns the step's (scalars, histograms), or
@@ -274,7 +294,11 @@ class Trainer:
                 if episodes is None:
                     break
                 try:
-                    result = self.train_step(episodes, stop)
+                    if taken == 0:   # the first step of a process compiles the update (minutes at scale)
+                        with console.phase(f"train step {self.state.step + 1}: compiling and running the update"):
+                            result = self.train_step(episodes, stop)
+                    else:
+                        result = self.train_step(episodes, stop)
                 except UpdateInterrupted:
                     log.info("stopped during train step %d: it is discarded (resume from step %d)",
                              self.state.step + 1, self.state.step)
