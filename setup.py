@@ -18,7 +18,6 @@ INSTALL_REQUIRES = [
     "absl-py==2.5.1",
     "numpy>=2.0,<3",
     "pillow==13.0.0",
-    "safetensors==0.8.0",
     "tokenizers==0.23.3",
     "jinja2>=3.1.6",
     "selenium==4.51.0",
@@ -26,7 +25,6 @@ INSTALL_REQUIRES = [
     "pyzmq==27.3.0",
     "tensorboardX==2.6.5",
     "rich==15.0.0",
-    "tqdm==4.70.1",
     "psutil==7.2.2",
 ]
 

@@ -23,6 +23,7 @@ from jaxwebrl.buffer import integrity
 from jaxwebrl.buffer.commit import read_leases, writer_alive
 from jaxwebrl.buffer.control import LocalControl
 from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.buffer.schema import META_KEY
 from jaxwebrl.buffer.screenshots import ScreenshotCorrupt, ScreenshotOverwritten
 
 def damaged(buf: RingBuffer, records: list) -> tuple[list, list]:
@@ -105,16 +106,26 @@ def summarize(buf: RingBuffer, *, verify: bool = True) -> dict:
     return summary
 
 
+def local_buffer(path: str) -> str:
+    """`path`, or PATH/buffer when `path` is a training run's workdir (it holds the buffer there)."""
+    inner = os.path.join(path, "buffer")
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, META_KEY)) and \
+            os.path.isfile(os.path.join(inner, META_KEY)):
+        print(f"{path} is a run directory: inspecting its buffer {inner}", file=sys.stderr)
+        return inner
+    return path
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxwebrl.buffer.inspect", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="buffer directory, kvstore URL (memory://, gs://...) or JSON kvstore spec")
     parser.add_argument("--quick", action="store_true", help="read the commit log only; skip the integrity check")
     args = parser.parse_args(argv)
-    path = json.loads(args.path) if args.path.lstrip().startswith("{") else args.path
+    path = json.loads(args.path) if args.path.lstrip().startswith("{") else local_buffer(args.path)
     try:
         buf = RingBuffer.open(path)
     except ValueError as e:  # BufferFormatError is a ValueError
-        print(json.dumps({"error": str(e)}), file=sys.stderr)
+        print(json.dumps({"error": f"{e} (a training run keeps its buffer in WORKDIR/buffer)"}), file=sys.stderr)
         return 2
     print(json.dumps(summarize(buf, verify=not args.quick), indent=1))
     return 0

@@ -179,7 +179,8 @@ def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jaxwebrl.env.check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m jaxwebrl.env.check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default="", help="comma-separated MiniWoB++ tasks (default: all with oracles)")
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per task")
     parser.add_argument("--threshold", type=float, default=0.9, help="minimum overall success rate")
