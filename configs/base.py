@@ -167,6 +167,8 @@ def config() -> config_dict.ConfigDict:
     c.metrics.wandb_project = config_dict.placeholder(str)
     c.metrics.wandb_entity = config_dict.placeholder(str)
     c.metrics.progress_bar = True
+    c.metrics.sample_episodes_every = 50           # every N train steps, a few trained episodes go to TensorBoard
+    c.metrics.sample_episodes = 4                  # (screenshot strip + step texts); 0 = off
 
     # Multi-host trainer: run launch/train.py once per process with the same flags; unset fields fall back to the
     # JAXWEBRL_* environment (docs/scaling.md). One process and no mesh axis set: the plain one-device trainer.

@@ -232,6 +232,10 @@ def _check_paths(c, workdir) -> None:
     ckpt = c.checkpoint.restore_from
     if ckpt is not None and not os.path.isdir(ckpt):
         _fail("checkpoint.restore_from", ckpt, "checkpoint directory not found: give an existing checkpoints/ dir")
+    for key in ("sample_episodes_every", "sample_episodes"):
+        value = c.metrics.get(key, 0)
+        if type(value) is not int or value < 0:
+            _fail(f"metrics.{key}", value, "must be an int >= 0 (0 turns the TensorBoard episode samples off)")
     if c.metrics.wandb_project is not None:
         try:
             import wandb  # noqa: F401  (deferred: optional dependency; only checks it is installed)
