@@ -106,7 +106,7 @@ def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int =
              title: str = "policy", make_handler=None) -> dict:
     """Run `policy` on `tasks` (default: the recipe's `env.tasks`) x `seeds`; returns the report dict and, with
     `out_dir`, writes `eval.json`, `eval.md` and the trajectory viewer `eval/index.html` there. `temperature` None keeps the recipe's sampling."""
-    tasks = list(tasks) if tasks else env_specs(config.env.tasks)
+    tasks = env_specs(",".join(tasks) if tasks else config.env.tasks)   # task sets (.jsonl, dirs) expand here
     seeds = [int(s) for s in (seeds if seeds is not None else range(EVAL_SEED_START, EVAL_SEED_START + 4))]
     if not tasks or not seeds:
         raise ValueError("evaluation needs at least one task and one seed")

@@ -266,7 +266,12 @@ class RolloutWorker:
         self.stats.steps += len(steps)
         if not env_failed:
             self.stats.successes += int(reward > 0)
-        return self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed, failure)
+        episode = self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed,
+                                 failure)
+        difficulty = getattr(getattr(env, "spec", None), "difficulty", None)   # a JSON task's own split
+        if isinstance(difficulty, str):
+            episode["info"]["difficulty"] = difficulty
+        return episode
 
     def _play_step(self, env, obs, previous, history, tracker) -> dict | None:
         """One step; None when its tokens would not fit the buffer's max_seq_len (the action is not taken)."""

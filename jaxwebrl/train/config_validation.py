@@ -197,7 +197,10 @@ def _check_model(c) -> None:
 
 def _check_env(c) -> None:
     e = c.env
-    specs = env_specs(e.tasks)
+    try:
+        specs = env_specs(e.tasks)   # a .jsonl task set or a directory is read here
+    except TaskSpecError as err:
+        raise ConfigError(f"env.tasks: {_one_line(err)}") from None
     if not specs:
         _fail("env.tasks", e.tasks, "name at least one env spec, e.g. 'toy' or 'miniwob/click-test'")
     for spec in specs:   # every key, type, range, regex and start URL of a JSON spec; its evaluator is not imported
