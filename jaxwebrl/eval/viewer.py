@@ -62,9 +62,10 @@ section.episode h2 { font-size: 1.05em; margin: .2em 0; }
 .reason { color: #555; margin: .2em 0 .6em; }
 table.steps { border-collapse: collapse; width: 100%; }
 table.steps td, table.steps th { border-top: 1px solid #eee; padding: .4em; vertical-align: top; text-align: left; }
-table.steps img { width: 240px; max-width: 320px; border: 1px solid #ddd; }
+table.steps img { width: 200px; border: 1px solid #ddd; }
 pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: .85em; max-width: 36em; }
 .invalid { color: #b42318; }
+.memory { font-size: .85em; margin-top: .3em; }
 """
 
 
@@ -125,7 +126,8 @@ def _step_html(step) -> str:
              if step.screenshot_ref >= 0 else "(no screenshot)")
     feedback = f'<div class="invalid">{_e(step.feedback)}</div>' if step.feedback else ""
     return (f'<tr class="step"><td>{step.index + 1}</td><td>{image}</td><td><pre>{_e(step.prompt)}</pre></td>'
-            f'<td><pre class="response">{_e(step.response)}</pre><div>memory: <code>{_e(step.memory)}</code></div>'
+            f'<td><pre class="response">{_e(step.response)}</pre>'
+            f'<div class="memory">memory: <code>{_e(step.memory)}</code></div>'
             f'</td><td><code class="action{" invalid" if step.invalid else ""}">{_e(step.action)}</code>{feedback}'
             f"</td><td>{'–' if step.reward is None else f'{step.reward:g}'}</td></tr>")
 
