@@ -99,6 +99,7 @@ def config() -> config_dict.ConfigDict:
     c.rollout.server_deadline_ms = 20.0            # wait at most this long to fill a batch
     c.rollout.decode_chunk = 8                     # decode steps between weight-swap checks
     c.rollout.host = "127.0.0.1"
+    c.rollout.curve = False                        # CurveZMQ-encrypt the policy server's transport (any other host)
 
     c.buffer = config_dict.ConfigDict()
     c.buffer.path = config_dict.placeholder(str)   # default: WORKDIR/buffer
