@@ -99,6 +99,7 @@ def config() -> config_dict.ConfigDict:
     c.rollout.server_deadline_ms = 20.0            # wait at most this long to fill a batch
     c.rollout.decode_chunk = 8                     # decode steps between weight-swap checks
     c.rollout.host = "127.0.0.1"
+    c.rollout.curve = False                        # CurveZMQ-encrypt the policy server's transport (any other host)
 
     c.buffer = config_dict.ConfigDict()
     c.buffer.path = config_dict.placeholder(str)   # default: WORKDIR/buffer
@@ -167,6 +168,8 @@ def config() -> config_dict.ConfigDict:
     c.metrics.wandb_project = config_dict.placeholder(str)
     c.metrics.wandb_entity = config_dict.placeholder(str)
     c.metrics.progress_bar = True
+    c.metrics.sample_episodes_every = 50           # every N train steps, a few trained episodes go to TensorBoard
+    c.metrics.sample_episodes = 4                  # (screenshot strip + step texts); 0 = off
 
     # Multi-host trainer: run launch/train.py once per process with the same flags; unset fields fall back to the
     # JAXWEBRL_* environment (docs/scaling.md). One process and no mesh axis set: the plain one-device trainer.

@@ -4,7 +4,8 @@ r"""Evaluate a policy: `python launch/eval.py --config=configs/constT10.py[:vari
 
 Plays every task on the same seeds (S .. S+N-1) with the recipe's worker settings through the policy server
 and real rollout workers, and writes DIR/eval.json and DIR/eval.md (success by Easy/Medium/Hard split and by
-task, steps of successes vs failures, invalid-action rate, memory size). --policy=initial evaluates the
+task, steps of successes vs failures, invalid-action rate, memory size), and DIR/eval/index.html, the trajectory
+viewer (every episode step by step: screenshot, prompt, memory, action, reward; open it in a browser). --policy=initial evaluates the
 recipe's untrained policy (the baseline); a workdir or checkpoints/ dir its latest (or --step) checkpoint; an
 exported params or HF directory that policy.
 """
@@ -53,6 +54,7 @@ def main(argv):
     with open(os.path.join(_OUT_DIR.value, "eval.md"), encoding="utf-8") as f:
         print(f.read())
     print(json.dumps({"overall": report["overall"], "splits": {k: v["success_rate"] for k, v in report["splits"].items()}}))
+    print(f"trajectory viewer: file://{os.path.abspath(os.path.join(_OUT_DIR.value, 'eval', 'index.html'))}")
 
 
 if __name__ == "__main__":

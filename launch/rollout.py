@@ -4,6 +4,12 @@ r"""Start rollout workers by hand on a (remote) CPU node, against a running poli
     python launch/rollout.py --config=configs/constT10.py:tiny --server=tcp://10.0.0.1:5555 \
         --buffer=/shared/run1/buffer --num_workers=16 --first_worker_id=16
 
+    python launch/rollout.py --config=configs/constT10.py:tiny --workdir=/shared/run1 --num_workers=16 ...
+
+`--workdir` joins a running training run: its policy server's address, CurveZMQ public key and token come from
+WORKDIR/transport.json and WORKDIR/transport.token (mode 0600, written when the run starts), its buffer is the
+run's; --server, --token_file/$JAXWEBRL_TOKEN and --buffer override them.
+
 Worker settings (tasks, group size, screenshot size, prompt, sampling) come from the same recipe as the trainer's
 (`--config.a.b=v` overrides apply), so both sides agree by construction; `--server` and `--buffer` say where the
 policy server and ring buffer are (a path on a shared filesystem or a TensorStore kvstore URL, e.g.
@@ -23,9 +29,11 @@ import threading
 from absl import app, flags
 
 from jaxwebrl import cli
+from jaxwebrl.buffer.from_config import path_for
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.pool import WorkerPool
 from jaxwebrl.rollout.ray_launcher import RayWorkerPool
+from jaxwebrl.rollout.serving import read_published
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.rollout.worker_process import EXIT_FATAL
 
@@ -36,6 +44,8 @@ _NUM_WORKERS = flags.DEFINE_integer("num_workers", None, "workers on this node (
 _FIRST_ID = flags.DEFINE_integer("first_worker_id", 0, "id of this node's first worker (distinct per node)")
 _STATS_DIR = flags.DEFINE_string("stats_dir", None, "each worker writes worker_<id>.json here after every group")
 _LAUNCHER = flags.DEFINE_enum("launcher", "local", ["local", "ray"], "processes on this node, or Ray actors")
+_WORKDIR = flags.DEFINE_string("workdir", None, "a running training run's workdir: join its published policy server")
+_SERVER_KEY = flags.DEFINE_string("server_key", None, "the policy server's CurveZMQ public key (rollout.curve runs)")
 _RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "Ray cluster address for --launcher=ray (e.g. auto)")
 
 
@@ -57,11 +67,17 @@ def read_token(token_file: str | None, environ=os.environ) -> str:
 
 def build_spec(config) -> tuple[dict, int]:
     """(pool spec, number of workers) from the config and the flags; every problem is one `rollout error:` line."""
-    server = _SERVER.value
+    published = {}
+    if _WORKDIR.value:
+        try:
+            published = read_published(_WORKDIR.value)
+        except ValueError as err:
+            cli.exit_with(f"rollout error: --workdir={_WORKDIR.value}: {err}")
+    server = _SERVER.value or published.get("address")
     if not server or not server.startswith("tcp://") or server.rpartition(":")[2] in ("", "0"):
         cli.exit_with(f"rollout error: --server={server!r}: give the policy server's address, "
                       "e.g. --server=tcp://10.0.0.1:5555")
-    buffer = _BUFFER.value or config.buffer.path
+    buffer = _BUFFER.value or (path_for(config, _WORKDIR.value) if _WORKDIR.value else config.buffer.path)
     if not buffer:
         cli.exit_with("rollout error: --buffer is required (the trainer's ring buffer: shared path or "
                       "kvstore URL such as gs://bucket/run1/buffer)")
@@ -70,8 +86,10 @@ def build_spec(config) -> tuple[dict, int]:
     except Exception as exc:  # noqa: BLE001 - any failure to open means the workers could not write
         cli.exit_with(f"rollout error: --buffer={buffer}: cannot open the ring buffer ({exc}); start the "
                       "trainer first (it creates the buffer) and give this node the same path or URL")
-    spec = worker_spec(config, buffer_path=buffer, address=server, token=read_token(_TOKEN_FILE.value),
-                       stats_dir=_STATS_DIR.value)
+    explicit = _TOKEN_FILE.value or os.environ.get("JAXWEBRL_TOKEN", "").strip()
+    token = read_token(_TOKEN_FILE.value) if explicit or not published else published["token"]
+    spec = worker_spec(config, buffer_path=buffer, address=server, token=token, stats_dir=_STATS_DIR.value,
+                       server_key=_SERVER_KEY.value or published.get("server_key"))
     num_workers = _NUM_WORKERS.value or config.rollout.num_workers
     if num_workers < 1:
         cli.exit_with(f"rollout error: --num_workers={num_workers}: need at least 1")

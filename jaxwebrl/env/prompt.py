@@ -113,7 +113,7 @@ def summarize_action(action: Action, max_chars: int = 80) -> str:
         text = f"wait({action.seconds:g})"
     else:
         text = f"{action.kind}()"
-    return _cut(text, max_chars)
+    return cut_text(text, max_chars)
 
 
 def build_prompt(
@@ -156,6 +156,13 @@ def build_prompt(
     return Prompt(messages, image_refs)
 
 
+def prompt_excerpt(prompt: Prompt, max_chars: int = 600) -> str:
+    """The text of the prompt's last user message (task/feedback, step, memory), cut to `max_chars`: what a
+    trajectory viewer shows of the prompt a step was answered from."""
+    texts = [item["text"] for item in prompt.messages[-1]["content"] if item.get("type") == "text"]
+    return cut_text("\n".join(texts), max_chars)
+
+
 def read_goal_and_step(messages: list[dict]) -> tuple[str, int]:
     """(goal, 0-based step index) from messages made by ``build_prompt``; for scripted test backends."""
     texts = [item.get("text", "") for m in messages if m.get("role") == "user"
@@ -177,7 +184,7 @@ def _summary(older: list[StepRecord], config: PromptConfig) -> str:
         line = f"Step {first + offset + 1}: {record.action_summary}"
         if record.feedback:
             line += f" ({record.feedback})"
-        lines.append(_cut(line, config.max_summary_chars))
+        lines.append(cut_text(line, config.max_summary_chars))
     return "\n".join(lines)
 
 
@@ -192,5 +199,6 @@ def _text(text: str) -> dict:
     return {"type": "text", "text": text}
 
 
-def _cut(text: str, max_chars: int) -> str:
+def cut_text(text: str, max_chars: int) -> str:
+    """`text`, or its first `max_chars` - 3 characters and "..." when it is longer."""
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."

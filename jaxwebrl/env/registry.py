@@ -3,10 +3,12 @@
     "toy"               the browser-free toy task (`jaxwebrl.env.toy`)
     "miniwob/<task>"    a bundled MiniWoB++ task in headless Chromium; "miniwob" alone in `env.tasks`: all of them
     a JSON task spec    a dict, JSON text or a path to a .json file (`jaxwebrl.env.task_spec`)
+    a task set          in `env.tasks`: a .jsonl file (one task spec per line: line N is the spec "FILE.jsonl:N")
+                        or a directory of .json / .jsonl spec files (sorted by name, not recursive)
     a registered name   a Python environment class registered with `register_env` (an extension module, see
                         `jaxwebrl.extensions`), e.g. "counter"
 
-    specs = env_specs("toy,miniwob/click-test")     # a config's env.tasks as a list of specs
+    specs = env_specs("toy,miniwob/click-test,tasks/shop.jsonl")   # env.tasks as a list of specs
     check_env_spec(spec)                             # validated only: no browser starts, no evaluator is imported
     env = make_env(spec, screenshot_size=(W, H), max_steps=N)
 
@@ -25,15 +27,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 from typing import Any, Callable, Mapping
 
 from jaxwebrl.env import toy
 from jaxwebrl.env.base import Env
 from jaxwebrl.env.miniwob_tasks import available_tasks
-from jaxwebrl.env.task_spec import TaskSpecError, WebTaskSpec, load_spec_file
+from jaxwebrl.env.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
 
 MINIWOB_PREFIX = "miniwob/"
 ALL_MINIWOB = "miniwob"   # in env.tasks: every bundled MiniWoB++ task
+JSONL_SUFFIX = ".jsonl"   # a task set: one JSON task spec per line
+_JSONL_LINE = re.compile(r"(.+\.jsonl):(\d+)")   # its line N as an env spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +61,8 @@ def register_env(name: str, factory: Callable[..., Env], *, action_texts=None, n
     the same factory again is a no-op; another factory under a taken name is a ValueError."""
     if not isinstance(name, str) or not name.strip() or name != name.strip() or "," in name:
         raise ValueError(f"env name {name!r}: give a non-empty name without commas or surrounding spaces")
-    if name == ALL_MINIWOB or name.startswith(MINIWOB_PREFIX) or name.endswith(".json") or name.startswith("{"):
+    if (name == ALL_MINIWOB or name.startswith(MINIWOB_PREFIX) or name.endswith((".json", JSONL_SUFFIX))
+            or name.startswith("{")):
         raise ValueError(f"env name {name!r} looks like a MiniWoB++ task or a JSON task spec: choose another name")
     if not callable(factory):
         raise TypeError(f"register_env({name!r}, ...): the factory must be callable (an Env class), "
@@ -83,13 +90,34 @@ register_env("toy", toy.ToyEnv, action_texts=toy.ACTION_TEXTS, takes_max_steps=F
 
 
 def env_specs(tasks: str) -> list[str]:
-    """A config's `env.tasks` (comma-separated specs) as a list; "miniwob" alone expands to every bundled task."""
+    """A config's `env.tasks` (comma-separated specs) as a list; "miniwob" alone expands to every bundled task,
+    a .jsonl task set to one "FILE.jsonl:N" per non-blank line, a directory to its .json / .jsonl files. A task
+    set that cannot be read or a directory without spec files is a TaskSpecError (one line naming it)."""
     out: list[str] = []
     for spec in (s.strip() for s in str(tasks).split(",")):
         if spec == ALL_MINIWOB:
             out.extend(MINIWOB_PREFIX + name for name in available_tasks())
+        elif spec in _REGISTRY or spec.startswith(MINIWOB_PREFIX) or spec.startswith("{"):
+            out.append(spec)
+        elif spec.endswith(JSONL_SUFFIX):
+            out.extend(f"{spec}:{number}" for number in spec_lines(spec))
+        elif spec and os.path.isdir(spec):
+            out.extend(_directory_specs(spec))
         elif spec:
             out.append(spec)
+    return out
+
+
+def _directory_specs(directory: str) -> list[str]:
+    names = sorted(n for n in os.listdir(directory) if n.endswith((".json", JSONL_SUFFIX))
+                   and os.path.isfile(os.path.join(directory, n)))
+    if not names:
+        raise TaskSpecError(f"task set {directory}: no .json or .jsonl task spec files in it: add some, or name "
+                            "the files themselves")
+    out: list[str] = []
+    for name in names:
+        path = os.path.join(directory, name)
+        out.extend([f"{path}:{n}" for n in spec_lines(path)] if name.endswith(JSONL_SUFFIX) else [path])
     return out
 
 
@@ -106,7 +134,7 @@ def check_env_spec(spec: Any) -> Any:
     """Validate an env spec without building anything (no browser starts, no python evaluator is imported).
 
     Returns the registered name ("toy", ...), "miniwob/<task>" or the `WebTaskSpec` of a JSON spec (dict, JSON
-    text, or .json path). Raises ValueError (a `TaskSpecError` for JSON specs) that names the problem and the fix,
+    text, .json path, or line "FILE.jsonl:N" of a task set). Raises ValueError (a `TaskSpecError` for JSON specs) that names the problem and the fix,
     TypeError for a spec that is neither str nor dict.
     """
     if isinstance(spec, str):
@@ -125,6 +153,12 @@ def check_env_spec(spec: Any) -> Any:
             return WebTaskSpec.from_dict(data)
         if text.endswith(".json"):
             return load_spec_file(text)
+        line = _JSONL_LINE.fullmatch(text)
+        if line:
+            return load_spec_line(line.group(1), int(line.group(2)))
+        if text.endswith(JSONL_SUFFIX):
+            raise ValueError(f"task set {text!r} holds one spec per line: list it in env.tasks (or pass it through "
+                             f"env_specs), or name one line as '{text}:N'")
         registered = f", or a registered env ({', '.join(registered_names())})"
         raise ValueError(f"unknown environment spec {spec!r}: use 'toy', 'miniwob/<task>' (e.g. 'miniwob/click-test'), "
                          f"a JSON task spec, a path to a .json task file{registered}; an extension's env must be "

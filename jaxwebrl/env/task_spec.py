@@ -11,6 +11,9 @@ patterns and the start URL is inside the task's own allowlist; evaluator fields,
 the flags it will be used with. Every problem is one `TaskSpecError` line naming the file (or task), the key
 and the fix, e.g. `task spec shop.json: 'viewport'=[0, 10]: each side must be an int in 64..4096 px ...`.
 
+A task set is a `.jsonl` file of such specs, one per line (blank lines are skipped); line N is the env spec
+`FILE.jsonl:N` (`spec_lines`, `load_spec_line`), and its errors name `FILE.jsonl:N`.
+
 Python evaluators are named, never imported here (a spec is data; importing runs code): `load_function`
 imports one when a worker builds the env. Rule for what may be named: "package.module.function" or
 "package.module:function" where the module is not part of Python's standard library (so no `os.system`,
@@ -22,6 +25,7 @@ elsewhere). The top-level package must be importable (found, not imported) on th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -139,6 +143,44 @@ def load_spec_file(path: str) -> WebTaskSpec:
     except (ValueError, RecursionError) as err:
         raise TaskSpecError(f"task spec {path}: not valid JSON ({_short(err, 120)}): fix the file") from None
     return WebTaskSpec.from_dict(spec, base_dir=os.path.dirname(os.path.abspath(path)), source=path)
+
+
+def spec_lines(path: str) -> list[int]:
+    """The 1-based numbers of the non-blank lines of a .jsonl task set (one task spec per line)."""
+    return [number for number, line in enumerate(_read_lines(path), 1) if line.strip()]
+
+
+def load_spec_line(path: str, number: int) -> WebTaskSpec:
+    """Read and validate line `number` (1-based) of a .jsonl task set; TaskSpecError names `path:number`."""
+    where = f"{path}:{number}"
+    lines = _read_lines(path)
+    if not 1 <= number <= len(lines) or not lines[number - 1].strip():
+        raise TaskSpecError(f"task spec {where}: no task spec on that line ({path} has {len(lines)} lines)")
+    try:
+        spec = json.loads(lines[number - 1])
+    except (ValueError, RecursionError) as err:
+        raise TaskSpecError(f"task spec {where}: not valid JSON ({_short(err, 120)}): one JSON object per line, "
+                            "fix that line") from None
+    return WebTaskSpec.from_dict(spec, base_dir=os.path.dirname(os.path.abspath(path)), source=where)
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        stat = os.stat(path)
+        return list(_cached_lines(os.path.abspath(path), stat.st_mtime_ns, stat.st_size))
+    except OSError as err:
+        raise TaskSpecError(f"task set {path}: cannot read it ({err.strerror}): give an existing .jsonl file "
+                            "(one task spec per line)") from None
+    except UnicodeDecodeError as err:
+        raise TaskSpecError(f"task set {path}: not UTF-8 text ({_short(err, 80)}): save it as UTF-8") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_lines(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    """The file's lines, read once per (path, modification): validating N lines reads the file once."""
+    del mtime_ns, size   # cache keys only
+    with open(path, encoding="utf-8") as f:
+        return tuple(f.read().splitlines())
 
 
 def resolve_start_url(url: str, base_dir: str | None) -> str:

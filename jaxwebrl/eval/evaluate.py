@@ -27,12 +27,15 @@ from jaxwebrl.buffer.from_config import create_sized
 from jaxwebrl.env.registry import env_specs
 from jaxwebrl.eval import report as report_lib
 from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.eval.viewer import write_viewer
 from jaxwebrl.rollout.client import PolicyClient
 from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.spec import worker_fields
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
 
 log = logging.getLogger(__name__)
+
+VIEWER_DIR = "eval"   # out_dir/eval/index.html: the trajectory viewer (jaxwebrl.eval.viewer)
 
 
 def worker_config(config, tasks, *, episodes_per_seed: int, temperature: float | None) -> WorkerConfig:
@@ -102,8 +105,8 @@ def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int =
              temperature: float | None = None, out_dir: str | None = None, policy_info: dict | None = None,
              title: str = "policy", make_handler=None) -> dict:
     """Run `policy` on `tasks` (default: the recipe's `env.tasks`) x `seeds`; returns the report dict and, with
-    `out_dir`, writes `eval.json` and `eval.md` there. `temperature` None keeps the recipe's sampling."""
-    tasks = list(tasks) if tasks else env_specs(config.env.tasks)
+    `out_dir`, writes `eval.json`, `eval.md` and the trajectory viewer `eval/index.html` there. `temperature` None keeps the recipe's sampling."""
+    tasks = env_specs(",".join(tasks) if tasks else config.env.tasks)   # task sets (.jsonl, dirs) expand here
     seeds = [int(s) for s in (seeds if seeds is not None else range(EVAL_SEED_START, EVAL_SEED_START + 4))]
     if not tasks or not seeds:
         raise ValueError("evaluation needs at least one task and one seed")
@@ -117,6 +120,8 @@ def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int =
         episodes = play(config, policy, jobs, buffer, episodes_per_seed=episodes_per_seed,
                         num_workers=num_workers, temperature=temperature,
                         version=int(info.get("policy_version") or 0), make_handler=make_handler)
+        if out_dir:   # the screenshots live in this scratch buffer: the viewer copies them out now
+            write_viewer(episodes, buffer.screenshots.get, os.path.join(out_dir, VIEWER_DIR), title=title)
     report = report_lib.summarize(episodes)
     report["setup"] = {"tasks": tasks, "seeds": seeds, "episodes_per_seed": episodes_per_seed,
                        "num_workers": num_workers,

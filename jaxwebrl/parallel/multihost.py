@@ -229,5 +229,8 @@ class NullMetrics:
     def write_skipped(self, step, episode_ids, reason) -> None:
         pass
 
+    def write_samples(self, step, episodes, fetch_image, count) -> None:
+        pass
+
     def close(self) -> None:
         pass

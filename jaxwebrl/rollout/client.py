@@ -99,8 +99,9 @@ def generate_request(messages: list[dict], image_refs: Sequence[int], *, max_new
 class PolicyClient:
     """Client of a remote policy server (see module docstring)."""
 
-    def __init__(self, address: str, *, token: str, timeout_s: float = 600.0):
-        self._transport = TransportClient(address, token=token, timeout_s=timeout_s)
+    def __init__(self, address: str, *, token: str, timeout_s: float = 600.0, server_key: str | None = None):
+        """`server_key`: the server's CurveZMQ public key when it encrypts (rollout.curve), else None (PLAIN)."""
+        self._transport = TransportClient(address, token=token, timeout_s=timeout_s, server_key=server_key)
 
     def generate(self, messages: list[dict], image_refs: Sequence[int], *, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> Generation:

@@ -9,12 +9,27 @@ training run or an evaluation builds, starts and stops.
         service.raise_if_failed()                               # a dead serving thread is one line
 
 `PolicyService(handler, ...)` serves any other handler (the scripted backend of tests and diagnostics).
+`curve=True` encrypts the transport with CurveZMQ (a fresh server key pair; `server_key` is its public half).
+
+Joining a running service from another node: `service.publish(WORKDIR)` writes WORKDIR/transport.json
+({"address", "server_key"}: public) and WORKDIR/transport.token (the shared token, mode 0600);
+`read_published(WORKDIR)` reads them back (launch/rollout.py --workdir=WORKDIR).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import stat
+
+import zmq
+
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.transport import TransportServer, new_token
+
+TRANSPORT_FILE = "transport.json"
+TOKEN_FILE = "transport.token"
 
 
 class PolicyService:
@@ -22,16 +37,32 @@ class PolicyService:
     PolicyServer when built by `for_policy`, else None. The transport runs 2 handler threads a client (at least 4),
     so every connected worker's request reaches the batching server at once."""
 
-    def __init__(self, handler, *, host: str = "127.0.0.1", num_clients: int = 1, server: PolicyServer | None = None):
+    def __init__(self, handler, *, host: str = "127.0.0.1", num_clients: int = 1, server: PolicyServer | None = None,
+                 curve: bool = False):
         self.server = server
         self.token = new_token()
-        self.transport = TransportServer(handler, token=self.token, host=host, num_threads=max(4, 2 * num_clients))
+        public, secret = zmq.curve_keypair() if curve else (None, None)
+        self.server_key: str | None = public.decode() if public is not None else None
+        self.transport = TransportServer(handler, token=self.token, host=host, num_threads=max(4, 2 * num_clients),
+                                         curve_secret_key=secret)
 
     @classmethod
-    def for_policy(cls, policy, buffer, config, *, host: str, num_clients: int) -> "PolicyService":
+    def for_policy(cls, policy, buffer, config, *, host: str, num_clients: int, curve: bool = False) -> "PolicyService":
         """The run config's PolicyServer (`PolicyServer.from_config`) for `policy`, reading screenshots from `buffer`."""
         server = PolicyServer.from_config(policy, buffer, config)
-        return cls(server.handle, host=host, num_clients=num_clients, server=server)
+        return cls(server.handle, host=host, num_clients=num_clients, server=server, curve=curve)
+
+    def publish(self, workdir: str) -> str:
+        """Write WORKDIR/transport.json (address, server_key) and WORKDIR/transport.token (0600) for workers that
+        join by hand (`read_published`); returns the published address (a wildcard bind names this host)."""
+        address = self.address
+        host = address.rpartition("//")[2].rpartition(":")[0]
+        if host in ("0.0.0.0", "[::]", "*"):
+            address = address.replace(host, socket.getfqdn(), 1)
+        _write_private(os.path.join(workdir, TOKEN_FILE), self.token + "\n")
+        _write_private(os.path.join(workdir, TRANSPORT_FILE),
+                       json.dumps({"address": address, "server_key": self.server_key}, indent=2) + "\n")
+        return address
 
     @property
     def address(self) -> str | None:
@@ -61,3 +92,38 @@ class PolicyService:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_published(workdir: str) -> dict:
+    """{"address", "token", "server_key"} a run published in WORKDIR (`PolicyService.publish`); ValueError (one
+    line naming the file and the fix) when a file is missing, unreadable, malformed or the token file is not
+    private."""
+    files = {name: os.path.join(workdir, name) for name in (TRANSPORT_FILE, TOKEN_FILE)}
+    try:
+        with open(files[TRANSPORT_FILE], encoding="utf-8") as f:
+            published = json.load(f)
+        mode = os.stat(files[TOKEN_FILE]).st_mode
+        with open(files[TOKEN_FILE], encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as err:
+        raise ValueError(f"{err.filename}: {err.strerror}: start the training run first (it publishes its policy "
+                         f"server there), or give --server and the token") from None
+    except ValueError as err:
+        raise ValueError(f"{files[TRANSPORT_FILE]}: not valid JSON ({err}): the run rewrites it when it starts")
+    if not isinstance(published, dict) or not str(published.get("address", "")).startswith("tcp://"):
+        raise ValueError(f"{files[TRANSPORT_FILE]}: no tcp:// 'address' in it: the run rewrites it when it starts")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(f"{files[TOKEN_FILE]}: readable by others (mode {stat.S_IMODE(mode):o}): "
+                         f"chmod 600 {files[TOKEN_FILE]}")
+    if not token:
+        raise ValueError(f"{files[TOKEN_FILE]}: empty: the run rewrites it when it starts")
+    return {"address": published["address"], "token": token, "server_key": published.get("server_key")}
+
+
+def _write_private(path: str, text: str) -> None:
+    """Write `text` to `path` atomically, readable by its owner only (0600)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)

@@ -29,10 +29,15 @@ def worker_fields(config) -> dict:
             "temperature": m.temperature, "top_p": m.top_p, "prompt": prompt, "seed": config.seed}
 
 
-def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir: str | None) -> dict:
-    """The JSON spec of the rollout worker pool for this config (`jaxwebrl.rollout.pool`)."""
+def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir: str | None,
+                server_key: str | None = None) -> dict:
+    """The JSON spec of the rollout worker pool for this config (`jaxwebrl.rollout.pool`); `server_key`: the
+    policy server's CurveZMQ public key when its transport encrypts."""
+    policy = {"kind": "remote", "address": address, "token": token}
+    if server_key is not None:
+        policy["server_key"] = server_key
     return {"worker": worker_fields(config),
-            "policy": {"kind": "remote", "address": address, "token": token},
+            "policy": policy,
             "buffer": {"path": buffer_path},
             "stats_dir": stats_dir,
             "extensions": list(extension_names(config.get("extensions")))}

@@ -11,6 +11,15 @@ and raises :class:`TransportAuthError` at once on a wrong token, and :class:`Tra
 to the server drops while a request waits for its reply (a dead server is an error within a second, never a
 silent wait for ``timeout_s``). The server binds 127.0.0.1 unless given another host; PLAIN does not encrypt.
 
+CurveZMQ (``curve_secret_key`` on the server, its public key as ``server_key`` on the client) encrypts every
+frame and authenticates the server; it replaces PLAIN, and the token still authorizes: a client's CURVE key pair
+is derived from the token (`token_keypair`), and the ZAP handler admits only the public key of the server's
+own token. A client that knows the server's public key but not the token is refused like a wrong PLAIN password.
+
+    public, secret = zmq.curve_keypair()
+    server = TransportServer(handler, token=token, curve_secret_key=secret)
+    client = TransportClient(address, token=token, server_key=public)
+
 What an authenticated peer sends is checked before anything is decoded or copied: whole-message size (all
 frames together) at most ``max_message_bytes``, then the message format's own checks (`wire.decode_message`).
 Any problem, and any exception of the handler, becomes an error
@@ -30,6 +39,7 @@ mirror each other and are read together.)
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import hmac
 import itertools
 import logging
@@ -41,6 +51,7 @@ import time
 from typing import Any, Callable
 
 import zmq
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from jaxwebrl.rollout.wire import (PROTOCOL, RequestRefused, TransportAuthError, TransportError, TransportRequestRefused,
@@ -62,6 +73,12 @@ Handler = Callable[[dict], dict]
 def new_token() -> str:
     """A fresh random shared token (32 hex characters)."""
     return secrets.token_hex(16)
+
+
+def token_keypair(token: str) -> tuple[bytes, bytes]:
+    """(public, secret) Z85 CurveZMQ keys derived from the token: what a client with that token presents."""
+    secret = z85.encode(hashlib.sha256(b"jaxwebrl transport token\0" + _check_token(token).encode()).digest())
+    return zmq.curve_public(secret), secret
 
 
 def _check_token(token: str | None) -> str:
@@ -120,9 +137,12 @@ class TransportServer:
         port: int = 0,
         num_threads: int = 16,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        curve_secret_key: str | bytes | None = None,
     ):
         self._handler = handler
         self._token = _check_token(token).encode()
+        self._curve_secret = None if curve_secret_key is None else _z85_key(curve_secret_key, "curve_secret_key")
+        self._token_public = z85.decode(token_keypair(token)[0])   # the only CURVE client key admitted
         self._host, self._port = host, int(port)
         self._num_threads = int(num_threads)
         self._max_message_bytes = int(max_message_bytes)
@@ -206,7 +226,11 @@ class TransportServer:
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, self._max_message_bytes)
         socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        socket.setsockopt(zmq.PLAIN_SERVER, 1)
+        if self._curve_secret is not None:
+            socket.setsockopt(zmq.CURVE_SERVER, 1)
+            socket.setsockopt(zmq.CURVE_SECRETKEY, self._curve_secret)
+        else:
+            socket.setsockopt(zmq.PLAIN_SERVER, 1)
         socket.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         try:
             if self._port:
@@ -214,9 +238,10 @@ class TransportServer:
             else:
                 socket.bind(f"tcp://{self._host}:*")
             self.address = socket.getsockopt_string(zmq.LAST_ENDPOINT)
-            if not self._host.startswith("127.") and self._host not in ("localhost", "::1"):
+            if (self._curve_secret is None and not self._host.startswith("127.")
+                    and self._host not in ("localhost", "::1")):
                 log.warning("policy server listens on %s: the token and prompts travel unencrypted, so keep this "
-                            "port on a private network (or reach it through an SSH tunnel)", self.address)
+                            "port on a private network, or turn on CurveZMQ (rollout.curve)", self.address)
         except zmq.ZMQError as exc:
             self._start_error = OSError(f"policy server cannot bind tcp://{self._host}:{self._port or '*'}: {exc}")
             for sock in (socket, zap):
@@ -268,7 +293,8 @@ class TransportServer:
             socket.send_multipart([identity] + reply, copy=False)
 
     def _answer_zap(self, zap) -> None:
-        """ZAP 1.0: admit a PLAIN peer whose password is the token; refuse everyone else."""
+        """ZAP 1.0: admit a PLAIN peer whose password is the token, or (CURVE) a peer whose public key is the
+        token's (`token_keypair`); refuse everyone else."""
         try:
             request = zap.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
@@ -278,8 +304,12 @@ class TransportServer:
             return
         version, request_id, _, address, _, mechanism = request[:6]
         credentials = request[6:]
-        admitted = (mechanism == b"PLAIN" and len(credentials) == 2
-                    and hmac.compare_digest(credentials[1], self._token))
+        if self._curve_secret is not None:
+            admitted = (mechanism == b"CURVE" and len(credentials) == 1
+                        and hmac.compare_digest(credentials[0], self._token_public))
+        else:
+            admitted = (mechanism == b"PLAIN" and len(credentials) == 2
+                        and hmac.compare_digest(credentials[1], self._token))
         if not admitted:
             self._count("requests_refused")
             self._warn.warning("auth", "transport: refused a connection from %s with a wrong token",
@@ -333,16 +363,23 @@ class TransportClient:
     handshake is refused; a connection lost while waiting raises TransportError (the server stopped)."""
 
     def __init__(self, address: str, *, token: str, timeout_s: float = 600.0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, server_key: str | bytes | None = None):
         self.address = address
         self._token = _check_token(token)
+        server_key = None if server_key is None else _z85_key(server_key, "server_key")   # before any socket
         self.timeout_s = float(timeout_s)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
-        self._socket.setsockopt(zmq.PLAIN_USERNAME, PLAIN_USERNAME)
-        self._socket.setsockopt(zmq.PLAIN_PASSWORD, self._token.encode())
+        if server_key is not None:   # CurveZMQ: encrypted, the key pair derived from the token authorizes
+            public, secret = token_keypair(self._token)
+            self._socket.setsockopt(zmq.CURVE_SERVERKEY, server_key)
+            self._socket.setsockopt(zmq.CURVE_PUBLICKEY, public)
+            self._socket.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        else:
+            self._socket.setsockopt(zmq.PLAIN_USERNAME, PLAIN_USERNAME)
+            self._socket.setsockopt(zmq.PLAIN_PASSWORD, self._token.encode())
         self._monitor = self._socket.get_monitor_socket(
             zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
             | zmq.EVENT_DISCONNECTED)
@@ -434,6 +471,17 @@ class TransportClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _z85_key(key: str | bytes, what: str) -> bytes:
+    """A CurveZMQ key as the 40 Z85 characters libzmq takes; ValueError naming `what` otherwise."""
+    key = key.encode() if isinstance(key, str) else bytes(key)
+    try:
+        if len(key) != 40 or len(z85.decode(key)) != 32:
+            raise ValueError
+    except (ValueError, KeyError, IndexError):
+        raise ValueError(f"{what} must be a CurveZMQ key: 40 Z85 characters as zmq.curve_keypair() makes") from None
+    return key
 
 
 def _now_ms() -> int:

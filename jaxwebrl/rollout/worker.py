@@ -22,7 +22,9 @@ Failures:
   (the pool then stops the run with that line instead of restarting the worker in a loop).
 
 Per step the episode records ``screenshot_changed`` (step 0 counts as changed) and the memory-bloat stats of
-the memory the agent holds after that step's response; ``info`` carries the per-step invalid-action flags.
+the memory the agent holds after that step's response; ``info`` carries the per-step invalid-action flags and
+``steps``: per step the prompt excerpt, the model's response, the action, the feedback and the memory after
+it, each cut to ``STEP_TEXT_CHARS`` (what a trajectory viewer shows; the tokens stay the training data).
 """
 
 from __future__ import annotations
@@ -43,12 +45,15 @@ from jaxwebrl.buffer.episodes import EpisodeError
 from jaxwebrl.env.actions import parse_action
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import make_env
-from jaxwebrl.env.memory import MemoryTracker, split_memory
-from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
+from jaxwebrl.env.memory import MemoryTracker, format_memory, split_memory
+from jaxwebrl.env.prompt import (PromptConfig, StepRecord, build_prompt, cut_text, prompt_excerpt,
+                                  summarize_action)
 from jaxwebrl.rollout.env_host import EnvHost, task_name
 from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportRequestRefused
 
 log = logging.getLogger(__name__)
+
+STEP_TEXT_CHARS = 1000   # each text of info["steps"] is cut to this (commit records stay small)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +266,12 @@ class RolloutWorker:
         self.stats.steps += len(steps)
         if not env_failed:
             self.stats.successes += int(reward > 0)
-        return self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed, failure)
+        episode = self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed,
+                                 failure)
+        difficulty = getattr(getattr(env, "spec", None), "difficulty", None)   # a JSON task's own split
+        if isinstance(difficulty, str):
+            episode["info"]["difficulty"] = difficulty
+        return episode
 
     def _play_step(self, env, obs, previous, history, tracker) -> dict | None:
         """One step; None when its tokens would not fit the buffer's max_seq_len (the action is not taken)."""
@@ -307,9 +317,12 @@ class RolloutWorker:
         history.append(StepRecord(ref, generation.text, summarize_action(action), feedback))
         self.stats.buffer_s += t1 - t0
         self.stats.generate_s += t2 - t1
+        texts = {"prompt": prompt_excerpt(prompt), "response": cut_text(generation.text, STEP_TEXT_CHARS),
+                 "action": summarize_action(action), "feedback": cut_text(feedback or "", STEP_TEXT_CHARS),
+                 "memory": cut_text(format_memory(tracker.memory), STEP_TEXT_CHARS)}
         return {"generation": generation, "image_refs": prompt.image_refs,
                 "changed": previous is None or not np.array_equal(previous, obs.screenshot),
-                "memory": memory_stats, "invalid": invalid, "result": result}
+                "memory": memory_stats, "invalid": invalid, "result": result, "texts": texts}
 
     def _assemble(self, task_id, seed, group_id, steps, reward, terminated, truncated, env_failed, failure) -> dict:
         S, K = len(steps), self.prompt_config.max_images
@@ -318,7 +331,8 @@ class RolloutWorker:
             refs[j, : len(step["image_refs"])] = step["image_refs"]
         generations = [s["generation"] for s in steps]
         info = {"worker_id": self.worker_id, "instance_seed": int(seed),
-                "invalid_actions": [bool(s["invalid"]) for s in steps], "env_failure": failure}
+                "invalid_actions": [bool(s["invalid"]) for s in steps], "env_failure": failure,
+                "steps": [s["texts"] for s in steps]}
         return {
             "input_ids": [g.input_ids for g in generations],
             "loss_mask": [g.loss_mask for g in generations],

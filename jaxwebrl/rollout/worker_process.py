@@ -44,7 +44,8 @@ def build_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0):
     policy = dict(spec["policy"])
     kind = policy.pop("kind")
     if kind == "remote":
-        client = PolicyClient(policy["address"], token=policy["token"], timeout_s=policy.get("timeout_s", 600.0))
+        client = PolicyClient(policy["address"], token=policy["token"], timeout_s=policy.get("timeout_s", 600.0),
+                              server_key=policy.get("server_key"))
     else:
         client = InProcessClient(ScriptedBackend.from_config(policy, fetch_image=buffer.screenshots.get))
     return RolloutWorker(config, client, buffer, worker_id=worker_id), client

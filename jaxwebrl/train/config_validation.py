@@ -197,7 +197,10 @@ def _check_model(c) -> None:
 
 def _check_env(c) -> None:
     e = c.env
-    specs = env_specs(e.tasks)
+    try:
+        specs = env_specs(e.tasks)   # a .jsonl task set or a directory is read here
+    except TaskSpecError as err:
+        raise ConfigError(f"env.tasks: {_one_line(err)}") from None
     if not specs:
         _fail("env.tasks", e.tasks, "name at least one env spec, e.g. 'toy' or 'miniwob/click-test'")
     for spec in specs:   # every key, type, range, regex and start URL of a JSON spec; its evaluator is not imported
@@ -232,6 +235,10 @@ def _check_paths(c, workdir) -> None:
     ckpt = c.checkpoint.restore_from
     if ckpt is not None and not os.path.isdir(ckpt):
         _fail("checkpoint.restore_from", ckpt, "checkpoint directory not found: give an existing checkpoints/ dir")
+    for key in ("sample_episodes_every", "sample_episodes"):
+        value = c.metrics.get(key, 0)
+        if type(value) is not int or value < 0:
+            _fail(f"metrics.{key}", value, "must be an int >= 0 (0 turns the TensorBoard episode samples off)")
     if c.metrics.wandb_project is not None:
         try:
             import wandb  # noqa: F401  (deferred: optional dependency; only checks it is installed)

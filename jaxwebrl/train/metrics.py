@@ -2,12 +2,17 @@
 one log line per train step on stderr (`console.step_line`, in a file as on a terminal), and a live progress bar
 when stderr is a terminal.
 
+Every `metrics.sample_episodes_every` steps, `metrics.sample_episodes` of the step's episodes go to TensorBoard
+under `episodes/<k>`: an image (the steps' screenshots side by side) and a text (task, outcome, failure reason,
+per step the action, response, memory, feedback).
+
 Keys are the paper's dashboard names, flat (`ppo_actor/update/actor_loss/avg`), so any tool reading the JSONL
 or the TensorBoard run sees the same curves the paper shows.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import math
@@ -18,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxwebrl.buffer.screenshots import ScreenshotCorrupt, ScreenshotOverwritten
+from jaxwebrl.buffer.trajectory import OUTCOMES, EpisodeView, episode_view
 from jaxwebrl.errors import WorkdirError, one_line
 from jaxwebrl.train import console
 
@@ -99,6 +106,22 @@ class MetricsWriter:
                                              "reason": reason}) + "\n")
         self._skipped_file.flush()
 
+    def write_samples(self, step: int, episodes: list[dict], fetch_image, count: int) -> None:
+        """Up to `count` of `episodes` (outcomes mixed: see `pick_samples`) to TensorBoard as image + text;
+        `fetch_image(ref)` -> uint8 [H, W, 3]. A screenshot the ring has overwritten leaves the text alone."""
+        if self._tb is None or count <= 0:
+            return
+        for k, view in enumerate(pick_samples([episode_view(e) for e in episodes], count)):
+            try:
+                strip = screenshot_strip([fetch_image(s.screenshot_ref) for s in view.steps if s.screenshot_ref >= 0])
+            except (ScreenshotOverwritten, ScreenshotCorrupt) as err:
+                log.info("episode sample %d of step %d: no screenshots (%s)", k, step, one_line(err, 120))
+                strip = None
+            if strip is not None:
+                self._tb.add_image(f"episodes/{k}", strip, step, dataformats="HWC")
+            self._tb.add_text(f"episodes/{k}", episode_markdown(view), step)
+        self._tb.flush()
+
     def write(self, step: int, scalars: dict[str, float], histograms: dict[str, list[float]] | None = None) -> None:
         """Record train step `step`: scalars become flat keys; histograms are logged to TensorBoard and wandb."""
         record: dict[str, Any] = {"step": int(step), "time": time.time()}
@@ -135,6 +158,53 @@ class MetricsWriter:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def pick_samples(views: list[EpisodeView], count: int) -> list[EpisodeView]:
+    """`count` views taken in turn from each outcome (success, failure, env failed), in episode order."""
+    queues = [[v for v in views if v.outcome == o] for o in OUTCOMES]
+    picked: list[EpisodeView] = []
+    while len(picked) < count and any(queues):
+        for queue in queues:
+            if queue and len(picked) < count:
+                picked.append(queue.pop(0))
+    return picked
+
+
+def screenshot_strip(images: list[np.ndarray], gap: int = 4) -> np.ndarray | None:
+    """uint8 [H, sum(W) + gaps, 3]: the images side by side with white gaps (None for no image)."""
+    if not images:
+        return None
+    height = max(int(np.shape(i)[0]) for i in images)
+    parts = []
+    for image in images:
+        image = np.asarray(image, np.uint8)
+        padded = np.full((height, image.shape[1], 3), 255, np.uint8)
+        padded[: image.shape[0]] = image
+        parts += [padded, np.full((height, gap, 3), 255, np.uint8)]
+    return np.concatenate(parts[:-1], axis=1)
+
+
+def episode_markdown(view: EpisodeView) -> str:
+    """The episode as Markdown for TensorBoard's text plugin; model texts sit in fenced blocks (shown as text)."""
+    lines = [f"**{_md(view.task_id)}** seed {view.seed} · {view.outcome.replace('_', ' ')} · reward {view.reward:g} · "
+             f"{len(view.steps)} steps"]
+    if view.failure_reason:
+        lines.append(f"*{_md(view.failure_reason)}*")
+    for s in view.steps:
+        head = f"**step {s.index + 1}**: {_md(s.action)}" + (f" · {_md(s.feedback)}" if s.feedback else "")
+        lines += [head, _fenced(s.response), "memory: " + _md(s.memory)]
+    return "\n\n".join(lines)
+
+
+def _fenced(text: str) -> str:
+    """A fenced code block of `text` (a fence inside it is broken up)."""
+    return "~~~\n" + text.replace("~~~", "~ ~ ~").replace("```", "` ` `") + "\n~~~"
+
+
+def _md(text: str) -> str:
+    """Plain text safe in Markdown prose: HTML and the emphasis/code characters escaped."""
+    return html.escape(text).replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_").replace("`", "\\`")
 
 
 def read_metrics(workdir: str) -> list[dict]:

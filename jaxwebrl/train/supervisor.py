@@ -95,7 +95,8 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
     if buffer is None:
         buffer = RingBuffer.open(run_buffer.path_for(config, workdir))
     service = (PolicyService.for_policy(policy, buffer, config, host=config.rollout.host,
-                                        num_clients=config.rollout.num_workers) if primary else None)
+                                        num_clients=config.rollout.num_workers,
+                                        curve=config.rollout.get("curve", False)) if primary else None)
     server = service.server if service is not None else None
     sink = server if layout.mesh is None else multihost.HostWeightSink(server, layout.server_device)
     pool = None
@@ -115,8 +116,10 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
         if primary:
             service.start()
             log.info("policy server up at %s (policy version %d)", service.address, trainer.state.version)
+            service.publish(workdir)   # WORKDIR/transport.json + transport.token: launch/rollout.py --workdir joins
             spec = worker_spec(config, buffer_path=run_buffer.path_for(config, workdir), address=service.address,
-                               token=service.token, stats_dir=os.path.join(workdir, "rollout_stats"))
+                               token=service.token, stats_dir=os.path.join(workdir, "rollout_stats"),
+                               server_key=service.server_key)
             pool = pool_for(config, spec).start()   # local processes or Ray actors, by rollout.launcher
             cleanup.callback(pool.close)
             log.info("%d rollout workers started (%s launcher, env.tasks=%s); waiting for their first episodes",

@@ -310,6 +310,10 @@ class Trainer:
                 self.metrics.write(self.state.step, scalars, histograms)
                 trained = self.trained_episode_ids[-scalars["ppo_actor/trajectories"]:]   # this step's
                 self.metrics.write_episodes(self.state.step, trained)
+                every = self.config.metrics.get("sample_episodes_every", 0)
+                if every and self.state.step % every == 0:
+                    self.metrics.write_samples(self.state.step, episodes, self.buffer.screenshots.get,
+                                               self.config.metrics.get("sample_episodes", 0))
                 if self.state.step % self.config.checkpoint.save_every_steps == 0 or \
                         self.state.step >= self.config.train.max_steps:
                     self.save(scalars)

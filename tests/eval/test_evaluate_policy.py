@@ -52,3 +52,6 @@ def test_launch_eval_initial_policy_on_miniwob_in_chromium(tmp_path):
     assert rate is not None and 0.0 <= rate <= 1.0
     assert np.isfinite(report["overall"]["memory_chars"])
     assert "| miniwob/click-test | easy | 2 |" in out.stdout
+    viewer = (tmp_path / "eval" / "index.html").read_text()     # the trajectory viewer, screenshots beside it
+    assert viewer.count('class="step"') == sum(steps) and len(list((tmp_path / "eval" / "shots").glob("*.png"))) > 0
+    assert f"trajectory viewer: file://{tmp_path}/eval/index.html" in out.stdout

@@ -1,23 +1,29 @@
-"""Execute notebooks/training_curves.ipynb headless on the small recorded toy run in tests/data/toy_run."""
+"""Execute notebooks/training_curves.ipynb headless on the small recorded toy run in tests/data/toy_run: from the
+repository root with $JAXWEBRL_WORKDIR, and from notebooks/ (Jupyter's working directory) with nothing set; the
+committed notebook carries the same printed outputs and its plots."""
 
-import os
-import pathlib
-
-import nbclient
 import nbformat
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests.notebooks.run import REPO, execute, images, printed
+
+NAME = "training_curves.ipynb"
 
 
-def test_training_curves_notebook_executes(monkeypatch):
-    nb = nbformat.read(REPO / "notebooks" / "training_curves.ipynb", as_version=4)
-    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("JAXWEBRL_WORKDIR", str(REPO / "tests" / "data" / "toy_run"))
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(REPO)}})
-    client.execute()
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 1, "the notebook must draw its plots"
-    text = "".join(o.get("text", "") for o in outputs)
-    assert "train steps, evals:" in text and "last train step" in text and "step   0: success" in text
+def _check(nb):
+    assert images(nb) >= 1, "the notebook must draw its plots"
+    text = "".join(printed(nb))
+    assert "tests/data/toy_run: 30 train steps, evals:" in text and "last train step" in text
+    assert "step   0: success" in text
+
+
+def test_training_curves_notebook_executes_from_the_repository_root():
+    nb = execute(NAME, cwd=REPO, env={"JAXWEBRL_WORKDIR": str(REPO / "tests" / "data" / "toy_run")})
+    _check(nb)
+
+
+def test_training_curves_notebook_executes_from_its_own_folder_and_matches_the_committed_outputs():
+    nb = execute(NAME, cwd=REPO / "notebooks", env={"JAXWEBRL_WORKDIR": ""})
+    _check(nb)
+    committed = nbformat.read(REPO / "notebooks" / NAME, as_version=4)
+    _check(committed)
+    assert printed(committed) == printed(nb), "stale outputs: run `python -m tests.notebooks.run` and commit"

@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+import zmq
 
 from jaxwebrl.rollout.transport import TransportClient, TransportServer, new_token
 from jaxwebrl.rollout.wire import (TransportAuthError, TransportError, TransportTimeout, decode_message,
@@ -77,6 +78,24 @@ def test_wrong_token_is_refused_and_the_server_goes_on(token):
         TransportServer(echo, token="")
     with pytest.raises(ValueError, match="non-empty string"):
         TransportClient("tcp://127.0.0.1:1", token=None)
+
+
+def test_curve_encrypts_and_the_token_still_authorizes(token):
+    public, secret = zmq.curve_keypair()
+    with TransportServer(echo, token=token, curve_secret_key=secret) as server:
+        with TransportClient(server.address, token=token, server_key=public) as good:
+            assert good.request({"x": np.arange(3)})["echo"]["x"].tolist() == [0, 1, 2]
+        with TransportClient(server.address, token="not-the-token", server_key=public) as bad:
+            with pytest.raises(TransportAuthError, match="wrong token"):   # knows the server key, not the token
+                bad.request({"x": 1})
+        with TransportClient(server.address, token=token, timeout_s=2.0) as plain:   # PLAIN against CURVE
+            with pytest.raises(TransportError):
+                plain.request({"x": 1})
+        assert server.requests_served == 1 and server.requests_refused >= 1
+    with pytest.raises(ValueError, match="server_key must be a CurveZMQ key"):
+        TransportClient("tcp://127.0.0.1:1", token=token, server_key="short")
+    with pytest.raises(ValueError, match="curve_secret_key must be a CurveZMQ key"):
+        TransportServer(echo, token=token, curve_secret_key=b" " * 40)
 
 
 def test_many_concurrent_clients_are_served_in_parallel_and_routed_right(token):

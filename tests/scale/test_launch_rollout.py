@@ -1,8 +1,11 @@
 """launch/rollout.py: hand-started workers on a "remote" node play into the trainer's buffer through the policy
-server's transport, stop cleanly on SIGTERM, and refuse to start without a server, token or buffer."""
+server's transport, stop cleanly on SIGTERM, and refuse to start without a server, token or buffer; with
+--workdir they join from the run's published files (WORKDIR/transport.json + transport.token), PLAIN or CurveZMQ."""
 
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -12,6 +15,7 @@ import pytest
 from configs.constT10 import get_config
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
+from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.transport import TransportServer, new_token
 from jaxwebrl.buffer.from_config import open_or_create
 
@@ -33,6 +37,21 @@ def count_episodes(path) -> int:
     return len(episodes)
 
 
+def play_then_stop(proc, path, episodes: int) -> str:
+    """Wait until the buffer at `path` holds `episodes` episodes (the workers must stay up), then SIGTERM them;
+    returns their output."""
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and count_episodes(path) < episodes:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.parametrize("launcher", ["local", pytest.param("ray", marks=pytest.mark.slow)])
 def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(launcher, tmp_path):
     if launcher == "ray":
@@ -45,16 +64,7 @@ def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(launcher, tmp_
     with TransportServer(backend, token=token) as server:
         proc = launch(f"--server={server.address}", f"--buffer={path}", "--num_workers=1", "--first_worker_id=7",
                       f"--launcher={launcher}", token=token)
-        try:
-            deadline = time.monotonic() + 150
-            while time.monotonic() < deadline and count_episodes(path) < config.env.group_size:
-                assert proc.poll() is None, proc.communicate()[0][-3000:]
-                time.sleep(0.5)
-            proc.send_signal(signal.SIGTERM)
-            output = proc.communicate(timeout=60)[0]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        output = play_then_stop(proc, path, config.env.group_size)
     assert proc.returncode == 0, output[-3000:]
     episodes, _ = RingBuffer.open(path).read()
     assert len(episodes) >= config.env.group_size
@@ -88,3 +98,52 @@ def test_bad_flags_fail_in_one_line(args, token, expected, tmp_path):
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 1 and expected in output, output
     assert output.strip().splitlines()[-1].startswith("rollout error: ")
+
+
+def _published_service(workdir, *, curve, version=3):
+    """A toy policy service of a "running training run" in `workdir`: its buffer, and its published transport."""
+    buffer = open_or_create(get_config("toy"), str(workdir))
+    backend = ScriptedBackend(toy_oracle_responder(epsilon=0.5), fetch_image=buffer.screenshots.get, version=version)
+    return PolicyService(backend, curve=curve)
+
+
+@pytest.mark.parametrize("curve", [False, True], ids=["plain", "curve"])
+def test_a_hand_started_worker_joins_a_run_from_its_published_files(curve, tmp_path):
+    path = os.path.join(str(tmp_path), "buffer")
+    with _published_service(tmp_path, curve=curve) as service:
+        service.start()
+        service.publish(str(tmp_path))
+        assert stat.S_IMODE(os.stat(tmp_path / "transport.token").st_mode) == 0o600
+        published = json.loads((tmp_path / "transport.json").read_text())
+        assert published["address"] == service.address and (published["server_key"] is not None) == curve
+        assert service.token not in (tmp_path / "transport.json").read_text()
+        proc = launch(f"--workdir={tmp_path}", "--num_workers=1", "--first_worker_id=5")   # no token, no server
+        output = play_then_stop(proc, path, 2)
+    assert proc.returncode == 0, output[-3000:]
+    episodes, _ = RingBuffer.open(path).read()
+    assert len(episodes) >= 2 and {e["info"]["worker_id"] for e in episodes} == {5}
+    assert all(v == 3 for e in episodes for step in e["versions"] for v in step[step >= 0])
+
+
+def test_a_wrong_token_file_is_refused_and_a_missing_or_open_one_is_one_line(tmp_path):
+    with _published_service(tmp_path, curve=True) as service:
+        service.start()
+        service.publish(str(tmp_path))
+        token_file = tmp_path / "transport.token"
+        token_file.write_text(new_token())                   # wrong token, still 0600
+        proc = launch(f"--workdir={tmp_path}", "--num_workers=1")
+        try:
+            output = proc.communicate(timeout=150)[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 78 and "wrong token" in output, output[-3000:]
+        assert service.transport.requests_refused >= 1
+    os.chmod(token_file, 0o644)
+    cases = [(tmp_path, "transport.token: readable by others (mode 644): chmod 600"),
+             (tmp_path / "elsewhere", "transport.json: No such file or directory: start the training run first")]
+    for workdir, expected in cases:
+        proc = launch(f"--workdir={workdir}", "--num_workers=1")
+        output = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 1 and expected in output, output
+        assert output.strip().splitlines()[-1].startswith(f"rollout error: --workdir={workdir}: ")

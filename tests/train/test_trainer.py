@@ -1,10 +1,15 @@
 """The trainer loop on real buffered toy episodes: dashboard metrics, Orbax checkpoints, exact resume."""
 
+import io
+import os
+import struct
 import time
 
 import jax
 import numpy as np
 import pytest
+from PIL import Image
+from tensorboardX.proto import event_pb2
 
 from configs.constT10 import get_config
 from jaxwebrl.models.policy import tiny_policy
@@ -87,3 +92,38 @@ def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path)
     for a, b in zip(jax.tree.leaves(straight.state.opt_state), jax.tree.leaves(second.state.opt_state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(jax.random.key_data(straight.state.rng), jax.random.key_data(second.state.rng))
+
+
+def _tensorboard_events(logdir):
+    """Every Event of the TFRecord event files under `logdir` (length, crc, payload, crc per record)."""
+    events = []
+    for name in sorted(os.listdir(logdir)):
+        data = open(os.path.join(logdir, name), "rb").read()
+        at = 0
+        while at + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event()
+            event.ParseFromString(data[at + 12:at + 12 + length])
+            events.append(event)
+            at += 12 + length + 4
+    return events
+
+
+def test_sampled_episodes_reach_tensorboard_as_images_and_text(policy, filled_buffer, tmp_path):
+    config = toy_config(2)
+    config.metrics.sample_episodes_every = 2
+    config.metrics.sample_episodes = 3
+    train(config, tmp_path / "run", policy, filled_buffer)
+    values = [(e.step, v) for e in _tensorboard_events(str(tmp_path / "run" / "tensorboard"))
+              for v in e.summary.value if v.tag.startswith("episodes/")]
+    assert {step for step, _ in values} == {2}            # every 2 steps: step 2 only
+    images = {v.tag: v.image for _, v in values if v.HasField("image")}
+    texts = {v.tag: v.tensor.string_val[0].decode() for _, v in values if v.HasField("tensor")}
+    assert sorted(images) == ["episodes/0", "episodes/1", "episodes/2"]
+    assert sorted(texts) == ["episodes/0/text_summary", "episodes/1/text_summary", "episodes/2/text_summary"]
+    for image in images.values():                         # the toy's three 64x64 steps side by side
+        assert (image.height, image.width) == (64, 3 * 64 + 2 * 4)
+        assert Image.open(io.BytesIO(image.encoded_image_string)).size == (image.width, image.height)
+    outcomes = [t.split(" · ")[1] for t in texts.values()]
+    assert "success" in outcomes and "failure" in outcomes     # the sample mixes outcomes
+    assert all("**step 3**" in t and "Action: click(" in t for t in texts.values())
