@@ -147,7 +147,10 @@ def run_errors(workdir: str | None = None):
 
 def _maybe_print(config) -> None:
     if PRINT_CONFIG.value:
-        print(json.dumps(run_config.as_dict(config), indent=2, sort_keys=True))
+        try:
+            print(json.dumps(run_config.as_dict(config), indent=2, sort_keys=True), flush=True)
+        except BrokenPipeError:   # `--print_config | head`: the reader left; that is not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
 
 

@@ -26,7 +26,7 @@ _ALLOW_CHANGE = flags.DEFINE_bool("allow_config_change", False, "resume even tho
 
 def main(argv) -> int:
     del argv
-    if not _WORKDIR.value:
+    if not _WORKDIR.value and not cli.PRINT_CONFIG.value:   # printing the config needs no workdir
         cli.exit_with("config error: --workdir is required, e.g. --workdir=/tmp/run1 (reuse it to resume)")
     config = cli.validated_config(_WORKDIR.value)
     if _DRY_RUN.value:
