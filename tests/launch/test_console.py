@@ -97,6 +97,20 @@ def test_a_held_workdir_is_one_line(run, tmp_path):
     assert err.rstrip().splitlines()[-1].startswith(f"error: workdir {workdir} is in use by another training run")
 
 
+def test_rollout_workers_failing_for_good_end_the_run_in_one_line(tmp_path):
+    """Every worker of the run fails the same way (an env that cannot start): the pool gives up after 3 identical
+    failures and launch/train.py ends with one `error:` line naming the cause, exit 1 (the traceback stays in the
+    worker's own log lines; the launcher adds none)."""
+    from tests.launch.broken_env import BROKEN_MESSAGE
+
+    code, _, err = launch("train.py", f"--workdir={tmp_path / 'run'}", "--config=tests/launch/broken_env_config.py",
+                          out=str(tmp_path / "broken"), timeout=600)
+    last = err.rstrip().splitlines()[-1]
+    assert code == 1, err[-3000:]
+    assert last.startswith("error: ") and "rollout workers stopped for good" in last and BROKEN_MESSAGE in last, last
+    assert "Traceback" not in err[err.rindex("stopped at step"):]
+
+
 def test_export_and_eval_read_the_workdirs_config(run, tmp_path):
     """The bare recipe plus --policy=WORKDIR gives the run's config; a command-line override still wins."""
     workdir, _ = run
