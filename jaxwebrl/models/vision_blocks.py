@@ -27,7 +27,15 @@ def segment_attention(q, k, v, layout: dict, scale: float, chunk: int = 0):
     """Attention restricted to segments. q/k/v [N, H, D]; layout from `vision_layout.segment_layout`.
 
     Returns [N, H, D]: each row attends only to the rows of its own segment (queries `chunk` at a time when > 0).
+    Segments of one length (every screenshot the same size) are a reshape [S, L, H, D], not a gather: the rows'
+    batch sharding carries over to the segments, so each device attends over its own images only (a gather
+    with an index table made XLA replicate every image's attention on every device).
     """
+    segments, width = layout["gather"].shape
+    if segments * width == q.shape[0]:
+        split = lambda x: x.reshape(segments, width, *x.shape[1:])
+        out = attend(split(q), split(k), split(v), AttentionMask(jnp.ones((segments, width), bool)), scale, chunk)
+        return out.reshape(q.shape)
     gather = jnp.asarray(layout["gather"])
     valid = jnp.asarray(layout["valid"])
     qs, ks, vs = q[gather], k[gather], v[gather]  # [S, L, H, D]
