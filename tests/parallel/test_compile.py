@@ -74,3 +74,19 @@ def test_unknown_topology_and_missing_libtpu_are_one_line_each():
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == \
         'libtpu is not installed: pip install -e ".[tpu]" (AOT compilation for TPU topologies)'
+
+
+@needs_libtpu
+def test_logprob_path_temporaries_scale_with_the_vocabulary_chunk_not_the_vocabulary():
+    """fp32 master head weight, bf16 compute: one vocabulary chunk of the weight is cast at a time (XLA's bf16
+    propagation used to turn the per-chunk cast into one cast of the whole [V, E / 8] shard before the loop)."""
+    temporaries = {}
+    for chunk in (128, 8192):      # 151,936 = 2^7 x 1,187: chunks of 128 and 4,748 vocabulary rows
+        done = compile_cli(*REDUCED, "--topology=v5e-8", "--programs=logprob_path",
+                           f"--config.model.logits_chunk={chunk}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        (report,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert report["knobs"]["param_dtype"] == "float32" and report["knobs"]["dtype"] == "bfloat16"
+        temporaries[chunk] = report["hbm_bytes_per_device"]["temporaries"]
+    shard_bf16 = 151936 * 2048 // 8 * 2     # the whole head-weight shard in bf16: 77.8 MB (what the hoisted cast took)
+    assert temporaries[128] <= temporaries[8192] < shard_bf16 / 8
