@@ -125,9 +125,11 @@ def memory(compiled) -> dict[str, int]:
             "total": arguments + outputs - aliased + temporaries}
 
 
-def _compile(lower) -> tuple[Any, float]:
+def _compile(mesh, lower) -> tuple[Any, float]:
+    """Lower and compile with `mesh` in context (the activation sharding hints, `parallel.mesh.constrain_batch`)."""
     start = time.monotonic()
-    compiled = lower().compile()
+    with jax.set_mesh(mesh):
+        compiled = lower().compile()
     return compiled, time.monotonic() - start
 
 
@@ -174,7 +176,7 @@ class Programs:
     # ------------------------------------------------------------------ programs
     def train_step(self):
         mb, grid = self.minibatch(train=True)
-        compiled, seconds = _compile(lambda: self.step_fn.lower(self.params, self.opt_state, mb, grid=grid))
+        compiled, seconds = _compile(self.mesh, lambda: self.step_fn.lower(self.params, self.opt_state, mb, grid=grid))
         s = self.shapes
         work = cost.train_step(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
                                positions=s.positions, param_count=self.param_count,
@@ -184,7 +186,7 @@ class Programs:
 
     def proximal_logprobs(self):
         mb, grid = self.minibatch(train=False)
-        compiled, seconds = _compile(lambda: self.logprobs_fn.lower(self.params, mb, grid=grid))
+        compiled, seconds = _compile(self.mesh, lambda: self.logprobs_fn.lower(self.params, mb, grid=grid))
         s = self.shapes
         work = cost.forward(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
                             positions=s.positions, devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
@@ -223,7 +225,7 @@ class Programs:
         if getattr(self, "_prefill_cache", None) is None:
             sampler, sampling = self._sampler()
             args, kwargs = self._prefill_args(sampler, sampling)
-            compiled, seconds = _compile(lambda: sampler._prefill.lower(*args, **kwargs))
+            compiled, seconds = _compile(self.mesh, lambda: sampler._prefill.lower(*args, **kwargs))
             self._prefill_cache = (sampler, args, kwargs, compiled, seconds)
         return self._prefill_cache
 
@@ -241,7 +243,7 @@ class Programs:
         state = jax.tree.map(lambda info, sh: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sh),
                              sampler._prefill.lower(*args, **kwargs).out_info, prefill.output_shardings)
         mesh = self.mesh
-        compiled, seconds = _compile(lambda: sampler._decode.lower(
+        compiled, seconds = _compile(self.mesh, lambda: sampler._decode.lower(
             args[0], state, _replicated(mesh, (), jnp.int32), _replicated(mesh, (), jnp.int32),
             _replicated(mesh, (1,), jnp.int32), None, sampling=kwargs["sampling"]))
         s = self.shapes
@@ -269,7 +271,7 @@ class Programs:
 
         fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)),
                      out_shardings=(NamedSharding(mesh, P()), (hidden.sharding, weight.sharding)))
-        compiled, seconds = _compile(lambda: fn.lower(hidden, weight, ids, positions))
+        compiled, seconds = _compile(self.mesh, lambda: fn.lower(hidden, weight, ids, positions))
         work = cost.logprob_path(c, rows=rows, positions=s.positions, devices=mesh.size)
         return compiled, seconds, work, {"rows": rows, "seq_len": s.seq_len, "loss_positions_per_row": s.positions}
 
