@@ -158,6 +158,14 @@ class Programs:
         self.settings = update_settings(config)
         self.logprobs_fn, self.step_fn = _compiled(self.module, self.settings, self.optimizer_config)
 
+    def state_bytes_per_device(self) -> float:
+        """Weights, their gradients and the two AdamW moments on one chip (params shard over fsdp x tensor): what
+        a train step holds before any activation."""
+        c = self.model_config
+        param_b = cost.dtype_bytes(c.param_dtype)
+        moment_b = cost.dtype_bytes(self.optimizer_config.moments_dtype or c.param_dtype)
+        return self.param_count * 2 * (param_b + moment_b) / (self.mesh.shape["fsdp"] * self.mesh.shape["tensor"])
+
     # ------------------------------------------------------------------ inputs
     def minibatch(self, *, train: bool) -> tuple[dict, tuple]:
         s, mesh = self.shapes, self.mesh
@@ -314,7 +322,8 @@ def out_of_memory_report(name: str, topology: str, chip: Chip, error: Exception,
 def compile_programs(config, model_config: ModelConfig, mesh, chip: Chip, topology: str, shapes: RunShapes,
                      programs: Iterable[str] = PROGRAMS, knobs: dict | None = None):
     """Yields one report per program, compiling them one at a time. A program whose temporaries alone exceed the
-    chip's memory (XLA refuses it: RESOURCE_EXHAUSTED) gets a `fits: false` report with the bytes XLA asked for."""
+    chip's memory (XLA refuses it: RESOURCE_EXHAUSTED) gets a `fits: false` report with the bytes XLA asked for.
+    A train step's report also carries `state_bytes_per_device` (weights, gradients, AdamW moments; analytic)."""
     built = Programs(config, model_config, mesh, shapes)
     for name in programs:
         if name not in PROGRAMS:
@@ -325,7 +334,10 @@ def compile_programs(config, model_config: ModelConfig, mesh, chip: Chip, topolo
         except Exception as err:  # noqa: BLE001 - only XLA's out-of-memory refusal is a result; the rest re-raise
             if "RESOURCE_EXHAUSTED" not in str(err) or "memory" not in str(err):
                 raise
-            yield out_of_memory_report(name, topology, chip, err, time.monotonic() - start, knobs or {})
-            continue
-        yield report(name, topology, chip, compiled, seconds, work, program_shapes, knobs or {})
-        del compiled
+            out = out_of_memory_report(name, topology, chip, err, time.monotonic() - start, knobs or {})
+        else:
+            out = report(name, topology, chip, compiled, seconds, work, program_shapes, knobs or {})
+            del compiled
+        if name == "train_step":
+            out["state_bytes_per_device"] = built.state_bytes_per_device()
+        yield out
