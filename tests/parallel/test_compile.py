@@ -62,15 +62,15 @@ def test_a_program_that_cannot_fit_exits_1_naming_bytes_and_knobs():
 
 @needs_libtpu
 def test_a_train_step_whose_optimizer_state_alone_exceeds_the_chip_says_no_row_length_fits():
-    # 8B, fp32 weights and moments on 8 chips of 16 GB: 8.8B params x (4 + 4 + 2 x 4) B / 8 = 17.6 GB a chip
+    # 8B, fp32 weights and moments on 8 chips of 16 GB: 8.767B params x (4 + 4 + 2 x 4) B / 8 = 17.53 GB a chip
     done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v5e-8", "--programs=train_step",
                        "--config.buffer.max_seq_len=4096")
     assert done.returncode == 1, done.stderr[-2000:]
     report = json.loads(done.stdout.splitlines()[-1])
-    assert not report["fits"] and 17.5e9 < report["state_bytes_per_device"] < 17.7e9
+    assert not report["fits"] and 17.5e9 < report["state_bytes_per_device"] < 17.6e9
     (line,) = [line for line in done.stderr.splitlines() if "cannot fit" in line]
     assert line.startswith("train_step cannot fit v5e-8 at any row length: the weights, gradients and AdamW moments "
-                           "alone need 17.59 GB per device (float32 weights, float32 moments), 16.00 GB available, "
+                           "alone need 17.53 GB per device (float32 weights, float32 moments), 16.00 GB available, "
                            "so at least 9 chips of this kind")
 
 
