@@ -24,6 +24,7 @@ seconds lowering + compiling took on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
@@ -126,9 +127,10 @@ def memory(compiled) -> dict[str, int]:
 
 
 def _compile(mesh, lower) -> tuple[Any, float]:
-    """Lower and compile with `mesh` in context (the activation sharding hints, `parallel.mesh.constrain_batch`)."""
+    """Lower and compile with `mesh` in context (the trainer's activation sharding hints,
+    `parallel.mesh.constrain_batch`); None: no mesh in context, as the policy server runs the Sampler."""
     start = time.monotonic()
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
         compiled = lower().compile()
     return compiled, time.monotonic() - start
 
@@ -233,7 +235,7 @@ class Programs:
         if getattr(self, "_prefill_cache", None) is None:
             sampler, sampling = self._sampler()
             args, kwargs = self._prefill_args(sampler, sampling)
-            compiled, seconds = _compile(self.mesh, lambda: sampler._prefill.lower(*args, **kwargs))
+            compiled, seconds = _compile(None, lambda: sampler._prefill.lower(*args, **kwargs))
             self._prefill_cache = (sampler, args, kwargs, compiled, seconds)
         return self._prefill_cache
 
@@ -251,7 +253,7 @@ class Programs:
         state = jax.tree.map(lambda info, sh: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sh),
                              sampler._prefill.lower(*args, **kwargs).out_info, prefill.output_shardings)
         mesh = self.mesh
-        compiled, seconds = _compile(self.mesh, lambda: sampler._decode.lower(
+        compiled, seconds = _compile(None, lambda: sampler._decode.lower(
             args[0], state, _replicated(mesh, (), jnp.int32), _replicated(mesh, (), jnp.int32),
             _replicated(mesh, (1,), jnp.int32), None, sampling=kwargs["sampling"]))
         s = self.shapes
