@@ -18,6 +18,7 @@ the knobs that change it); 2 for a bad flag, an unknown topology or a missing li
 """
 
 import json
+import math
 import os
 import sys
 
@@ -54,6 +55,15 @@ def advice(report: dict, config, rows_per_chip: int) -> str:
     at_least = "at least " if report.get("error") else ""
     have = report["hbm_capacity_bytes"] / 1e9
     mesh = ", ".join(f"{k}={v}" for k, v in report["knobs"]["mesh"].items())
+    state = report.get("state_bytes_per_device", 0) / 1e9
+    if state >= have:
+        knobs = report["knobs"]
+        chips = math.ceil(state * knobs["mesh"]["fsdp"] * knobs["mesh"]["tensor"] / have)
+        return (f"{report['program']} cannot fit {report['topology']} at any row length: the weights, gradients and "
+                f"AdamW moments alone need {state:.2f} GB per device ({knobs['param_dtype']} weights, "
+                f"{knobs['moments_dtype']} moments), {have:.2f} GB available, so at least {chips} chips of this kind; "
+                f"use a slice with more HBM in all, or --config.model.param_dtype=bfloat16 "
+                f"--config.train.moments_dtype=bfloat16")
     if report["program"] in ("prefill", "decode"):
         levers = (f"--config.rollout.server_max_batch (now {config.rollout.server_max_batch}), "
                   f"--config.buffer.max_seq_len (now {config.buffer.max_seq_len}), --config.distributed.mesh.* "

@@ -16,6 +16,7 @@ from jaxwebrl.models.config import TextConfig
 from jaxwebrl.models.attention import AttentionMask, attend, causal_mask
 from jaxwebrl.models.layers import (RMSNorm, SwiGLU, apply_rotary, dense, mrope_axis_selector, mrope_cos_sin,
                                     remat_policy)
+from jaxwebrl.parallel.mesh import constrain_batch
 
 
 def scatter_image_features(is_image: jax.Array, features: jax.Array, base: jax.Array | None) -> jax.Array:
@@ -84,6 +85,7 @@ class DecoderLayer(nn.Module):
     def __call__(self, x, cos, sin, mask, layer_cache=None, cache_index=None, deepstack=None, layer_index=None):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        x = constrain_batch(x)          # rows [B, T, E] stay split over the batch axes (`parallel.mesh`)
         h = RMSNorm(c.hidden_size, c.rms_norm_eps, name="input_layernorm", **kw)(x)
         h, new_cache = TextAttention(c, name="self_attn", attention_chunk=self.attention_chunk,
                                      attention_impl=self.attention_impl, **kw)(

@@ -56,10 +56,22 @@ def vocab_chunk(vocab: int, want: int) -> int:
 
 
 def _weight_rows(weight, start, size, dtype):
-    """Rows start..start+size of the head weight in the matmul dtype. The barrier keeps XLA from hoisting the
-    cast of the whole (fp32 master) weight out of the vocabulary loop: one chunk's copy, not a [V, E] one."""
+    """Rows start..start+size of the head weight [size, E] in the matmul dtype: one chunk's copy, never a [V, E]
+    one. XLA's bf16 propagation would turn `astype(bfloat16)` of a slice of an fp32 weight into a cast of the
+    whole weight before the vocabulary loop (an optimization barrier does not stop it), so fp32 -> bf16 goes
+    through the bits (`to_bfloat16`), which it cannot move."""
     rows = jax.lax.dynamic_slice_in_dim(weight, start, size, axis=0)
-    return jax.lax.optimization_barrier(rows).astype(dtype)
+    if rows.dtype == jnp.float32 and jnp.dtype(dtype) == jnp.bfloat16:
+        return to_bfloat16(rows)
+    return rows.astype(dtype)
+
+
+def to_bfloat16(x: jax.Array) -> jax.Array:
+    """float32 -> bfloat16 rounded to nearest even, like `astype`, computed on the bits (see `_weight_rows`)."""
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    half = jax.lax.bitcast_convert_type(rounded.astype(jnp.uint16), jnp.bfloat16)
+    return jnp.where(jnp.isnan(x), jnp.array(jnp.nan, jnp.bfloat16), half)
 
 
 def _chunk_logits(hidden, weight, start, size, compute_dtype, temperature, states, table):

@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxwebrl.models.attention import AttentionMask, attend
 from jaxwebrl.models.layers import apply_rotary, dense, inverse_frequencies, remat_policy
+from jaxwebrl.parallel.mesh import constrain_batch
 
 
 def vision_rotary(positions: np.ndarray, head_dim: int, theta: float):
@@ -27,7 +28,16 @@ def segment_attention(q, k, v, layout: dict, scale: float, chunk: int = 0):
     """Attention restricted to segments. q/k/v [N, H, D]; layout from `vision_layout.segment_layout`.
 
     Returns [N, H, D]: each row attends only to the rows of its own segment (queries `chunk` at a time when > 0).
+    Segments of one length (every screenshot the same size) are a reshape [S, L, H, D], not a gather: the rows'
+    batch sharding carries over to the segments, so each device attends over its own images only (a gather
+    with an index table made XLA replicate every image's attention on every device; under `jax.set_mesh` the
+    segments are also pinned to the batch axes, which XLA otherwise leaves to the weights' `fsdp` sharding).
     """
+    segments, width = layout["gather"].shape
+    if segments * width == q.shape[0]:
+        split = lambda x: constrain_batch(x.reshape(segments, width, *x.shape[1:]))
+        out = attend(split(q), split(k), split(v), AttentionMask(jnp.ones((segments, width), bool)), scale, chunk)
+        return out.reshape(q.shape)
     gather = jnp.asarray(layout["gather"])
     valid = jnp.asarray(layout["valid"])
     qs, ks, vs = q[gather], k[gather], v[gather]  # [S, L, H, D]

@@ -24,6 +24,7 @@ seconds lowering + compiling took on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
@@ -125,9 +126,12 @@ def memory(compiled) -> dict[str, int]:
             "total": arguments + outputs - aliased + temporaries}
 
 
-def _compile(lower) -> tuple[Any, float]:
+def _compile(mesh, lower) -> tuple[Any, float]:
+    """Lower and compile with `mesh` in context (the trainer's activation sharding hints,
+    `parallel.mesh.constrain_batch`); None: no mesh in context, as the policy server runs the Sampler."""
     start = time.monotonic()
-    compiled = lower().compile()
+    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+        compiled = lower().compile()
     return compiled, time.monotonic() - start
 
 
@@ -156,6 +160,14 @@ class Programs:
         self.settings = update_settings(config)
         self.logprobs_fn, self.step_fn = _compiled(self.module, self.settings, self.optimizer_config)
 
+    def state_bytes_per_device(self) -> float:
+        """Weights, their gradients and the two AdamW moments on one chip (params shard over fsdp x tensor): what
+        a train step holds before any activation."""
+        c = self.model_config
+        param_b = cost.dtype_bytes(c.param_dtype)
+        moment_b = cost.dtype_bytes(self.optimizer_config.moments_dtype or c.param_dtype)
+        return self.param_count * 2 * (param_b + moment_b) / (self.mesh.shape["fsdp"] * self.mesh.shape["tensor"])
+
     # ------------------------------------------------------------------ inputs
     def minibatch(self, *, train: bool) -> tuple[dict, tuple]:
         s, mesh = self.shapes, self.mesh
@@ -174,7 +186,7 @@ class Programs:
     # ------------------------------------------------------------------ programs
     def train_step(self):
         mb, grid = self.minibatch(train=True)
-        compiled, seconds = _compile(lambda: self.step_fn.lower(self.params, self.opt_state, mb, grid=grid))
+        compiled, seconds = _compile(self.mesh, lambda: self.step_fn.lower(self.params, self.opt_state, mb, grid=grid))
         s = self.shapes
         work = cost.train_step(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
                                positions=s.positions, param_count=self.param_count,
@@ -184,7 +196,7 @@ class Programs:
 
     def proximal_logprobs(self):
         mb, grid = self.minibatch(train=False)
-        compiled, seconds = _compile(lambda: self.logprobs_fn.lower(self.params, mb, grid=grid))
+        compiled, seconds = _compile(self.mesh, lambda: self.logprobs_fn.lower(self.params, mb, grid=grid))
         s = self.shapes
         work = cost.forward(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
                             positions=s.positions, devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
@@ -223,7 +235,7 @@ class Programs:
         if getattr(self, "_prefill_cache", None) is None:
             sampler, sampling = self._sampler()
             args, kwargs = self._prefill_args(sampler, sampling)
-            compiled, seconds = _compile(lambda: sampler._prefill.lower(*args, **kwargs))
+            compiled, seconds = _compile(None, lambda: sampler._prefill.lower(*args, **kwargs))
             self._prefill_cache = (sampler, args, kwargs, compiled, seconds)
         return self._prefill_cache
 
@@ -241,7 +253,7 @@ class Programs:
         state = jax.tree.map(lambda info, sh: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sh),
                              sampler._prefill.lower(*args, **kwargs).out_info, prefill.output_shardings)
         mesh = self.mesh
-        compiled, seconds = _compile(lambda: sampler._decode.lower(
+        compiled, seconds = _compile(None, lambda: sampler._decode.lower(
             args[0], state, _replicated(mesh, (), jnp.int32), _replicated(mesh, (), jnp.int32),
             _replicated(mesh, (1,), jnp.int32), None, sampling=kwargs["sampling"]))
         s = self.shapes
@@ -269,7 +281,7 @@ class Programs:
 
         fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)),
                      out_shardings=(NamedSharding(mesh, P()), (hidden.sharding, weight.sharding)))
-        compiled, seconds = _compile(lambda: fn.lower(hidden, weight, ids, positions))
+        compiled, seconds = _compile(self.mesh, lambda: fn.lower(hidden, weight, ids, positions))
         work = cost.logprob_path(c, rows=rows, positions=s.positions, devices=mesh.size)
         return compiled, seconds, work, {"rows": rows, "seq_len": s.seq_len, "loss_positions_per_row": s.positions}
 
@@ -312,7 +324,8 @@ def out_of_memory_report(name: str, topology: str, chip: Chip, error: Exception,
 def compile_programs(config, model_config: ModelConfig, mesh, chip: Chip, topology: str, shapes: RunShapes,
                      programs: Iterable[str] = PROGRAMS, knobs: dict | None = None):
     """Yields one report per program, compiling them one at a time. A program whose temporaries alone exceed the
-    chip's memory (XLA refuses it: RESOURCE_EXHAUSTED) gets a `fits: false` report with the bytes XLA asked for."""
+    chip's memory (XLA refuses it: RESOURCE_EXHAUSTED) gets a `fits: false` report with the bytes XLA asked for.
+    A train step's report also carries `state_bytes_per_device` (weights, gradients, AdamW moments; analytic)."""
     built = Programs(config, model_config, mesh, shapes)
     for name in programs:
         if name not in PROGRAMS:
@@ -323,7 +336,10 @@ def compile_programs(config, model_config: ModelConfig, mesh, chip: Chip, topolo
         except Exception as err:  # noqa: BLE001 - only XLA's out-of-memory refusal is a result; the rest re-raise
             if "RESOURCE_EXHAUSTED" not in str(err) or "memory" not in str(err):
                 raise
-            yield out_of_memory_report(name, topology, chip, err, time.monotonic() - start, knobs or {})
-            continue
-        yield report(name, topology, chip, compiled, seconds, work, program_shapes, knobs or {})
-        del compiled
+            out = out_of_memory_report(name, topology, chip, err, time.monotonic() - start, knobs or {})
+        else:
+            out = report(name, topology, chip, compiled, seconds, work, program_shapes, knobs or {})
+            del compiled
+        if name == "train_step":
+            out["state_bytes_per_device"] = built.state_bytes_per_device()
+        yield out

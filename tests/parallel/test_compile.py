@@ -60,6 +60,20 @@ def test_a_program_that_cannot_fit_exits_1_naming_bytes_and_knobs():
     assert "GB per device, 16.00 GB available; knobs: --rows_per_chip (now 512), --config.buffer.max_seq_len" in line
 
 
+@needs_libtpu
+def test_a_train_step_whose_optimizer_state_alone_exceeds_the_chip_says_no_row_length_fits():
+    # 8B, fp32 weights and moments on 8 chips of 16 GB: 8.767B params x (4 + 4 + 2 x 4) B / 8 = 17.53 GB a chip
+    done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v5e-8", "--programs=train_step",
+                       "--config.buffer.max_seq_len=4096")
+    assert done.returncode == 1, done.stderr[-2000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert not report["fits"] and 17.5e9 < report["state_bytes_per_device"] < 17.6e9
+    (line,) = [line for line in done.stderr.splitlines() if "cannot fit" in line]
+    assert line.startswith("train_step cannot fit v5e-8 at any row length: the weights, gradients and AdamW moments "
+                           "alone need 17.53 GB per device (float32 weights, float32 moments), 16.00 GB available, "
+                           "so at least 9 chips of this kind")
+
+
 def test_unknown_topology_and_missing_libtpu_are_one_line_each():
     done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v9z-8", timeout=120)
     assert done.returncode == 2
@@ -74,3 +88,19 @@ def test_unknown_topology_and_missing_libtpu_are_one_line_each():
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == \
         'libtpu is not installed: pip install -e ".[tpu]" (AOT compilation for TPU topologies)'
+
+
+@needs_libtpu
+def test_logprob_path_temporaries_scale_with_the_vocabulary_chunk_not_the_vocabulary():
+    """fp32 master head weight, bf16 compute: one vocabulary chunk of the weight is cast at a time (XLA's bf16
+    propagation used to turn the per-chunk cast into one cast of the whole [V, E / 8] shard before the loop)."""
+    temporaries = {}
+    for chunk in (128, 8192):      # 151,936 = 2^7 x 1,187: chunks of 128 and 4,748 vocabulary rows
+        done = compile_cli(*REDUCED, "--topology=v5e-8", "--programs=logprob_path",
+                           f"--config.model.logits_chunk={chunk}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        (report,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert report["knobs"]["param_dtype"] == "float32" and report["knobs"]["dtype"] == "bfloat16"
+        temporaries[chunk] = report["hbm_bytes_per_device"]["temporaries"]
+    shard_bf16 = 151936 * 2048 // 8 * 2     # the whole head-weight shard in bf16: 77.8 MB (what the hoisted cast took)
+    assert temporaries[128] <= temporaries[8192] < shard_bf16 / 8

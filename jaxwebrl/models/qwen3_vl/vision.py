@@ -11,6 +11,7 @@ from jaxwebrl.models import vision_layout
 from jaxwebrl.models.config import VisionConfig
 from jaxwebrl.models.layers import dense, layer_norm
 from jaxwebrl.models.vision_blocks import VisionAttention, activation, block_class, vision_rotary
+from jaxwebrl.parallel.mesh import constrain_batch
 
 
 class VisionMLP(nn.Module):
@@ -52,6 +53,7 @@ class VisionBlock(nn.Module):
     def __call__(self, x, cos, sin, layout):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        x = constrain_batch(x)          # patches [N, hidden] stay split over the batch axes (`parallel.mesh`)
         x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", attention_chunk=self.attention_chunk, **kw)(
             layer_norm("norm1", **kw)(x), cos, sin, layout
         )
