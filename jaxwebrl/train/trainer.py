@@ -22,6 +22,7 @@ Nothing is lost silently and no single bad batch stops the run:
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import time
@@ -232,7 +233,9 @@ class Trainer:
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
             before = _copy((self.state.params, self.state.opt_state))   # the update donates the live ones
             try:
-                params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch, should_stop)
+                with self._mesh_context():   # activation sharding hints (parallel.mesh.constrain_batch) see the mesh
+                    params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch,
+                                                            should_stop)
             except UpdateInterrupted:
                 self.state.params, self.state.opt_state = before
                 raise
@@ -253,6 +256,11 @@ class Trainer:
         self._trained_trajectories += len(episodes)
         self.trained_episode_ids.extend(int(episode_scalar(e, "episode_id")) for e in episodes)
         return self._step_metrics(episodes, batch, stats, lags, lr)
+
+    def _mesh_context(self):
+        """`jax.set_mesh(self.mesh)` (thread-local: the policy server's thread is unaffected), or nothing on one
+        device. The update's activations then stay split over the batch axes, as in the AOT compile report."""
+        return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
 
     def _in_vocabulary(self, episodes: list[dict]) -> list[dict]:
         """`episodes` without those holding token ids outside [0, vocab_size) (they would gather NaN logits in
