@@ -112,6 +112,9 @@ def config() -> config_dict.ConfigDict:
     c.train.ppo_n_minibatches = 2
     c.train.ppo_n_epochs = 3
     c.train.dynamic_sampling = True                # drop groups whose episodes all succeed or all fail
+    c.train.rollback_non_finite = True             # keep a copy of the train state during each step so a NaN/inf
+                                                   # step is rolled back and its batch skipped (costs one state:
+                                                   # at 8B fp32 + AdamW, ~26 GB a chip on v5p-8); False: stop instead
     c.train.lr = 5e-6
     c.train.lr_schedule = "constant"               # "constant" or "cosine"
     c.train.warmup_steps = 0
@@ -310,6 +313,7 @@ def rehearsal(c: config_dict.ConfigDict) -> None:
     c.train.ppo_n_epochs = 1
     c.train.max_steps = 2
     c.train.dynamic_sampling = False
+    c.train.rollback_non_finite = False        # the rollback copy is ~3 GB more here: over a 24 GB machine's budget
     c.checkpoint.async_save = False
 
 

@@ -105,6 +105,7 @@ class Trainer:
         self.sink = weight_sink
         self.rollout_stats = rollout_stats or (lambda: {})
         self.mesh = mesh        # None: one device; else params sharded on it (multi-host: parallel/multihost.py)
+        self._rollback = bool(config.train.rollback_non_finite)
         self._held = None       # a batch popped here while another process's was not ready yet
         t = config.train
         optimizer_config = optimizer_settings(config)
@@ -231,15 +232,25 @@ class Trainer:
             except ScreenshotOverwritten as err:   # also ScreenshotCorrupt
                 return self._skip(episodes, f"an image of the batch is unavailable: {err}")
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
-            before = _copy((self.state.params, self.state.opt_state))   # the update donates the live ones
+            # The update donates the live state; a copy (one whole train state more) lets a non-finite step be
+            # rolled back and its batch skipped. train.rollback_non_finite=False saves that memory: such a step
+            # then stops the run (resume from the last checkpoint).
+            before = _copy((self.state.params, self.state.opt_state)) if self._rollback else None
             try:
                 with self._mesh_context():   # activation sharding hints (parallel.mesh.constrain_batch) see the mesh
                     params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch,
                                                             should_stop)
             except UpdateInterrupted:
-                self.state.params, self.state.opt_state = before
+                if before is not None:
+                    self.state.params, self.state.opt_state = before
                 raise
             problem = _non_finite(stats, params)
+            if problem and before is None:
+                raise TrainingDiverged(
+                    f"train step {self.state.step + 1}: {problem}; nothing was published and no checkpoint holds "
+                    f"it (train.rollback_non_finite=False keeps no copy to roll back to): lower train.lr (now "
+                    f"{self.config.train.lr}) or set --config.train.rollback_non_finite=True, then rerun to resume "
+                    f"from the last checkpoint")
             if problem:
                 self.state.params, self.state.opt_state = before
                 return self._skip(episodes, f"{problem}: the update was rolled back, nothing published")

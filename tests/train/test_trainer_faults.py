@@ -16,7 +16,7 @@ import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
-from jaxwebrl.errors import CheckpointError
+from jaxwebrl.errors import CheckpointError, TrainingDiverged
 from jaxwebrl.train.metrics import read_metrics
 from jaxwebrl.train.trainer import Trainer
 from tests.disks import tmpfs
@@ -95,6 +95,30 @@ def test_non_finite_update_is_rolled_back_skipped_and_not_met_again_on_resume(po
     assert sorted(resumed.gatherer.pending_episode_ids()) == sorted(fresh)   # the skipped batch is behind it
     resumed.close()
     assert not set(trained_ids(tmp_path / "run")) & set(bad_ids)
+
+
+def test_without_the_rollback_copy_a_non_finite_step_stops_the_run_and_publishes_nothing(policy, two_groups,
+                                                                                          tmp_path):
+    """train.rollback_non_finite=False (the real-width rehearsal: no room for a second train state): the same bad
+    batch ends the run with TrainingDiverged in one message naming the knob; the NaN weights reach neither the
+    policy server nor a checkpoint, and the resumed run starts from the last good step."""
+    buffer, (a, b) = two_groups
+
+    def absurd_logprobs(e):
+        e["behave_logprobs"] = [np.where(m > 0, -3e38, 0).astype(np.float32) for m in e["loss_mask"]]
+
+    append_group(buffer, a, 1, absurd_logprobs), append_group(buffer, b, 2)   # batch 2 diverges
+    config = toy_config(2)
+    config.train.rollback_non_finite = False
+    sink = FiniteSink()
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=buffer, weight_sink=sink)
+    with pytest.raises(TrainingDiverged, match="train step 2: .*rollback_non_finite=True"):
+        trainer.run()
+    trainer.close()
+    assert sink.published == [(0, True), (1, True)]
+    resumed = Trainer(toy_config(2), str(tmp_path / "run"), policy=policy, buffer=buffer, weight_sink=FiniteSink())
+    assert resumed.state.step == 1
+    resumed.close()
 
 
 def test_out_of_vocabulary_episode_never_reaches_jit_and_64_bit_group_ids_do_not_wrap(policy, two_groups, tmp_path):
