@@ -35,6 +35,7 @@ from jaxwebrl.rollout.pool import WorkerPool
 from jaxwebrl.rollout.ray_launcher import RayWorkerPool
 from jaxwebrl.rollout.serving import read_published
 from jaxwebrl.rollout.spec import worker_spec
+from jaxwebrl.rollout.transport import curve_key
 from jaxwebrl.rollout.worker_process import EXIT_FATAL
 
 _SERVER = flags.DEFINE_string("server", None, "policy server transport address, e.g. tcp://10.0.0.1:5555")
@@ -88,8 +89,14 @@ def build_spec(config) -> tuple[dict, int]:
                       "trainer first (it creates the buffer) and give this node the same path or URL")
     explicit = _TOKEN_FILE.value or os.environ.get("JAXWEBRL_TOKEN", "").strip()
     token = read_token(_TOKEN_FILE.value) if explicit or not published else published["token"]
+    server_key = _SERVER_KEY.value or published.get("server_key")
+    if server_key is not None:
+        try:
+            curve_key(server_key, "--server_key")
+        except ValueError as err:
+            cli.exit_with(f"rollout error: {err} (the run publishes it in WORKDIR/transport.json)")
     spec = worker_spec(config, buffer_path=buffer, address=server, token=token, stats_dir=_STATS_DIR.value,
-                       server_key=_SERVER_KEY.value or published.get("server_key"))
+                       server_key=server_key)
     num_workers = _NUM_WORKERS.value or config.rollout.num_workers
     if num_workers < 1:
         cli.exit_with(f"rollout error: --num_workers={num_workers}: need at least 1")

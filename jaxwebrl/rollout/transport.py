@@ -141,7 +141,7 @@ class TransportServer:
     ):
         self._handler = handler
         self._token = _check_token(token).encode()
-        self._curve_secret = None if curve_secret_key is None else _z85_key(curve_secret_key, "curve_secret_key")
+        self._curve_secret = None if curve_secret_key is None else curve_key(curve_secret_key, "curve_secret_key")
         self._token_public = z85.decode(token_keypair(token)[0])   # the only CURVE client key admitted
         self._host, self._port = host, int(port)
         self._num_threads = int(num_threads)
@@ -366,7 +366,7 @@ class TransportClient:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, server_key: str | bytes | None = None):
         self.address = address
         self._token = _check_token(token)
-        server_key = None if server_key is None else _z85_key(server_key, "server_key")   # before any socket
+        server_key = None if server_key is None else curve_key(server_key, "server_key")   # before any socket
         self.timeout_s = float(timeout_s)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.DEALER)
@@ -473,8 +473,9 @@ class TransportClient:
         self.close()
 
 
-def _z85_key(key: str | bytes, what: str) -> bytes:
-    """A CurveZMQ key as the 40 Z85 characters libzmq takes; ValueError naming `what` otherwise."""
+def curve_key(key: str | bytes, what: str) -> bytes:
+    """A CurveZMQ key as the 40 Z85 characters libzmq takes; ValueError naming `what` otherwise (launchers
+    check a key given on the command line with it before any worker starts)."""
     key = key.encode() if isinstance(key, str) else bytes(key)
     try:
         if len(key) != 40 or len(z85.decode(key)) != 32:

@@ -90,6 +90,8 @@ def test_wrong_token_exits_fatal(tmp_path):
     (["--buffer=/tmp"], "t", "--server=None"),
     (["--server=tcp://127.0.0.1:5555", "--buffer=/nonexistent/buffer"], "t", "cannot open the ring buffer"),
     (["--server=tcp://127.0.0.1:5555", "--buffer=BUFFER"], None, "no token"),
+    (["--server=tcp://127.0.0.1:5555", "--buffer=BUFFER", "--server_key=not-a-key"], "t",
+     "--server_key must be a CurveZMQ key"),
 ])
 def test_bad_flags_fail_in_one_line(args, token, expected, tmp_path):
     open_or_create(get_config("toy"), str(tmp_path))
