@@ -25,6 +25,7 @@ import stat
 
 import zmq
 
+from jaxwebrl.files import write_file_atomically
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.transport import TransportServer, new_token
 
@@ -121,9 +122,5 @@ def read_published(workdir: str) -> dict:
 
 
 def _write_private(path: str, text: str) -> None:
-    """Write `text` to `path` atomically, readable by its owner only (0600)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    """Write `text` to `path` atomically (temp file + rename), readable by its owner only (0600)."""
+    write_file_atomically(path, [text.encode("utf-8")], fsync=False)

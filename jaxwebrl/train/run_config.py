@@ -15,6 +15,7 @@ import json
 import os
 import time
 
+from jaxwebrl.files import write_file_atomically
 from jaxwebrl.errors import ConfigChanged, WorkdirError, one_line
 
 CONFIG_FILE = "config.json"
@@ -82,10 +83,6 @@ def record(config, workdir: str, *, allow_change: bool = False) -> list[tuple[st
         with os.fdopen(os.open(os.path.join(workdir, CHANGES_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
                        "a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
-    path = os.path.join(workdir, CONFIG_FILE)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-        json.dump(new, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    text = json.dumps(new, indent=2, sort_keys=True) + "\n"
+    write_file_atomically(os.path.join(workdir, CONFIG_FILE), [text.encode("utf-8")], fsync=False)   # 0600
     return changes
