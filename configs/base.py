@@ -96,7 +96,8 @@ def config() -> config_dict.ConfigDict:
     c.rollout.ray_resources = config_dict.placeholder(str)      # JSON, e.g. '{"browser": 1}'
     c.rollout.max_head_offpolicyness = 2           # η: drop episodes with tokens older than version − η
     c.rollout.server_max_batch = 8                 # generation requests decoded together
-    c.rollout.server_deadline_ms = 20.0            # wait at most this long to fill a batch
+    c.rollout.server_deadline_ms = 0.0             # > 0: wait this long for more requests to fill a batch (0: a
+                                                   # batch is what is queued when the server is free)
     c.rollout.decode_chunk = 8                     # decode steps between weight-swap checks
     c.rollout.host = "127.0.0.1"
     c.rollout.curve = False                        # CurveZMQ-encrypt the policy server's transport (any other host)

@@ -40,6 +40,7 @@ from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.sampling_transform import NEG_INF as _NEG_INF, sampling_logits, truncates  # noqa: F401
 from jaxwebrl.models import stacking
 from jaxwebrl.parallel import partition
+from jaxwebrl.parallel.buckets import bucket
 from jaxwebrl.parallel.mesh import batch_divisor
 
 
@@ -125,7 +126,7 @@ class Sampler:
       module, config: the policy's flax module and ModelConfig.
       pad_token_id: id used for left padding (never attended) and after a row finishes.
       decode_chunk: decode steps per jitted chunk; weights are re-read between chunks.
-      prompt_multiple: padded prompt length is rounded up to this (bounds recompilation).
+      prompt_multiple: padded prompt lengths are `bucket(length, prompt_multiple)` (bounds recompilation).
       batch_multiple: batch is padded with empty rows to a multiple of this (and of the mesh's batch divisor).
       constraint: optional TokenConstraint applied to every row.
       prefill_forced: prefill the constraint's forced prefix with the prompt (same tokens and log-probs as
@@ -260,22 +261,27 @@ class Sampler:
 
     def _batch(self, prompts: Sequence[dict], suffix: np.ndarray):
         """Left-padded ids/mask [B', L'] of each prompt followed by `suffix`, concatenated pixel values, static
-        grid; B' and L' rounded up."""
+        grid. Shapes are bucketed so a new prompt length or batch size rarely compiles: L' is `bucket(L,
+        prompt_multiple)` (at most 4 widths an octave) and B' a multiple of `batch_multiple`, whose filler rows
+        repeat the last prompt (ids and images) with an all-zero mask: never attended, done from the start, and
+        the image grid stays the same for every batch of B' rows with the same images per prompt."""
         if min(len(p["input_ids"]) for p in prompts) < 1:
             raise ValueError("every prompt needs at least one token")
-        lengths = [len(p["input_ids"]) + len(suffix) for p in prompts]
-        width = -(-max(lengths) // self.prompt_multiple) * self.prompt_multiple
         rows = -(-len(prompts) // self.batch_multiple) * self.batch_multiple
+        padded = list(prompts) + [prompts[-1]] * (rows - len(prompts))
+        lengths = [len(p["input_ids"]) + len(suffix) for p in padded]
+        width = bucket(max(lengths), self.prompt_multiple)
         ids = np.full((rows, width), self.pad_token_id, np.int32)
         mask = np.zeros((rows, width), np.int32)
-        for row, prompt in enumerate(prompts):
+        for row, prompt in enumerate(padded):
             ids[row, width - lengths[row]:] = np.concatenate([np.asarray(prompt["input_ids"], np.int32), suffix])
-            mask[row, width - lengths[row]:] = 1
-        pixels = [np.asarray(p["pixel_values"], np.float32) for p in prompts if len(p.get("image_grid_thw", ())) > 0]
-        grids = [np.asarray(p["image_grid_thw"]).reshape(-1, 3) for p in prompts if len(p.get("image_grid_thw", ())) > 0]
-        if not pixels:
+            mask[row, width - lengths[row]:] = int(row < len(prompts))
+        with_images = [p for p in padded if len(p.get("image_grid_thw", ())) > 0]
+        if not with_images:
             return ids, mask, None, None
-        return ids, mask, np.concatenate(pixels, 0), partition.grid_key(np.concatenate(grids, 0))
+        pixels = np.concatenate([np.asarray(p["pixel_values"], np.float32) for p in with_images], 0)
+        grids = np.concatenate([np.asarray(p["image_grid_thw"]).reshape(-1, 3) for p in with_images], 0)
+        return ids, mask, pixels, partition.grid_key(grids)
 
     def _place(self, tree):
         if self.mesh is None:

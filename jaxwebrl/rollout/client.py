@@ -24,6 +24,10 @@ from jaxwebrl.rollout.transport import TransportClient
 from jaxwebrl.rollout.wire import decode_message, encode_message
 
 GENERATE_OP = "generate"
+# What a policy server may report per request (reply["timing"]): seconds queued before its batch started, spent
+# rendering prompts (chat template, screenshots read by reference, image processor), and in the sampler (prefill +
+# decode of the whole batch, compilation included); the batch's size, and 1.0 when that batch compiled.
+SERVER_TIMING_FIELDS = ("queue_s", "encode_s", "compute_s", "batch_size", "compiled")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +38,7 @@ class Generation:
     input_ids: int32 [L] prompt + response tokens. loss_mask: int8 [L], 1 on policy-generated tokens.
     behave_logprobs: float32 [L], sampling log-prob of each policy token, 0 elsewhere.
     versions: int32 [L], policy version that produced each token, -1 on prompt tokens.
+    timing: where the server spent this request's time (seconds; `SERVER_TIMING_FIELDS`), or None.
     """
 
     text: str
@@ -41,6 +46,7 @@ class Generation:
     loss_mask: np.ndarray
     behave_logprobs: np.ndarray
     versions: np.ndarray
+    timing: dict | None = None
 
     def __post_init__(self):
         fields = {"input_ids": np.int32, "loss_mask": np.int8, "behave_logprobs": np.float32, "versions": np.int32}
@@ -69,8 +75,11 @@ class Generation:
         if missing:
             raise ValueError(f"policy server reply lacks {sorted(missing)}; its handler must return every "
                              "Generation field")
+        timing = reply.get("timing")
+        timing = ({k: float(timing[k]) for k in SERVER_TIMING_FIELDS if isinstance(timing.get(k), (int, float))}
+                  if isinstance(timing, dict) else None)
         return cls(reply["text"], reply["input_ids"], reply["loss_mask"], reply["behave_logprobs"],
-                   reply["versions"])
+                   reply["versions"], timing)
 
     def to_reply(self) -> dict[str, Any]:
         return {"text": self.text, "input_ids": self.input_ids, "loss_mask": self.loss_mask,

@@ -1,11 +1,12 @@
 """The policy server: batched generation for every rollout worker, with versioned, hot-swapped weights.
 
 It plugs into the transport as its handler (`TransportServer(server.handle, ...)`): each worker request
-(`{"op": "generate", "messages", "image_refs", ...}`, docs/interfaces.md) is queued; a batching thread takes up
-to `max_batch` requests, or whatever arrived within `deadline_ms` of the first, reads their screenshots by
-reference from the ring buffer, applies the processor (chat template + image processor, so tokens and pixels
+(`{"op": "generate", "messages", "image_refs", ...}`, docs/interfaces.md) is queued; a batching thread takes the first
+queued request and whatever else is queued at that moment (up to `max_batch`; no request waits for a full batch,
+unless `deadline_ms` > 0 asks it to wait that long for more), reads their screenshots by reference from the ring buffer, applies the processor (chat template + image processor, so tokens and pixels
 agree by construction), and decodes them together with the KV-cache sampler. The reply carries the prompt and
-response tokens, the behaviour log-prob of every sampled token and the policy version that produced it.
+response tokens, the behaviour log-prob of every sampled token, the policy version that produced it, and
+`timing` (rollout/client.py SERVER_TIMING_FIELDS: queued, encoding and sampler seconds of the request's batch).
 
 `set_weights(params, version)` (the trainer, after each update) swaps the weights between decode chunks of
 `decode_chunk` tokens, so a long generation may span versions and records that per token. `pause()`/`resume()`
@@ -41,7 +42,7 @@ def action_constraint(processor, action_texts, vocab_size: int) -> TokenConstrai
 class PolicyServer:
     """Batched, versioned generation (see module docstring)."""
 
-    def __init__(self, policy, buffer, *, max_batch: int = 8, deadline_ms: float = 20.0, decode_chunk: int = 8,
+    def __init__(self, policy, buffer, *, max_batch: int = 8, deadline_ms: float = 0.0, decode_chunk: int = 8,
                  top_k: int = 0, action_texts: tuple[str, ...] | None = None, seed: int = 0):
         self.policy = policy
         self.processor = policy.processor
@@ -114,7 +115,7 @@ class PolicyServer:
         """Fail whatever is still queued, so no handler thread waits forever."""
         while True:
             try:
-                _, future = self._requests.get_nowait()
+                _, future, _ = self._requests.get_nowait()
             except queue.Empty:
                 break
             _settle(future, error=error)
@@ -127,7 +128,7 @@ class PolicyServer:
             raise RuntimeError("policy server closed")
         self.raise_if_failed()
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._requests.put((request, future))
+        self._requests.put((request, future, time.monotonic()))
         while True:
             try:
                 return future.result(timeout=1.0)
@@ -149,10 +150,9 @@ class PolicyServer:
             deadline = time.monotonic() + self.deadline_s
             while len(batch) < self.max_batch:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(self._requests.get(timeout=remaining))
+                try:   # whatever is queued joins at once; only a deadline > 0 waits for more
+                    batch.append(self._requests.get(timeout=remaining) if remaining > 0 else
+                                 self._requests.get_nowait())
                 except queue.Empty:
                     break
             self._running.wait()  # paused while filling: hold the batch until resumed
@@ -174,13 +174,14 @@ class PolicyServer:
                 continue
             start = time.monotonic()
             try:
-                replies = self._generate([request for request, _ in batch])
+                replies = self._generate([request for request, _, _ in batch])
             except Exception as exc:  # noqa: BLE001 - every waiting worker must hear about it
                 log.exception("policy server batch of %d failed", len(batch))
-                for _, future in batch:
+                for _, future, _ in batch:
                     _settle(future, error=exc)
                 continue
-            for (_, future), reply in zip(batch, replies):
+            for (_, future, queued_at), reply in zip(batch, replies):
+                reply["timing"]["queue_s"] = start - queued_at
                 _settle(future, result=reply)
             with self._stats_lock:
                 self._stats["requests"] += len(batch)
@@ -214,13 +215,19 @@ class PolicyServer:
             by_setting.setdefault(key, []).append(i)
         eos = self.processor.tokenizer.eos_token_id
         for (max_new_tokens, temperature, top_p), members in by_setting.items():
+            t0 = time.perf_counter()
             prompts = [self._encode(requests[i]) for i in members]
             sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=self.top_k,
                                       top_p=top_p, stop_token_ids=() if eos is None else (eos,))
             seed = int(self._rng.integers(2**31 - 1))
+            traces = sum(self._sampler.trace_counts.values())
+            t1 = time.perf_counter()
             results = self._sampler.generate(self.weights, prompts, sampling, seed=seed)
+            t2 = time.perf_counter()
+            timing = {"encode_s": t1 - t0, "compute_s": t2 - t1, "batch_size": len(members),
+                      "compiled": sum(self._sampler.trace_counts.values()) > traces}
             for i, result in zip(members, results):
-                replies[i] = self._reply(result)
+                replies[i] = dict(self._reply(result), timing=dict(timing))
         return replies
 
     def _reply(self, result) -> dict:

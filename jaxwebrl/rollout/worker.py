@@ -54,6 +54,11 @@ from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportR
 log = logging.getLogger(__name__)
 
 STEP_TEXT_CHARS = 1000   # each text of info["steps"] is cut to this (commit records stay small)
+RECENT_STEPS = 512       # per-step timings a worker keeps (WorkerStats.recent_steps)
+# One browser step, in order: screenshot written to the buffer, prompt built, generate round trip (what the worker
+# waits for the policy), env step; then the server's own report of that request (rollout/client.py).
+STEP_TIMING_FIELDS = ("screenshot_put_s", "prompt_s", "generate_s", "env_step_s",
+                      "queue_s", "encode_s", "compute_s", "batch_size", "compiled")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +119,9 @@ class WorkerStats:
 
     *_s fields: seconds spent in env calls, policy generation, buffer writes (screenshots and appends), and in
     total playing and appending episodes; ``total_s - env_s - generate_s - buffer_s`` is the worker's own
-    overhead (prompting, parsing, assembly)."""
+    overhead (prompting, parsing, assembly). ``recent_steps``: the last ``RECENT_STEPS`` browser steps, each a
+    list in ``STEP_TIMING_FIELDS`` order (the worker's clocks, then the server's report of the same request), so
+    a benchmark can take medians (bench/rollout.py)."""
 
     episodes: int = 0
     steps: int = 0
@@ -129,9 +136,15 @@ class WorkerStats:
     generate_s: float = 0.0
     buffer_s: float = 0.0
     total_s: float = 0.0
+    recent_steps: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def record_step(self, timings: dict[str, float]) -> None:
+        self.recent_steps.append([None if timings.get(k) is None else round(float(timings[k]), 6)
+                                  for k in STEP_TIMING_FIELDS])
+        del self.recent_steps[:-RECENT_STEPS]
 
 
 class _EpisodeDropped(Exception):
@@ -279,6 +292,7 @@ class RolloutWorker:
         ref = int(self.buffer.screenshots.put(obs.screenshot))
         t1 = time.perf_counter()
         prompt = build_prompt(obs.goal, history, ref, tracker.memory, self.prompt_config, max_steps=env.max_steps)
+        t_prompt = time.perf_counter()
         try:
             generation = self.client.generate(prompt.messages, prompt.image_refs,
                                               max_new_tokens=self.config.max_new_tokens,
@@ -304,6 +318,7 @@ class RolloutWorker:
         memory_stats = tracker.update(generation.text)
         _, action_text = split_memory(generation.text)
         action = parse_action(action_text)
+        t_env = time.perf_counter()
         result = self._env_call(lambda: env.step(action), "step")
         t3 = time.perf_counter()
         invalid = (not action.is_valid) or bool(result.info.get("invalid_action", False))
@@ -316,7 +331,9 @@ class RolloutWorker:
             feedback = str(error)
         history.append(StepRecord(ref, generation.text, summarize_action(action), feedback))
         self.stats.buffer_s += t1 - t0
-        self.stats.generate_s += t2 - t1
+        self.stats.generate_s += t2 - t_prompt
+        self.stats.record_step(dict(generation.timing or {}, screenshot_put_s=t1 - t0, prompt_s=t_prompt - t1,
+                                    generate_s=t2 - t_prompt, env_step_s=t3 - t_env))
         texts = {"prompt": prompt_excerpt(prompt), "response": cut_text(generation.text, STEP_TEXT_CHARS),
                  "action": summarize_action(action), "feedback": cut_text(feedback or "", STEP_TEXT_CHARS),
                  "memory": cut_text(format_memory(tracker.memory), STEP_TEXT_CHARS)}

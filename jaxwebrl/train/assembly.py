@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxwebrl.buffer import batching
 from jaxwebrl.models.constraints import TokenConstraint
+from jaxwebrl.parallel.buckets import bucket
 from jaxwebrl.rl.segments import host_dense_ids
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,7 @@ def rows_bucket(num_rows: int) -> int:
     `num_rows`: at most 4 shapes per octave, and padding rows stay under 20% of the bucket. At the paper's scale a
     padding row costs a whole 16k-token forward and backward, so a power-of-two bucket (up to 50% padding) would
     waste more than the few extra compilations cost."""
-    step = 1 << max(0, (max(int(num_rows), 1) - 1).bit_length() - 3)
-    return -(-max(int(num_rows), 1) // step) * step
+    return bucket(num_rows)
 
 
 def row_bucket(num_rows: int, n_minibatches: int) -> int:

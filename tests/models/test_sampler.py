@@ -112,6 +112,25 @@ def test_left_padding_is_exact(policy, sampler, prompts):
         np.testing.assert_allclose(alone.logprobs, together[row].logprobs, atol=1e-5)
 
 
+def test_filler_rows_are_exact_and_keep_the_batch_shape(policy, prompts):
+    """A batch of 1..4 requests pads to 4 rows by repeating the last prompt with a zero mask: each real row decodes
+    as it does in a full batch, and the image prompt's batches compile one prefill and one decode program, however
+    many requests (1, 2 or 3) the batch holds."""
+    tok = policy.processor.tokenizer
+    sampler = Sampler(policy.module, policy.config, pad_token_id=tok.pad_token_id, decode_chunk=CHUNK,
+                      prompt_multiple=WIDTH, batch_multiple=4)
+    greedy = SamplingParams(max_new_tokens=N, temperature=0.0)
+    full = sampler.generate((policy.params, 0), [prompts[2]] * 4, greedy)
+    traces = dict(sampler.trace_counts)
+    for n in (1, 2, 3):
+        part = sampler.generate((policy.params, 0), [prompts[2]] * n, greedy)
+        assert len(part) == n
+        for row in part:
+            np.testing.assert_array_equal(row.tokens, full[0].tokens)
+            np.testing.assert_allclose(row.logprobs, full[0].logprobs, atol=1e-5)
+    assert sampler.trace_counts == traces, "a batch of fewer requests compiled a new program"
+
+
 def test_stop_tokens_and_stop_strings(policy, sampler, prompts):
     tokenizer = policy.processor.tokenizer
     free = sampler.generate((policy.params, 0), prompts, SamplingParams(max_new_tokens=N, temperature=0.0))

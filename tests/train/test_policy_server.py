@@ -11,7 +11,7 @@ from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.env.action_space import action_texts
 from jaxwebrl.rollout.policy_server import PolicyServer, action_constraint
-from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
+from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS, RolloutWorker, WorkerConfig
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
 from tests.train.conftest import SHORT_SYSTEM_PROMPT
@@ -40,6 +40,14 @@ def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy
     assert stats["requests"] == sum(w.stats.steps for w in workers) and stats["generated_tokens"] > 0
     assert stats["batches"] < stats["requests"]  # requests of the two workers were decoded together
     assert sum(w.stats.invalid_actions for w in workers) == 0  # constrained decoding: well-formed actions only
+    # every step's timings: the worker's clocks and the server's report of the same request (bench/rollout.py)
+    steps = [dict(zip(STEP_TIMING_FIELDS, row)) for w in workers for row in w.stats.recent_steps]
+    assert len(steps) == stats["requests"]
+    for step in steps:
+        assert all(step[k] is not None and step[k] >= 0 for k in STEP_TIMING_FIELDS)
+        assert step["compute_s"] > 0 and 1 <= step["batch_size"] <= 4 and step["compiled"] in (0.0, 1.0)
+        assert step["generate_s"] >= step["queue_s"] + step["encode_s"] + step["compute_s"]
+    assert sum(step["compiled"] for step in steps) >= 1   # the first batch compiled its programs
     episodes, _ = toy_buffer.read(None, group_size=2)
     assert len(episodes) == 4
     for e in episodes:
