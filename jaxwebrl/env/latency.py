@@ -153,7 +153,7 @@ class LatencyEnv:
         self.env = env
         self.config = config
         self._sleep = sleep
-        self._rng: np.random.Generator | None = None
+        self._rng = np.random.default_rng([config.seed % 2**63])   # each reset replaces it (see the module doc)
         self._episodes = 0
         self.total_delay_s = 0.0
         self.delays = 0
@@ -175,8 +175,6 @@ class LatencyEnv:
 
     def step(self, action: Action | str) -> StepResult:
         result = self.env.step(action)
-        if self._rng is None:   # the inner env accepted a step without a reset: still a page to load
-            self._rng = np.random.default_rng([self.config.seed % 2**63, 2**63 - 1, self._episodes])
         self._delay()
         return result
 
