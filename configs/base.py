@@ -86,6 +86,18 @@ def config() -> config_dict.ConfigDict:
     c.env.step_timeout_s = 30.0
     c.env.chromium = "chromium"                    # binary name or path
     c.env.chromedriver = "chromedriver"
+    # The latency regime (jaxwebrl/env/latency.py, docs/env.md): a benchmark regime, off ("local") by default.
+    # "web": after every reset and step a page delay ~ lognormal(median, p95) capped at page_delay_max_s (which
+    # must leave 5 s of env.step_timeout_s), and Chromium's network conditions (DevTools' "Fast 4G" preset;
+    # all three 0: not emulated) for browser envs.
+    c.env.latency = config_dict.ConfigDict()
+    c.env.latency.regime = "local"                 # "local" (off) or "web"
+    c.env.latency.page_delay_median_s = 0.8        # 0: no page delay
+    c.env.latency.page_delay_p95_s = 5.0           # the long tail (== median: a constant delay)
+    c.env.latency.page_delay_max_s = 20.0          # the cap on one delay
+    c.env.latency.network_latency_ms = 165.0       # added round trip of every request
+    c.env.latency.download_kbps = 8100.0           # 0: not throttled
+    c.env.latency.upload_kbps = 1350.0             # 0: not throttled
 
     c.rollout = config_dict.ConfigDict()
     c.rollout.mode = "async"                       # "async" (the paper) or "sync" (rollout round, then train)

@@ -50,12 +50,13 @@ class Browser(DevToolsIO, NavigationPolicy):
         self.request_guard: RequestGuard | None = None
         self.egress_proxy: EgressProxy | None = None
         self.busy_s = 0.0
+        self.network = None   # emulated network conditions (`emulate_network`), applied again on every restart
         self.start()
 
     # ---- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Launch chromedriver + Chromium with a fresh profile and pin its viewport; the request guard and the
-        egress proxy follow the current allowlist."""
+        """Launch chromedriver + Chromium with a fresh profile and pin its viewport (and the emulated network,
+        if any); the request guard and the egress proxy follow the current allowlist."""
         try:
             if self.config.egress_proxy:
                 self.egress_proxy = EgressProxy(lambda: self.allowlist).start()
@@ -69,6 +70,8 @@ class Browser(DevToolsIO, NavigationPolicy):
             except EnvFailure:  # older Chromium: the download_restrictions pref still blocks downloads
                 self.broken = False
             self._reset_navigation()
+            if self.network is not None:
+                self._apply_network()
             if self.config.guard_requests:
                 address = self.driver.capabilities["goog:chromeOptions"]["debuggerAddress"]
                 self.request_guard = RequestGuard(address, lambda url: self.allowlist.allows(url))

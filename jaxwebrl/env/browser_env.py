@@ -22,6 +22,8 @@ class BrowserEnv:
     """Base of MiniWobEnv and WebTaskEnv (implements the `Env` protocol of base.py).
 
     browser: a Browser to share (not closed by `close`), or None to own one made from `browser_config`.
+    network: Chromium's emulated network conditions (`latency.NetworkConditions`, the "web" latency regime) or
+        None; set on the browser (owned or shared) whenever the env uses it, so a restarted browser keeps them.
     timings: seconds per "reset", "screenshot" and "action" (action = perform + judge), appended per call.
     """
 
@@ -30,7 +32,7 @@ class BrowserEnv:
     judge_checks_url = False  # True: _judge runs browser.enforce_allowlist itself (saves a round trip)
 
     def __init__(self, *, max_steps: int, screenshot_size: tuple[int, int] | None, browser: Browser | None,
-                 browser_config: BrowserConfig):
+                 browser_config: BrowserConfig, network=None):
         if screenshot_size is not None and (len(screenshot_size) != 2 or min(screenshot_size) <= 0):
             raise ValueError(f"screenshot_size must be (width, height) > 0, got {screenshot_size!r}")
         if int(max_steps) < 1:
@@ -40,6 +42,7 @@ class BrowserEnv:
         self.browser = browser
         self._owns_browser = browser is None
         self._browser_config = browser_config
+        self._network = network
         self._goal = ""
         self._steps = 0
         self._episode_over = True
@@ -62,6 +65,8 @@ class BrowserEnv:
             self.browser = Browser(self._browser_config)
         elif not self.browser.alive:
             self.browser.restart()
+        if self._network is not None:
+            self.browser.emulate_network(self._network)
         return self.browser
 
     def reset(self, seed: int) -> Observation:

@@ -5,8 +5,8 @@ Screenshots use CDP `Page.captureScreenshot` (clipped, no WebDriver round trip f
 viewport the browser pinned. Every WebDriver/CDP failure surfaces as `BrowserCrashed` or `EnvTimeout` (both
 `EnvFailure`) and marks the browser broken (its `restart()`, or the env's next reset, starts a fresh one).
 
-The mixin uses the Browser's `driver`, `broken` and `busy_s` (seconds inside browser calls), and its
-`close_popups()` (navigation.py) before a capture.
+The mixin uses the Browser's `driver`, `broken`, `busy_s` (seconds inside browser calls) and `network` (the
+emulated network conditions, kept across restarts), and its `close_popups()` (navigation.py) before a capture.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class DevToolsIO:
     driver: Any
     broken: bool
     busy_s: float
+    network: Any   # jaxwebrl.env.latency.NetworkConditions or None
 
     def _guard(self, what: str, fn: Callable, *args, **kwargs):
         """Run a WebDriver call; map every driver/browser failure to EnvFailure and mark the browser broken."""
@@ -74,6 +75,24 @@ class DevToolsIO:
         """Let the page apply an input action before anything reads its state: CDP input calls return once the
         event is dispatched, while scrolling, new tabs and layout complete on later frames."""
         self._cdp("Runtime.evaluate", {"expression": SETTLE_JS, "awaitPromise": True})
+
+    # ---- network conditions ------------------------------------------------------------------------------
+    def emulate_network(self, conditions) -> None:
+        """Throttle the page's network like `conditions` (a `latency.NetworkConditions`: CDP
+        `Network.emulateNetworkConditions`; None: the real network). Kept for every later restart."""
+        if conditions == self.network:
+            return
+        self.network = conditions
+        self._apply_network()
+
+    def _apply_network(self) -> None:
+        """Send `network` to the page (after a start, or when it changed)."""
+        if self.network is None:
+            self._cdp("Network.emulateNetworkConditions",
+                      {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+            return
+        self._cdp("Network.enable")
+        self._cdp("Network.emulateNetworkConditions", self.network.cdp_params())
 
     # ---- pixels -----------------------------------------------------------------------------------------
     def screenshot(self, clip: tuple[int, int, int, int] | None = None,

@@ -66,6 +66,7 @@ class MiniWobEnv(BrowserEnv):
     screenshot_size: (W, H) to resize the 160 x 210 task area to, or None for native pixels.
     max_steps: horizon; defaults to the task's split horizon.
     reward: "binary" (1.0 on positive raw reward, else 0.0) or "raw" (the page's value, in [-1, 1]).
+    network: Chromium's emulated network conditions (`latency.NetworkConditions`) or None (see BrowserEnv).
     """
 
     area = TASK_AREA
@@ -73,7 +74,7 @@ class MiniWobEnv(BrowserEnv):
 
     def __init__(self, task: str, *, screenshot_size: tuple[int, int] | None = None, max_steps: int | None = None,
                  reward: str = "binary", browser: Browser | None = None, browser_config: BrowserConfig | None = None,
-                 ready_timeout_s: float = 5.0):
+                 ready_timeout_s: float = 5.0, network=None):
         path = os.path.join(html_dir(), "miniwob", f"{task}.html")
         if not os.path.isfile(path):
             near = [t for t in available_tasks() if task.split("-")[0] in t][:8]
@@ -82,7 +83,7 @@ class MiniWobEnv(BrowserEnv):
             raise ValueError(f"reward must be 'binary' or 'raw', got {reward!r}")
         super().__init__(max_steps=max_steps if max_steps is not None else horizon(task),
                          screenshot_size=screenshot_size, browser=browser,
-                         browser_config=browser_config or BrowserConfig(viewport=VIEWPORT))
+                         browser_config=browser_config or BrowserConfig(viewport=VIEWPORT), network=network)
         self.task = task
         self.task_id = f"miniwob/{task}"
         self.reward_mode = reward

@@ -11,6 +11,7 @@
     specs = env_specs("toy,miniwob/click-test,tasks/shop.jsonl")   # env.tasks as a list of specs
     check_env_spec(spec)                             # validated only: no browser starts, no evaluator is imported
     env = make_env(spec, screenshot_size=(W, H), max_steps=N)
+    env = make_env(spec, latency={"regime": "web", "seed": 0})   # the "web" latency regime (jaxwebrl.env.latency)
 
 Registering an environment (from outside the package):
 
@@ -33,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 from jaxwebrl.env import toy
 from jaxwebrl.env.base import Env
+from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
 from jaxwebrl.env.miniwob_tasks import available_tasks
 from jaxwebrl.env.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
 
@@ -168,19 +170,31 @@ def check_env_spec(spec: Any) -> Any:
     raise TypeError(f"environment spec must be a str or a dict, got {type(spec).__name__}")
 
 
-def make_env(spec: Any, **options) -> Env:
+def make_env(spec: Any, *, latency: Mapping | None = None, **options) -> Env:
     """Build the environment `spec` names (validated by `check_env_spec` first).
 
+    latency: a run's `env.latency` as a dict (`jaxwebrl.env.latency.LatencyConfig`; None or regime "local": off).
+        In the "web" regime the env is wrapped in a `LatencyEnv` (a page delay after every reset and step) and
+        a MiniWoB++ or JSON web task gets Chromium's network conditions.
     options: passed to the environment's constructor: `screenshot_size` (W, H), `max_steps` (left out for an env
     with a fixed horizon), `browser` (a shared Browser, MiniWoB++ and JSON web tasks only).
     """
     checked = check_env_spec(spec)
+    regime = LatencyConfig.from_dict(latency)
+    env = _make_checked(checked, regime.network, options)
+    return LatencyEnv(env, regime) if regime.enabled else env
+
+
+def _make_checked(checked: Any, network, options: dict) -> Env:
+    """The env of a checked spec; `network`: Chromium's emulated network conditions for a browser env, or None."""
     entry = registered_entry(checked)
     if entry is not None:
         options.pop("browser", None)
         if not entry.takes_max_steps:
             options.pop("max_steps", None)
         return entry.factory(**options)
+    if network is not None:
+        options["network"] = network
     if isinstance(checked, str):
         from jaxwebrl.env.miniwob import MiniWobEnv  # deferred (heavy): a browser env imports Selenium
 

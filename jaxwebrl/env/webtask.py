@@ -64,10 +64,10 @@ class WebTaskEnv(BrowserEnv):
 
     def __init__(self, spec: WebTaskSpec, *, screenshot_size: tuple[int, int] | None = None,
                  max_steps: int | None = None, browser: Browser | None = None,
-                 browser_config: BrowserConfig | None = None):
+                 browser_config: BrowserConfig | None = None, network=None):
         super().__init__(max_steps=max_steps if max_steps is not None else spec.max_steps,
                          screenshot_size=screenshot_size, browser=browser,
-                         browser_config=browser_config or BrowserConfig(viewport=spec.viewport))
+                         browser_config=browser_config or BrowserConfig(viewport=spec.viewport), network=network)
         self.spec = spec
         self.task_id = spec.task_id
         self.area = (0, 0, *spec.viewport)

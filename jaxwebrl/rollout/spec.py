@@ -5,7 +5,7 @@
     fields = worker_fields(config)                          # the WorkerConfig fields alone (evaluation, SFT)
 
 The trainer, the evaluator, the supervised warm start and hand-started nodes all derive the workers' settings
-(tasks, group size, screenshot size, horizon, prompt, sampling) from the same recipe here, so they agree by
+(tasks, group size, screenshot size, horizon, latency regime, prompt, sampling) from the same recipe here, so they agree by
 construction. `extensions` (the config's extension modules) are imported by every worker before it builds its
 environments.
 """
@@ -22,9 +22,12 @@ def worker_fields(config) -> dict:
     prompt = {"window": e.prompt_window, "action_style": e.action_style}
     if e.system_prompt is not None:
         prompt["system_prompt"] = e.system_prompt
-    return {"tasks": env_specs(e.tasks), "group_size": e.group_size,
-            "env_options": {"screenshot_size": [e.screenshot_width, e.screenshot_height],   # (W, H)
-                            "max_steps": e.max_episode_steps},
+    env_options = {"screenshot_size": [e.screenshot_width, e.screenshot_height],   # (W, H)
+                   "max_steps": e.max_episode_steps}
+    latency = e.get("latency")
+    if latency is not None and latency.regime != "local":   # off by default: the local spec stays as it was
+        env_options["latency"] = dict(latency.to_dict(), seed=config.seed)
+    return {"tasks": env_specs(e.tasks), "group_size": e.group_size, "env_options": env_options,
             "step_timeout_s": e.step_timeout_s, "max_new_tokens": m.max_new_tokens,
             "temperature": m.temperature, "top_p": m.top_p, "prompt": prompt, "seed": config.seed}
 

@@ -44,6 +44,7 @@ from jaxwebrl.buffer.schema import BufferWriteError
 from jaxwebrl.buffer.episodes import EpisodeError
 from jaxwebrl.env.actions import parse_action
 from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.memory import MemoryTracker, format_memory, split_memory
 from jaxwebrl.env.prompt import (PromptConfig, StepRecord, build_prompt, cut_text, prompt_excerpt,
@@ -100,6 +101,10 @@ class WorkerConfig:
         if self.max_new_tokens < 1 or self.max_env_retries < 0 or self.max_open_envs < 1:
             raise ValueError("WorkerConfig.max_new_tokens and max_open_envs must be >= 1, max_env_retries >= 0")
         PromptConfig.from_dict(self.prompt)  # fail early on unknown prompt options
+        try:
+            LatencyConfig.from_dict(self.env_options.get("latency")).check_step_timeout(self.step_timeout_s)
+        except ValueError as err:
+            raise ValueError(f"WorkerConfig.env_options['latency']: {err}") from None
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "WorkerConfig":

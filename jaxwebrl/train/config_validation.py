@@ -13,6 +13,7 @@ import shutil
 from ml_collections import config_dict
 
 from jaxwebrl.checkpoint.layout import holds_params
+from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import check_env_spec, env_specs, needs_browser
 from jaxwebrl.env.task_spec import MAX_STEPS, TaskSpecError
 from jaxwebrl.extensions import import_extensions
@@ -218,11 +219,23 @@ def _check_env(c) -> None:
         _fail("env.action_style", e.action_style, "use 'call' or 'tool_call'")
     if e.screenshot_height < 8 or e.screenshot_width < 8:
         _fail("env.screenshot_height", (e.screenshot_height, e.screenshot_width), "screenshots must be at least 8×8")
+    _check_latency(e)
     if needs_browser(specs):
         if _which(e.chromium) is None:
             _fail("env.chromium", e.chromium, "Chromium not found: apt-get install -y chromium (or set the path)")
         if _which(e.chromedriver) is None:
             _fail("env.chromedriver", e.chromedriver, "chromedriver not found: apt-get install -y chromium-driver")
+
+
+def _check_latency(e) -> None:
+    """env.latency (the benchmark's latency regime; absent in configs older than it): its ranges, and in "web"
+    a page delay cap that leaves room in env.step_timeout_s."""
+    if e.get("latency") is None:
+        return
+    try:
+        LatencyConfig.from_dict(e.latency.to_dict()).check_step_timeout(e.step_timeout_s)
+    except ValueError as err:   # "field=value: fix"
+        raise ConfigError(f"env.latency.{_one_line(err)}") from None
 
 
 def _check_paths(c, workdir) -> None:

@@ -96,6 +96,10 @@ def test_every_recipe_takes_every_scale_variant():
     ("actor.eps_clip", None, r"^actor\.eps_clip=None: only CISPO and M2PO"),
     ("actor.m2_threshold", -1.0, r"^actor\.m2_threshold=-1\.0: must be > 0"),
     ("model.top_k", -1, r"^model\.top_k=-1: must be >= 0"),
+    ("env.latency.regime", "Web", r"^env\.latency\.regime='Web': use 'local' \(off\) or 'web'"),
+    ("env.latency.page_delay_p95_s", 0.5, r"^env\.latency\.page_delay_p95_s=0\.5: must be >= page_delay_median_s"),
+    ("env.latency.page_delay_max_s", 4.0, r"^env\.latency\.page_delay_max_s=4\.0: must be above page_delay_p95_s"),
+    ("env.latency.download_kbps", -1.0, r"^env\.latency\.download_kbps=-1\.0: must be a finite number >= 0"),
 ])
 def test_bad_values_fail_in_one_line_naming_the_key(key, value, message, tmp_path):
     _, c = load("constT10")
@@ -115,6 +119,19 @@ def test_sapo_refuses_the_decoupled_loss(tmp_path):
     c.actor.use_decoupled_loss = True
     with pytest.raises(ConfigError, match=r"^actor\.use_decoupled_loss=True: sapo .*=False$"):
         validate(c, str(tmp_path))
+
+
+def test_web_latency_regime_validates_and_its_cap_must_fit_the_step_timeout(tmp_path):
+    _, c = load("constT10", "toy")
+    c.env.latency.regime = "web"
+    validate(c, str(tmp_path))   # the defaults: 20 s cap + 5 s headroom within the 30 s step timeout
+    c.env.step_timeout_s = 20.0
+    with pytest.raises(ConfigError, match=r"^env\.latency\.page_delay_max_s=20\.0: .*env\.step_timeout_s=20\.0\): "
+                                          r"raise env\.step_timeout_s to at least 25") as err:
+        validate(c, str(tmp_path))
+    assert "\n" not in str(err.value)
+    c.env.latency.regime = "local"   # off: the cap is not used, the short timeout is fine
+    validate(c, str(tmp_path))
 
 
 def test_toy_variant_needs_no_browser(tmp_path):

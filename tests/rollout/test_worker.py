@@ -251,3 +251,16 @@ def test_giving_up_on_an_env_blames_the_browser_only_for_browser_failures():
     assert "check the browser installation" in browser and "BrowserCrashed: chromedriver unreachable" in browser
     task = given_up_message("shop/find", 4, ValueError("navigation to 'http://x/' is outside the task allowlist"))
     assert "browser" not in task and "fix its spec, page or evaluator" in task and "outside the task allowlist" in task
+
+
+def test_worker_in_the_web_latency_regime_waits_on_every_env_call(tmp_path):
+    """env_options["latency"] (what worker_fields passes in the "web" regime) wraps the worker's envs: a constant
+    50 ms page delay after each of the 4 calls (reset + 3 steps) of 2 episodes is a lower bound on env_s."""
+    latency = {"regime": "web", "page_delay_median_s": 0.05, "page_delay_p95_s": 0.05, "seed": 1}
+    buffer = make_buffer(tmp_path)
+    worker, _ = make_worker(buffer, toy_oracle_responder(epsilon=0.0), group_size=2,
+                            env_options={"latency": latency})
+    worker.run(max_groups=1)
+    episodes, _ = buffer.read(group_size=2)
+    assert len(episodes) == 2 and all(float(e["reward"][-1]) == 1.0 for e in episodes)   # the task is unchanged
+    assert worker.stats.env_s >= 2 * 4 * 0.05
