@@ -100,7 +100,8 @@ def config() -> config_dict.ConfigDict:
     c.env.latency.upload_kbps = 1350.0             # 0: not throttled
 
     c.rollout = config_dict.ConfigDict()
-    c.rollout.mode = "async"                       # "async" (the paper) or "sync" (rollout round, then train)
+    c.rollout.mode = "async"                       # "async" (the paper) or "sync" (rollout round, then train;
+                                                   # strictly on-policy: η = 0, leftovers dropped as stale)
     c.rollout.num_workers = 2
     c.rollout.launcher = "local"                   # "local": worker processes on this host; "ray": a Ray cluster
     c.rollout.ray_address = config_dict.placeholder(str)        # e.g. "ray://head:10001" (None: local/auto)

@@ -122,7 +122,7 @@ class Trainer:
         self.skipped_batches = 0
         self._skipped_in_a_row = 0
         self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
-                                      max_head_offpolicyness=config.rollout.max_head_offpolicyness,
+                                      max_head_offpolicyness=max_offpolicyness(config),
                                       dynamic_sampling=t.dynamic_sampling)
         c = config.checkpoint
         self.checkpointer = Checkpointer(f"{workdir}/checkpoints", keep=c.keep, keep_best=c.keep_best,
@@ -429,3 +429,10 @@ def _non_finite(stats: dict, params) -> str | None:
     if not bool(_all_finite(params)):
         return "the updated weights hold NaN/inf"
     return None
+
+
+def max_offpolicyness(config) -> int:
+    """η the gatherer enforces: `rollout.max_head_offpolicyness` in asynchronous mode, 0 in synchronous mode, whose
+    baseline is strictly on-policy (an episode still in flight when the weights changed, or left over from the
+    round before, is dropped as stale and counted, never trained)."""
+    return 0 if config.rollout.mode == "sync" else int(config.rollout.max_head_offpolicyness)

@@ -94,6 +94,19 @@ def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path)
     np.testing.assert_array_equal(jax.random.key_data(straight.state.rng), jax.random.key_data(second.state.rng))
 
 
+def test_sync_mode_trains_strictly_on_policy(policy, filled_buffer, tmp_path):
+    """Synchronous mode ignores η: after a step, every episode made by the previous version is dropped as stale
+    (the async run with the same config trains them)."""
+    for mode, leftover_trains in (("sync", False), ("async", True)):
+        config = toy_config(2)
+        config.rollout.mode = mode
+        trainer, _ = train(config, tmp_path / mode, policy, filled_buffer, stop_at=1)
+        assert trainer.state.step == 1 and trainer.gatherer.ready_trajectories() > 0
+        batch = trainer.gatherer.pop_batch(trainer.state.version)
+        assert (batch is not None) == leftover_trains
+        assert (trainer.gatherer.counts.dropped_stale > 0) == (not leftover_trains)
+
+
 def _tensorboard_events(logdir):
     """Every Event of the TFRecord event files under `logdir` (length, crc, payload, crc per record)."""
     events = []
