@@ -1,11 +1,22 @@
-"""Asynchronous vs synchronous training throughput, side by side in one run; prints one JSON object.
+r"""Asynchronous vs synchronous training throughput, side by side in one run; prints one JSON object.
 
-Same recipe, same variant, same number of rollout workers, same wall-clock budget: first the synchronous
-baseline (`rollout.mode=sync`: rollout, then train, alternating), then the paper's asynchronous mode. Reported per
-mode: trained trajectories per hour, train steps, trainer idle fraction, episodes dropped as stale; and the
-async/sync trajectories-per-hour ratio.
+Same recipe, variant, workers and latency regime for both modes, one after the other: the synchronous baseline
+(`rollout.mode=sync`: generation stops while the trainer trains, and only the current version's episodes train:
+staleness 0), then the paper's asynchronous mode. Each mode runs until it has made `--steps` train steps (the
+first one, which compiles the update, is excluded from the steady state) or `--max_minutes` pass.
 
-    python bench/async_vs_sync.py --budget_s=120 --variant=tiny --num_workers=2
+Regimes (`--regime`): `local` serves MiniWoB++ pages from disk, so they answer at once; `web` models real websites
+(`env.latency.regime=web`: a lognormal page delay per reset and step, median 0.8 s and p95 5 s, and Chromium's
+network throttled to DevTools' "Fast 4G"; docs/env.md), which is where asynchrony pays.
+
+Reported per mode: steady-state trajectories per hour (trained trajectories after the first step over the time since
+it), train steps, trainer idle fraction, mean and max staleness of the trained episodes, episodes dropped as stale,
+and the exactly-once audit (every trained episode id is in the buffer's commit log, none trained twice). The ratio
+async/sync is printed only when both modes made at least `MIN_STEPS` steady-state steps; otherwise it is null and
+`needs` says how many minutes a mode would need.
+
+    python bench/async_vs_sync.py --regime=web --num_workers=8
+    python bench/async_vs_sync.py --regime=local --variant=toy --steps=8
 """
 
 import argparse
@@ -15,28 +26,28 @@ import tempfile
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIN_STEPS = 5   # steady-state train steps per mode below which no ratio is printed
 
 
-def measure(mode: str, args, root: str, max_steps: int = 10**6) -> dict:
+def measure(mode: str, args, root: str) -> dict:
     from configs.constT10 import get_config
+    from jaxwebrl.buffer.ring import RingBuffer
     from jaxwebrl.train import supervisor
     from jaxwebrl.train.config_validation import validate
     from jaxwebrl.train.metrics import read_metrics
 
     config = get_config(args.variant)
-    config.rollout.mode = "async" if mode == "warmup" else mode
+    config.rollout.mode = mode
     config.rollout.num_workers = args.num_workers
-    if args.small:
-        config.env.group_size, config.train.consumer_batch_size, config.train.ppo_n_epochs = 2, 4, 1
-    config.train.max_steps = max_steps             # the budget ends the run
+    config.env.latency.regime = args.regime
+    config.train.max_steps = args.steps + 1          # + the first step (compiles; outside the steady state)
     config.metrics.progress_bar = False
     config.metrics.tensorboard = False
-    config.checkpoint.save_every_steps = 10**6     # no checkpoint I/O inside the measured window
+    config.checkpoint.save_every_steps = 10**6       # no checkpoint I/O inside the measured window
     workdir = os.path.join(root, mode)
     validate(config, workdir)
     stop = threading.Event()
-    timer = threading.Timer(args.budget_s, stop.set)
+    timer = threading.Timer(args.max_minutes * 60, stop.set)
     start = time.monotonic()
     timer.start()
     try:
@@ -46,45 +57,70 @@ def measure(mode: str, args, root: str, max_steps: int = 10**6) -> dict:
     wall = time.monotonic() - start
     records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, "metrics.jsonl")) else []
     last = records[-1] if records else {}
-    trained = sum(r["ppo_actor/trajectories"] for r in records)
-    # steady state: trajectories trained after the first step over the time since it (startup and compiles excluded)
+    steady_steps = max(len(records) - 1, 0)
     steady = None
-    if len(records) >= 2:
+    if steady_steps:
         span = records[-1]["time"] - records[0]["time"]
         steady = sum(r["ppo_actor/trajectories"] for r in records[1:]) / span * 3600.0 if span > 0 else None
     return {
         "mode": mode,
         "train_steps": len(records),
-        "trained_trajectories": trained,
+        "steady_state_steps": steady_steps,
+        "trained_trajectories": sum(r["ppo_actor/trajectories"] for r in records),
         "wall_s": round(wall, 1),
+        "seconds_per_step": round((records[-1]["time"] - records[0]["time"]) / steady_steps, 1) if steady_steps else None,
         "trajectories_per_hour": steady,
-        "trajectories_per_hour_incl_startup": last.get("throughput/trajectories_per_hour", 0.0),
         "trainer_idle_fraction": last.get("trainer/idle_fraction"),
-        "dropped_stale": last.get("rollout/dropped_stale", 0),
         "mean_staleness": (sum(r["rollout/staleness/mean"] for r in records) / len(records)) if records else None,
+        "max_staleness": max((r["rollout/staleness/max"] for r in records), default=None),
+        "dropped_stale": last.get("rollout/dropped_stale", 0),
+        "dropped_uniform_groups": last.get("rollout/dropped_uniform_groups", 0),
+        "exactly_once": audit(workdir, RingBuffer.open(os.path.join(workdir, "buffer"))),
     }
+
+
+def audit(workdir: str, buffer) -> dict:
+    """Trained episode ids (WORKDIR/trained_episodes.jsonl) against the buffer's commit log: none trained twice,
+    every one committed."""
+    from jaxwebrl.train.gatherer import episode_scalar
+
+    trained = []
+    path = os.path.join(workdir, "trained_episodes.jsonl")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            trained = [i for line in f if line.strip() for i in json.loads(line)["episode_ids"]]
+    episodes, _ = buffer.read(None)
+    committed = {int(episode_scalar(e, "episode_id")) for e in episodes}
+    return {"trained": len(trained), "trained_twice": len(trained) - len(set(trained)),
+            "not_in_commit_log": len(set(trained) - committed), "committed": len(committed),
+            "ok": len(trained) == len(set(trained)) and set(trained) <= committed}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--budget_s", type=float, default=120.0, help="wall-clock seconds per mode")
+    parser.add_argument("--regime", choices=("local", "web"), default="local", help="env latency model (see above)")
     parser.add_argument("--variant", default="tiny", help="config variant of configs/constT10.py (tiny, toy)")
-    parser.add_argument("--num_workers", type=int, default=2)
-    parser.add_argument("--small", action="store_true",
-                        help="G=2, 4 trajectories per step, 1 epoch (more steps inside a short budget)")
+    parser.add_argument("--num_workers", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=6, help=f"steady-state train steps per mode (>= {MIN_STEPS})")
+    parser.add_argument("--max_minutes", type=float, default=20.0, help="wall-clock cap per mode")
     args = parser.parse_args()
+    if args.steps < MIN_STEPS:
+        raise SystemExit(f"async_vs_sync: --steps={args.steps} is too few for a ratio: use --steps >= {MIN_STEPS}")
     with tempfile.TemporaryDirectory(prefix="async_vs_sync_") as root:
-        measure("warmup", args, root, max_steps=1)   # compiles the update step once (cached) for both modes
         sync = measure("sync", args, root)
         asynchronous = measure("async", args, root)
-    budget_ratio = (asynchronous["trajectories_per_hour_incl_startup"] / sync["trajectories_per_hour_incl_startup"]
-                    if sync["trajectories_per_hour_incl_startup"] else None)
-    steady_ratio = (asynchronous["trajectories_per_hour"] / sync["trajectories_per_hour"]
-                    if sync["trajectories_per_hour"] and asynchronous["trajectories_per_hour"] else None)
-    print(json.dumps({"benchmark": "async_vs_sync", "variant": args.variant, "num_workers": args.num_workers,
-                      "budget_s": args.budget_s, "sync": sync, "async": asynchronous,
-                      "trajectories_per_hour_ratio_async_over_sync": budget_ratio,
-                      "steady_state_ratio_async_over_sync": steady_ratio}))
+    enough = min(sync["steady_state_steps"], asynchronous["steady_state_steps"]) >= MIN_STEPS
+    ratio = (asynchronous["trajectories_per_hour"] / sync["trajectories_per_hour"]
+             if enough and sync["trajectories_per_hour"] and asynchronous["trajectories_per_hour"] else None)
+    needs = None
+    if not enough:
+        slowest = max((m for m in (sync, asynchronous)), key=lambda m: m["seconds_per_step"] or float("inf"))
+        per_step = slowest["seconds_per_step"] or slowest["wall_s"]
+        needs = (f"{slowest['mode']} made {slowest['steady_state_steps']} steady-state steps in "
+                 f"{args.max_minutes:g} min: rerun with --max_minutes={(MIN_STEPS + 1) * per_step / 60 + 2:.0f}")
+    print(json.dumps({"benchmark": "async_vs_sync", "regime": args.regime, "variant": args.variant,
+                      "num_workers": args.num_workers, "steps": args.steps, "sync": sync, "async": asynchronous,
+                      "steady_state_ratio_async_over_sync": ratio, "needs": needs}))
 
 
 if __name__ == "__main__":
