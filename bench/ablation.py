@@ -11,6 +11,8 @@ Seeds: --seeds=N > 1 trains every arm N times from the same warm start with --co
 recipe's own seed. Each arm gets the learning run's `summary` (bench/seed_stats.py) against the SFT eval of
 --sft_eval (default: eval_sft next to --sft, as bench/learning_run.py lays it out; it must have played the same
 held-out instances), and `arm_differences` holds every pair's difference of mean success ± SE.
+--learning=OUT/learning_run.json adds that run's RL seeds as one more arm (its recipe, e.g. constT10 trained by
+bench/learning_run.py --seeds=N), when it trained the same number of updates on the same held-out instances.
 
 Per arm: held-out success, mean steps of successful and of failed episodes (does 1/k shorten failures, as the
 paper found?), memory size, and the training curve. The budget is a number of updates, not wall clock, so the
@@ -23,7 +25,8 @@ import argparse
 import json
 import os
 
-from learning_run import ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, run, seed_runs, train_cmd
+from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
+                          seed_runs, train_cmd)
 from seed_stats import arm_differences, seed_summary
 
 RECIPES = ("constT10", "grpo", "raftpp")
@@ -40,6 +43,7 @@ def main() -> None:
     parser.add_argument("--eval_workers", type=int, default=2)
     parser.add_argument("--seeds", type=int, default=1, help="runs per arm from the one warm start, seeds 0..N-1")
     parser.add_argument("--sft_eval", default=None, help="the warm start's eval dir (default: SFT/../eval_sft)")
+    parser.add_argument("--learning", default=None, help="learning_run.py JSON whose RL seeds are one more arm")
     parser.add_argument("override", nargs="*", help="--config.a.b=v overrides for every arm (after --)")
     args = parser.parse_args()
     check_seeds(args.seeds, args.override, "ablation")
@@ -51,7 +55,7 @@ def main() -> None:
     for recipe in recipes:
         if not os.path.isfile(os.path.join(ROOT, "configs", f"{recipe}.py")):
             raise SystemExit(f"ablation: no recipe configs/{recipe}.py (see configs/)")
-    arms = {}
+    arms = dict([learning_arm(args.learning, args, recipes, after_sft)]) if args.learning else {}
     for recipe in recipes:
         config = f"configs/{recipe}.py:{args.variant}"
         runs = []
@@ -73,6 +77,23 @@ def main() -> None:
     with open(os.path.join(out, "ablation.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(json.dumps(result))
+
+
+def learning_arm(path: str, args, recipes: list[str], after_sft: dict | None) -> tuple[str, dict]:
+    """(recipe, arm) from a bench/learning_run.py JSON's RL seeds; one-line exit when it is not comparable."""
+    with open(path, encoding="utf-8") as f:
+        learning = json.load(f)
+    recipe = recipe_name(learning["config"])
+    if recipe in recipes:
+        raise SystemExit(f"ablation: {recipe} is in --recipes and in --learning={path}: drop it from --recipes")
+    if learning.get("rl_steps") != args.steps:
+        raise SystemExit(f"ablation: --learning={path} trained {learning.get('rl_steps') or 'a wall-clock budget'}"
+                         f" updates per seed, not --steps={args.steps}: pass --steps={learning.get('rl_steps')}")
+    check_instances(learning, args.eval_seeds, "ablation", path)
+    runs = [{"seed": r["seed"], "eval": r["after_rl"], "curve": r["rl_curve"], "train_s": r["wall_s"].get("rl"),
+             "eval_s": r["wall_s"].get("eval_rl")} for r in learning["rl_seeds"]]
+    return recipe, {"from": os.path.abspath(path), "runs": runs,
+                    "summary": seed_summary(after_sft, [r["eval"] for r in runs if r["eval"]])}
 
 
 def _memory_chars(eval_dir: str) -> float | None:

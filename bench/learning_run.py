@@ -65,6 +65,11 @@ def eval_cmd(args, policy: str, out_dir: str) -> list[str]:
             f"--num_seeds={args.eval_seeds}", f"--num_workers={args.eval_workers}", *args.override]
 
 
+def recipe_name(config: str) -> str:
+    """"configs/constT10.py:tiny" -> "constT10"."""
+    return os.path.splitext(os.path.basename(config.split(":")[0]))[0]
+
+
 def seed_runs(out: str, seeds: int, eval_name: str) -> list[tuple[int | None, str, str]]:
     """(seed, RL workdir, its eval dir) for every RL run: one seed keeps OUT/rl, OUT/<eval_name> and the recipe's
     own seed (None); N > 1 runs seeds 0..N-1 in OUT/rl_seed<s>, OUT/<eval_name>_seed<s>."""
@@ -182,6 +187,7 @@ def main() -> None:
     after_sft = eval_summary(os.path.join(out, "eval_sft"))
     result = {
         "config": args.config, "overrides": args.override, "eval_seeds": [1_000_000, 1_000_000 + args.eval_seeds - 1],
+        "rl_steps": args.rl_steps or None, "rl_minutes": None if args.rl_steps else args.rl_minutes,
         "sft": {k: v for k, v in json.load(open(sft_record)).items() if k != "losses"}
         if os.path.exists(sft_record) else None,
         "initial": eval_summary(os.path.join(out, "eval_initial")),

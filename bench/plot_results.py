@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from learning_run import recipe_name  # noqa: E402
 from seed_stats import binomial_se, mean_se  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def plot(learning: dict, ablation: dict | None, out: str) -> dict:
             bars[label] = bar([summary])
     baselines = len(bars)
     arms = {name: ablation_runs(arm) for name, arm in (ablation or {}).get("arms", {}).items()}
-    recipe = os.path.splitext(os.path.basename(learning.get("config", "").split(":")[0]))[0]
+    recipe = recipe_name(learning.get("config", ""))
     if recipe and recipe not in arms and learning_runs(learning):   # the learning run's RL stage is an arm too
         arms = {recipe: learning_runs(learning), **arms}
     arms = {name: runs for name, runs in arms.items() if runs}

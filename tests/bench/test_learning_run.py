@@ -51,18 +51,50 @@ def test_seed_mistakes_are_one_line_before_anything_runs(tmp_path, script, args,
     assert not (tmp_path / "out").exists()
 
 
+def write_eval(eval_dir, success, seeds=20):
+    """An eval.json as launch/eval.py writes it (the fields eval_summary reads), one task."""
+    eval_dir.mkdir(parents=True)
+    report = {"overall": {"success_rate": success, "episodes": seeds, "steps_success": 2.0, "steps_failure": 5.0},
+              "tasks": {"toy/A": {"success_rate": success, "episodes": seeds}},
+              "setup": {"seeds": list(range(1_000_000, 1_000_000 + seeds)), "wall_s": 1.0}}
+    (eval_dir / "eval.json").write_text(json.dumps(report))
+
+
 def test_an_sft_eval_on_other_instances_is_refused_before_training(tmp_path):
     eval_dir = tmp_path / "eval_sft"
-    eval_dir.mkdir()
-    report = {"overall": {"success_rate": 0.5, "episodes": 20, "steps_success": 2.0, "steps_failure": 5.0},
-              "tasks": {"toy/A": {"success_rate": 0.5, "episodes": 20}},
-              "setup": {"seeds": list(range(1_000_000, 1_000_020)), "wall_s": 1.0}}
-    (eval_dir / "eval.json").write_text(json.dumps(report))
+    write_eval(eval_dir, 0.5)
     proc = bench("ablation.py", f"--sft={tmp_path / 'sft'}", f"--out={tmp_path / 'out'}", "--eval_seeds=40")
     assert proc.returncode == 1 and not (tmp_path / "out").exists()
     assert proc.stderr.strip() == (f"ablation: {eval_dir} played held-out seeds [1000000, 1000019], not "
                                    f"[1000000, 1000039]: rerun it or pass --eval_seeds=20")
     check_instances({"eval_seeds": [1_000_000, 1_000_039]}, 40, "x", "y")   # the same instances pass
+
+
+def test_a_learning_runs_seeds_join_the_ablation_as_an_arm(tmp_path):
+    """ablation.py --learning: the learning run's RL seeds become its recipe's arm, summarised against the SFT eval
+    (no arm to train: --recipes is empty)."""
+    write_eval(tmp_path / "lr" / "eval_sft", 0.5)
+    seeds = [{"seed": s, "after_rl": {"success": rate, "episodes": 20, "tasks": {"toy/A": rate}},
+              "rl_curve": [{"step": 1, "success": 0.5, "success_seen": rate}], "wall_s": {"rl": 9.0, "eval_rl": 2.0}}
+             for s, rate in enumerate([0.6, 0.7])]
+    learning = tmp_path / "lr" / "learning_run.json"
+    learning.write_text(json.dumps({"config": "configs/constT10.py", "rl_steps": 15, "eval_seeds": [1_000_000,
+                                    1_000_019], "rl_seeds": seeds}))
+    common = [f"--sft={tmp_path / 'lr' / 'sft'}", f"--out={tmp_path / 'arms'}", f"--learning={learning}"]
+    proc = bench("ablation.py", *common, "--recipes=", "--steps=15", "--seeds=2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "arms" / "ablation.json").read_text())
+    arm = result["arms"]["constT10"]
+    assert arm["from"] == str(learning) and [r["seed"] for r in arm["runs"]] == [0, 1]
+    assert arm["summary"]["diffs"] == pytest.approx([0.1, 0.2]) and arm["summary"]["rl_beats_sft"] == 2
+    assert arm["summary"]["diff_se"] == pytest.approx(0.05)   # sample std 0.0707 / sqrt(2)
+    assert result["arm_differences"] == {}
+    proc = bench("ablation.py", *common, "--steps=12")
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"ablation: constT10 is in --recipes and in --learning={learning}: drop it from --recipes")
+    proc = bench("ablation.py", *common, "--recipes=grpo", "--steps=12")
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"ablation: --learning={learning} trained 15 updates per seed, not --steps=12: pass --steps=15")
 
 
 # launch/train_run's small toy settings (tests/launch/test_train_run.py): one update is a few dozen episodes
@@ -80,7 +112,7 @@ def test_two_seeds_of_the_toy_recipe_are_two_different_rl_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result == json.loads((out / "learning_run.json").read_text())
-    assert result["seeds"] == 2 and [r["seed"] for r in result["rl_seeds"]] == [0, 1]
+    assert result["seeds"] == 2 and [r["seed"] for r in result["rl_seeds"]] == [0, 1] and result["rl_steps"] == 1
     assert "after_rl" not in result   # the single-run keys belong to --seeds=1
     for r in result["rl_seeds"]:
         assert [p["step"] for p in r["rl_curve"]] == [1]
