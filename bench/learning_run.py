@@ -16,11 +16,12 @@ Stages (each a launch/ command, printed before it runs, so any one can be rerun 
   eval_rl    launch/eval.py --policy=OUT/rl (its latest checkpoint) -> OUT/eval_rl
 
 Seeds: with --seeds=N > 1 the SFT warm start and its eval are shared and the RL stage runs N times from it, with
---config.seed=s for s in 0..N-1 (the workers' task and instance draws, the policy server's sampling, the
-trainer's key) -> OUT/rl_seed<s>, each evaluated -> OUT/eval_rl_seed<s>. --seeds=1 runs the recipe's own seed in
-OUT/rl, as before. The JSON's `rl_seeds` lists every seed's held-out success (overall and per task), curve and wall
-times; `summary` (bench/seed_stats.py) the mean RL success, each seed's RL − SFT difference, their mean ± SE (sample
-std / sqrt(N)), the seeds where RL beat SFT, the same per task, and each eval's own binomial SE.
+--config.seed=s for s in 0..N-1 (what it changes: the workers' task and instance draws and the policy server's
+sampling; the update draws nothing) -> OUT/rl_seed<s>, each evaluated -> OUT/eval_rl_seed<s>. --seeds=1 runs the
+recipe's own seed in OUT/rl, as before. Every eval (the config's own seed) plays the same held-out instances. The
+JSON's `rl_seeds` lists every seed's held-out success (overall and per task), curve and wall times; `summary`
+(bench/seed_stats.py) the mean RL success, each seed's RL − SFT difference, their mean ± SE (sample std / sqrt(N)),
+the seeds where RL beat SFT, the same per task, and each eval's own binomial SE.
 
 Held-out seeds: evaluation plays seeds 1_000_000 .. 1_000_000+eval_seeds-1 of every task (launch/eval.py's
 default range); SFT demonstrations use seeds below 1_000_000 and RL workers draw seeds at random from [0, 2**31).

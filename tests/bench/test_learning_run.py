@@ -104,7 +104,7 @@ SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "-
 
 @pytest.mark.slow
 def test_two_seeds_of_the_toy_recipe_are_two_different_rl_runs(tmp_path):
-    """~2.5 min on a loaded 2-core CPU: one SFT + its eval, then 2 x (1 RL update + eval)."""
+    """2-3.5 min on a shared 2-core CPU: one SFT + its eval, then 2 x (1 RL update + eval)."""
     out = tmp_path / "lr"
     proc = bench("learning_run.py", f"--out={out}", "--config=configs/constT10.py:toy", "--seeds=2",
                  "--sft_steps=2", "--sft_seeds=2", "--rl_steps=1", "--eval_seeds=4", "--eval_workers=1",
