@@ -4,6 +4,15 @@ same held-out instances. Prints one JSON object (and writes OUT/ablation.json).
 
     python bench/learning_run.py --out=/tmp/lr --stages=sft                       # the shared warm start
     python bench/ablation.py --sft=/tmp/lr/sft --out=/tmp/ablation --steps=12     # three arms, then eval each
+    python bench/ablation.py --sft=/tmp/lr/sft --out=/tmp/ablation --steps=15 --eval_seeds=40 --seeds=5
+
+Seeds: --seeds=N > 1 trains every arm N times from the same warm start with --config.seed=s, s in 0..N-1
+(OUT/<recipe>/rl_seed<s>, eval in OUT/<recipe>/eval_seed<s>); --seeds=1 keeps OUT/<recipe>/{rl,eval} and the
+recipe's own seed. Each arm gets the learning run's `summary` (bench/seed_stats.py) against the SFT eval of
+--sft_eval (default: eval_sft next to --sft, as bench/learning_run.py lays it out; it must have played the same
+held-out instances), and `arm_differences` holds every pair's difference of mean success ± SE.
+--learning=OUT/learning_run.json adds that run's RL seeds as one more arm (its recipe, e.g. constT10 trained by
+bench/learning_run.py --seeds=N), when it trained the same number of updates on the same held-out instances.
 
 Per arm: held-out success, mean steps of successful and of failed episodes (does 1/k shorten failures, as the
 paper found?), memory size, and the training curve. The budget is a number of updates, not wall clock, so the
@@ -15,8 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-from learning_run import curve, eval_cmd, eval_summary, run  # noqa: E402
+
+from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
+                          seed_runs, train_cmd)
+from seed_stats import arm_differences, seed_summary
 
 RECIPES = ("constT10", "grpo", "raftpp")
 
@@ -30,29 +41,59 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12, help="optimizer updates per arm")
     parser.add_argument("--eval_seeds", type=int, default=20, help="held-out instances per task")
     parser.add_argument("--eval_workers", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=1, help="runs per arm from the one warm start, seeds 0..N-1")
+    parser.add_argument("--sft_eval", default=None, help="the warm start's eval dir (default: SFT/../eval_sft)")
+    parser.add_argument("--learning", default=None, help="learning_run.py JSON whose RL seeds are one more arm")
     parser.add_argument("override", nargs="*", help="--config.a.b=v overrides for every arm (after --)")
     args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    arms = {}
-    for recipe in [r for r in args.recipes.split(",") if r]:
+    check_seeds(args.seeds, args.override, "ablation")
+    out, sft = os.path.abspath(args.out), os.path.abspath(args.sft)
+    sft_eval_dir = args.sft_eval or os.path.join(os.path.dirname(sft), "eval_sft")
+    after_sft = eval_summary(sft_eval_dir)
+    check_instances(after_sft, args.eval_seeds, "ablation", sft_eval_dir)
+    recipes = [r for r in args.recipes.split(",") if r]
+    for recipe in recipes:
+        if not os.path.isfile(os.path.join(ROOT, "configs", f"{recipe}.py")):
+            raise SystemExit(f"ablation: no recipe configs/{recipe}.py (see configs/)")
+    arms = dict([learning_arm(args.learning, args, recipes, after_sft)]) if args.learning else {}
+    for recipe in recipes:
         config = f"configs/{recipe}.py:{args.variant}"
-        if not os.path.isfile(config.partition(":")[0]):
-            raise SystemExit(f"ablation: no recipe {config.partition(':')[0]} (see configs/)")
-        workdir, eval_dir = os.path.join(out, recipe, "rl"), os.path.join(out, recipe, "eval")
-        train_s = run([sys.executable, "launch/train.py", f"--config={config}", f"--workdir={workdir}",
-                       f"--config.model.init_params={os.path.abspath(args.sft)}", f"--config.train.max_steps={args.steps}",
-                       "--config.metrics.progress_bar=False", *args.override])
-        eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds, eval_workers=args.eval_workers,
-                                       override=args.override)
-        eval_s = run(eval_cmd(eval_args, workdir, eval_dir))
-        arms[recipe] = {"eval": eval_summary(eval_dir), "curve": curve(workdir), "train_s": train_s, "eval_s": eval_s,
-                        "memory_chars": _memory_chars(eval_dir)}
-    result = {"sft": os.path.abspath(args.sft), "steps": args.steps, "variant": args.variant,
-              "overrides": args.override, "eval_seeds": [1_000_000, 1_000_000 + args.eval_seeds - 1], "arms": arms}
+        runs = []
+        for seed, workdir, eval_dir in seed_runs(os.path.join(out, recipe), args.seeds, "eval"):
+            train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
+                                    override=args.override))
+            eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds, eval_workers=args.eval_workers,
+                                           override=args.override)
+            eval_s = run(eval_cmd(eval_args, workdir, eval_dir))
+            runs.append({"seed": seed, "eval": eval_summary(eval_dir), "curve": curve(workdir), "train_s": train_s,
+                         "eval_s": eval_s, "memory_chars": _memory_chars(eval_dir)})
+        arms[recipe] = {"runs": runs, "summary": seed_summary(after_sft, [r["eval"] for r in runs if r["eval"]])}
+        if args.seeds == 1:   # the single-run layout of earlier JSONs
+            arms[recipe].update({k: v for k, v in runs[0].items() if k != "seed"})
+    result = {"sft": sft, "after_sft": after_sft, "steps": args.steps, "variant": args.variant, "seeds": args.seeds,
+              "overrides": args.override, "eval_seeds": [1_000_000, 1_000_000 + args.eval_seeds - 1], "arms": arms,
+              "arm_differences": arm_differences({arm: a["summary"]["rl_success"] for arm, a in arms.items()})}
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "ablation.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(json.dumps(result))
+
+
+def learning_arm(path: str, args, recipes: list[str], after_sft: dict | None) -> tuple[str, dict]:
+    """(recipe, arm) from a bench/learning_run.py JSON's RL seeds; one-line exit when it is not comparable."""
+    with open(path, encoding="utf-8") as f:
+        learning = json.load(f)
+    recipe = recipe_name(learning["config"])
+    if recipe in recipes:
+        raise SystemExit(f"ablation: {recipe} is in --recipes and in --learning={path}: drop it from --recipes")
+    if learning.get("rl_steps") != args.steps:
+        raise SystemExit(f"ablation: --learning={path} trained {learning.get('rl_steps') or 'a wall-clock budget'}"
+                         f" updates per seed, not --steps={args.steps}: pass --steps={learning.get('rl_steps')}")
+    check_instances(learning, args.eval_seeds, "ablation", path)
+    runs = [{"seed": r["seed"], "eval": r["after_rl"], "curve": r["rl_curve"], "train_s": r["wall_s"].get("rl"),
+             "eval_s": r["wall_s"].get("eval_rl")} for r in learning["rl_seeds"]]
+    return recipe, {"from": os.path.abspath(path), "runs": runs,
+                    "summary": seed_summary(after_sft, [r["eval"] for r in runs if r["eval"]])}
 
 
 def _memory_chars(eval_dir: str) -> float | None:

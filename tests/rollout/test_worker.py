@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 
+from configs.constT10 import get_config
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env import toy
 from jaxwebrl.env.actions import parse_action
@@ -14,6 +15,7 @@ from jaxwebrl.env.memory import memory_stats, parse_memory, split_memory
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder, toy_oracle_responder
+from jaxwebrl.rollout.spec import worker_fields
 from jaxwebrl.rollout.wire import TransportError
 from jaxwebrl.rollout.worker import EnvGivenUp, RolloutWorker, WorkerConfig
 
@@ -78,6 +80,24 @@ def test_worker_writes_consistent_groups_into_the_ring_buffer(tmp_path):
     assert worker.stats.successes == sum(rewards) and worker.stats.steps == 36
     s = worker.stats
     assert 0 < s.env_s and 0 < s.generate_s and 0 < s.buffer_s and s.env_s + s.generate_s + s.buffer_s < s.total_s
+
+
+def test_the_run_seed_sets_the_instances_a_worker_plays(tmp_path):
+    """config.seed -> worker_fields -> WorkerConfig.seed: the same seed replays the same instance draws, another
+    seed draws others (bench/learning_run.py --seeds relies on it for distinct RL runs)."""
+    def instances(seed, name):
+        config = get_config("toy")
+        config.seed = seed
+        buffer = make_buffer(tmp_path / name)
+        worker, _ = make_worker(buffer, toy_oracle_responder(epsilon=0.5), group_size=2,
+                                seed=worker_fields(config)["seed"])
+        worker.run(max_groups=3)
+        episodes, _ = buffer.read(group_size=2)
+        return [int(e["info"]["instance_seed"]) for e in episodes]
+
+    first, again, other = instances(0, "a"), instances(0, "b"), instances(1, "c")
+    assert len(first) == 6 and first == again
+    assert not set(first) & set(other)
 
 
 def test_invalid_actions_are_counted_and_fed_back(tmp_path):

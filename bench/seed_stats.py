@@ -1,0 +1,94 @@
+"""The statistics of a multi-seed learning run (bench/learning_run.py, bench/ablation.py, bench/plot_results.py).
+
+    binomial_se(0.5, 120)                       # one eval's own noise: sqrt(p (1 - p) / n) = 0.0456
+    mean_se([0.5, 0.6, 0.7])                    # (0.6, 0.0577): the mean and sample std / sqrt(N), ddof = 1
+    seed_summary(sft_eval, [rl_eval_seed0, rl_eval_seed1, ...])
+    arm_differences({"constT10": [0.55, 0.6], "grpo": [0.5, 0.45]})
+
+An eval summary is {"success": rate, "episodes": n, "tasks": {task: rate}, "task_episodes": {task: n}}.
+The SFT warm start is ONE shared eval, so the seeds' RL − SFT differences all carry the same SFT eval error:
+their spread (`diff_se`) measures the RL seeds and their evals, not it. `diff_se_incl_sft_eval` adds the SFT
+eval's binomial SE in quadrature. Standard errors of fewer than two values are None (JSON null), never NaN.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+
+def binomial_se(p: float, n: int | None) -> float | None:
+    """Standard error of a success rate `p` measured on `n` independent episodes (None without n)."""
+    if not n:
+        return None
+    return math.sqrt(p * (1.0 - p) / n)
+
+
+def mean_se(values) -> tuple[float | None, float | None]:
+    """(mean, sample std with ddof=1 / sqrt(N)); the SE is None for N < 2, both are None for N = 0."""
+    values = [float(v) for v in values]
+    n = len(values)
+    if n == 0:
+        return None, None
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def in_se(mean: float | None, se: float | None) -> float | None:
+    """mean / se (how many standard errors from zero); None when either is missing or se is 0."""
+    if mean is None or not se:
+        return None
+    return mean / se
+
+
+def quadrature(*ses: float | None) -> float | None:
+    """sqrt(sum of squares): the SE of a sum or difference of independent estimates (None if any is None)."""
+    if any(se is None for se in ses):
+        return None
+    return math.sqrt(sum(se * se for se in ses))
+
+
+def seed_summary(sft: dict | None, rl: list[dict]) -> dict:
+    """Mean RL success over seeds and, with the SFT eval, every seed's RL − SFT difference, its mean ± SE, the
+    seeds where RL beat SFT, per task, and each eval's own binomial noise (see the module docstring)."""
+    rates = [r["success"] for r in rl]
+    rl_mean, rl_se = mean_se(rates)
+    episodes = [r.get("episodes") for r in rl]
+    out = {"seeds": len(rl), "rl_success": rates, "rl_success_mean": rl_mean, "rl_success_se": rl_se,
+           "eval_se": {"rl_mean_rate": binomial_se(rl_mean, episodes[0]) if rl else None,
+                       "episodes": episodes[0] if rl else None}}
+    if sft is None:
+        return out
+    diffs = [r - sft["success"] for r in rates]
+    diff_mean, diff_se = mean_se(diffs)
+    sft_eval_se = binomial_se(sft["success"], sft.get("episodes"))
+    out.update(sft_success=sft["success"], diffs=diffs, diff_mean=diff_mean, diff_se=diff_se,
+               diff_in_se=in_se(diff_mean, diff_se), rl_beats_sft=sum(d > 0 for d in diffs),
+               diff_se_incl_sft_eval=quadrature(diff_se, sft_eval_se))
+    out["eval_se"]["sft"] = sft_eval_se
+    tasks = {}
+    for task, sft_rate in sorted(sft.get("tasks", {}).items()):
+        task_diffs = [r["tasks"][task] - sft_rate for r in rl if task in r.get("tasks", {})]
+        mean, se = mean_se(task_diffs)
+        n = (sft.get("task_episodes") or {}).get(task)
+        tasks[task] = {"sft": sft_rate, "diffs": task_diffs, "diff_mean": mean, "diff_se": se,
+                       "eval_se_sft": binomial_se(sft_rate, n), "episodes": n}
+    out["tasks"] = tasks
+    return out
+
+
+def arm_differences(arms: dict[str, list[float]]) -> dict[str, dict]:
+    """For every pair of arms "a - b": the difference of their mean success over seeds and its SE (the arms'
+    seeds are independent runs, so the SEs add in quadrature; None when an arm has fewer than two seeds)."""
+    out = {}
+    for a, b in itertools.combinations(arms, 2):
+        mean_a, se_a = mean_se(arms[a])
+        mean_b, se_b = mean_se(arms[b])
+        if mean_a is None or mean_b is None:
+            continue
+        diff, se = mean_a - mean_b, quadrature(se_a, se_b)
+        out[f"{a} - {b}"] = {"diff_mean": diff, "diff_se": se, "diff_in_se": in_se(diff, se)}
+    return out
