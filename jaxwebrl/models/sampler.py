@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwebrl.models import kv_cache
+from jaxwebrl.models import kv_cache, vision_layout
 from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.sampling_transform import NEG_INF as _NEG_INF, sampling_logits, truncates  # noqa: F401
 from jaxwebrl.models import stacking
@@ -261,10 +261,10 @@ class Sampler:
 
     def _batch(self, prompts: Sequence[dict], suffix: np.ndarray):
         """Left-padded ids/mask [B', L'] of each prompt followed by `suffix`, concatenated pixel values, static
-        grid. Shapes are bucketed so a new prompt length or batch size rarely compiles: L' is `bucket(L,
-        prompt_multiple)` (at most 4 widths an octave) and B' a multiple of `batch_multiple`, whose filler rows
-        repeat the last prompt (ids and images) with an all-zero mask: never attended, done from the start, and
-        the image grid stays the same for every batch of B' rows with the same images per prompt."""
+        grid. Shapes are bucketed so a new prompt length, batch size or screenshot count rarely compiles: L' is
+        `bucket(L, prompt_multiple)` (at most 4 widths an octave); B' a multiple of `batch_multiple`, whose filler
+        rows repeat the last prompt (ids and images) with an all-zero mask (never attended, done from the start);
+        and the image list is padded to a bucket (`vision_layout.bucketed_image_order`)."""
         if min(len(p["input_ids"]) for p in prompts) < 1:
             raise ValueError("every prompt needs at least one token")
         rows = -(-len(prompts) // self.batch_multiple) * self.batch_multiple
@@ -279,9 +279,13 @@ class Sampler:
         with_images = [p for p in padded if len(p.get("image_grid_thw", ())) > 0]
         if not with_images:
             return ids, mask, None, None
-        pixels = np.concatenate([np.asarray(p["pixel_values"], np.float32) for p in with_images], 0)
-        grids = np.concatenate([np.asarray(p["image_grid_thw"]).reshape(-1, 3) for p in with_images], 0)
-        return ids, mask, pixels, partition.grid_key(grids)
+        pixels = [np.asarray(p["pixel_values"], np.float32) for p in with_images]
+        grids = [np.asarray(p["image_grid_thw"]).reshape(-1, 3) for p in with_images]
+        images = [(pixels_of_prompt, grid) for pixels_of_prompt, grid_of_prompt in zip(pixels, grids)
+                  for pixels_of_prompt, grid in _split_images(pixels_of_prompt, grid_of_prompt)]
+        order = vision_layout.bucketed_image_order(np.arange(len(images)))   # prompts with fewer screenshots
+        return (ids, mask, np.concatenate([images[i][0] for i in order], 0),
+                partition.grid_key(np.stack([images[i][1] for i in order])))
 
     def _place(self, tree):
         if self.mesh is None:
@@ -364,3 +368,12 @@ class Sampler:
                 finish_reason=reason,
             ))
         return results
+
+
+def _split_images(pixel_values: np.ndarray, grid: np.ndarray):
+    """(pixels [t*h*w, D], grid row [3]) of each image of one prompt (its patches are stored image by image)."""
+    start = 0
+    for row in grid:
+        count = int(np.prod(row))
+        yield pixel_values[start:start + count], row
+        start += count

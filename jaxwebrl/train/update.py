@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwebrl.models import lm_head
+from jaxwebrl.models import lm_head, vision_layout
 from jaxwebrl.models.sampling_transform import LOGPROB_FLOOR  # noqa: F401  (re-exported: the replay floor)
 from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
@@ -294,6 +294,8 @@ class _RowImages:
                                  for r in rows]).astype(np.int64)
         if images.size == 0:
             return None, None
+        # a varying image count (padding rows hold none) keeps one static grid per row bucket
+        images = vision_layout.bucketed_image_order(images, minimum=len(rows) * int(self.images_per_row.max()))
         patch_index = np.concatenate([np.arange(self.first_patch[i], self.first_patch[i] + self.patches[i])
                                       for i in images])
         return self.pixel_values[patch_index], _grid_key(self.grid[images])

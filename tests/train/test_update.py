@@ -231,3 +231,25 @@ def test_a_token_outside_the_truncated_set_gets_the_floor_and_no_gradient():
     assert np.abs(np.asarray(grad[0, 1])).sum() > 0
     np.testing.assert_allclose(replay(logits), jnp.log(jnp.array([[1.0, 0.05, 0.3]])).at[0, 0].set(0),
                                rtol=1e-6)                                          # no truncation: no floor
+
+
+def test_batches_of_one_row_bucket_share_one_compiled_program(policy, toy_buffer):
+    """Real-row counts vary from step to step (episodes end early, env failures drop out), and padding rows hold no
+    screenshot; the image list is padded to the row bucket, so every batch of one row bucket reuses the same
+    compiled log-prob and update programs instead of retracing for its image count."""
+    config = get_config("toy")
+    config.train.ppo_n_minibatches, config.train.ppo_n_epochs = 1, 1
+    updater, tx = updater_for(policy, config)
+    play_toy(toy_buffer, groups=4, group_size=4, epsilon=0.6, seed=5)
+    episodes, _ = toy_buffer.read(None, group_size=4)
+    params = jax.tree.map(lambda x: x.copy(), policy.params)
+    opt_state = tx.init(params)
+    counts = []
+    for n in (13, 11):   # 39 and 33 real rows (3 turns each): one bucket of 40 rows
+        batch, _ = assemble(episodes[:n], screenshots=toy_buffer.screenshots,
+                            image_processor=policy.processor.image_processor, n_minibatches=1, max_seq_len=512)
+        assert batch.input_ids.shape[0] == 40 and batch.num_real_rows == 3 * n
+        params, opt_state, stats = updater(params, opt_state, batch)
+        assert np.isfinite(stats["actor_loss"])
+        counts.append((updater._logprobs._cache_size(), updater._step._cache_size()))
+    assert counts[1] == counts[0], counts
