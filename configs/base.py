@@ -112,6 +112,8 @@ def config() -> config_dict.ConfigDict:
     c.rollout.server_deadline_ms = 0.0             # > 0: wait this long for more requests to fill a batch (0: a
                                                    # batch is what is queued when the server is free)
     c.rollout.decode_chunk = 8                     # decode steps between weight-swap checks
+    c.rollout.worker_nice = 0                      # niceness of worker processes and their browsers (0..19)
+    c.rollout.worker_cpus = ""                     # "0,1": pin workers and their browsers to these CPUs ("" any)
     c.rollout.host = "127.0.0.1"
     c.rollout.curve = False                        # CurveZMQ-encrypt the policy server's transport (any other host)
 

@@ -4,7 +4,8 @@
             "policy": {"kind": "remote", "address": "tcp://127.0.0.1:5555", "token": TOKEN}
                    or {"kind": "scripted", "responder": "toy_oracle", ...}   # test / diagnostic backend
             "stats_dir": DIR (optional: each worker writes worker_<id>.json after every group),
-            "extensions": [module names] (optional: imported by every worker first)}
+            "extensions": [module names] (optional: imported by every worker first),
+            "placement": {"nice": int, "cpus": [int] | None} (optional: CPU placement of workers and browsers)}
     (`jaxwebrl.rollout.spec.worker_spec(config, ...)` makes one from a run config.)
     with WorkerPool(spec, num_workers=4) as pool:
         ...                                   # workers play and append episodes to the ring buffer
@@ -271,7 +272,7 @@ def _check_spec(spec: dict) -> None:
         if key not in spec:
             raise ValueError(f"worker pool spec lacks {key!r}: give 'worker' (WorkerConfig fields), "
                              "'policy' ({'kind': 'remote'|'scripted', ...}) and 'buffer' ({'path': DIR})")
-    unknown = set(spec) - {"worker", "policy", "buffer", "stats_dir", "extensions"}
+    unknown = set(spec) - {"worker", "policy", "buffer", "stats_dir", "extensions", "placement"}
     if unknown:
         raise ValueError(f"unknown worker pool spec key(s) {sorted(unknown)}")
     import_extensions(spec.get("extensions"))   # the envs they register must be known here, as in every worker

@@ -43,4 +43,13 @@ def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir
             "policy": policy,
             "buffer": {"path": buffer_path},
             "stats_dir": stats_dir,
+            "placement": placement(config),
             "extensions": list(extension_names(config.get("extensions")))}
+
+
+def placement(config) -> dict:
+    """Worker processes' CPU placement: {"nice": int, "cpus": [int] or None} (`rollout.worker_nice`,
+    `rollout.worker_cpus`: comma-separated CPU ids; empty: any)."""
+    r = config.rollout
+    cpus = [int(c) for c in str(r.get("worker_cpus") or "").split(",") if c.strip()]
+    return {"nice": int(r.get("worker_nice", 0) or 0), "cpus": cpus or None}

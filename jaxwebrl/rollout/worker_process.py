@@ -76,6 +76,7 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
     buffer that keeps refusing its episodes (disk full), with EXIT_CRASH on any other error; either way the error
     goes to `report_path` as one line first."""
     worker = client = None
+    apply_placement(spec.get("placement"))
 
     def stop(code: int, exc: BaseException, what: str) -> None:
         line = one_line(exc, limit=1000)
@@ -103,6 +104,17 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
         stop(EXIT_CRASH, exc, "failed")
     finally:
         close_quietly(worker, client)
+
+
+def apply_placement(placement: dict | None) -> None:
+    """This process's CPU placement from the spec (`rollout.worker_nice`, `rollout.worker_cpus`); the browsers it
+    starts inherit both. A higher nice value lets the trainer and the policy server take the cores first when they
+    share a few with the browsers, and the workers use what is left."""
+    placement = placement or {}
+    if placement.get("nice"):
+        os.nice(int(placement["nice"]))
+    if placement.get("cpus"):
+        os.sched_setaffinity(0, {int(c) for c in placement["cpus"]})
 
 
 def write_report(path: str | None, line: str) -> None:

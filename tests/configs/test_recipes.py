@@ -97,6 +97,8 @@ def test_every_recipe_takes_every_scale_variant():
     ("actor.m2_threshold", -1.0, r"^actor\.m2_threshold=-1\.0: must be > 0"),
     ("model.top_k", -1, r"^model\.top_k=-1: must be >= 0"),
     ("env.latency.regime", "Web", r"^env\.latency\.regime='Web': use 'local' \(off\) or 'web'"),
+    ("rollout.worker_nice", 25, r"^rollout\.worker_nice=25: must be a niceness in 0\.\.19"),
+    ("rollout.worker_cpus", "0,x", r"^rollout\.worker_cpus='0,x': must be comma-separated CPU ids"),
     ("env.latency.page_delay_p95_s", 0.5, r"^env\.latency\.page_delay_p95_s=0\.5: must be >= page_delay_median_s"),
     ("env.latency.page_delay_max_s", 4.0, r"^env\.latency\.page_delay_max_s=4\.0: must be above page_delay_p95_s"),
     ("env.latency.download_kbps", -1.0, r"^env\.latency\.download_kbps=-1\.0: must be a finite number >= 0"),

@@ -182,3 +182,13 @@ def test_profile_dirs_of_dead_workers_are_removed(tmp_path):
         import shutil
 
         shutil.rmtree(mine, ignore_errors=True)
+
+
+def test_workers_run_at_the_placement_the_spec_asks(tmp_path):
+    """rollout.worker_nice / rollout.worker_cpus reach the worker processes (their browsers inherit both)."""
+    spec = dict(toy_spec(tmp_path), placement={"nice": 7, "cpus": [0]})
+    base_nice = psutil.Process().nice()
+    with WorkerPool(spec, num_workers=1) as pool:
+        wait_for(lambda: read_stats(spec["stats_dir"]), 120, "the worker to finish a group")
+        worker = psutil.Process(pool.pids[0])
+        assert worker.nice() == min(base_nice + 7, 19) and worker.cpu_affinity() == [0]
