@@ -1,8 +1,9 @@
 r"""Asynchronous vs synchronous training throughput, side by side in one run; prints one JSON object.
 
 Same recipe, variant, workers and latency regime for both modes, one after the other: the synchronous baseline
-(`rollout.mode=sync`: generation stops while the trainer trains, and only the current version's episodes train:
-staleness 0), then the paper's asynchronous mode. Each mode runs until it has made `--steps` train steps (the
+(`rollout.mode=sync`: one batch of groups is admitted per policy version and played to the end, stragglers
+included; generation stops while the trainer trains; only the current version's episodes train: staleness 0), then
+the paper's asynchronous mode (up to η + 1 batches in flight or waiting, rollout/admission.py). Each mode runs until it has made `--steps` train steps (the
 first one, which compiles the update, is excluded from the steady state) or `--max_minutes` pass.
 
 Regimes (`--regime`): `local` serves MiniWoB++ pages from disk, so they answer at once; `web` models real websites

@@ -108,6 +108,8 @@ def config() -> config_dict.ConfigDict:
     c.rollout.ray_cpus_per_worker = 1.0
     c.rollout.ray_resources = config_dict.placeholder(str)      # JSON, e.g. '{"browser": 1}'
     c.rollout.max_head_offpolicyness = 2           # η: drop episodes with tokens older than version − η
+    c.rollout.admission_control = True             # admit a new group only while at most (η + 1) batches are in
+                                                   # flight or unconsumed (AReaL's rollout capacity)
     c.rollout.server_max_batch = 8                 # generation requests decoded together
     c.rollout.server_deadline_ms = 0.0             # > 0: wait this long for more requests to fill a batch (0: a
                                                    # batch is what is queued when the server is free)

@@ -3,7 +3,8 @@
 The request travels as a plain dict (docs/interfaces.md, "generate request"):
 
     {"op": "generate", "messages": [...HF chat...], "image_refs": int64 [K],
-     "max_new_tokens": int, "temperature": float, "top_p": float, "seed": int | None}
+     "max_new_tokens": int, "temperature": float, "top_p": float, "seed": int | None,
+     "worker_id": int, "group_id": int}                # optional: admission control (rollout/admission.py)
 
 and the server's handler answers with ``{"text": str, "input_ids": int32 [L], "loss_mask": int8 [L],
 "behave_logprobs": float32 [L], "versions": int32 [L]}`` (prompt + response tokens of this step).
@@ -87,8 +88,10 @@ class Generation:
 
 
 def generate_request(messages: list[dict], image_refs: Sequence[int], *, max_new_tokens: int,
-                     temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> dict[str, Any]:
-    """The request dict of one generate call (validated)."""
+                     temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
+                     group: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The request dict of one generate call (validated). `group`: (worker id, group id) of the episode this step
+    belongs to; the server admits a worker's new group only when the trainer can use it (rollout/admission.py)."""
     if int(max_new_tokens) < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     refs = np.asarray(list(image_refs), dtype=np.int64).reshape(-1)
@@ -100,9 +103,12 @@ def generate_request(messages: list[dict], image_refs: Sequence[int], *, max_new
                          "given: pass one ref per {'type': 'image'} item, in order")
     if np.any(refs < 0):
         raise ValueError(f"image_refs must be refs from buffer.screenshots.put (>= 0), got {refs.tolist()}")
-    return {"op": GENERATE_OP, "messages": messages, "image_refs": refs, "max_new_tokens": int(max_new_tokens),
-            "temperature": float(temperature), "top_p": float(top_p),
-            "seed": None if seed is None else int(seed)}
+    request = {"op": GENERATE_OP, "messages": messages, "image_refs": refs, "max_new_tokens": int(max_new_tokens),
+               "temperature": float(temperature), "top_p": float(top_p),
+               "seed": None if seed is None else int(seed)}
+    if group is not None:
+        request["worker_id"], request["group_id"] = int(group[0]), int(group[1])
+    return request
 
 
 class PolicyClient:
@@ -113,9 +119,10 @@ class PolicyClient:
         self._transport = TransportClient(address, token=token, timeout_s=timeout_s, server_key=server_key)
 
     def generate(self, messages: list[dict], image_refs: Sequence[int], *, max_new_tokens: int,
-                 temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> Generation:
+                 temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
+                 group: tuple[int, int] | None = None) -> Generation:
         request = generate_request(messages, image_refs, max_new_tokens=max_new_tokens, temperature=temperature,
-                                   top_p=top_p, seed=seed)
+                                   top_p=top_p, seed=seed, group=group)
         return Generation.from_reply(self._transport.request(request))
 
     def close(self) -> None:
@@ -129,9 +136,10 @@ class InProcessClient:
         self._handler = handler
 
     def generate(self, messages: list[dict], image_refs: Sequence[int], *, max_new_tokens: int,
-                 temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> Generation:
+                 temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
+                 group: tuple[int, int] | None = None) -> Generation:
         request = generate_request(messages, image_refs, max_new_tokens=max_new_tokens, temperature=temperature,
-                                   top_p=top_p, seed=seed)
+                                   top_p=top_p, seed=seed, group=group)
         _, wire_request = decode_message(encode_message({}, request))
         _, wire_reply = decode_message(encode_message({}, self._handler(wire_request)))
         return Generation.from_reply(wire_reply)

@@ -8,6 +8,9 @@ agree by construction), and decodes them together with the KV-cache sampler. The
 response tokens, the behaviour log-prob of every sampled token, the policy version that produced it, and
 `timing` (rollout/client.py SERVER_TIMING_FIELDS: queued, encoding and sampler seconds of the request's batch).
 
+A request that names its (worker, group) may wait first: a worker's new group is admitted only while the
+trainer can use it (`set_admission`, rollout/admission.py).
+
 `set_weights(params, version)` (the trainer, after each update) swaps the weights between decode chunks of
 `decode_chunk` tokens, so a long generation may span versions and records that per token. `pause()`/`resume()`
 hold new batches back (synchronous mode).
@@ -27,6 +30,7 @@ import numpy as np
 from jaxwebrl.env.action_space import config_action_texts, response_texts
 from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.sampler import Sampler, SamplingParams
+from jaxwebrl.rollout.admission import Admission
 from jaxwebrl.rollout.wire import RequestRefused
 
 log = logging.getLogger(__name__)
@@ -43,7 +47,7 @@ class PolicyServer:
     """Batched, versioned generation (see module docstring)."""
 
     def __init__(self, policy, buffer, *, max_batch: int = 8, deadline_ms: float = 0.0, decode_chunk: int = 8,
-                 top_k: int = 0, action_texts: tuple[str, ...] | None = None, seed: int = 0):
+                 top_k: int = 0, action_texts: tuple[str, ...] | None = None, seed: int = 0, group_size: int = 1):
         self.policy = policy
         self.processor = policy.processor
         self.buffer = buffer
@@ -62,6 +66,7 @@ class PolicyServer:
         self._rng = np.random.default_rng(seed)
         self._stats_lock = threading.Lock()
         self._stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "prompt_tokens": 0, "busy_s": 0.0}
+        self.admission = Admission(group_size)   # gated once the trainer calls set_admission
         self._sampler = self._make_sampler()
         self._thread = threading.Thread(target=self._serve_forever, name="policy-server", daemon=True)
         self._thread.start()
@@ -71,7 +76,8 @@ class PolicyServer:
         r = config.rollout
         texts = config_action_texts(config)
         return cls(policy, buffer, max_batch=r.server_max_batch, deadline_ms=r.server_deadline_ms,
-                   decode_chunk=r.decode_chunk, top_k=config.model.top_k, action_texts=texts, seed=config.seed)
+                   decode_chunk=r.decode_chunk, top_k=config.model.top_k, action_texts=texts, seed=config.seed,
+                   group_size=config.env.group_size)
 
     # ------------------------------------------------------------------ trainer side
     def set_weights(self, params, version: int) -> None:
@@ -87,6 +93,11 @@ class PolicyServer:
     def version(self) -> int:
         return self.weights()[1]
 
+    def set_admission(self, capacity: int, backlog: int) -> None:
+        """The trainer's admission limit (rollout/admission.py): at most `capacity` trajectories in flight or
+        unconsumed, `backlog` of them read by the trainer and waiting."""
+        self.admission.set_limit(capacity, backlog)
+
     def pause(self) -> None:
         """Start no new batch until `resume()` (a batch being decoded finishes)."""
         self._running.clear()
@@ -96,7 +107,7 @@ class PolicyServer:
 
     def stats(self) -> dict:
         with self._stats_lock:
-            return dict(self._stats, version=self.version)
+            return dict(self._stats, version=self.version, admission_wait_s=self.admission.waited_s)
 
     def raise_if_failed(self) -> None:
         """RuntimeError (one line) when the batching thread died: no request would be answered any more."""
@@ -107,6 +118,7 @@ class PolicyServer:
 
     def close(self) -> None:
         self._closed.set()
+        self.admission.close()
         self._running.set()
         self._thread.join(timeout=30)
         self._fail_queued(RuntimeError("policy server closed"))
@@ -127,6 +139,8 @@ class PolicyServer:
         if self._closed.is_set():
             raise RuntimeError("policy server closed")
         self.raise_if_failed()
+        if "group_id" in request:   # a worker's new group waits until the trainer can use it
+            self.admission.enter(request["worker_id"], request["group_id"], stop=self._closed.is_set)
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._requests.put((request, future, time.monotonic()))
         while True:
@@ -273,3 +287,6 @@ def _check_request(request: dict) -> None:
         raise RequestRefused(f"generate request 'temperature' must be a finite number >= 0 (0: greedy), got {temperature!r}")
     if type(top_p) not in (int, float) or not 0 < top_p <= 1:
         raise RequestRefused(f"generate request 'top_p' must be a number in (0, 1], got {top_p!r}")
+    if ("worker_id" in request) != ("group_id" in request) or any(
+            type(request[k]) is not int for k in ("worker_id", "group_id") if k in request):
+        raise RequestRefused("generate request 'worker_id' and 'group_id' must be given together, as ints")

@@ -261,7 +261,7 @@ class RolloutWorker:
             while True:
                 if self._stop.is_set():
                     raise _EpisodeDropped("stop requested")
-                step = self._play_step(env, obs, previous, history, tracker)
+                step = self._play_step(env, obs, previous, history, tracker, group_id)
                 if step is None:  # the step does not fit the buffer: the episode ends before it
                     truncated = True
                     break
@@ -291,7 +291,7 @@ class RolloutWorker:
             episode["info"]["difficulty"] = difficulty
         return episode
 
-    def _play_step(self, env, obs, previous, history, tracker) -> dict | None:
+    def _play_step(self, env, obs, previous, history, tracker, group_id: int) -> dict | None:
         """One step; None when its tokens would not fit the buffer's max_seq_len (the action is not taken)."""
         t0 = time.perf_counter()
         ref = int(self.buffer.screenshots.put(obs.screenshot))
@@ -301,7 +301,8 @@ class RolloutWorker:
         try:
             generation = self.client.generate(prompt.messages, prompt.image_refs,
                                               max_new_tokens=self.config.max_new_tokens,
-                                              temperature=self.config.temperature, top_p=self.config.top_p)
+                                              temperature=self.config.temperature, top_p=self.config.top_p,
+                                              group=(self.worker_id, group_id))
         except (TransportAuthError, TransportRequestRefused):   # retrying cannot help: the worker stops
             raise
         except TransportError as exc:

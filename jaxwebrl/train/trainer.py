@@ -141,6 +141,8 @@ class Trainer:
         self._seen_mark = (0, 0)              # (episodes, successes) read up to the previous step's metrics
         self._trained_trajectories = 0
         self.trained_episode_ids: list[int] = []   # this process's, in training order
+        self._admission = (getattr(self.sink, "set_admission", None)
+                           if config.rollout.get("admission_control", True) else None)
         self.sink.set_weights(_copy(self.state.params), self.state.version)
 
     # ------------------------------------------------------------------ state
@@ -171,6 +173,14 @@ class Trainer:
         result = self.buffer.read(before, group_size=self.config.env.group_size)
         self._count_buffer_losses(result.stats)
         self.gatherer.add_groups(self.ledger.record(before, result.cursor, result.groups))
+        self._publish_admission()
+
+    def _publish_admission(self) -> None:
+        """Tell the policy server how much rollout the trainer can use: (η + 1) batches in flight or waiting
+        (AReaL's rollout capacity; rollout/admission.py), η = 0 in synchronous mode."""
+        if self._admission is not None:
+            self._admission((max_offpolicyness(self.config) + 1) * self.config.train.consumer_batch_size,
+                            self.gatherer.ready_trajectories())
 
     def _count_buffer_losses(self, stats: dict) -> None:
         lost = {k: int(stats.get(k, 0)) for k in BUFFER_LOSSES if stats.get(k, 0)}
@@ -261,6 +271,7 @@ class Trainer:
             self.state.version += 1
             self.state.rng = jax.random.fold_in(self.state.rng, self.state.step)
             self.sink.set_weights(_copy(params), self.state.version)
+            self._publish_admission()
         finally:
             if sync and hasattr(self.sink, "resume"):
                 self.sink.resume()
@@ -396,6 +407,7 @@ class Trainer:
             "throughput/trajectories_per_hour": self._trained_trajectories / elapsed * 3600.0,
             "throughput/tokens_per_s": float(rollout.get("generated_tokens", 0)) / elapsed,
             "trainer/idle_fraction": self._idle_s / elapsed,
+            "rollout/admission_wait_s": float(rollout.get("admission_wait_s", 0.0)),
             "policy/version": self.state.version,
         }
         lags = np.asarray(lags)

@@ -1,0 +1,104 @@
+"""Admission control: a worker's new group waits while (η + 1) batches are in flight or unconsumed, and only then."""
+
+import threading
+import time
+
+import pytest
+
+from jaxwebrl.rollout.admission import Admission
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def enter_in_thread(gate, worker, group):
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (gate.enter(worker, group), done.set()), daemon=True)
+    thread.start()
+    return done
+
+
+def test_without_a_limit_nothing_waits():
+    gate = Admission(group_size=4)
+    for worker in range(10):
+        gate.enter(worker, 1)
+    assert gate.running() == 10
+
+
+def test_groups_wait_for_capacity_and_go_when_the_trainer_consumes():
+    gate = Admission(group_size=4)
+    gate.set_limit(capacity=8, backlog=0)          # (η + 1) · B = 8 trajectories: two groups of 4
+    gate.enter(0, 100)
+    gate.enter(1, 200)
+    third = enter_in_thread(gate, 2, 300)
+    assert not third.wait(0.3)                      # 0 + 4 · 2 running is not < 8
+    gate.enter(0, 100)                              # a further step of an admitted group never waits
+    gate.set_limit(capacity=8, backlog=4)           # a third group's episodes read, not yet trained
+    assert not third.wait(0.3)
+    gate.set_limit(capacity=12, backlog=0)          # 0 + 4 · 2 < 12
+    assert third.wait(2.0)
+    assert gate.running() == 3
+
+
+def test_a_waiting_worker_no_longer_counts_its_finished_group():
+    """Every worker waiting for a new group must not block the others with its old one (no deadlock)."""
+    gate = Admission(group_size=4)
+    gate.set_limit(capacity=8, backlog=0)
+    gate.enter(0, 1)
+    gate.enter(1, 2)
+    gate.set_limit(capacity=8, backlog=6)           # both groups done, 6 of their 8 kept (2 env-failed)
+    first = enter_in_thread(gate, 0, 3)
+    second = enter_in_thread(gate, 1, 4)
+    assert first.wait(2.0) or second.wait(2.0)      # 6 + 0 running < 8: one of them goes
+
+
+def test_silent_workers_stop_counting_after_ttl_and_close_wakes_everyone():
+    clock = Clock()
+    gate = Admission(group_size=4, ttl_s=60, clock=clock)
+    gate.set_limit(capacity=4, backlog=0)
+    gate.enter(0, 1)
+    assert gate.running() == 1
+    clock.now = 61.0                                 # worker 0 died mid-group
+    assert gate.running() == 0
+    gate.enter(1, 2)                                 # admitted without waiting
+    waiting = enter_in_thread(gate, 2, 3)
+    assert not waiting.wait(0.3)
+    gate.close()
+    assert waiting.wait(2.0)
+
+
+def test_the_policy_server_gates_a_new_group(tmp_path):
+    """Through PolicyServer.handle: a request naming a new group waits for set_admission, then is served."""
+    import numpy as np
+
+    from jaxwebrl.buffer.ring import RingBuffer
+    from jaxwebrl.models.policy import tiny_policy
+    from jaxwebrl.rollout.client import generate_request
+    from jaxwebrl.rollout.policy_server import PolicyServer
+
+    buffer = RingBuffer.create(str(tmp_path / "b"), capacity_steps=64, max_seq_len=256, screenshot_shape=(28, 28, 3),
+                               max_images_per_step=1)
+    ref = buffer.screenshots.put(np.zeros((28, 28, 3), np.uint8))
+    server = PolicyServer(tiny_policy(seed=0), buffer, max_batch=2, group_size=2)
+    try:
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "go"}]}]
+        server.set_admission(capacity=2, backlog=0)          # one group of 2 at a time
+        request = lambda worker, group: generate_request(messages, [ref], max_new_tokens=4, group=(worker, group))
+        assert len(server.handle(request(0, 7))["input_ids"]) > 0
+        replies = []
+        thread = threading.Thread(target=lambda: replies.append(server.handle(request(1, 8))), daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        assert not replies                                   # worker 0's group is still running
+        server.set_admission(capacity=4, backlog=0)
+        thread.join(timeout=60)
+        assert replies and server.stats()["admission_wait_s"] >= 0.4
+        with pytest.raises(Exception, match="worker_id"):
+            server.handle(dict(request(0, 7), group_id="x"))
+    finally:
+        server.close()
