@@ -144,6 +144,9 @@ def config() -> config_dict.ConfigDict:
     c.train.moments_dtype = config_dict.placeholder(str)   # AdamW moments dtype (None: the params'); "float32" with
                                                    # model.param_dtype "bfloat16" = bf16 weights, fp32 moments
     c.train.idle_sleep_s = 0.05                    # trainer poll interval while the batch fills
+    c.train.stop_at_success = config_dict.placeholder(float)   # stop early once the success of every episode
+                                                   # read since the previous step (rollout/success_rate_seen)
+                                                   # reaches this on 2 steps in a row (None: run to max_steps)
 
     c.actor = config_dict.ConfigDict()
     c.actor.loss = "ppo"                           # name in jaxwebrl.rl.losses registry

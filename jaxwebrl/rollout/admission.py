@@ -3,6 +3,7 @@ than the staleness bound lets it use (AReaL's rollout capacity, `(η + version +
 
     gate = Admission(group_size=G)
     gate.set_limit(capacity=(η + 1) * B, backlog=ready)   # the trainer, on every poll and after every step
+                                                          # (at least one group a worker: train/trainer.py)
     gate.enter(worker_id, group_id)                       # the policy server, on a group's first generate request
 
 A group is admitted while `backlog + G · running < capacity`: `backlog` is the trajectories the trainer has read
@@ -12,7 +13,7 @@ worker that went silent for `ttl_s` no longer counts either. Nothing leaks when 
 replacement has the same id. Without a `set_limit` call nothing is gated.
 
 What it buys: in asynchronous mode the workers stop producing episodes the trainer would only drop as stale (on a
-few shared cores that CPU goes to the trainer); in synchronous mode (η = 0) exactly one batch is played per policy
+few shared cores that CPU goes to the trainer); in synchronous mode (η = 0) one round is played per policy
 version, stragglers included, as in a classic synchronous system.
 """
 

@@ -103,6 +103,9 @@ def _check_train(c) -> None:
         _fail("train.warmup_steps", t.warmup_steps, "must be >= 0")
     if t.max_grad_norm is not None and not t.max_grad_norm > 0:
         _fail("train.max_grad_norm", t.max_grad_norm, "must be > 0 (e.g. 1.0)")
+    target = t.get("stop_at_success")
+    if target is not None and not 0 < target <= 1:
+        _fail("train.stop_at_success", target, "must be a success rate in (0, 1], or unset to run to max_steps")
     if c.checkpoint.keep < 1:
         _fail("checkpoint.keep", c.checkpoint.keep, "keep at least the last checkpoint (>= 1)")
     if c.checkpoint.save_every_steps < 1:

@@ -140,6 +140,7 @@ class Trainer:
         self._config_json = run_config.as_dict(config)   # in every checkpoint's meta: the config that trained it
         self._seen_mark = (0, 0)              # (episodes, successes) read up to the previous step's metrics
         self._trained_trajectories = 0
+        self._success_streak = 0              # steps in a row at train.stop_at_success
         self.trained_episode_ids: list[int] = []   # this process's, in training order
         self._admission = (getattr(self.sink, "set_admission", None)
                            if config.rollout.get("admission_control", True) else None)
@@ -176,11 +177,14 @@ class Trainer:
         self._publish_admission()
 
     def _publish_admission(self) -> None:
-        """Tell the policy server how much rollout the trainer can use: (η + 1) batches in flight or waiting
-        (AReaL's rollout capacity; rollout/admission.py), η = 0 in synchronous mode."""
+        """Tell the policy server how much rollout the trainer can use (AReaL's rollout capacity;
+        rollout/admission.py): (η + 1) batches in flight or waiting, η = 0 in synchronous mode, and never fewer than
+        one group for every worker, so no worker sits idle while the batch is still being played."""
         if self._admission is not None:
-            self._admission((max_offpolicyness(self.config) + 1) * self.config.train.consumer_batch_size,
-                            self.gatherer.ready_trajectories())
+            c = self.config
+            capacity = max((max_offpolicyness(c) + 1) * c.train.consumer_batch_size,
+                           c.rollout.num_workers * c.env.group_size)
+            self._admission(capacity, self.gatherer.ready_trajectories())
 
     def _count_buffer_losses(self, stats: dict) -> None:
         lost = {k: int(stats.get(k, 0)) for k in BUFFER_LOSSES if stats.get(k, 0)}
@@ -344,12 +348,25 @@ class Trainer:
                 if every and self.state.step % every == 0:
                     self.metrics.write_samples(self.state.step, episodes, self.buffer.screenshots.get,
                                                self.config.metrics.get("sample_episodes", 0))
+                reached = self._success_target_reached(scalars)
                 if self.state.step % self.config.checkpoint.save_every_steps == 0 or \
-                        self.state.step >= self.config.train.max_steps:
+                        self.state.step >= self.config.train.max_steps or reached:
                     self.save(scalars)
+                if reached:
+                    log.info("step %d: success of the episodes read reached train.stop_at_success=%g on two steps "
+                             "in a row; stopping", self.state.step, self.config.train.stop_at_success)
+                    break
         finally:
             self.close()
         return taken
+
+    def _success_target_reached(self, scalars: dict) -> bool:
+        """True on the second step in a row whose rollout/success_rate_seen >= train.stop_at_success (when set)."""
+        target = self.config.train.get("stop_at_success")
+        seen = scalars.get("rollout/success_rate_seen", float("nan"))
+        hit = target is not None and seen == seen and seen >= target
+        self._success_streak = self._success_streak + 1 if hit else 0
+        return self._success_streak >= 2
 
     def close(self) -> None:
         try:

@@ -15,9 +15,10 @@ from jaxwebrl.train.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPE = "--config=configs/grpo.py:toy"
-UPDATES = 32   # sampled success passed 0.9 near update 18 in most runs, but 2 of 7 runs with 24 updates were still
-              # learning at the end (0.46 and 0.92 sampled success): the asynchronous timing varies the path; later
-              # updates are slower (the groups turn uniform, dynamic sampling reads more episodes to fill a batch)
+MAX_UPDATES = 40   # a budget, not the schedule: the run stops once it has learned (TARGET on two steps in a row)
+TARGET = 0.9       # success of the episodes read since the previous update (rollout/success_rate_seen); earlier
+                   # runs with a fixed 24 updates were still learning at the end in 2 of 7 (the asynchronous timing
+                   # varies the path), so the run goes on until the policy has learned, or fails at MAX_UPDATES
 
 
 def launch(script, *args, timeout):
@@ -38,15 +39,18 @@ def greedy_success(policy, out_dir):
 def test_grpo_learns_all_four_toy_tasks_from_scratch(tmp_path):
     workdir = str(tmp_path / "run")
     start = time.monotonic()
-    launch("train.py", f"--workdir={workdir}", f"--config.train.max_steps={UPDATES}",
-           "--config.checkpoint.save_every_steps=10", "--config.metrics.progress_bar=False", timeout=1800)
+    launch("train.py", f"--workdir={workdir}", f"--config.train.max_steps={MAX_UPDATES}",
+           f"--config.train.stop_at_success={TARGET}", "--config.checkpoint.save_every_steps=10",
+           "--config.metrics.progress_bar=False", timeout=1800)
     train_s = time.monotonic() - start
-    curve = [r["rollout/success_rate_seen"] for r in read_metrics(workdir)]
+    records = read_metrics(workdir)
+    curve = [r["rollout/success_rate_seen"] for r in records]
     final = greedy_success(workdir, str(tmp_path / "eval"))
-    print(json.dumps({"updates": len(curve), "train_s": round(train_s, 1), "success_seen_first5": curve[:5],
-                      "success_seen_last5": curve[-5:], "greedy": final["overall"]["success_rate"]}))
-    assert len(curve) == UPDATES
+    print(json.dumps({"updates": len(curve), "train_s": round(train_s, 1),
+                      "learned_s_after_first_step": round(records[-1]["time"] - records[0]["time"], 1),
+                      "success_seen_first5": curve[:5], "success_seen_last5": curve[-5:],
+                      "greedy": final["overall"]["success_rate"]}))
+    assert len(curve) < MAX_UPDATES and min(curve[-2:]) >= TARGET, curve   # learned before the budget ran out
     assert sum(curve[:5]) / 5 < 0.35, curve              # random: 1 in 8 paths wins
-    assert sum(curve[-5:]) / 5 > 0.8, curve
     episodes = final["overall"]["episodes"]
     assert episodes == len(toy.INSTRUCTIONS) and final["overall"]["success_rate"] == 1.0, final

@@ -107,6 +107,18 @@ def test_sync_mode_trains_strictly_on_policy(policy, filled_buffer, tmp_path):
         assert (trainer.gatherer.counts.dropped_stale > 0) == (not leftover_trains)
 
 
+def test_stop_at_success_needs_two_steps_in_a_row(policy, filled_buffer, tmp_path):
+    config = toy_config(4)
+    config.train.stop_at_success = 0.9
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    try:
+        seen = (0.95, 0.5, 0.92, float("nan"), 0.93, 0.97)
+        assert [trainer._success_target_reached({"rollout/success_rate_seen": v}) for v in seen] == [
+            False, False, False, False, False, True]
+    finally:
+        trainer.close()
+
+
 def _tensorboard_events(logdir):
     """Every Event of the TFRecord event files under `logdir` (length, crc, payload, crc per record)."""
     events = []
