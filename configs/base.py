@@ -13,7 +13,7 @@ A recipe file (constT10.py, grpo.py, ...) builds on it in its own `get_config(ar
 Scales (the variant names every recipe takes):
 
   tiny          (default) tiny random Qwen3-VL policy on the CPU, bundled MiniWoB++ tasks in headless Chromium
-  toy           tiny policy on the browser-free toy environment (~8 s an update; grpo solves it in ~20 updates)
+  toy           tiny policy on the browser-free toy environment (~4.5 s an update; grpo solves it in ~20 updates)
   qwen3vl_8b    the paper's scale: Qwen3-VL-8B from a local HF directory (--config.model.checkpoint=DIR)
   qwen3vl_2b    the same on Qwen3-VL-2B; qwen2_5vl_7b: on Qwen2.5-VL-7B
   rehearsal     CPU rehearsal at real width: Qwen3-VL-2B widths and vocabulary (random weights, real Qwen
