@@ -1,0 +1,50 @@
+"""The live-loop benchmarks' own arithmetic: bench/rollout.py's per-step breakdown and bench/async_vs_sync.py's
+exactly-once audit of trained episodes against a real ring buffer's commit log."""
+
+import json
+
+import numpy as np
+import pytest
+
+import async_vs_sync
+import rollout
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS
+from tests.train.conftest import play_toy
+
+
+def test_breakdown_medians_transport_and_ratio():
+    rows = [[0.001, 0.0, 0.030, 0.08, 0.002, 0.001, 0.020, 2, 0],
+            [0.001, 0.0, 0.050, 0.09, 0.010, 0.002, 0.030, 3, 1],
+            [0.001, 0.0, 0.040, 0.07, 0.004, 0.001, 0.025, 2, 0]]
+    table = {name: np.array([r[i] for r in rows], float) for i, name in enumerate(STEP_TIMING_FIELDS)}
+    out = rollout.breakdown(table)
+    assert out["steps"] == 3 and out["median_s"]["generate_s"] == 0.04
+    assert out["median_s"]["transport_s"] == pytest.approx(0.008, abs=1e-4)   # 0.030-0.002-0.001-0.020 = 0.007,
+    assert out["compiled_fraction"] == pytest.approx(1 / 3, abs=1e-4)         # 0.008, 0.010 -> median 0.008
+    assert out["median_generate_over_compute"] == pytest.approx(1.6, abs=1e-4)  # 1.5, 1.667, 1.6
+    assert rollout.breakdown({name: np.array([]) for name in STEP_TIMING_FIELDS}) == {"steps": 0}
+
+
+def test_new_steps_takes_only_the_window():
+    before = {(0, 0): 2}
+    after = [{"worker_id": 0, "incarnation": 0, "steps": 5, "recent_steps": [[1], [2], [3], [4], [5]]},
+             {"worker_id": 1, "incarnation": 0, "steps": 2, "recent_steps": [[6], [7]]}]
+    assert rollout._new_steps(after, before) == [[3], [4], [5], [6], [7]]
+
+
+def test_audit_finds_twice_trained_and_unknown_episodes(tmp_path):
+    buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=512,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    play_toy(buffer, groups=2, group_size=2, epsilon=0.5, seed=1)
+    episodes, _ = buffer.read(None)
+    ids = [int(np.asarray(e["episode_id"]).reshape(-1)[0]) for e in episodes]
+    log = tmp_path / "trained_episodes.jsonl"
+    log.write_text(json.dumps({"step": 1, "episode_ids": ids[:2]}) + "\n" +
+                   json.dumps({"step": 2, "episode_ids": ids[2:]}) + "\n")
+    assert async_vs_sync.audit(str(tmp_path), buffer) == {"trained": 4, "trained_twice": 0, "not_in_commit_log": 0,
+                                                           "committed": 4, "ok": True}
+    with open(log, "a") as f:
+        f.write(json.dumps({"step": 3, "episode_ids": [ids[0], 10**9]}) + "\n")
+    report = async_vs_sync.audit(str(tmp_path), buffer)
+    assert report["trained_twice"] == 1 and report["not_in_commit_log"] == 1 and not report["ok"]
