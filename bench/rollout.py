@@ -38,7 +38,6 @@ def measure(variant: str, num_workers: int, warmup_s: float, window_s: float, ov
     from jaxwebrl.rollout.pool import WorkerPool, read_stats
     from jaxwebrl.rollout.serving import PolicyService
     from jaxwebrl.rollout.spec import worker_spec
-    from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS
 
     config = get_config(variant)
     config.rollout.num_workers = num_workers
@@ -61,9 +60,7 @@ def measure(variant: str, num_workers: int, warmup_s: float, window_s: float, ov
                 after = read_stats(stats_dir)
                 window = time.monotonic() - start
                 server_after = service.server.stats()
-    rows = _new_steps(after, before)
-    fields = {name: i for i, name in enumerate(STEP_TIMING_FIELDS)}
-    table = {name: np.array([np.nan if r[i] is None else r[i] for r in rows], float) for name, i in fields.items()}
+    table = step_table(_new_steps(after, before))
     served = {k: server_after[k] - server_before[k] for k in ("requests", "batches", "busy_s")}
     return {"variant": variant, "num_workers": num_workers, "window_s": round(window, 1),
             "overrides": overrides, **breakdown(table), "server": served,
@@ -77,7 +74,6 @@ def measure_in_training(variant: str, num_workers: int, warmup_s: float, window_
 
     from configs.constT10 import get_config
     from jaxwebrl.rollout.pool import read_stats
-    from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS
     from jaxwebrl.train import supervisor
     from jaxwebrl.train.metrics import read_metrics
 
@@ -106,9 +102,7 @@ def measure_in_training(variant: str, num_workers: int, warmup_s: float, window_
         supervisor.run(config, root, stop=stop)
         watcher.join()
         records = read_metrics(root)
-    rows = _new_steps(marks.get("after", []), marks.get("before", {}))
-    fields = {name: i for i, name in enumerate(STEP_TIMING_FIELDS)}
-    table = {name: np.array([np.nan if r[i] is None else r[i] for r in rows], float) for name, i in fields.items()}
+    table = step_table(_new_steps(marks.get("after", []), marks.get("before", {})))
     return {"variant": variant, "num_workers": num_workers, "loop": "train", "overrides": overrides,
             "window_s": round(marks.get("end", 0) - marks.get("start", 0), 1), "train_steps": len(records),
             "trainer_idle_fraction": records[-1].get("trainer/idle_fraction") if records else None,
@@ -126,6 +120,14 @@ def apply_overrides(config, overrides: list[str]) -> None:
         old = node[leaf]
         node[leaf] = (value.lower() in ("1", "true") if isinstance(old, bool) else
                       type(old)(value) if old is not None else value)
+
+
+def step_table(rows: list[list]) -> dict[str, np.ndarray]:
+    """WorkerStats.recent_steps rows as one float64 column per STEP_TIMING_FIELDS name (None -> NaN)."""
+    from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS
+
+    return {name: np.array([np.nan if r[i] is None else r[i] for r in rows], float)
+            for i, name in enumerate(STEP_TIMING_FIELDS)}
 
 
 def breakdown(table: dict[str, np.ndarray]) -> dict:

@@ -279,10 +279,9 @@ class Sampler:
         with_images = [p for p in padded if len(p.get("image_grid_thw", ())) > 0]
         if not with_images:
             return ids, mask, None, None
-        pixels = [np.asarray(p["pixel_values"], np.float32) for p in with_images]
-        grids = [np.asarray(p["image_grid_thw"]).reshape(-1, 3) for p in with_images]
-        images = [(pixels_of_prompt, grid) for pixels_of_prompt, grid_of_prompt in zip(pixels, grids)
-                  for pixels_of_prompt, grid in _split_images(pixels_of_prompt, grid_of_prompt)]
+        images = [image for p in with_images
+                  for image in _split_images(np.asarray(p["pixel_values"], np.float32),
+                                             np.asarray(p["image_grid_thw"]).reshape(-1, 3))]
         order = vision_layout.bucketed_image_order(np.arange(len(images)))   # prompts with fewer screenshots
         return (ids, mask, np.concatenate([images[i][0] for i in order], 0),
                 partition.grid_key(np.stack([images[i][1] for i in order])))

@@ -1,9 +1,10 @@
 """The policy server: batched generation for every rollout worker, with versioned, hot-swapped weights.
 
 It plugs into the transport as its handler (`TransportServer(server.handle, ...)`): each worker request
-(`{"op": "generate", "messages", "image_refs", ...}`, docs/interfaces.md) is queued; a batching thread takes the first
-queued request and whatever else is queued at that moment (up to `max_batch`; no request waits for a full batch,
-unless `deadline_ms` > 0 asks it to wait that long for more), reads their screenshots by reference from the ring buffer, applies the processor (chat template + image processor, so tokens and pixels
+(`{"op": "generate", "messages", "image_refs", ...}`, docs/interfaces.md) is queued; a batching thread takes the
+first queued request and whatever else is queued at that moment (up to `max_batch`; no request waits for a full
+batch, unless `deadline_ms` > 0 asks it to wait that long for more), reads their screenshots by reference from the
+ring buffer, applies the processor (chat template + image processor, so tokens and pixels
 agree by construction), and decodes them together with the KV-cache sampler. The reply carries the prompt and
 response tokens, the behaviour log-prob of every sampled token, the policy version that produced it, and
 `timing` (rollout/client.py SERVER_TIMING_FIELDS: queued, encoding and sampler seconds of the request's batch).

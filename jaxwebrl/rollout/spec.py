@@ -5,8 +5,8 @@
     fields = worker_fields(config)                          # the WorkerConfig fields alone (evaluation, SFT)
 
 The trainer, the evaluator, the supervised warm start and hand-started nodes all derive the workers' settings
-(tasks, group size, screenshot size, horizon, latency regime, prompt, sampling) from the same recipe here, so they agree by
-construction. `extensions` (the config's extension modules) are imported by every worker before it builds its
+(tasks, group size, screenshot size, horizon, latency regime, prompt, sampling) from the same recipe here, so they
+agree by construction. `extensions` (the config's extension modules) are imported by every worker before it builds its
 environments.
 """
 
@@ -51,5 +51,12 @@ def placement(config) -> dict:
     """Worker processes' CPU placement: {"nice": int, "cpus": [int] or None} (`rollout.worker_nice`,
     `rollout.worker_cpus`: comma-separated CPU ids; empty: any)."""
     r = config.rollout
-    cpus = [int(c) for c in str(r.get("worker_cpus") or "").split(",") if c.strip()]
-    return {"nice": int(r.get("worker_nice", 0) or 0), "cpus": cpus or None}
+    return {"nice": int(r.get("worker_nice", 0) or 0), "cpus": cpu_ids(r.get("worker_cpus")) or None}
+
+
+def cpu_ids(text: str | None) -> list[int]:
+    """The CPU ids of "0,1" (empty or None: []); ValueError on anything that is not a non-negative int."""
+    items = [c.strip() for c in str(text or "").split(",") if c.strip()]
+    if not all(c.isdigit() for c in items):
+        raise ValueError(f"not comma-separated CPU ids: {text!r}")
+    return [int(c) for c in items]

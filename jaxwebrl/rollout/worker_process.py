@@ -22,6 +22,7 @@ from typing import Any
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env.chromium import set_parent_death_signal
 from jaxwebrl.errors import one_line
+from jaxwebrl.files import write_file_atomically
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rollout.client import InProcessClient, PolicyClient
 from jaxwebrl.rollout.scripted import ScriptedBackend
@@ -122,9 +123,7 @@ def write_report(path: str | None, line: str) -> None:
     if not path:
         return
     try:
-        with open(path + ".tmp", "w") as f:
-            f.write(line)
-        os.replace(path + ".tmp", path)
+        write_file_atomically(path, [line.encode()], fsync=False)
     except OSError:  # the report is a courtesy: the exit code still tells the pool
         pass
 
@@ -141,7 +140,6 @@ def close_quietly(worker, client) -> None:
 def write_stats(stats_dir: str, worker_id: int, incarnation: int, stats: dict) -> None:
     """The worker's counters as `stats_dir/worker_<id>.json` (replaced atomically after every group)."""
     os.makedirs(stats_dir, exist_ok=True)
-    path = os.path.join(stats_dir, f"worker_{worker_id}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(dict(stats, worker_id=worker_id, incarnation=incarnation, pid=os.getpid()), f)
-    os.replace(path + ".tmp", path)
+    record = dict(stats, worker_id=worker_id, incarnation=incarnation, pid=os.getpid())
+    write_file_atomically(os.path.join(stats_dir, f"worker_{worker_id}.json"), [json.dumps(record).encode()],
+                          fsync=False)

@@ -21,6 +21,7 @@ from jaxwebrl.models import presets
 from jaxwebrl.models.layers import REMAT_POLICIES
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rl import aggregation, losses
+from jaxwebrl.rollout.spec import cpu_ids
 from jaxwebrl.train import rl_config
 
 MODES = ("async", "sync")
@@ -77,8 +78,11 @@ def _check_rollout(c) -> None:
         _fail("rollout.server_deadline_ms", r.server_deadline_ms, "must be >= 0 milliseconds")
     if not 0 <= r.worker_nice <= 19:
         _fail("rollout.worker_nice", r.worker_nice, "must be a niceness in 0..19 (higher: workers yield the CPU)")
-    cpus = [c.strip() for c in r.worker_cpus.split(",") if c.strip()]
-    if any(not c.isdigit() for c in cpus) or any(int(c) not in os.sched_getaffinity(0) for c in cpus):
+    try:
+        cpus = cpu_ids(r.worker_cpus)
+    except ValueError:
+        cpus = [-1]
+    if any(c not in os.sched_getaffinity(0) for c in cpus):
         _fail("rollout.worker_cpus", r.worker_cpus, f"must be comma-separated CPU ids of this host "
               f"({sorted(os.sched_getaffinity(0))}), or empty for any")
     if r.decode_chunk < 1:
