@@ -39,9 +39,10 @@ VIEWER_DIR = "eval"   # out_dir/eval/index.html: the trajectory viewer (jaxwebrl
 
 
 def worker_config(config, tasks, *, episodes_per_seed: int, temperature: float | None) -> WorkerConfig:
-    """The recipe's WorkerConfig with the eval task list, G = episodes_per_seed and the eval temperature."""
+    """The recipe's WorkerConfig with the eval task list, G = episodes_per_seed and the eval temperature; every
+    step's sampling seed is its own (`step_seeds`), so a rerun plays the same episodes whatever the batching."""
     fields = worker_fields(config)
-    fields.update(tasks=list(tasks), group_size=int(episodes_per_seed))
+    fields.update(tasks=list(tasks), group_size=int(episodes_per_seed), step_seeds=True)
     if temperature is not None:
         fields["temperature"] = float(temperature)
     return WorkerConfig.from_dict(fields)

@@ -97,11 +97,12 @@ class DecodeState(NamedTuple):
     lengths: jax.Array  # [B] int32: tokens generated (stop token included)
     step: jax.Array  # () int32: index of the next token to generate
     constraint_state: jax.Array  # [B] int32
-    rng: jax.Array
+    rng: jax.Array  # [B, 2] uint32: each row's own key (a row's draws never depend on the rows beside it)
 
 
 def sample_logits(logits: jax.Array, rng: jax.Array, sampling: SamplingParams, allowed: jax.Array | None = None):
-    """Draws one token per row. logits `[B, V] float32`; allowed `[B, V] bool` or None.
+    """Draws one token per row. logits `[B, V] float32`; rng `[B, 2]` uint32, one key a row; allowed `[B, V]`
+    bool or None.
 
     Returns (token [B] int32, logprob [B] f32): the log-prob under the distribution the token was drawn from
     (`sampling_logits`); for greedy decoding, under the model's own softmax restricted to `allowed`.
@@ -114,7 +115,7 @@ def sample_logits(logits: jax.Array, rng: jax.Array, sampling: SamplingParams, a
     else:
         processed = sampling_logits(logits, allowed, temperature=sampling.temperature, top_k=sampling.top_k,
                                     top_p=sampling.top_p)
-        token = jax.random.categorical(rng, processed, axis=-1).astype(jnp.int32)
+        token = jax.vmap(jax.random.categorical)(rng, processed).astype(jnp.int32)
     logprob = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), token[:, None], axis=-1)[:, 0]
     return token, logprob
 
@@ -170,7 +171,8 @@ class Sampler:
 
     def _advance(self, state: DecodeState, logits, version, stop_ids, tables, sampling: SamplingParams) -> DecodeState:
         """Samples the token at `state.step` for every unfinished row and records it."""
-        rng, key = jax.random.split(state.rng)
+        keys = jax.vmap(jax.random.split)(state.rng)   # [B, 2, 2]
+        rng, key = keys[:, 0], keys[:, 1]
         token, logprob = sample_logits(logits, key, sampling, self._allowed(tables, state.constraint_state))
         live = ~state.done
         token = jnp.where(live, token, self.pad_token_id)
@@ -292,9 +294,12 @@ class Sampler:
         return jax.device_put(tree, partition.data_shardings(tree, self.mesh))
 
     def generate(self, weights: tuple[Any, int] | Callable[[], tuple[Any, int]], prompts: Sequence[dict],
-                 sampling: SamplingParams, *, seed: int | jax.Array = 0,
+                 sampling: SamplingParams, *, seed: int | jax.Array | Sequence[int] = 0,
                  decode_text: Callable[[np.ndarray], str] | None = None) -> list[SampledSequence]:
         """Generates a continuation for every prompt (see the module docstring).
+
+        `seed`: an int or a key for the whole batch, or one int a prompt: then each row draws from its own key,
+        so a prompt with a given seed samples the same tokens whatever else is in the batch (`row_keys`).
 
         `decode_text(tokens) -> str` is needed only for `sampling.stop_strings` (e.g. `tokenizer.decode`).
         """
@@ -306,7 +311,7 @@ class Sampler:
         cache = kv_cache.init_cache(self.config, rows, width + sampling.max_new_tokens, jnp.dtype(self.config.dtype))
         if self.mesh is not None:
             cache = jax.device_put(cache, partition.cache_shardings(cache, self.mesh))
-        rng = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
+        rng = row_keys(seed, len(prompts), rows)
         stop_ids = jnp.asarray(sampling.stop_token_ids or (-1,), jnp.int32)
         static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())  # stop ids are traced
         params, version = self._weights(weights)
@@ -367,6 +372,24 @@ class Sampler:
                 finish_reason=reason,
             ))
         return results
+
+
+def row_keys(seed: int | jax.Array | Sequence[int], num_prompts: int, rows: int) -> jax.Array:
+    """Raw keys `[rows, K]` uint32, one a row: from one seed per prompt (filler rows repeat the last), or split
+    from one int seed or key."""
+    if isinstance(seed, (int, np.integer)):
+        seed = jax.random.PRNGKey(int(seed))
+    if isinstance(seed, jax.Array):
+        return jax.random.split(seed, rows)
+    seeds = [int(s) for s in seed]
+    if len(seeds) != num_prompts:
+        raise ValueError(f"seed: {len(seeds)} seeds for {num_prompts} prompts; pass one a prompt, or one int")
+    if not all(0 <= s < 2**32 for s in seeds):
+        raise ValueError(f"seed: per-prompt seeds must be in [0, 2**32), got {seeds}")
+    return _keys_from_seeds(np.asarray(seeds + seeds[-1:] * (rows - num_prompts), np.uint32))
+
+
+_keys_from_seeds = jax.jit(jax.vmap(jax.random.PRNGKey))
 
 
 def _split_images(pixel_values: np.ndarray, grid: np.ndarray):

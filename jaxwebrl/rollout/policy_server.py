@@ -234,10 +234,11 @@ class PolicyServer:
             prompts = [self._encode(requests[i]) for i in members]
             sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=self.top_k,
                                       top_p=top_p, stop_token_ids=() if eos is None else (eos,))
-            seed = int(self._rng.integers(2**31 - 1))
+            seeds = [int(self._rng.integers(2**31 - 1)) if requests[i].get("seed") is None else int(requests[i]["seed"])
+                     for i in members]   # a request's own seed makes its draw independent of the batch around it
             traces = sum(self._sampler.trace_counts.values())
             t1 = time.perf_counter()
-            results = self._sampler.generate(self.weights, prompts, sampling, seed=seed)
+            results = self._sampler.generate(self.weights, prompts, sampling, seed=seeds)
             t2 = time.perf_counter()
             timing = {"encode_s": t1 - t0, "compute_s": t2 - t1, "batch_size": len(members),
                       "compiled": sum(self._sampler.trace_counts.values()) > traces}
@@ -288,6 +289,9 @@ def _check_request(request: dict) -> None:
         raise RequestRefused(f"generate request 'temperature' must be a finite number >= 0 (0: greedy), got {temperature!r}")
     if type(top_p) not in (int, float) or not 0 < top_p <= 1:
         raise RequestRefused(f"generate request 'top_p' must be a number in (0, 1], got {top_p!r}")
+    seed = request.get("seed")
+    if seed is not None and (type(seed) is not int or not 0 <= seed < 2**32):
+        raise RequestRefused(f"generate request 'seed' must be None or an int in [0, 2**32), got {seed!r}")
     if ("worker_id" in request) != ("group_id" in request) or any(
             type(request[k]) is not int for k in ("worker_id", "group_id") if k in request):
         raise RequestRefused("generate request 'worker_id' and 'group_id' must be given together, as ints")

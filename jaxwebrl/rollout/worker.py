@@ -30,6 +30,7 @@ it, each cut to ``STEP_TEXT_CHARS`` (what a trajectory viewer shows; the tokens 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import secrets
@@ -70,6 +71,9 @@ class WorkerConfig:
     before the first step of one slot before the worker gives up (EnvGivenUp). max_open_envs: envs (browsers) kept open, least recently used
     closed first. share_browser: MiniWoB++ envs of a worker share one Chromium (see rollout/env_host.py). max_new_tokens / temperature / top_p: generation settings.
     prompt: PromptConfig fields. server_retry_s: pause after a policy-server failure. seed: task sampling.
+    step_seeds: every generate request carries a seed made from (seed, task, instance seed, slot in the group,
+    step), so an episode samples the same tokens however the server batches it (evaluation: a rerun plays the
+    same episodes, and two policies are compared on common random numbers); False: the server draws.
     max_buffer_failures / buffer_retry_s: episodes the buffer refused or could not write in a row before the
     worker gives up (BufferUnusable), and the first pause after one (doubling each time)."""
 
@@ -88,6 +92,7 @@ class WorkerConfig:
     max_buffer_failures: int = 5
     buffer_retry_s: float = 2.0
     seed: int = 0
+    step_seeds: bool = False
 
     def __post_init__(self):
         tasks = (self.tasks,) if isinstance(self.tasks, (str, dict)) else tuple(self.tasks)
@@ -223,7 +228,7 @@ class RolloutWorker:
         while len(episode_ids) < self.config.group_size and not self._stop.is_set():
             start = time.perf_counter()
             try:
-                episode = self.run_episode(task, instance_seed, group_id)
+                episode = self.run_episode(task, instance_seed, group_id, slot=len(episode_ids))
                 if episode is not None:
                     episode_ids.append(self._append(episode))
                     self._buffer_failures_in_a_row = 0
@@ -244,8 +249,9 @@ class RolloutWorker:
         return episode_ids
 
     # ------------------------------------------------------------------ one episode
-    def run_episode(self, task: Any, seed: int, group_id: int) -> dict | None:
+    def run_episode(self, task: Any, seed: int, group_id: int, slot: int = 0) -> dict | None:
         """One episode as a buffer episode dict (not yet appended); None when the env broke before step 0.
+        `slot`: its place in the group (0..G-1), part of its sampling seeds under `config.step_seeds`.
 
         Raises _EpisodeDropped when stopped or when the policy server failed.
         """
@@ -261,7 +267,9 @@ class RolloutWorker:
             while True:
                 if self._stop.is_set():
                     raise _EpisodeDropped("stop requested")
-                step = self._play_step(env, obs, previous, history, tracker, group_id)
+                sample_seed = (step_seed(self.config.seed, task_name(task), seed, slot, len(steps))
+                               if self.config.step_seeds else None)
+                step = self._play_step(env, obs, previous, history, tracker, group_id, sample_seed)
                 if step is None:  # the step does not fit the buffer: the episode ends before it
                     truncated = True
                     break
@@ -291,7 +299,7 @@ class RolloutWorker:
             episode["info"]["difficulty"] = difficulty
         return episode
 
-    def _play_step(self, env, obs, previous, history, tracker, group_id: int) -> dict | None:
+    def _play_step(self, env, obs, previous, history, tracker, group_id: int, sample_seed: int | None) -> dict | None:
         """One step; None when its tokens would not fit the buffer's max_seq_len (the action is not taken)."""
         t0 = time.perf_counter()
         ref = int(self.buffer.screenshots.put(obs.screenshot))
@@ -302,7 +310,7 @@ class RolloutWorker:
             generation = self.client.generate(prompt.messages, prompt.image_refs,
                                               max_new_tokens=self.config.max_new_tokens,
                                               temperature=self.config.temperature, top_p=self.config.top_p,
-                                              group=(self.worker_id, group_id))
+                                              seed=sample_seed, group=(self.worker_id, group_id))
         except (TransportAuthError, TransportRequestRefused):   # retrying cannot help: the worker stops
             raise
         except TransportError as exc:
@@ -416,6 +424,12 @@ class BufferUnusable(RuntimeError):
 
 class EnvGivenUp(RuntimeError):
     """The environment keeps breaking before any step: the worker cannot make progress."""
+
+
+def step_seed(seed: int, task: str, instance_seed: int, slot: int, step: int) -> int:
+    """The sampling seed of one step, in [0, 2**32): a stable hash (not Python's salted `hash`) of its coordinates."""
+    key = f"{int(seed)}|{task}|{int(instance_seed)}|{int(slot)}|{int(step)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little")
 
 
 def given_up_message(task: str, failures: int, cause: BaseException | None) -> str:

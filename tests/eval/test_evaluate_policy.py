@@ -9,9 +9,12 @@ import sys
 
 import numpy as np
 
-from jaxwebrl.eval.evaluate import evaluate
+from jaxwebrl.buffer.from_config import create_sized
+from jaxwebrl.env.registry import env_specs
+from jaxwebrl.eval.evaluate import evaluate, play
+from jaxwebrl.eval.report import task_label
 from jaxwebrl.eval.seeds import EVAL_SEED_START
-from jaxwebrl.checkpoint.policies import load_policy
+from jaxwebrl.checkpoint.policies import initial_policy, load_policy
 from tests.eval.trained import toy_config, write_trained_checkpoint
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -33,6 +36,29 @@ def test_trained_checkpoint_on_toy_through_policy_server(tmp_path):
         by_seed.setdefault(row["seed"], set()).add(row["reward"])
     assert all(len(rewards) == 1 for rewards in by_seed.values())
     assert (tmp_path / "eval" / "eval.md").read_text().startswith("| Policy | Easy | Avg |")
+
+
+def test_a_sampled_eval_replays_the_same_episodes_whatever_the_batching(tmp_path):
+    """Evaluation seeds every step (`WorkerConfig.step_seeds`): at temperature 1, one worker (batches of one) and
+    three workers (batches of several, in another order) play exactly the same tokens on every instance, and the
+    two episodes of an instance (slots 0 and 1) still draw differently."""
+    config = toy_config()
+    policy = initial_policy(config)
+    jobs = [(task, seed) for task in env_specs(config.env.tasks) for seed in (EVAL_SEED_START, EVAL_SEED_START + 1)]
+
+    def responses(num_workers: int) -> dict:
+        buffer = create_sized(config, str(tmp_path / f"buffer{num_workers}"), len(jobs) * 2)
+        by_instance: dict = {}
+        for episode in play(config, policy, jobs, buffer, episodes_per_seed=2, num_workers=num_workers,
+                            temperature=None):
+            steps = [np.asarray(ids).tolist() for ids in episode["input_ids"]]
+            by_instance.setdefault((task_label(episode), episode["info"]["instance_seed"]), []).append(steps)
+        return by_instance
+
+    alone, batched = responses(1), responses(3)
+    assert config.model.temperature == 1.0 and len(alone) == len(jobs)
+    assert batched == alone
+    assert any(slots[0] != slots[1] for slots in alone.values())
 
 
 def test_launch_eval_initial_policy_on_miniwob_in_chromium(tmp_path):

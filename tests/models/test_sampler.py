@@ -131,6 +131,23 @@ def test_filler_rows_are_exact_and_keep_the_batch_shape(policy, prompts):
     assert sampler.trace_counts == traces, "a batch of fewer requests compiled a new program"
 
 
+def test_per_prompt_seeds_sample_the_same_tokens_in_any_batch(policy, sampler, prompts):
+    """With one seed a prompt, a row's draws are its own: the same prompt and seed sample the same tokens alone (in
+    filler rows) and beside other prompts in another order, and other seeds sample other tokens."""
+    sampling = SamplingParams(max_new_tokens=N, temperature=1.0)
+    together = sampler.generate((policy.params, 0), prompts, sampling, seed=[11, 12, 13, 14])
+    reordered = sampler.generate((policy.params, 0), prompts[::-1], sampling, seed=[14, 13, 12, 11])[::-1]
+    alone = [sampler.generate((policy.params, 0), [p], sampling, seed=[11 + row])[0] for row, p in enumerate(prompts)]
+    for row in range(len(prompts)):
+        for other in (reordered[row], alone[row]):
+            np.testing.assert_array_equal(other.tokens, together[row].tokens)
+            np.testing.assert_allclose(other.logprobs, together[row].logprobs, atol=1e-5)
+    reseeded = sampler.generate((policy.params, 0), prompts, sampling, seed=[21, 22, 23, 24])
+    assert any(not np.array_equal(a.tokens, b.tokens) for a, b in zip(reseeded, together))
+    with pytest.raises(ValueError, match="3 seeds for 4 prompts"):
+        sampler.generate((policy.params, 0), prompts, sampling, seed=[1, 2, 3])
+
+
 def test_stop_tokens_and_stop_strings(policy, sampler, prompts):
     tokenizer = policy.processor.tokenizer
     free = sampler.generate((policy.params, 0), prompts, SamplingParams(max_new_tokens=N, temperature=0.0))
@@ -289,17 +306,17 @@ def test_sample_logits_unit():
     logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]], jnp.float32))
     keys = jax.random.split(jax.random.PRNGKey(0), 200)
     def draw(sampling):
-        return set(np.asarray(jax.jit(jax.vmap(lambda k: sample_logits(logits, k, sampling)[0][0]))(keys)).tolist())
+        return set(np.asarray(jax.jit(jax.vmap(lambda k: sample_logits(logits, k[None], sampling)[0][0]))(keys)).tolist())
 
     assert draw(SamplingParams(1, top_p=0.7)) == {0, 1}  # 0.5 + 0.3 ≥ 0.7
     assert draw(SamplingParams(1, top_k=1)) == {0}
     assert draw(SamplingParams(1)) == {0, 1, 2, 3}
     allowed = jnp.array([[False, False, True, True]])
-    token, logprob = sample_logits(logits, keys[0], SamplingParams(1, temperature=0.0), allowed)
+    token, logprob = sample_logits(logits, keys[:1], SamplingParams(1, temperature=0.0), allowed)
     # greedy: the model's own softmax restricted to the allowed tokens, 0.15 / (0.15 + 0.05)
     assert int(token[0]) == 2 and float(logprob[0]) == pytest.approx(np.log(0.75), abs=1e-6)
     # sampled: the log-prob of the truncated, renormalised distribution (top-p 0.7 keeps 0.5 and 0.3)
-    token, logprob = sample_logits(logits, keys[1], SamplingParams(1, top_p=0.7))
+    token, logprob = sample_logits(logits, keys[1:2], SamplingParams(1, top_p=0.7))
     assert float(logprob[0]) == pytest.approx(np.log([0.5, 0.3][int(token[0])] / 0.8), abs=1e-6)
     with pytest.raises(ValueError, match="allow no token"):
         TokenConstraint.from_vocab_mask(np.zeros(4, bool))

@@ -33,6 +33,8 @@ def server(tmp_path_factory):
     ({"top_p": 1.5}, "'top_p' must be a number in"),
     ({"image_refs": [1, 2]}, "'image_refs' must be an int array"),
     ({"messages": "hello"}, "'messages' must be a list"),
+    ({"seed": 2**40}, "'seed' must be None or an int in"),
+    ({"seed": -1}, "'seed' must be None or an int in"),
 ])
 def test_a_malformed_request_fails_alone(server, patch, message):
     results = {}
