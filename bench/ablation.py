@@ -27,7 +27,7 @@ import os
 
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
-from seed_stats import arm_differences, seed_summary
+from seed_stats import arm_differences, dynamics_summary, run_dynamics, seed_summary
 
 RECIPES = ("constT10", "grpo", "raftpp")
 
@@ -65,9 +65,11 @@ def main() -> None:
             eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds, eval_workers=args.eval_workers,
                                            override=args.override)
             eval_s = run(eval_cmd(eval_args, workdir, eval_dir))
-            runs.append({"seed": seed, "eval": eval_summary(eval_dir), "curve": curve(workdir), "train_s": train_s,
-                         "eval_s": eval_s, "memory_chars": _memory_chars(eval_dir)})
-        arms[recipe] = {"runs": runs, "summary": seed_summary(after_sft, [r["eval"] for r in runs if r["eval"]])}
+            rl_curve = curve(workdir)
+            runs.append({"seed": seed, "eval": eval_summary(eval_dir), "curve": rl_curve,
+                         "dynamics": run_dynamics(rl_curve), "train_s": train_s, "eval_s": eval_s,
+                         "memory_chars": _memory_chars(eval_dir)})
+        arms[recipe] = {"runs": runs, "summary": arm_summary(after_sft, runs)}
         if args.seeds == 1:   # the single-run layout of earlier JSONs
             arms[recipe].update({k: v for k, v in runs[0].items() if k != "seed"})
     result = {"sft": sft, "after_sft": after_sft, "steps": args.steps, "variant": args.variant, "seeds": args.seeds,
@@ -90,10 +92,18 @@ def learning_arm(path: str, args, recipes: list[str], after_sft: dict | None) ->
         raise SystemExit(f"ablation: --learning={path} trained {learning.get('rl_steps') or 'a wall-clock budget'}"
                          f" updates per seed, not --steps={args.steps}: pass --steps={learning.get('rl_steps')}")
     check_instances(learning, args.eval_seeds, "ablation", path)
-    runs = [{"seed": r["seed"], "eval": r["after_rl"], "curve": r["rl_curve"], "train_s": r["wall_s"].get("rl"),
-             "eval_s": r["wall_s"].get("eval_rl")} for r in learning["rl_seeds"]]
-    return recipe, {"from": os.path.abspath(path), "runs": runs,
-                    "summary": seed_summary(after_sft, [r["eval"] for r in runs if r["eval"]])}
+    runs = [{"seed": r["seed"], "eval": r["after_rl"], "curve": r["rl_curve"], "dynamics": run_dynamics(r["rl_curve"]),
+             "train_s": r["wall_s"].get("rl"), "eval_s": r["wall_s"].get("eval_rl")} for r in learning["rl_seeds"]]
+    return recipe, {"from": os.path.abspath(path), "runs": runs, "summary": arm_summary(after_sft, runs)}
+
+
+def arm_summary(after_sft: dict | None, runs: list[dict]) -> dict:
+    """bench/seed_stats.py's seed summary of an arm's evaluated runs, with their dynamics and its correlation with
+    the gain."""
+    evaluated = [r for r in runs if r["eval"]]
+    summary = seed_summary(after_sft, [r["eval"] for r in evaluated])
+    summary["dynamics"] = dynamics_summary([r["dynamics"] for r in evaluated], summary.get("diffs"))
+    return summary
 
 
 def _memory_chars(eval_dir: str) -> float | None:

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 
-from seed_stats import seed_summary
+from seed_stats import dynamics_summary, run_dynamics, seed_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("sft", "eval_init", "eval_sft", "rl", "eval_rl")
@@ -130,8 +130,15 @@ def curve(workdir: str) -> list[dict]:
             if "rollout/success_rate" in row:   # the trained batch (dynamic sampling keeps it near 50%) and
                 seen = row.get("rollout/success_rate_seen")   # every episode read since the previous step
                 out.append({"step": row["step"], "success": round(row["rollout/success_rate"], 3),
-                            "success_seen": None if seen is None or seen != seen else round(seen, 3)})
+                            "success_seen": _rounded(seen), "staleness": _rounded(row.get("rollout/staleness/mean")),
+                            "kl": _rounded(row.get("ppo_actor/update/approx_kl/avg"), 4),
+                            "clip": _rounded(row.get("ppo_actor/update/clip_ratio/avg"), 4), "time": row.get("time")})
     return out
+
+
+def _rounded(value, digits: int = 3):
+    """A metric rounded for the JSON; None when it is missing or NaN."""
+    return None if value is None or value != value else round(float(value), digits)
 
 
 def main() -> None:
@@ -180,8 +187,9 @@ def main() -> None:
             else:
                 print(f"learning run: {rl} holds no train step yet (raise --rl_minutes): eval_rl skipped",
                       file=sys.stderr)
-        rl_seeds.append({"seed": seed, "after_rl": eval_summary(eval_dir), "rl_curve": curve(rl),
-                         "wall_s": seed_walls})
+        rl_curve = curve(rl)
+        rl_seeds.append({"seed": seed, "after_rl": eval_summary(eval_dir), "rl_curve": rl_curve,
+                         "dynamics": run_dynamics(rl_curve), "wall_s": seed_walls})
         for stage, wall in seed_walls.items():   # the totals over seeds (one seed: that seed's, as before)
             walls[stage] = round(walls.get(stage, 0.0) + wall, 1)
     sft_record = os.path.join(sft, "sft.json")
@@ -198,6 +206,8 @@ def main() -> None:
         "summary": seed_summary(after_sft, [r["after_rl"] for r in rl_seeds if r["after_rl"]]),
         "wall_s": walls,
     }
+    result["summary"]["dynamics"] = dynamics_summary([r["dynamics"] for r in rl_seeds if r["after_rl"]],
+                                                     result["summary"].get("diffs"))
     if args.seeds == 1:   # the single-run layout of earlier JSONs
         result.update(after_rl=rl_seeds[0]["after_rl"], rl_curve=rl_seeds[0]["rl_curve"])
     with open(os.path.join(out, "learning_run.json"), "w", encoding="utf-8") as f:

@@ -4,6 +4,8 @@
     mean_se([0.5, 0.6, 0.7])                    # (0.6, 0.0577): the mean and sample std / sqrt(N), ddof = 1
     seed_summary(sft_eval, [rl_eval_seed0, rl_eval_seed1, ...])
     arm_differences({"constT10": [0.55, 0.6], "grpo": [0.5, 0.45]})
+    run_dynamics(curve)                         # one RL run's staleness, KL, clipping and pace, from its curve
+    dynamics_summary([dynamics_seed0, ...], diffs)   # their mean ± SE over seeds, and correlation with the gain
 
 An eval summary is {"success": rate, "episodes": n, "tasks": {task: rate}, "task_episodes": {task: n}}.
 The SFT warm start is ONE shared eval, so the seeds' RL − SFT differences all carry the same SFT eval error:
@@ -91,4 +93,43 @@ def arm_differences(arms: dict[str, list[float]]) -> dict[str, dict]:
             continue
         diff, se = mean_a - mean_b, quadrature(se_a, se_b)
         out[f"{a} - {b}"] = {"diff_mean": diff, "diff_se": se, "diff_in_se": in_se(diff, se)}
+    return out
+
+
+DYNAMICS = ("staleness_mean", "kl_mean", "kl_max", "clip_mean", "s_per_update")
+
+
+def run_dynamics(curve: list[dict]) -> dict:
+    """One RL run's trained-batch dynamics from its curve (bench/learning_run.py `curve`: one row an update with
+    staleness, kl, clip and time): mean staleness, mean and max approx KL to the proximal policy, mean clipped
+    fraction, seconds an update after the first (None where the curve lacks the field)."""
+    def values(key):
+        return [row[key] for row in curve if row.get(key) is not None]
+
+    staleness, kl, clip, times = values("staleness"), values("kl"), values("clip"), values("time")
+    return {"staleness_mean": mean_se(staleness)[0], "kl_mean": mean_se(kl)[0], "kl_max": max(kl, default=None),
+            "clip_mean": mean_se(clip)[0],
+            "s_per_update": (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None}
+
+
+def pearson(xs, ys) -> float | None:
+    """Pearson correlation of paired values; None for fewer than 3 pairs or a constant side."""
+    pairs = [(float(x), float(y)) for x, y in zip(xs, ys) if x is not None and y is not None]
+    if len(pairs) < 3 or len({x for x, _ in pairs}) < 2 or len({y for _, y in pairs}) < 2:
+        return None
+    mx, my = (sum(v) / len(pairs) for v in zip(*pairs))
+    sxy = sum((x - mx) * (y - my) for x, y in pairs)
+    sxx, syy = sum((x - mx) ** 2 for x, _ in pairs), sum((y - my) ** 2 for _, y in pairs)
+    return sxy / math.sqrt(sxx * syy)
+
+
+def dynamics_summary(dynamics: list[dict], diffs: list[float] | None = None) -> dict:
+    """Per `DYNAMICS` field: the values over seeds, their mean ± SE and, with the seeds' RL − SFT differences,
+    the correlation with the gain across seeds (does a seed that ran staler, or took larger steps, gain less?)."""
+    out = {}
+    for key in DYNAMICS:
+        values = [d.get(key) for d in dynamics]
+        mean, se = mean_se([v for v in values if v is not None])
+        out[key] = {"values": values, "mean": mean, "se": se,
+                    "r_with_gain": pearson(values, diffs) if diffs else None}
     return out

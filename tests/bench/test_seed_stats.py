@@ -65,3 +65,29 @@ def test_arm_differences():
     assert d["x - y"]["diff_in_se"] == pytest.approx(2.0)
     assert d["x - z"]["diff_mean"] == pytest.approx(-0.2) and d["x - z"]["diff_se"] is None
     assert seed_stats.quadrature(0.3, 0.4) == pytest.approx(0.5)
+
+
+def test_run_dynamics_by_hand():
+    curve = [{"step": 1, "staleness": 0.0, "kl": 0.10, "clip": 0.2, "time": 100.0},
+             {"step": 2, "staleness": 1.0, "kl": 0.30, "clip": 0.1, "time": 120.0},
+             {"step": 3, "staleness": 2.0, "kl": None, "clip": 0.3, "time": 150.0}]
+    d = seed_stats.run_dynamics(curve)
+    assert d["staleness_mean"] == pytest.approx(1.0) and d["kl_mean"] == pytest.approx(0.2)   # the None is skipped
+    assert d["kl_max"] == pytest.approx(0.3) and d["clip_mean"] == pytest.approx(0.2)
+    assert d["s_per_update"] == pytest.approx(25.0)                                         # (150 - 100) / 2
+    old = seed_stats.run_dynamics([{"step": 1, "success": 0.5}])                            # a curve of before
+    assert all(v is None for v in old.values()) and set(old) == set(seed_stats.DYNAMICS)
+
+
+def test_dynamics_summary_correlates_with_the_gain():
+    runs = [{"staleness_mean": s, "kl_mean": 0.1, "kl_max": None, "clip_mean": c, "s_per_update": 20.0}
+            for s, c in ((1.0, 0.1), (2.0, 0.3), (3.0, 0.2))]
+    out = seed_stats.dynamics_summary(runs, [0.3, 0.2, 0.1])
+    assert out["staleness_mean"]["mean"] == pytest.approx(2.0) and out["staleness_mean"]["se"] == pytest.approx(
+        1 / math.sqrt(3))
+    assert out["staleness_mean"]["r_with_gain"] == pytest.approx(-1.0)    # staler seeds gained less, exactly
+    assert out["clip_mean"]["r_with_gain"] == pytest.approx(-0.5)         # deviations (-1,1,0)·(1,0,-1) / (sqrt2 sqrt2)
+    assert out["kl_mean"]["r_with_gain"] is None                          # constant: no correlation
+    assert out["kl_max"]["mean"] is None and out["kl_max"]["r_with_gain"] is None
+    assert seed_stats.pearson([1, 2], [3, 4]) is None                      # fewer than 3 pairs
+    json.dumps(out, allow_nan=False)
