@@ -5,6 +5,7 @@ same held-out instances. Prints one JSON object (and writes OUT/ablation.json).
     python bench/learning_run.py --out=/tmp/lr --stages=sft                       # the shared warm start
     python bench/ablation.py --sft=/tmp/lr/sft --out=/tmp/ablation --steps=12     # three arms, then eval each
     python bench/ablation.py --sft=/tmp/lr/sft --out=/tmp/ablation --steps=15 --eval_seeds=40 --seeds=5
+    python bench/ablation.py ... --resume --sft_eval=DIR   # the finished runs again, against another SFT eval
 
 Seeds: --seeds=N > 1 trains every arm N times from the same warm start with --config.seed=s, s in 0..N-1
 (OUT/<recipe>/rl_seed<s>, eval in OUT/<recipe>/eval_seed<s>); --seeds=1 keeps OUT/<recipe>/{rl,eval} and the
@@ -44,6 +45,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="runs per arm from the one warm start, seeds 0..N-1")
     parser.add_argument("--sft_eval", default=None, help="the warm start's eval dir (default: SFT/../eval_sft)")
     parser.add_argument("--learning", default=None, help="learning_run.py JSON whose RL seeds are one more arm")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse every run already trained to --steps and evaluated (after a crash, or to summarise "
+                             "the same runs against another --sft_eval)")
     parser.add_argument("override", nargs="*", help="--config.a.b=v overrides for every arm (after --)")
     args = parser.parse_args()
     check_seeds(args.seeds, args.override, "ablation")
@@ -60,15 +64,18 @@ def main() -> None:
         config = f"configs/{recipe}.py:{args.variant}"
         runs = []
         for seed, workdir, eval_dir in seed_runs(os.path.join(out, recipe), args.seeds, "eval"):
-            train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
-                                    override=args.override))
-            eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds, eval_workers=args.eval_workers,
-                                           override=args.override)
-            eval_s = run(eval_cmd(eval_args, workdir, eval_dir))
+            walls = finished_walls(workdir, eval_dir, args.steps) if args.resume else None
+            if walls is None:
+                train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
+                                        override=args.override))
+                eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds,
+                                               eval_workers=args.eval_workers, override=args.override)
+                walls = {"train_s": train_s, "eval_s": run(eval_cmd(eval_args, workdir, eval_dir))}
+                with open(os.path.join(eval_dir, WALLS), "w", encoding="utf-8") as f:
+                    json.dump(walls, f)
             rl_curve = curve(workdir)
             runs.append({"seed": seed, "eval": eval_summary(eval_dir), "curve": rl_curve,
-                         "dynamics": run_dynamics(rl_curve), "train_s": train_s, "eval_s": eval_s,
-                         "memory_chars": _memory_chars(eval_dir)})
+                         "dynamics": run_dynamics(rl_curve), **walls, "memory_chars": _memory_chars(eval_dir)})
         arms[recipe] = {"runs": runs, "summary": arm_summary(after_sft, runs)}
         if args.seeds == 1:   # the single-run layout of earlier JSONs
             arms[recipe].update({k: v for k, v in runs[0].items() if k != "seed"})
@@ -95,6 +102,21 @@ def learning_arm(path: str, args, recipes: list[str], after_sft: dict | None) ->
     runs = [{"seed": r["seed"], "eval": r["after_rl"], "curve": r["rl_curve"], "dynamics": run_dynamics(r["rl_curve"]),
              "train_s": r["wall_s"].get("rl"), "eval_s": r["wall_s"].get("eval_rl")} for r in learning["rl_seeds"]]
     return recipe, {"from": os.path.abspath(path), "runs": runs, "summary": arm_summary(after_sft, runs)}
+
+
+WALLS = "walls.json"   # next to a run's eval.json: its train and eval wall seconds, for --resume
+
+
+def finished_walls(workdir: str, eval_dir: str, steps: int) -> dict | None:
+    """A run --resume can reuse: trained to `steps` updates and evaluated. Its wall times (None for a run made
+    before they were recorded), or None when it must run (again)."""
+    if len(curve(workdir)) < steps or not os.path.exists(os.path.join(eval_dir, "eval.json")):
+        return None
+    path = os.path.join(eval_dir, WALLS)
+    if not os.path.exists(path):
+        return {"train_s": None, "eval_s": None}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def arm_summary(after_sft: dict | None, runs: list[dict]) -> dict:

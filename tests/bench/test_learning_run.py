@@ -97,6 +97,33 @@ def test_a_learning_runs_seeds_join_the_ablation_as_an_arm(tmp_path):
         f"ablation: --learning={learning} trained 15 updates per seed, not --steps=12: pass --steps=15")
 
 
+def test_resume_reuses_finished_runs_and_summarises_them_against_another_sft_eval(tmp_path):
+    """ablation.py --resume trains nothing for runs trained to --steps and evaluated (the warm start here does not
+    even exist): it reads their curves (dynamics included) and evals, their recorded wall times where there are
+    some, and summarises them against --sft_eval."""
+    write_eval(tmp_path / "sft_eval_b", 0.4)
+    for seed, rate in enumerate([0.6, 0.5]):
+        workdir = tmp_path / "arms" / "grpo" / f"rl_seed{seed}"
+        workdir.mkdir(parents=True)
+        rows = [{"step": step, "time": 100.0 + 20 * step, "rollout/success_rate": 0.5, "rollout/success_rate_seen": 0.5,
+                 "rollout/staleness/mean": float(seed), "ppo_actor/update/approx_kl/avg": 0.1,
+                 "ppo_actor/update/clip_ratio/avg": 0.2} for step in (1, 2)]
+        (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_eval(tmp_path / "arms" / "grpo" / f"eval_seed{seed}", rate)
+    (tmp_path / "arms" / "grpo" / "eval_seed0" / "walls.json").write_text(json.dumps({"train_s": 40.0, "eval_s": 9.0}))
+    proc = bench("ablation.py", f"--sft={tmp_path / 'no_sft'}", f"--out={tmp_path / 'arms'}", "--recipes=grpo",
+                 "--steps=2", "--seeds=2", "--resume", f"--sft_eval={tmp_path / 'sft_eval_b'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    arm = json.loads((tmp_path / "arms" / "ablation.json").read_text())["arms"]["grpo"]
+    assert [(r["train_s"], r["eval_s"]) for r in arm["runs"]] == [(40.0, 9.0), (None, None)]
+    assert arm["summary"]["diffs"] == pytest.approx([0.2, 0.1])            # against sft_eval_b's 0.4
+    dynamics = arm["summary"]["dynamics"]
+    assert dynamics["staleness_mean"]["values"] == [0.0, 1.0] and dynamics["s_per_update"]["mean"] == 20.0
+    proc = bench("ablation.py", f"--sft={tmp_path / 'no_sft'}", f"--out={tmp_path / 'arms'}", "--recipes=grpo",
+                 "--steps=3", "--seeds=2", "--resume", f"--sft_eval={tmp_path / 'sft_eval_b'}")
+    assert proc.returncode != 0   # a run short of --steps is trained again: here from a warm start that is missing
+
+
 # launch/train_run's small toy settings (tests/launch/test_train_run.py): one update is a few dozen episodes
 SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "--config.train.ppo_n_epochs=1",
          "--config.rollout.server_max_batch=2", "--config.rollout.num_workers=1"]
