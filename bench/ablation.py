@@ -11,7 +11,8 @@ Seeds: --seeds=N > 1 trains every arm N times from the same warm start with --co
 (OUT/<recipe>/rl_seed<s>, eval in OUT/<recipe>/eval_seed<s>); --seeds=1 keeps OUT/<recipe>/{rl,eval} and the
 recipe's own seed. Each arm gets the learning run's `summary` (bench/seed_stats.py) against the SFT eval of
 --sft_eval (default: eval_sft next to --sft, as bench/learning_run.py lays it out; it must have played the same
-held-out instances), and `arm_differences` holds every pair's difference of mean success ± SE.
+held-out instances; several comma-separated evals of it with other sampling seeds are pooled, which shrinks the
+error every seed's difference shares), and `arm_differences` holds every pair's difference of mean success ± SE.
 --learning=OUT/learning_run.json adds that run's RL seeds as one more arm (its recipe, e.g. constT10 trained by
 bench/learning_run.py --seeds=N), when it trained the same number of updates on the same held-out instances.
 
@@ -28,7 +29,7 @@ import os
 
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
-from seed_stats import arm_differences, dynamics_summary, run_dynamics, seed_summary
+from seed_stats import arm_differences, dynamics_summary, pool_evals, run_dynamics, seed_summary
 
 RECIPES = ("constT10", "grpo", "raftpp")
 
@@ -43,7 +44,9 @@ def main() -> None:
     parser.add_argument("--eval_seeds", type=int, default=20, help="held-out instances per task")
     parser.add_argument("--eval_workers", type=int, default=2)
     parser.add_argument("--seeds", type=int, default=1, help="runs per arm from the one warm start, seeds 0..N-1")
-    parser.add_argument("--sft_eval", default=None, help="the warm start's eval dir (default: SFT/../eval_sft)")
+    parser.add_argument("--sft_eval", default=None,
+                        help="the warm start's eval dir (default: SFT/../eval_sft), or several, comma-separated: "
+                             "evals of it with other sampling seeds, pooled (bench/seed_stats.py pool_evals)")
     parser.add_argument("--learning", default=None, help="learning_run.py JSON whose RL seeds are one more arm")
     parser.add_argument("--resume", action="store_true",
                         help="reuse every run already trained to --steps and evaluated (after a crash, or to summarise "
@@ -53,7 +56,7 @@ def main() -> None:
     check_seeds(args.seeds, args.override, "ablation")
     out, sft = os.path.abspath(args.out), os.path.abspath(args.sft)
     sft_eval_dir = args.sft_eval or os.path.join(os.path.dirname(sft), "eval_sft")
-    after_sft = eval_summary(sft_eval_dir)
+    after_sft = sft_eval(sft_eval_dir)
     check_instances(after_sft, args.eval_seeds, "ablation", sft_eval_dir)
     recipes = [r for r in args.recipes.split(",") if r]
     for recipe in recipes:
@@ -102,6 +105,22 @@ def learning_arm(path: str, args, recipes: list[str], after_sft: dict | None) ->
     runs = [{"seed": r["seed"], "eval": r["after_rl"], "curve": r["rl_curve"], "dynamics": run_dynamics(r["rl_curve"]),
              "train_s": r["wall_s"].get("rl"), "eval_s": r["wall_s"].get("eval_rl")} for r in learning["rl_seeds"]]
     return recipe, {"from": os.path.abspath(path), "runs": runs, "summary": arm_summary(after_sft, runs)}
+
+
+def sft_eval(dirs: str) -> dict | None:
+    """The warm start's eval summary from one eval dir, or several comma-separated ones pooled; one-line exit
+    when one of several is missing or they played other instances."""
+    paths = [d for d in dirs.split(",") if d]
+    if len(paths) == 1:
+        return eval_summary(paths[0])
+    summaries = [eval_summary(p) for p in paths]
+    missing = [p for p, summary in zip(paths, summaries) if summary is None]
+    if missing:
+        raise SystemExit(f"ablation: --sft_eval {missing[0]} holds no eval.json: run launch/eval.py there or drop it")
+    try:
+        return pool_evals(summaries)
+    except ValueError as err:
+        raise SystemExit(f"ablation: --sft_eval: {err}") from None
 
 
 WALLS = "walls.json"   # next to a run's eval.json: its train and eval wall seconds, for --resume

@@ -4,6 +4,7 @@
     mean_se([0.5, 0.6, 0.7])                    # (0.6, 0.0577): the mean and sample std / sqrt(N), ddof = 1
     seed_summary(sft_eval, [rl_eval_seed0, rl_eval_seed1, ...])
     arm_differences({"constT10": [0.55, 0.6], "grpo": [0.5, 0.45]})
+    pool_evals([sft_eval_a, sft_eval_b])        # several evals of one policy on the same instances, as one
     run_dynamics(curve)                         # one RL run's staleness, KL, clipping and pace, from its curve
     dynamics_summary([dynamics_seed0, ...], diffs)   # their mean ± SE over seeds, and correlation with the gain
 
@@ -80,6 +81,32 @@ def seed_summary(sft: dict | None, rl: list[dict]) -> dict:
                        "eval_se_sft": binomial_se(sft_rate, n), "episodes": n}
     out["tasks"] = tasks
     return out
+
+
+def pool_evals(evals: list[dict]) -> dict:
+    """Several eval summaries of ONE policy on the same held-out instances (independent draws: other sampling
+    seeds, or unseeded) as one eval of all their episodes: rates weighted by episodes, so the pooled binomial SE
+    shrinks as sqrt(1 / evals). A shared warm start's eval error is carried by every seed's difference; pooling is
+    how to make it small. ValueError when they played different instances."""
+    if len({tuple(e.get("eval_seeds") or ()) for e in evals}) > 1:
+        raise ValueError(f"pool_evals: the evals played different instances: {[e.get('eval_seeds') for e in evals]}")
+
+    def weighted(rates, counts):
+        pairs = [(r, n) for r, n in zip(rates, counts) if r is not None and n]
+        total = sum(n for _, n in pairs)
+        return sum(r * n for r, n in pairs) / total if total else None
+
+    episodes = [e.get("episodes") or 0 for e in evals]
+    wins = [e["success"] * n for e, n in zip(evals, episodes)]
+    tasks = sorted({t for e in evals for t in e.get("tasks", {})})
+    task_episodes = {t: [(e.get("task_episodes") or {}).get(t) or 0 for e in evals] for t in tasks}
+    return {"success": weighted([e["success"] for e in evals], episodes), "episodes": sum(episodes),
+            "tasks": {t: weighted([e["tasks"].get(t) for e in evals], task_episodes[t]) for t in tasks},
+            "task_episodes": {t: sum(n) for t, n in task_episodes.items()}, "eval_seeds": evals[0].get("eval_seeds"),
+            "steps_success": weighted([e.get("steps_success") for e in evals], wins),
+            "steps_failure": weighted([e.get("steps_failure") for e in evals],
+                                      [n - w for n, w in zip(episodes, wins)]),
+            "evals": len(evals), "success_each": [e["success"] for e in evals]}
 
 
 def arm_differences(arms: dict[str, list[float]]) -> dict[str, dict]:

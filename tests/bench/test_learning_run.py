@@ -119,6 +119,18 @@ def test_resume_reuses_finished_runs_and_summarises_them_against_another_sft_eva
     assert arm["summary"]["diffs"] == pytest.approx([0.2, 0.1])            # against sft_eval_b's 0.4
     dynamics = arm["summary"]["dynamics"]
     assert dynamics["staleness_mean"]["values"] == [0.0, 1.0] and dynamics["s_per_update"]["mean"] == 20.0
+    write_eval(tmp_path / "sft_eval_c", 0.6)                              # the warm start again, other draws
+    pooled = f"--sft_eval={tmp_path / 'sft_eval_b'},{tmp_path / 'sft_eval_c'}"
+    proc = bench("ablation.py", f"--sft={tmp_path / 'no_sft'}", f"--out={tmp_path / 'arms'}", "--recipes=grpo",
+                 "--steps=2", "--seeds=2", "--resume", pooled)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "arms" / "ablation.json").read_text())
+    assert result["after_sft"]["evals"] == 2 and result["after_sft"]["episodes"] == 40
+    assert result["arms"]["grpo"]["summary"]["diffs"] == pytest.approx([0.1, 0.0])   # against the pooled 0.5
+    proc = bench("ablation.py", f"--sft={tmp_path / 'no_sft'}", f"--out={tmp_path / 'arms'}", "--recipes=grpo",
+                 "--steps=2", "--seeds=2", "--resume", pooled + f",{tmp_path / 'missing'}")
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"ablation: --sft_eval {tmp_path / 'missing'} holds no eval.json: run launch/eval.py there or drop it")
     proc = bench("ablation.py", f"--sft={tmp_path / 'no_sft'}", f"--out={tmp_path / 'arms'}", "--recipes=grpo",
                  "--steps=3", "--seeds=2", "--resume", f"--sft_eval={tmp_path / 'sft_eval_b'}")
     assert proc.returncode != 0   # a run short of --steps is trained again: here from a warm start that is missing

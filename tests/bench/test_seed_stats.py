@@ -91,3 +91,19 @@ def test_dynamics_summary_correlates_with_the_gain():
     assert out["kl_max"]["mean"] is None and out["kl_max"]["r_with_gain"] is None
     assert seed_stats.pearson([1, 2], [3, 4]) is None                      # fewer than 3 pairs
     json.dumps(out, allow_nan=False)
+
+
+def test_pool_evals_by_hand():
+    a = {"success": 0.5, "episodes": 100, "tasks": {"x": 0.4, "y": 0.6}, "task_episodes": {"x": 50, "y": 50},
+         "eval_seeds": [1, 50], "steps_success": 2.0, "steps_failure": 4.0}
+    b = {"success": 0.7, "episodes": 100, "tasks": {"x": 0.6, "y": 0.8}, "task_episodes": {"x": 50, "y": 50},
+         "eval_seeds": [1, 50], "steps_success": 3.0, "steps_failure": 5.0}
+    pooled = seed_stats.pool_evals([a, b])
+    assert pooled["success"] == pytest.approx(0.6) and pooled["episodes"] == 200 and pooled["evals"] == 2
+    assert pooled["tasks"] == pytest.approx({"x": 0.5, "y": 0.7}) and pooled["task_episodes"] == {"x": 100, "y": 100}
+    assert pooled["steps_success"] == pytest.approx((2.0 * 50 + 3.0 * 70) / 120)    # weighted by successes
+    assert pooled["steps_failure"] == pytest.approx((4.0 * 50 + 5.0 * 30) / 80)     # and by failures
+    assert pooled["success_each"] == [0.5, 0.7] and pooled["eval_seeds"] == [1, 50]
+    assert binomial_se(pooled["success"], pooled["episodes"]) < binomial_se(0.6, 100)
+    with pytest.raises(ValueError, match="different instances"):
+        seed_stats.pool_evals([a, dict(b, eval_seeds=[1, 40])])

@@ -19,8 +19,9 @@ MAX_UPDATES = 40   # a budget, not the schedule: the run stops once it has learn
 TARGET = 0.95      # success of the episodes read since the previous update (rollout/success_rate_seen); earlier
                    # runs with a fixed 24 updates were still learning at the end in 2 of 7 (the asynchronous timing
                    # varies the path), so the run goes on until the policy has learned, or fails at MAX_UPDATES.
-                   # Not 0.9: a policy that fails one instruction greedily succeeds at most ~0.875 on average, and
-                   # two batches of ~36 episodes read 0.9 by chance often enough to fail one full suite run in 3
+                   # Not 0.9 (one of three full-suite runs failed at 0.9; its log was lost): a policy that fails one
+                   # instruction greedily succeeds ~0.875 at most on average, and two batches of ~36 episodes can
+                   # read 0.9 by chance, so the greedy check after the stop would fail
 
 
 def launch(script, *args, timeout):
