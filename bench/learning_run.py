@@ -131,7 +131,8 @@ def curve(workdir: str) -> list[dict]:
                 seen = row.get("rollout/success_rate_seen")   # every episode read since the previous step
                 out.append({"step": row["step"], "success": round(row["rollout/success_rate"], 3),
                             "success_seen": _rounded(seen), "staleness": _rounded(row.get("rollout/staleness/mean")),
-                            "kl": _rounded(row.get("ppo_actor/update/approx_kl/avg"), 4),
+                            "kl": _rounded(row.get("ppo_actor/update/approx_kl_abs/avg"), 4),   # |new − prox|
+                            "behave_kl": _rounded(row.get("ppo_actor/update/behave_approx_kl_abs/avg"), 4),
                             "clip": _rounded(row.get("ppo_actor/update/clip_ratio/avg"), 4), "time": row.get("time")})
     return out
 

@@ -123,18 +123,20 @@ def arm_differences(arms: dict[str, list[float]]) -> dict[str, dict]:
     return out
 
 
-DYNAMICS = ("staleness_mean", "kl_mean", "kl_max", "clip_mean", "s_per_update")
+DYNAMICS = ("staleness_mean", "behave_kl_mean", "kl_mean", "kl_max", "clip_mean", "s_per_update")
 
 
 def run_dynamics(curve: list[dict]) -> dict:
     """One RL run's trained-batch dynamics from its curve (bench/learning_run.py `curve`: one row an update with
-    staleness, kl, clip and time): mean staleness, mean and max approx KL to the proximal policy, mean clipped
-    fraction, seconds an update after the first (None where the curve lacks the field)."""
+    staleness, behave_kl, kl, clip and time): mean staleness (versions), mean |log prox − log behave| (how far the
+    trained episodes' behaviour policy was from the policy they train), mean and max |log new − log prox| (the
+    update's step), mean clipped fraction, seconds an update after the first (None where the curve lacks it)."""
     def values(key):
         return [row[key] for row in curve if row.get(key) is not None]
 
     staleness, kl, clip, times = values("staleness"), values("kl"), values("clip"), values("time")
-    return {"staleness_mean": mean_se(staleness)[0], "kl_mean": mean_se(kl)[0], "kl_max": max(kl, default=None),
+    return {"staleness_mean": mean_se(staleness)[0], "behave_kl_mean": mean_se(values("behave_kl"))[0],
+            "kl_mean": mean_se(kl)[0], "kl_max": max(kl, default=None),
             "clip_mean": mean_se(clip)[0],
             "s_per_update": (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None}
 

@@ -68,10 +68,11 @@ def test_arm_differences():
 
 
 def test_run_dynamics_by_hand():
-    curve = [{"step": 1, "staleness": 0.0, "kl": 0.10, "clip": 0.2, "time": 100.0},
-             {"step": 2, "staleness": 1.0, "kl": 0.30, "clip": 0.1, "time": 120.0},
-             {"step": 3, "staleness": 2.0, "kl": None, "clip": 0.3, "time": 150.0}]
+    curve = [{"step": 1, "staleness": 0.0, "behave_kl": 0.0, "kl": 0.10, "clip": 0.2, "time": 100.0},
+             {"step": 2, "staleness": 1.0, "behave_kl": 0.3, "kl": 0.30, "clip": 0.1, "time": 120.0},
+             {"step": 3, "staleness": 2.0, "behave_kl": 0.6, "kl": None, "clip": 0.3, "time": 150.0}]
     d = seed_stats.run_dynamics(curve)
+    assert d["behave_kl_mean"] == pytest.approx(0.3)
     assert d["staleness_mean"] == pytest.approx(1.0) and d["kl_mean"] == pytest.approx(0.2)   # the None is skipped
     assert d["kl_max"] == pytest.approx(0.3) and d["clip_mean"] == pytest.approx(0.2)
     assert d["s_per_update"] == pytest.approx(25.0)                                         # (150 - 100) / 2
@@ -80,7 +81,8 @@ def test_run_dynamics_by_hand():
 
 
 def test_dynamics_summary_correlates_with_the_gain():
-    runs = [{"staleness_mean": s, "kl_mean": 0.1, "kl_max": None, "clip_mean": c, "s_per_update": 20.0}
+    runs = [{"staleness_mean": s, "behave_kl_mean": 0.2, "kl_mean": 0.1, "kl_max": None, "clip_mean": c,
+             "s_per_update": 20.0}
             for s, c in ((1.0, 0.1), (2.0, 0.3), (3.0, 0.2))]
     out = seed_stats.dynamics_summary(runs, [0.3, 0.2, 0.1])
     assert out["staleness_mean"]["mean"] == pytest.approx(2.0) and out["staleness_mean"]["se"] == pytest.approx(
