@@ -40,18 +40,21 @@ def ablation_runs(arm: dict) -> list[dict]:
 
 
 def bar(evals: list[dict]) -> dict:
-    """{"mean", "se", "seeds"}: the mean success over seeds ± SE over seeds; one eval: its binomial SE."""
+    """{"mean", "se", "seeds"}: the mean success over seeds ± SE over seeds; one eval: its binomial SE (a pooled
+    eval, bench/seed_stats.py `pool_evals`: over all its episodes, its evals as the dots)."""
     rates = [e["success"] for e in evals]
     mean, se = mean_se(rates)
     if len(rates) == 1:
         se = binomial_se(rates[0], evals[0].get("episodes"))
+        rates = evals[0].get("success_each") or rates
     return {"mean": mean, "se": se, "seeds": rates}
 
 
 def plot(learning: dict, ablation: dict | None, out: str) -> dict:
     """Write the figure to `out` (PNG); returns {bar name: bar(...)}."""
     bars: dict[str, dict] = {}
-    for label, summary in (("initial", learning.get("initial")), ("SFT", learning.get("after_sft"))):
+    sft = (ablation or {}).get("after_sft") or learning.get("after_sft")   # the ablation's may pool several evals
+    for label, summary in (("initial", learning.get("initial")), ("SFT", sft)):
         if summary:
             bars[label] = bar([summary])
     baselines = len(bars)

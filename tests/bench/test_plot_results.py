@@ -57,3 +57,10 @@ def test_the_cli_plots_a_learning_run_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = json.loads(proc.stdout)
     assert list(printed["bars"]) == ["initial", "SFT", "SFT + constT10"] and _is_png(out)
+
+
+def test_the_ablations_pooled_sft_eval_is_the_sft_bar(tmp_path):
+    pooled = dict(_eval(0.55, 480), evals=4, success_each=[0.5, 0.55, 0.6, 0.55])
+    bars = plot(LEARNING, dict(ABLATION, after_sft=pooled), str(tmp_path / "fig.png"))
+    assert bars["SFT"]["mean"] == pytest.approx(0.55) and bars["SFT"]["seeds"] == [0.5, 0.55, 0.6, 0.55]
+    assert bars["SFT"]["se"] == pytest.approx(math.sqrt(0.55 * 0.45 / 480))   # over all 480 episodes
