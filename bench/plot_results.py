@@ -80,9 +80,12 @@ def plot(learning: dict, ablation: dict | None, out: str) -> dict:
     left.set_xticks(x, names, rotation=20)
     left.set_ylabel("held-out success")
     left.set_ylim(0, 1)
-    counts = sorted({len(b["seeds"]) for b in bars.values() if len(b["seeds"]) > 1})
-    left.set_title(f"held-out: mean ± 1 s.e. over {'/'.join(map(str, counts))} seeds (dots)" if counts
-                   else "held-out instances (±1 binomial s.e.)")
+    counts = sorted({len(bars[f"SFT + {n}"]["seeds"]) for n in arms} - {1})
+    title = (f"held-out: mean ± 1 s.e. over {'/'.join(map(str, counts))} seeds (dots)" if counts
+             else "held-out instances (±1 binomial s.e.)")
+    if sft and sft.get("evals", 1) > 1:
+        title += f"; SFT: {sft['evals']} evals pooled"
+    left.set_title(title, fontsize=10)
     for i, (name, runs) in enumerate(arms.items()):
         for j, run in enumerate(runs):
             points = [(p["step"], p["success_seen"]) for p in run["curve"] if p.get("success_seen") is not None]

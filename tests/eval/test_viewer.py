@@ -22,12 +22,14 @@ HOSTILE = "Memory: {\"note\": \"<b>bold</b>\"}\nAction: <script>document.body.da
 
 
 def _hostile_oracle(buffer):
-    """The toy oracle (epsilon 0.5: some episodes fail), except that one step in four answers with a script."""
-    oracle = toy_oracle_responder(0.5)
+    """The toy oracle (epsilon 0.2: some episodes fail), except that about one step in seven answers with a script.
+    An episode then succeeds about 1 time in 2 (each of three turns: 0.85 x 0.9); the eval seeds every step, so the
+    outcomes are fixed (both kinds among the 12)."""
+    oracle = toy_oracle_responder(0.2)
 
     def respond(request, rng):
-        if rng.random() < 0.25:
-            return HOSTILE, math.log(0.25)
+        if rng.random() < 0.15:
+            return HOSTILE, math.log(0.15)
         return oracle(request, rng)
 
     return ScriptedBackend(respond, processor=tiny_processor(), fetch_image=buffer.screenshots.get, seed=0)
