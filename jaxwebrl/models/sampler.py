@@ -311,7 +311,7 @@ class Sampler:
         cache = kv_cache.init_cache(self.config, rows, width + sampling.max_new_tokens, jnp.dtype(self.config.dtype))
         if self.mesh is not None:
             cache = jax.device_put(cache, partition.cache_shardings(cache, self.mesh))
-        rng = row_keys(seed, len(prompts), rows)
+        rng = self._place(row_keys(seed, len(prompts), rows))   # [rows, 2]: split with the batch on a mesh
         stop_ids = jnp.asarray(sampling.stop_token_ids or (-1,), jnp.int32)
         static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())  # stop ids are traced
         params, version = self._weights(weights)

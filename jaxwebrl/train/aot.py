@@ -224,7 +224,7 @@ class Programs:
         patches = rows * s.images_per_row * int(np.prod(s.grid))
         args = (self._server_params(), _batch(mesh, (rows, width), jnp.int32), _batch(mesh, (rows, width), jnp.int32),
                 _batch(mesh, (patches, self.model_config.vision.patch_dim), jnp.float32), cache,
-                _replicated(mesh, (2,), jnp.uint32), _replicated(mesh, (), jnp.int32), _replicated(mesh, (1,), jnp.int32),
+                _batch(mesh, (rows, 2), jnp.uint32), _replicated(mesh, (), jnp.int32), _replicated(mesh, (1,), jnp.int32),
                 None, _replicated(mesh, (0,), jnp.int32), _replicated(mesh, (), jnp.int32))
         grid = tuple([s.grid] * (rows * s.images_per_row))
         static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())
