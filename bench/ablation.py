@@ -29,7 +29,7 @@ import os
 
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
-from seed_stats import arm_differences, dynamics_summary, pool_evals, run_dynamics, seed_summary
+from seed_stats import arm_differences, pool_evals, run_dynamics, seed_summary
 
 RECIPES = ("constT10", "grpo", "raftpp")
 
@@ -139,12 +139,9 @@ def finished_walls(workdir: str, eval_dir: str, steps: int) -> dict | None:
 
 
 def arm_summary(after_sft: dict | None, runs: list[dict]) -> dict:
-    """bench/seed_stats.py's seed summary of an arm's evaluated runs, with their dynamics and its correlation with
-    the gain."""
+    """bench/seed_stats.py's seed summary of an arm's evaluated runs, their dynamics included."""
     evaluated = [r for r in runs if r["eval"]]
-    summary = seed_summary(after_sft, [r["eval"] for r in evaluated])
-    summary["dynamics"] = dynamics_summary([r["dynamics"] for r in evaluated], summary.get("diffs"))
-    return summary
+    return seed_summary(after_sft, [r["eval"] for r in evaluated], [r["dynamics"] for r in evaluated])
 
 
 def _memory_chars(eval_dir: str) -> float | None:

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 
-from seed_stats import dynamics_summary, run_dynamics, seed_summary
+from seed_stats import run_dynamics, seed_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("sft", "eval_init", "eval_sft", "rl", "eval_rl")
@@ -204,11 +204,10 @@ def main() -> None:
         "after_sft": after_sft,
         "seeds": args.seeds,
         "rl_seeds": rl_seeds,
-        "summary": seed_summary(after_sft, [r["after_rl"] for r in rl_seeds if r["after_rl"]]),
+        "summary": seed_summary(after_sft, [r["after_rl"] for r in rl_seeds if r["after_rl"]],
+                                [r["dynamics"] for r in rl_seeds if r["after_rl"]]),
         "wall_s": walls,
     }
-    result["summary"]["dynamics"] = dynamics_summary([r["dynamics"] for r in rl_seeds if r["after_rl"]],
-                                                     result["summary"].get("diffs"))
     if args.seeds == 1:   # the single-run layout of earlier JSONs
         result.update(after_rl=rl_seeds[0]["after_rl"], rl_curve=rl_seeds[0]["rl_curve"])
     with open(os.path.join(out, "learning_run.json"), "w", encoding="utf-8") as f:

@@ -54,9 +54,17 @@ def quadrature(*ses: float | None) -> float | None:
     return math.sqrt(sum(se * se for se in ses))
 
 
-def seed_summary(sft: dict | None, rl: list[dict]) -> dict:
+def seed_summary(sft: dict | None, rl: list[dict], dynamics: list[dict] | None = None) -> dict:
     """Mean RL success over seeds and, with the SFT eval, every seed's RL − SFT difference, its mean ± SE, the
-    seeds where RL beat SFT, per task, and each eval's own binomial noise (see the module docstring)."""
+    seeds where RL beat SFT, per task, and each eval's own binomial noise (see the module docstring); with the
+    seeds' `run_dynamics` (one per eval in `rl`), their `dynamics_summary` against those differences."""
+    out = _seed_summary(sft, rl)
+    if dynamics is not None:
+        out["dynamics"] = dynamics_summary(dynamics, out.get("diffs"))
+    return out
+
+
+def _seed_summary(sft: dict | None, rl: list[dict]) -> dict:
     rates = [r["success"] for r in rl]
     rl_mean, rl_se = mean_se(rates)
     episodes = [r.get("episodes") for r in rl]
