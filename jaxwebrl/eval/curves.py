@@ -17,7 +17,8 @@ import numpy as np
 # What the training-curves notebook plots: (title, [(metrics key, legend label)]).
 PANELS = (
     ("reward", [("rollout/reward", "trained batch reward"), ("rollout/success_rate", "trained batch success"),
-                ("rollout/success_rate_seen", "success of all episodes read")]),
+                ("rollout/success_rate_seen", "success of all episodes read"),
+                ("eval/greedy_success", "greedy check (train.stop_at_greedy_success)")]),
     ("steps of successes vs failures", [("rollout/steps_success/avg", "successes"),
                                         ("rollout/steps_failure/avg", "failures")]),
     ("behaviour cap and clipping", [("ppo_actor/behave_cap_ratio", "behave_cap_ratio"),

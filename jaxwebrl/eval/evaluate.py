@@ -48,58 +48,116 @@ def worker_config(config, tasks, *, episodes_per_seed: int, temperature: float |
     return WorkerConfig.from_dict(fields)
 
 
-def play(config, policy, jobs: list[tuple[str, int]], buffer, *, episodes_per_seed: int, num_workers: int,
-         temperature: float | None, version: int = 0, make_handler=None) -> list[dict]:
-    """Play every (task, seed) job `episodes_per_seed` times; returns the episodes read back from `buffer`.
+class Players:
+    """A policy server and `num_workers` rollout workers kept up between rounds of play, so the sampler compiles
+    and the browsers start once (`probe.SuccessProbe` plays a round after every train step).
 
-    `make_handler(buffer)` replaces the policy server by another transport handler (e.g. the scripted backend
-    of diagnostics and tests);
-    by default a `PolicyServer` serves `policy` as version `version`."""
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    wconfig = worker_config(config, sorted({t for t, _ in jobs}), episodes_per_seed=episodes_per_seed,
-                            temperature=temperature)
-    todo: queue.Queue = queue.Queue()
-    for index, job in enumerate(jobs):
-        todo.put((index, job))
-    errors: list[BaseException] = []
-    if make_handler is not None:
-        service = PolicyService(make_handler(buffer), host="127.0.0.1", num_clients=num_workers)
-    else:
-        service = PolicyService.for_policy(policy, buffer, config, host="127.0.0.1", num_clients=num_workers)
-        service.server.set_weights(policy.params, version)
+        with Players(config, policy, buffer, episodes_per_seed=1, num_workers=2, temperature=0.0) as players:
+            episodes = players.play([(task, seed), ...])      # every job's G episodes, read back from `buffer`
+            players.set_weights(params, version=3)           # the next round plays these
 
-    def work(worker_id: int) -> None:
-        client = PolicyClient(service.address, token=service.token)
-        worker = RolloutWorker(wconfig, client, buffer, worker_id=worker_id)
-        try:
-            while not errors:
-                try:
-                    index, (task, seed) = todo.get_nowait()
-                except queue.Empty:
-                    return
-                worker.run_group(task, seed, group_id=index)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            errors.append(exc)
-        finally:
-            worker.close()
-            client.close()
+    `config.env.tasks` must hold every job's task (the server's action constraint follows it). `make_handler(buffer)`
+    replaces the policy server by another transport handler (e.g. the scripted backend of diagnostics and tests);
+    by default a `PolicyServer` serves `policy` as version `version`. Workers are made on first use and kept; each
+    round runs them on fresh threads (a worker is used by one thread at a time)."""
 
-    threads = [threading.Thread(target=work, args=(i,), name=f"eval-worker-{i}", daemon=True)
-               for i in range(min(num_workers, len(jobs)))]
-    with service.start():
+    def __init__(self, config, policy, buffer, *, episodes_per_seed: int, num_workers: int,
+                 temperature: float | None, version: int = 0, make_handler=None):
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.buffer = buffer
+        self.episodes_per_seed = int(episodes_per_seed)
+        self._wconfig = worker_config(config, env_specs(config.env.tasks), episodes_per_seed=episodes_per_seed,
+                                      temperature=temperature)
+        if make_handler is not None:
+            self.service = PolicyService(make_handler(buffer), host="127.0.0.1", num_clients=num_workers)
+        else:
+            self.service = PolicyService.for_policy(policy, buffer, config, host="127.0.0.1", num_clients=num_workers)
+            self.service.server.set_weights(policy.params, version)
+        self._workers: list[RolloutWorker | None] = [None] * num_workers
+        self._clients: list[PolicyClient] = []
+        self._cursor = None      # the buffer read so far: a round reads only its own episodes
+        self.service.start()
+
+    def set_weights(self, params, version: int) -> None:
+        """Serve `params` as policy version `version` from the next round on."""
+        self.service.server.set_weights(params, version)
+
+    def _worker(self, worker_id: int) -> RolloutWorker:
+        if self._workers[worker_id] is None:
+            client = PolicyClient(self.service.address, token=self.service.token)
+            self._clients.append(client)
+            self._workers[worker_id] = RolloutWorker(self._wconfig, client, self.buffer, worker_id=worker_id)
+        return self._workers[worker_id]
+
+    def play(self, jobs: list[tuple[str, int]]) -> list[dict]:
+        """Play every (task, seed) job `episodes_per_seed` times; returns this round's episodes, read back."""
+        todo: queue.Queue = queue.Queue()
+        for index, job in enumerate(jobs):
+            todo.put((index, job))
+        errors: list[BaseException] = []
+
+        def work(worker_id: int) -> None:
+            try:
+                worker = self._worker(worker_id)
+                while not errors:
+                    try:
+                        index, (task, seed) = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    worker.run_group(task, seed, group_id=index)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,), name=f"eval-worker-{i}", daemon=True)
+                   for i in range(min(len(self._workers), len(jobs)))]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    if errors:
-        raise errors[0]
-    episodes, _ = buffer.read(None)
-    expected = len(jobs) * episodes_per_seed
-    if len(episodes) != expected:
-        raise RuntimeError(f"evaluation read {len(episodes)} episodes back, expected {expected}: the eval buffer "
-                           f"overwrote some (report this: its capacity is sized from env.max_episode_steps)")
-    return episodes
+        if errors:
+            raise errors[0]
+        episodes, self._cursor = self.buffer.read(self._cursor)
+        expected = len(jobs) * self.episodes_per_seed
+        if len(episodes) != expected:
+            raise RuntimeError(f"evaluation read {len(episodes)} episodes back, expected {expected}: the eval buffer "
+                               f"overwrote some (report this: its capacity is sized from env.max_episode_steps)")
+        return episodes
+
+    def close(self) -> None:
+        """Close the workers (their browsers), their clients, then the service."""
+        try:
+            for worker in self._workers:
+                if worker is not None:
+                    worker.close()
+            for client in self._clients:
+                client.close()
+        finally:
+            self.service.close()
+
+    def __enter__(self) -> "Players":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def play(config, policy, jobs: list[tuple[str, int]], buffer, *, episodes_per_seed: int, num_workers: int,
+         temperature: float | None, version: int = 0, make_handler=None) -> list[dict]:
+    """Play every (task, seed) job `episodes_per_seed` times with a fresh `Players`; returns the episodes read back
+    from `buffer`."""
+    with Players(config, policy, buffer, episodes_per_seed=episodes_per_seed, num_workers=num_workers,
+                 temperature=temperature, version=version, make_handler=make_handler) as players:
+        return players.play(jobs)
+
+
+def eval_config(config, tasks=None):
+    """(task specs, a resolved copy of `config` whose env.tasks are them): `tasks` (default the recipe's
+    `env.tasks`) with task sets (.jsonl, dirs) expanded; the policy server's action constraint follows them."""
+    tasks = env_specs(",".join(tasks) if tasks else config.env.tasks)
+    config = config.copy_and_resolve_references()
+    config.env.tasks = ",".join(tasks)
+    return tasks, config
 
 
 def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int = 1, num_workers: int = 1,
@@ -107,13 +165,11 @@ def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int =
              title: str = "policy", make_handler=None) -> dict:
     """Run `policy` on `tasks` (default: the recipe's `env.tasks`) x `seeds`; returns the report dict and, with
     `out_dir`, writes `eval.json`, `eval.md` and the trajectory viewer `eval/index.html` there. `temperature` None keeps the recipe's sampling."""
-    tasks = env_specs(",".join(tasks) if tasks else config.env.tasks)   # task sets (.jsonl, dirs) expand here
+    tasks, config = eval_config(config, tasks)
     seeds = [int(s) for s in (seeds if seeds is not None else range(EVAL_SEED_START, EVAL_SEED_START + 4))]
     if not tasks or not seeds:
         raise ValueError("evaluation needs at least one task and one seed")
     jobs = [(task, seed) for task in tasks for seed in seeds]
-    config = config.copy_and_resolve_references()
-    config.env.tasks = ",".join(tasks)   # the policy server's action constraint follows the evaluated tasks
     info = dict(policy_info or {})
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jaxwebrl-eval-") as scratch:

@@ -110,6 +110,11 @@ def _check_train(c) -> None:
     target = t.get("stop_at_success")
     if target is not None and not 0 < target <= 1:
         _fail("train.stop_at_success", target, "must be a success rate in (0, 1], or unset to run to max_steps")
+    greedy = t.get("stop_at_greedy_success")
+    if greedy is not None and not 0 < greedy <= 1:
+        _fail("train.stop_at_greedy_success", greedy, "must be a success rate in (0, 1], or unset to run to max_steps")
+    if greedy is not None and not t.get("greedy_check_seeds", 0) >= 1:
+        _fail("train.greedy_check_seeds", t.get("greedy_check_seeds"), "the greedy check needs >= 1 instance a task")
     if c.checkpoint.keep < 1:
         _fail("checkpoint.keep", c.checkpoint.keep, "keep at least the last checkpoint (>= 1)")
     if c.checkpoint.save_every_steps < 1:

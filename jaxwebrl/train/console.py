@@ -87,12 +87,15 @@ def duration(seconds: float) -> str:
 
 
 def step_line(step: int, total: int, scalars: dict, step_s: float, eta_s: float) -> str:
-    """One train step in one line: step, reward, success, loss, KLs, staleness, trajectories/hour, step time, ETA."""
+    """One train step in one line: step, reward, success (and the greedy check's, when the run has one), loss, KLs,
+    staleness, trajectories/hour, step time, ETA."""
     def get(key: str) -> float:
         value = scalars.get(key)
         return float("nan") if value is None else float(value)
 
+    greedy = f"greedy {get('eval/greedy_success'):.2f} " if "eval/greedy_success" in scalars else ""
     return (f"step {step}/{total} reward {get('rollout/reward'):.3f} success {get('rollout/success_rate'):.2f} "
+            f"{greedy}"
             f"loss {get('ppo_actor/update/actor_loss/avg'):+.4f} kl {get('ppo_actor/update/approx_kl_abs/avg'):.4f} "
             f"behave_kl {get('ppo_actor/update/behave_approx_kl_abs/avg'):.4f} "
             f"staleness {get('rollout/staleness/mean'):.2f} (max {get('rollout/staleness/max'):.0f}) "

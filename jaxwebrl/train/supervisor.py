@@ -28,6 +28,7 @@ from jaxwebrl.buffer import from_config as run_buffer
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.errors import RolloutFailed, one_line
+from jaxwebrl.eval.probe import SuccessProbe
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rollout.ray_launcher import pool_for
 from jaxwebrl.rollout.serving import PolicyService
@@ -80,6 +81,28 @@ def run(config, workdir: str, *, stop: threading.Event | None = None, allow_conf
         os.umask(previous_umask)
 
 
+class _MeshProbe:
+    """A SuccessProbe fed params that live on the trainer's mesh: gathered, then put on the server's device."""
+
+    def __init__(self, probe, device: jax.Device):
+        self.probe, self.device = probe, device
+
+    def __call__(self, params, version: int) -> float:
+        return self.probe(jax.device_put(distributed.global_to_host(params), self.device), version)
+
+    def close(self) -> None:
+        self.probe.close()
+
+
+def _greedy_probe(config, policy, layout):
+    """The greedy check of `train.stop_at_greedy_success` (eval/probe.py), on one process only."""
+    if jax.process_count() > 1:
+        raise ValueError("train.stop_at_greedy_success runs its greedy check in one process; this run has "
+                         f"{jax.process_count()}: unset it and evaluate the checkpoints with launch/eval.py")
+    probe = SuccessProbe(config, policy, num_seeds=config.train.greedy_check_seeds)
+    return probe if layout.mesh is None else _MeshProbe(probe, layout.server_device)
+
+
 def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
     layout = multihost.layout(config)
     if layout.mesh is not None:
@@ -105,9 +128,16 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
         if service is not None:
             cleanup.callback(service.close)
         reads = multihost.LockstepBuffer(buffer) if jax.process_count() > 1 else buffer   # same episodes everywhere
+        probe = None
+        if config.train.get("stop_at_greedy_success") is not None:
+            with console.phase(f"starting the greedy check ({config.train.greedy_check_seeds} held-out instances "
+                               "a task, after every step)"):
+                probe = _greedy_probe(config, policy, layout)
+                cleanup.callback(probe.close)
         with console.phase("building the trainer (optimizer state, checkpoint restore)"):
             trainer = Trainer(config, workdir, policy=policy, buffer=reads, weight_sink=sink,
-                              rollout_stats=server.stats if server is not None else None, mesh=layout.mesh)
+                              rollout_stats=server.stats if server is not None else None, mesh=layout.mesh,
+                              greedy_probe=probe)
         if trainer.state.step >= config.train.max_steps:
             log.info("workdir %s already holds %d steps (train.max_steps=%d): nothing to do",
                      workdir, trainer.state.step, config.train.max_steps)

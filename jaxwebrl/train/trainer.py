@@ -26,7 +26,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -97,13 +97,15 @@ class Trainer:
     """Owns the train state and the loop (see module docstring)."""
 
     def __init__(self, config, workdir: str, *, policy, buffer, weight_sink: WeightSink,
-                 rollout_stats: Callable[[], dict] | None = None, mesh=None):
+                 rollout_stats: Callable[[], dict] | None = None, mesh=None,
+                 greedy_probe: Callable[[Any, int], float] | None = None):
         self.config = config
         self.workdir = workdir
         self.policy = policy
         self.buffer = buffer
         self.sink = weight_sink
         self.rollout_stats = rollout_stats or (lambda: {})
+        self.greedy_probe = greedy_probe   # (params, version) -> greedy success (eval/probe.py); None: not checked
         self.mesh = mesh        # None: one device; else params sharded on it (multi-host: parallel/multihost.py)
         self._rollback = bool(config.train.rollback_non_finite)
         self._held = None       # a batch popped here while another process's was not ready yet
@@ -341,6 +343,8 @@ class Trainer:
                     continue
                 scalars, histograms = result
                 taken += 1
+                if self.greedy_probe is not None:
+                    scalars["eval/greedy_success"] = self.greedy_probe(_copy(self.state.params), self.state.version)
                 self.metrics.write(self.state.step, scalars, histograms)
                 trained = self.trained_episode_ids[-scalars["ppo_actor/trajectories"]:]   # this step's
                 self.metrics.write_episodes(self.state.step, trained)
@@ -353,20 +357,30 @@ class Trainer:
                         self.state.step >= self.config.train.max_steps or reached:
                     self.save(scalars)
                 if reached:
-                    log.info("step %d: success of the episodes read reached train.stop_at_success=%g on two steps "
-                             "in a row; stopping", self.state.step, self.config.train.stop_at_success)
+                    log.info("step %d: %s; stopping", self.state.step, reached)
                     break
         finally:
             self.close()
         return taken
 
-    def _success_target_reached(self, scalars: dict) -> bool:
-        """True on the second step in a row whose rollout/success_rate_seen >= train.stop_at_success (when set)."""
-        target = self.config.train.get("stop_at_success")
+    def _success_target_reached(self, scalars: dict) -> str:
+        """Why the run stops at this step ("" when it goes on): the second step in a row whose
+        rollout/success_rate_seen >= train.stop_at_success, or an eval/greedy_success >= train.stop_at_greedy_success
+        (the greedy check runs on the primary process only; every process stops with it)."""
+        t = self.config.train
+        target = t.get("stop_at_success")
         seen = scalars.get("rollout/success_rate_seen", float("nan"))
         hit = target is not None and seen == seen and seen >= target
         self._success_streak = self._success_streak + 1 if hit else 0
-        return self._success_streak >= 2
+        if self._success_streak >= 2:
+            return f"success of the episodes read reached train.stop_at_success={target:g} on two steps in a row"
+        greedy_target = t.get("stop_at_greedy_success")
+        if greedy_target is not None:
+            greedy = scalars.get("eval/greedy_success", float("nan"))
+            if distributed.any_process(greedy == greedy and greedy >= greedy_target):
+                return (f"the greedy policy's success on the held-out check reached "
+                        f"train.stop_at_greedy_success={greedy_target:g}")
+        return ""
 
     def close(self) -> None:
         try:

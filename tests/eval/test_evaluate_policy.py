@@ -12,6 +12,7 @@ import numpy as np
 from jaxwebrl.buffer.from_config import create_sized
 from jaxwebrl.env.registry import env_specs
 from jaxwebrl.eval.evaluate import evaluate, play
+from jaxwebrl.eval.probe import SuccessProbe
 from jaxwebrl.eval.report import task_label
 from jaxwebrl.eval.seeds import EVAL_SEED_START
 from jaxwebrl.checkpoint.policies import initial_policy, load_policy
@@ -81,3 +82,22 @@ def test_launch_eval_initial_policy_on_miniwob_in_chromium(tmp_path):
     viewer = (tmp_path / "eval" / "index.html").read_text()     # the trajectory viewer, screenshots beside it
     assert viewer.count('class="step"') == sum(steps) and len(list((tmp_path / "eval" / "shots").glob("*.png"))) > 0
     assert f"trajectory viewer: file://{tmp_path}/eval/index.html" in out.stdout
+
+
+def test_success_probe_agrees_with_greedy_evaluation_and_compiles_once(tmp_path):
+    """The training run's greedy check (train.stop_at_greedy_success) measures what launch/eval.py measures at
+    temperature 0, for each params it is given, and its policy server compiles for the first call only."""
+    config, trained = write_trained_checkpoint(str(tmp_path / "run"))
+    initial = initial_policy(config)
+    seeds = range(EVAL_SEED_START, EVAL_SEED_START + 4)
+    probe = SuccessProbe(config, initial, num_seeds=4)
+    try:
+        checks, traces = [], []
+        for params, version in ((initial.params, 0), (trained, 7), (initial.params, 0)):
+            expected = evaluate(config, initial.replace_params(params), seeds=seeds, temperature=0.0)
+            checks.append((probe(params, version), expected["overall"]["success_rate"]))
+            traces.append(sum(probe.players.service.server._sampler.trace_counts.values()))
+    finally:
+        probe.close()
+    assert all(got == want for got, want in checks), checks
+    assert traces[0] > 0 and traces[1] == traces[2] == traces[0], traces

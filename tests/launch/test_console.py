@@ -155,3 +155,14 @@ def test_print_config_dry_run_and_the_nearest_key(tmp_path):
                           out=str(tmp_path / "typo"))
     assert code == 1 and err.strip() == ("config error: unknown config key 'train.learning_rate': no such field; "
                                          "did you mean train.lr? (every field is defined in configs/base.py)"), err
+
+
+def test_the_step_line_shows_the_greedy_check_only_when_the_run_has_one():
+    from jaxwebrl.train.console import step_line
+
+    scalars = {"rollout/reward": 0.5, "rollout/success_rate": 0.5, "rollout/staleness/max": 1.0,
+               "throughput/trajectories_per_hour": 900.0}
+    plain = step_line(1, 2, scalars, 3.0, 4.0)
+    checked = step_line(1, 2, dict(scalars, **{"eval/greedy_success": 0.75}), 3.0, 4.0)
+    assert STEP_LINE.search(plain) and "greedy" not in plain, plain
+    assert " success 0.50 greedy 0.75 loss " in checked and STEP_LINE.search(checked.replace("greedy 0.75 ", ""))

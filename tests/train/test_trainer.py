@@ -113,10 +113,28 @@ def test_stop_at_success_needs_two_steps_in_a_row(policy, filled_buffer, tmp_pat
     trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
     try:
         seen = (0.95, 0.5, 0.92, float("nan"), 0.93, 0.97)
-        assert [trainer._success_target_reached({"rollout/success_rate_seen": v}) for v in seen] == [
+        assert [bool(trainer._success_target_reached({"rollout/success_rate_seen": v})) for v in seen] == [
             False, False, False, False, False, True]
     finally:
         trainer.close()
+
+
+def test_stop_at_greedy_success_stops_at_the_first_step_the_check_reaches_it(policy, filled_buffer, tmp_path):
+    config = toy_config(4)
+    config.train.stop_at_greedy_success = 0.75
+    checked = []
+
+    def probe(params, version):   # stands where eval/probe.py's SuccessProbe stands (tested in tests/eval)
+        assert jax.tree.structure(params) == jax.tree.structure(policy.params)
+        checked.append(version)
+        return (0.25, 0.75, 1.0)[len(checked) - 1]
+
+    workdir = str(tmp_path / "run")
+    trainer = Trainer(config, workdir, policy=policy, buffer=filled_buffer, weight_sink=RecordingSink(),
+                      greedy_probe=probe)
+    assert trainer.run() == 2 and checked == [1, 2]              # one check after each step, on its version
+    assert [r["eval/greedy_success"] for r in read_metrics(workdir)] == [0.25, 0.75]
+    assert trainer.checkpointer.latest_step() == 2                # the step that reached it is saved
 
 
 def _tensorboard_events(logdir):

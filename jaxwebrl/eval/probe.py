@@ -1,0 +1,53 @@
+"""The greedy policy's success on fixed held-out instances, measured after every train step
+(`train.stop_at_greedy_success`: a run stops once its greedy policy solves them).
+
+    probe = SuccessProbe(config, policy, num_seeds=4)       # the recipe's tasks x seeds EVAL_SEED_START + 0..3
+    rate = probe(params, version)                            # temperature 0, one episode an instance
+    probe.close()
+
+It plays through the real rollout path (`evaluate.Players`: a policy server, rollout workers, a scratch ring
+buffer) kept up between calls, so its sampler compiles once and its browsers start once; a call costs one greedy
+episode per instance (about 0.3 s for the toy's four). Its server holds a second copy of the params: a check for
+small runs and tests, not for a paper-scale run (evaluate its checkpoints with launch/eval.py instead).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from jaxwebrl.buffer.from_config import create_sized
+from jaxwebrl.eval import report as report_lib
+from jaxwebrl.eval.evaluate import Players, eval_config
+from jaxwebrl.eval.seeds import EVAL_SEED_START
+
+
+class SuccessProbe:
+    """Greedy success of a policy's params on the recipe's tasks x `num_seeds` held-out instances (see the module
+    docstring). Call with (params, version); close when done."""
+
+    def __init__(self, config, policy, *, num_seeds: int, num_workers: int = 1):
+        if num_seeds < 1:
+            raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
+        tasks, config = eval_config(config)
+        self.jobs = [(task, seed) for task in tasks for seed in range(EVAL_SEED_START, EVAL_SEED_START + num_seeds)]
+        self._scratch = tempfile.mkdtemp(prefix="jaxwebrl-probe-")
+        try:
+            buffer = create_sized(config, os.path.join(self._scratch, "buffer"), len(self.jobs))
+            self.players = Players(config, policy, buffer, episodes_per_seed=1, num_workers=num_workers,
+                                   temperature=0.0)
+        except BaseException:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            raise
+
+    def __call__(self, params, version: int) -> float:
+        """Success rate in [0, 1] of one greedy episode of every job under `params`."""
+        self.players.set_weights(params, version)
+        return float(report_lib.summarize(self.players.play(self.jobs))["overall"]["success_rate"])
+
+    def close(self) -> None:
+        try:
+            self.players.close()
+        finally:
+            shutil.rmtree(self._scratch, ignore_errors=True)
