@@ -10,6 +10,11 @@ Regimes (`--regime`): `local` serves MiniWoB++ pages from disk, so they answer a
 (`env.latency.regime=web`: a lognormal page delay per reset and step, median 0.8 s and p95 5 s, and Chromium's
 network throttled to DevTools' "Fast 4G"; docs/env.md), which is where asynchrony pays.
 
+Arms (`--arms`, run in the order given): `sync` and `async` as above, both on the everlasting browser pool, so
+their ratio is what asynchrony alone buys; `sync_rebuilt` is the paper's own synchronous baseline (WebGym's pool,
+rebuilt every iteration: `rollout.fresh_envs_per_group`, every group starts new browser sessions), so async over it
+is what the paper's 2.4x compares (everlasting pool + asynchrony).
+
 Reported per mode: steady-state trajectories per hour (trained trajectories after the first step over the time since
 it), train steps, trainer idle fraction, mean and max staleness of the trained episodes, episodes dropped as stale,
 and the exactly-once audit (every trained episode id is in the buffer's commit log, none trained twice). The ratio
@@ -17,6 +22,7 @@ async/sync is printed only when both modes made at least `MIN_STEPS` steady-stat
 `needs` says how many minutes a mode would need.
 
     python bench/async_vs_sync.py --regime=web --num_workers=8
+    python bench/async_vs_sync.py --regime=web --num_workers=16 --arms=sync_rebuilt,sync,async
     python bench/async_vs_sync.py --regime=local --variant=toy --steps=8
 """
 
@@ -28,24 +34,27 @@ import threading
 import time
 
 MIN_STEPS = 5   # steady-state train steps per mode below which no ratio is printed
+ARMS = {"sync": ("sync", False), "sync_rebuilt": ("sync", True), "async": ("async", False)}   # (mode, fresh pool)
 
 
-def measure(mode: str, args, root: str) -> dict:
+def measure(arm: str, args, root: str) -> dict:
     from configs.constT10 import get_config
     from jaxwebrl.buffer.ring import RingBuffer
     from jaxwebrl.train import supervisor
     from jaxwebrl.train.config_validation import validate
     from jaxwebrl.train.metrics import read_metrics
 
+    mode, fresh_envs = ARMS[arm]
     config = get_config(args.variant)
     config.rollout.mode = mode
+    config.rollout.fresh_envs_per_group = fresh_envs
     config.rollout.num_workers = args.num_workers
     config.env.latency.regime = args.regime
     config.train.max_steps = args.steps + 1          # + the first step (compiles; outside the steady state)
     config.metrics.progress_bar = False
     config.metrics.tensorboard = False
     config.checkpoint.save_every_steps = 10**6       # no checkpoint I/O inside the measured window
-    workdir = os.path.join(root, mode)
+    workdir = os.path.join(root, arm)
     validate(config, workdir)
     stop = threading.Event()
     timer = threading.Timer(args.max_minutes * 60, stop.set)
@@ -65,6 +74,7 @@ def measure(mode: str, args, root: str) -> dict:
         steady = sum(r["ppo_actor/trajectories"] for r in records[1:]) / span * 3600.0 if span > 0 else None
     return {
         "mode": mode,
+        "fresh_envs_per_group": fresh_envs,
         "train_steps": len(records),
         "steady_state_steps": steady_steps,
         "trained_trajectories": sum(r["ppo_actor/trajectories"] for r in records),
@@ -104,24 +114,38 @@ def main() -> None:
     parser.add_argument("--num_workers", type=int, default=8)
     parser.add_argument("--steps", type=int, default=6, help=f"steady-state train steps per mode (>= {MIN_STEPS})")
     parser.add_argument("--max_minutes", type=float, default=20.0, help="wall-clock cap per mode")
+    parser.add_argument("--arms", default="sync,async", help=f"comma-separated, in order, of {sorted(ARMS)}")
     args = parser.parse_args()
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if args.steps < MIN_STEPS:
         raise SystemExit(f"async_vs_sync: --steps={args.steps} is too few for a ratio: use --steps >= {MIN_STEPS}")
+    if not set(arms) <= set(ARMS) or "async" not in arms or len(arms) < 2 or len(set(arms)) != len(arms):
+        raise SystemExit(f"async_vs_sync: --arms={args.arms!r}: give async and at least one of sync, sync_rebuilt")
     with tempfile.TemporaryDirectory(prefix="async_vs_sync_") as root:
-        sync = measure("sync", args, root)
-        asynchronous = measure("async", args, root)
-    enough = min(sync["steady_state_steps"], asynchronous["steady_state_steps"]) >= MIN_STEPS
-    ratio = (asynchronous["trajectories_per_hour"] / sync["trajectories_per_hour"]
-             if enough and sync["trajectories_per_hour"] and asynchronous["trajectories_per_hour"] else None)
-    needs = None
-    if not enough:
-        slowest = max((m for m in (sync, asynchronous)), key=lambda m: m["seconds_per_step"] or float("inf"))
+        results = {arm: measure(arm, args, root) for arm in arms}
+    print(json.dumps(summary(results, args)))
+
+
+def summary(results: dict, args) -> dict:
+    """The JSON report: every arm, async's steady-state ratio over each synchronous arm (null below MIN_STEPS
+    steady-state steps in either), and `needs` (how long to rerun) when an arm made too few."""
+    asynchronous = results["async"]
+    report = {"benchmark": "async_vs_sync", "regime": args.regime, "variant": args.variant,
+              "num_workers": args.num_workers, "steps": args.steps, **results}
+    for arm in (a for a in results if a != "async"):
+        enough = min(results[arm]["steady_state_steps"], asynchronous["steady_state_steps"]) >= MIN_STEPS
+        report[f"steady_state_ratio_async_over_{arm}"] = (
+            asynchronous["trajectories_per_hour"] / results[arm]["trajectories_per_hour"]
+            if enough and results[arm]["trajectories_per_hour"] and asynchronous["trajectories_per_hour"] else None)
+    short = [m for m in results.values() if m["steady_state_steps"] < MIN_STEPS]
+    report["needs"] = None
+    if short:
+        slowest = max(short, key=lambda m: m["seconds_per_step"] or float("inf"))
+        arm = next(a for a, m in results.items() if m is slowest)
         per_step = slowest["seconds_per_step"] or slowest["wall_s"]
-        needs = (f"{slowest['mode']} made {slowest['steady_state_steps']} steady-state steps in "
-                 f"{args.max_minutes:g} min: rerun with --max_minutes={(MIN_STEPS + 1) * per_step / 60 + 2:.0f}")
-    print(json.dumps({"benchmark": "async_vs_sync", "regime": args.regime, "variant": args.variant,
-                      "num_workers": args.num_workers, "steps": args.steps, "sync": sync, "async": asynchronous,
-                      "steady_state_ratio_async_over_sync": ratio, "needs": needs}))
+        report["needs"] = (f"{arm} made {slowest['steady_state_steps']} steady-state steps in {args.max_minutes:g} "
+                           f"min: rerun with --max_minutes={(MIN_STEPS + 1) * per_step / 60 + 2:.0f}")
+    return report
 
 
 if __name__ == "__main__":

@@ -116,6 +116,8 @@ def config() -> config_dict.ConfigDict:
     c.rollout.decode_chunk = 8                     # decode steps between weight-swap checks
     c.rollout.worker_nice = 0                      # niceness of worker processes and their browsers (0..19)
     c.rollout.worker_cpus = ""                     # "0,1": pin workers and their browsers to these CPUs ("" any)
+    c.rollout.fresh_envs_per_group = False         # True: every group starts new browser sessions (the paper's
+                                                   # synchronous baseline, WebGym's per-iteration pool; benchmarks)
     c.rollout.host = "127.0.0.1"
     c.rollout.curve = False                        # CurveZMQ-encrypt the policy server's transport (any other host)
 

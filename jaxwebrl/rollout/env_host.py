@@ -156,8 +156,9 @@ class EnvHost:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._executor = self._new_executor()
 
-    def close(self) -> None:
-        """Close every env and the shared browser on the env thread, then stop the thread."""
+    def restart(self) -> None:
+        """Close every env and the shared browser on the env thread; the next `get` starts them afresh (a pool
+        rebuilt every round: `WorkerConfig.fresh_envs_per_group`)."""
         try:
             envs, self._envs = list(self._envs.values()), collections.OrderedDict()
             for env in envs:
@@ -165,7 +166,11 @@ class EnvHost:
             if self._browser is not None:
                 browser, self._browser = self._browser, None
                 self._executor.submit(browser.close).result(timeout=self.timeout_s)
-        except Exception:  # a hung thread at shutdown: fall back to closing from here
+        except Exception:  # a hung env thread: close from here, on a new thread
             log.exception("env thread did not close cleanly; closing from the worker thread")
             self._close_everything()
+
+    def close(self) -> None:
+        """Close every env and the shared browser on the env thread, then stop the thread."""
+        self.restart()
         self._executor.shutdown(wait=False, cancel_futures=True)

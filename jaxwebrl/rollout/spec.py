@@ -27,9 +27,12 @@ def worker_fields(config) -> dict:
     latency = e.get("latency")
     if latency is not None and latency.regime != "local":   # off by default: the local spec stays as it was
         env_options["latency"] = dict(latency.to_dict(), seed=config.seed)
-    return {"tasks": env_specs(e.tasks), "group_size": e.group_size, "env_options": env_options,
-            "step_timeout_s": e.step_timeout_s, "max_new_tokens": m.max_new_tokens,
-            "temperature": m.temperature, "top_p": m.top_p, "prompt": prompt, "seed": config.seed}
+    fields = {"tasks": env_specs(e.tasks), "group_size": e.group_size, "env_options": env_options,
+              "step_timeout_s": e.step_timeout_s, "max_new_tokens": m.max_new_tokens,
+              "temperature": m.temperature, "top_p": m.top_p, "prompt": prompt, "seed": config.seed}
+    if config.rollout.get("fresh_envs_per_group", False):   # a benchmark baseline: the default spec stays as it was
+        fields["fresh_envs_per_group"] = True
+    return fields
 
 
 def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir: str | None,

@@ -75,7 +75,10 @@ class WorkerConfig:
     step), so an episode samples the same tokens however the server batches it (evaluation: a rerun plays the
     same episodes, and two policies are compared on common random numbers); False: the server draws.
     max_buffer_failures / buffer_retry_s: episodes the buffer refused or could not write in a row before the
-    worker gives up (BufferUnusable), and the first pause after one (doubling each time)."""
+    worker gives up (BufferUnusable), and the first pause after one (doubling each time).
+    fresh_envs_per_group: close every env (and the shared browser) before each group, so each group starts new
+    browser sessions: the paper's synchronous baseline (WebGym's pool, rebuilt every iteration), for benchmarks;
+    False (default): the everlasting pool."""
 
     tasks: tuple = ("toy",)
     group_size: int = 8
@@ -93,6 +96,7 @@ class WorkerConfig:
     buffer_retry_s: float = 2.0
     seed: int = 0
     step_seeds: bool = False
+    fresh_envs_per_group: bool = False
 
     def __post_init__(self):
         tasks = (self.tasks,) if isinstance(self.tasks, (str, dict)) else tuple(self.tasks)
@@ -223,6 +227,8 @@ class RolloutWorker:
         append) has its slot played again, at most ``max_env_retries`` times; then EnvGivenUp is raised.
         """
         group_id = secrets.randbits(62) if group_id is None else int(group_id)
+        if self.config.fresh_envs_per_group:
+            self._envs.restart()
         episode_ids: list[int] = []
         empty_failures = 0
         while len(episode_ids) < self.config.group_size and not self._stop.is_set():

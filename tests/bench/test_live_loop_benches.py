@@ -48,3 +48,20 @@ def test_audit_finds_twice_trained_and_unknown_episodes(tmp_path):
         f.write(json.dumps({"step": 3, "episode_ids": [ids[0], 10**9]}) + "\n")
     report = async_vs_sync.audit(str(tmp_path), buffer)
     assert report["trained_twice"] == 1 and report["not_in_commit_log"] == 1 and not report["ok"]
+
+
+def test_async_vs_sync_summary_has_a_ratio_per_synchronous_arm_and_names_a_short_one():
+    from types import SimpleNamespace
+
+    def arm(steps, per_hour, per_step):
+        return {"steady_state_steps": steps, "trajectories_per_hour": per_hour, "seconds_per_step": per_step,
+                "wall_s": 100.0}
+
+    args = SimpleNamespace(regime="web", variant="tiny", num_workers=16, steps=5, max_minutes=20.0)
+    report = async_vs_sync.summary({"sync_rebuilt": arm(5, 1000.0, 120.0), "sync": arm(5, 1500.0, 80.0),
+                                    "async": arm(6, 3000.0, 40.0)}, args)
+    assert report["steady_state_ratio_async_over_sync_rebuilt"] == 3.0
+    assert report["steady_state_ratio_async_over_sync"] == 2.0 and report["needs"] is None
+    short = async_vs_sync.summary({"sync_rebuilt": arm(3, 1000.0, 120.0), "async": arm(6, 3000.0, 40.0)}, args)
+    assert short["steady_state_ratio_async_over_sync_rebuilt"] is None
+    assert short["needs"] == "sync_rebuilt made 3 steady-state steps in 20 min: rerun with --max_minutes=14"

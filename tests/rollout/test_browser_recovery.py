@@ -138,3 +138,34 @@ def test_miniwob_tasks_of_a_worker_share_one_browser(tmp_path):
     assert [e["task_id"] for e in episodes] == ["miniwob/click-test", "miniwob/click-button", "miniwob/click-test"]
     assert all(len(e["input_ids"]) == 2 and not e["env_failed"].any() for e in episodes)
     assert pids and not any(alive(pid) for pid in pids)  # worker.close() closed the shared browser
+
+
+def test_fresh_envs_per_group_starts_new_browser_sessions_for_every_group(tmp_path):
+    """rollout.fresh_envs_per_group (the paper's synchronous baseline: WebGym's pool rebuilt every iteration) gets
+    from the run config to the worker, which closes the browser after a group and starts a new one for the next."""
+    from configs.constT10 import get_config
+    from jaxwebrl.rollout.spec import worker_fields
+
+    run_config = get_config("tiny")
+    assert "fresh_envs_per_group" not in worker_fields(run_config)    # off: the everlasting pool
+    run_config.rollout.fresh_envs_per_group = True
+    assert WorkerConfig.from_dict(worker_fields(run_config)).fresh_envs_per_group
+    buffer = make_buffer(str(tmp_path / "buf"))
+    backend = ScriptedBackend(random_choice_responder([MISSING_CLICK]), fetch_image=buffer.screenshots.get)
+    config = WorkerConfig(tasks=("miniwob/click-test",), group_size=2, max_new_tokens=64, prompt={"window": 1},
+                          env_options={"screenshot_size": [64, 64], "max_steps": 2}, fresh_envs_per_group=True)
+    worker = RolloutWorker(config, InProcessClient(backend), buffer)
+    browsers, pids = [], []
+    try:
+        for seed in (1, 2):
+            worker.run_group("miniwob/click-test", seed)
+            browser = worker._envs._envs["miniwob/click-test"].browser
+            browsers.append(browser)
+            pids.append(browser.process_ids())
+        assert browsers[0] is not browsers[1] and pids[0] and pids[1]
+        assert not any(alive(pid) for pid in pids[0]) and any(alive(pid) for pid in pids[1])
+    finally:
+        worker.close()
+    assert not any(alive(pid) for pid in pids[1])
+    episodes, _ = buffer.read()
+    assert len(episodes) == 4 and not any(e["env_failed"].any() for e in episodes)
