@@ -23,6 +23,7 @@ async/sync is printed only when both modes made at least `MIN_STEPS` steady-stat
 
     python bench/async_vs_sync.py --regime=web --num_workers=8
     python bench/async_vs_sync.py --regime=web --num_workers=16 --arms=sync_rebuilt,sync,async
+    python bench/async_vs_sync.py --regime=web --num_workers=16 -- --config.train.consumer_batch_size=64
     python bench/async_vs_sync.py --regime=local --variant=toy --steps=8
 """
 
@@ -32,6 +33,8 @@ import os
 import tempfile
 import threading
 import time
+
+from rollout import apply_overrides   # bench/rollout.py
 
 MIN_STEPS = 5   # steady-state train steps per mode below which no ratio is printed
 ARMS = {"sync": ("sync", False), "sync_rebuilt": ("sync", True), "async": ("async", False)}   # (mode, fresh pool)
@@ -48,6 +51,7 @@ def measure(arm: str, args, root: str) -> dict:
     config = get_config(args.variant)
     config.rollout.mode = mode
     config.rollout.fresh_envs_per_group = fresh_envs
+    apply_overrides(config, args.override)
     config.rollout.num_workers = args.num_workers
     config.env.latency.regime = args.regime
     config.train.max_steps = args.steps + 1          # + the first step (compiles; outside the steady state)
@@ -115,6 +119,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help=f"steady-state train steps per mode (>= {MIN_STEPS})")
     parser.add_argument("--max_minutes", type=float, default=20.0, help="wall-clock cap per mode")
     parser.add_argument("--arms", default="sync,async", help=f"comma-separated, in order, of {sorted(ARMS)}")
+    parser.add_argument("override", nargs="*", help="--config.a.b=v overrides for every arm (after --)")
     args = parser.parse_args()
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if args.steps < MIN_STEPS:
@@ -131,7 +136,7 @@ def summary(results: dict, args) -> dict:
     steady-state steps in either), and `needs` (how long to rerun) when an arm made too few."""
     asynchronous = results["async"]
     report = {"benchmark": "async_vs_sync", "regime": args.regime, "variant": args.variant,
-              "num_workers": args.num_workers, "steps": args.steps, **results}
+              "num_workers": args.num_workers, "steps": args.steps, "overrides": list(args.override), **results}
     for arm in (a for a in results if a != "async"):
         enough = min(results[arm]["steady_state_steps"], asynchronous["steady_state_steps"]) >= MIN_STEPS
         report[f"steady_state_ratio_async_over_{arm}"] = (

@@ -57,7 +57,7 @@ def test_async_vs_sync_summary_has_a_ratio_per_synchronous_arm_and_names_a_short
         return {"steady_state_steps": steps, "trajectories_per_hour": per_hour, "seconds_per_step": per_step,
                 "wall_s": 100.0}
 
-    args = SimpleNamespace(regime="web", variant="tiny", num_workers=16, steps=5, max_minutes=20.0)
+    args = SimpleNamespace(regime="web", variant="tiny", num_workers=16, steps=5, max_minutes=20.0, override=[])
     report = async_vs_sync.summary({"sync_rebuilt": arm(5, 1000.0, 120.0), "sync": arm(5, 1500.0, 80.0),
                                     "async": arm(6, 3000.0, 40.0)}, args)
     assert report["steady_state_ratio_async_over_sync_rebuilt"] == 3.0
