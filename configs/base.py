@@ -153,7 +153,9 @@ def config() -> config_dict.ConfigDict:
                                                    # on train.greedy_check_seeds held-out instances of every task,
                                                    # played after every step (eval/greedy_success), reaches this
                                                    # (jaxwebrl/eval/probe.py: a second sampler; for small runs)
-    c.train.greedy_check_seeds = 4                 # instances per task of that check (EVAL_SEED_START + 0..n-1)
+    c.train.greedy_check_seeds = 4                 # instances per task of that check (EVAL_SEED_START + 0..n-1:
+                                                   # a run stopped on them is selected on them, so report held-out
+                                                   # success on other seeds, launch/eval.py --seed_start)
 
     c.actor = config_dict.ConfigDict()
     c.actor.loss = "ppo"                           # name in jaxwebrl.rl.losses registry
