@@ -35,10 +35,11 @@ def main(argv) -> int:
         with cli.run_errors(_WORKDIR.value):
             print(plan(config, _WORKDIR.value))
         return 0
+    from jaxwebrl.eval.probe import SuccessProbe  # deferred, as the supervisor: JAX starts once the config is good
     from jaxwebrl.train.supervisor import run  # deferred: JAX and the trainer start once the config is known good
 
     with cli.run_errors(_WORKDIR.value):
-        return run(config, _WORKDIR.value, allow_config_change=_ALLOW_CHANGE.value)
+        return run(config, _WORKDIR.value, allow_config_change=_ALLOW_CHANGE.value, greedy_probe=SuccessProbe)
 
 
 if __name__ == "__main__":

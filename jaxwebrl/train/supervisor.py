@@ -21,14 +21,14 @@ import logging
 import os
 import signal
 import threading
+from typing import Any, Callable
 
 import jax
 
 from jaxwebrl.buffer import from_config as run_buffer
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.policies import recipe_policy
-from jaxwebrl.errors import RolloutFailed, one_line
-from jaxwebrl.eval.probe import SuccessProbe
+from jaxwebrl.errors import RolloutFailed, RunError, one_line
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rollout.ray_launcher import pool_for
 from jaxwebrl.rollout.serving import PolicyService
@@ -61,10 +61,18 @@ def _stop_on_signals(stop: threading.Event):
             signal.signal(sig, old)
 
 
-def run(config, workdir: str, *, stop: threading.Event | None = None, allow_config_change: bool = False) -> int:
+def run(config, workdir: str, *, stop: threading.Event | None = None, allow_config_change: bool = False,
+        greedy_probe: Callable[..., Any] | None = None) -> int:
     """Train until `train.max_steps`, a signal, or `stop` is set; returns a process exit code. WORKDIR/config.json
-    records the config; a resume whose config differs is refused unless `allow_config_change` (run_config.py)."""
+    records the config; a resume whose config differs is refused unless `allow_config_change` (run_config.py).
+
+    `greedy_probe`: the factory `(config, policy, num_seeds=n) -> probe` of `train.stop_at_greedy_success`'s check
+    (`jaxwebrl.eval.probe.SuccessProbe`, which launch/train.py passes: evaluation sits beside training in the
+    layers, not below it, so the launcher composes the two)."""
     console.log_to_stderr()
+    if config.train.get("stop_at_greedy_success") is not None and greedy_probe is None:
+        raise RunError("train.stop_at_greedy_success is set but this caller gave no greedy check: run "
+                       "launch/train.py, or pass supervisor.run(..., greedy_probe=jaxwebrl.eval.probe.SuccessProbe)")
     check_workdir(workdir)   # before any JAX or browser work: a read-only or foreign workdir is one line
     distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
     stop = stop or threading.Event()
@@ -76,7 +84,7 @@ def run(config, workdir: str, *, stop: threading.Event | None = None, allow_conf
                 changes = run_config.record(config, workdir, allow_change=allow_config_change)
                 log.info("config validated (%s); workdir %s%s", config.get("variant") or "recipe", workdir,
                          f", resuming with changes {run_config.describe(changes)}" if changes else "")
-            return _run(config, workdir, stop, primary)
+            return _run(config, workdir, stop, primary, greedy_probe)
     finally:
         os.umask(previous_umask)
 
@@ -94,16 +102,17 @@ class _MeshProbe:
         self.probe.close()
 
 
-def _greedy_probe(config, policy, layout):
-    """The greedy check of `train.stop_at_greedy_success` (eval/probe.py), on one process only."""
+def _greedy_probe(config, policy, layout, factory):
+    """The greedy check of `train.stop_at_greedy_success` (`factory`: eval/probe.py's SuccessProbe), on one process
+    only."""
     if jax.process_count() > 1:
-        raise ValueError("train.stop_at_greedy_success runs its greedy check in one process; this run has "
-                         f"{jax.process_count()}: unset it and evaluate the checkpoints with launch/eval.py")
-    probe = SuccessProbe(config, policy, num_seeds=config.train.greedy_check_seeds)
+        raise RunError("train.stop_at_greedy_success runs its greedy check in one process; this run has "
+                       f"{jax.process_count()}: unset it and evaluate the checkpoints with launch/eval.py")
+    probe = factory(config, policy, num_seeds=config.train.greedy_check_seeds)
     return probe if layout.mesh is None else _MeshProbe(probe, layout.server_device)
 
 
-def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
+def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_probe) -> int:
     layout = multihost.layout(config)
     if layout.mesh is not None:
         log.info("process %d of %d: %d local of %d devices; trainer mesh %s", jax.process_index(),
@@ -132,7 +141,7 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool) -> int:
         if config.train.get("stop_at_greedy_success") is not None:
             with console.phase(f"starting the greedy check ({config.train.greedy_check_seeds} held-out instances "
                                "a task, after every step)"):
-                probe = _greedy_probe(config, policy, layout)
+                probe = _greedy_probe(config, policy, layout, greedy_probe)
                 cleanup.callback(probe.close)
         with console.phase("building the trainer (optimizer state, checkpoint restore)"):
             trainer = Trainer(config, workdir, policy=policy, buffer=reads, weight_sink=sink,

@@ -137,6 +137,19 @@ def test_stop_at_greedy_success_stops_at_the_first_step_the_check_reaches_it(pol
     assert trainer.checkpointer.latest_step() == 2                # the step that reached it is saved
 
 
+def test_stop_at_greedy_success_without_a_check_is_one_line(tmp_path):
+    """Training does not import evaluation (docs/architecture.md): the launcher hands the check in, and a caller
+    that asks for the stop without one is told how, before any work starts."""
+    from jaxwebrl.errors import RunError
+    from jaxwebrl.train import supervisor
+
+    config = toy_config(1)
+    config.train.stop_at_greedy_success = 1.0
+    with pytest.raises(RunError, match=r"greedy_probe=jaxwebrl\.eval\.probe\.SuccessProbe"):
+        supervisor.run(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 def _tensorboard_events(logdir):
     """Every Event of the TFRecord event files under `logdir` (length, crc, payload, crc per record)."""
     events = []
