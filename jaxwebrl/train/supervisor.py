@@ -69,10 +69,10 @@ def run(config, workdir: str, *, stop: threading.Event | None = None, allow_conf
     `greedy_probe`: the factory `(config, policy, num_seeds=n) -> probe` of `train.stop_at_greedy_success`'s check
     (`jaxwebrl.eval.probe.SuccessProbe`, which launch/train.py passes: evaluation sits beside training in the
     layers, not below it, so the launcher composes the two)."""
-    console.log_to_stderr()
     if config.train.get("stop_at_greedy_success") is not None and greedy_probe is None:
         raise RunError("train.stop_at_greedy_success is set but this caller gave no greedy check: run "
                        "launch/train.py, or pass supervisor.run(..., greedy_probe=jaxwebrl.eval.probe.SuccessProbe)")
+    console.log_to_stderr()
     check_workdir(workdir)   # before any JAX or browser work: a read-only or foreign workdir is one line
     distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
     stop = stop or threading.Event()
