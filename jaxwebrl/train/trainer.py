@@ -146,7 +146,7 @@ class Trainer:
         self.trained_episode_ids: list[int] = []   # this process's, in training order
         self._admission = (getattr(self.sink, "set_admission", None)
                            if config.rollout.get("admission_control", True) else None)
-        self.sink.set_weights(_copy(self.state.params), self.state.version)
+        self._publish(self.state.params)
 
     # ------------------------------------------------------------------ state
     def _restore_or_init(self) -> TrainState:
@@ -177,6 +177,12 @@ class Trainer:
         self._count_buffer_losses(result.stats)
         self.gatherer.add_groups(self.ledger.record(before, result.cursor, result.groups))
         self._publish_admission()
+
+    def _publish(self, params) -> None:
+        """Hand a copy of `params` (the update donates its own buffers) to the policy server as the current version;
+        the greedy check reads the same copy."""
+        self._published = _copy(params)
+        self.sink.set_weights(self._published, self.state.version)
 
     def _publish_admission(self) -> None:
         """Tell the policy server how much rollout the trainer can use (AReaL's rollout capacity;
@@ -276,7 +282,7 @@ class Trainer:
             self.state.step += 1
             self.state.version += 1
             self.state.rng = jax.random.fold_in(self.state.rng, self.state.step)
-            self.sink.set_weights(_copy(params), self.state.version)
+            self._publish(params)
             self._publish_admission()
         finally:
             if sync and hasattr(self.sink, "resume"):
@@ -344,7 +350,7 @@ class Trainer:
                 scalars, histograms = result
                 taken += 1
                 if self.greedy_probe is not None:
-                    scalars["eval/greedy_success"] = self.greedy_probe(_copy(self.state.params), self.state.version)
+                    scalars["eval/greedy_success"] = self.greedy_probe(self._published, self.state.version)
                 self.metrics.write(self.state.step, scalars, histograms)
                 trained = self.trained_episode_ids[-scalars["ppo_actor/trajectories"]:]   # this step's
                 self.metrics.write_episodes(self.state.step, trained)
