@@ -278,6 +278,10 @@ def tiny(c: config_dict.ConfigDict) -> None:
     c.train.lr = 3e-4                          # a tiny policy needs a larger step than 8B
     c.env.screenshot_height = 140              # 10 x 8 patches of 14 px (20 image tokens): one patch row per
     c.env.screenshot_width = 112               # click-grid row; 64 x 64 leaves the ViT only 4 tokens
+    # Rows are 234-378 tokens (byte-level tokens): attention over them in causal chunks of 128 queries skips the
+    # keys after each chunk and keeps the scores in cache. Measured alone on 143-row batches: the update (proximal
+    # pass + 4 epochs) took 10.2-11.4 s dense, 7.4-8.3 s chunked; the sampler's prefill 18 -> 20 ms a step.
+    c.model.attention_chunk = 128
 
 
 def paper_scale(c: config_dict.ConfigDict, preset: str) -> None:

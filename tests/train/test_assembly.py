@@ -10,7 +10,9 @@ from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
-from jaxwebrl.train.assembly import assemble, balanced_minibatches, row_bucket, rows_bucket
+from jaxwebrl.buffer.batching import pad_batch
+from jaxwebrl.train.assembly import (LENGTH_MULTIPLE, assemble, balanced_minibatches, length_bucket, row_bucket,
+                                     rows_bucket)
 
 IMAGE_TOKEN = 266
 
@@ -28,6 +30,22 @@ def test_row_buckets_step_by_at_most_a_quarter():
 def _makespans(tokens, n_minibatches):
     split = balanced_minibatches(tokens, n_minibatches)
     return split, np.array([tokens[rows].sum() for rows in split])
+
+
+def test_length_buckets_step_by_at_most_a_quarter_and_stop_at_the_buffer_width():
+    # the tiny default's rows (234-378 tokens) pad to 384, not the power of two 512
+    assert length_bucket(378, 512) == 384 and length_bucket(234, 512) == 256 and length_bucket(257, 512) == 320
+    lengths = np.arange(1, 4097)
+    sizes = np.array([length_bucket(n, 4096) for n in lengths])
+    assert (sizes >= lengths).all() and (sizes % LENGTH_MULTIPLE == 0).all()
+    assert (sizes[lengths > 8 * LENGTH_MULTIPLE] < 1.25 * lengths[lengths > 8 * LENGTH_MULTIPLE]).all()
+    assert len(set(sizes[(lengths > 1024) & (lengths <= 2048)].tolist())) == 4   # 4 programs an octave
+    assert length_bucket(500, 500) == 500                                        # capped at max_seq_len
+
+
+def test_a_row_longer_than_the_buffer_width_is_refused_by_name():
+    with pytest.raises(ValueError, match="does not fit seq_len=500"):
+        pad_batch([{"input_ids": np.ones(501, np.int32)}], seq_len=length_bucket(501, 500))
 
 
 def test_balanced_minibatches_fix_the_issue_cases():
@@ -81,7 +99,8 @@ def test_assemble_rows_tokens_and_pixels(tmp_path):
     n = sum(len(e["input_ids"]) for e in episodes)
     assert batch.num_real_rows == len(rows) == n
     B, T = batch.input_ids.shape
-    assert B == row_bucket(n, 2) and T in (64, 128, 256, 512, 1024) and T >= max(len(r["input_ids"]) for r in rows)
+    longest = max(len(r["input_ids"]) for r in rows)
+    assert B == row_bucket(n, 2) and T == length_bucket(longest, 1024) and longest <= T < 1.25 * longest + 16
     for i, row in enumerate(rows):
         L = len(row["input_ids"])
         np.testing.assert_array_equal(batch.input_ids[i, :L], row["input_ids"])
