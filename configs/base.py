@@ -50,6 +50,8 @@ def config() -> config_dict.ConfigDict:
     c.seed = 0
     c.extensions = ""                              # comma-separated modules every process imports first (they
                                                    # register losses, estimators, envs: jaxwebrl/extensions.py)
+    c.compilation_cache_dir = "~/.cache/jaxwebrl/xla"   # compiled programs kept across runs (a rerun, a resume,
+                                                   # the next seed compiles nothing it compiled before); "": off
 
     c.model = config_dict.ConfigDict()
     c.model.name = "tiny"                          # "tiny" (random init), "pretrained" (load model.checkpoint) or

@@ -112,6 +112,7 @@ def loaded_config(prefix: str = "config error", code: int = 1, workdir: str | No
     except ImportError as err:
         exit_with(f"{prefix}: {err}", code)
     _maybe_print(config)
+    _enable_compilation_cache(config)
     return config
 
 
@@ -125,7 +126,15 @@ def validated_config(workdir: str | None, prefix: str = "config error", code: in
         validate(config, workdir)
     except ConfigError as err:
         exit_with(f"{prefix}: {err}", code)
+    _enable_compilation_cache(config)
     return config
+
+
+def _enable_compilation_cache(config) -> None:
+    """The launchers' processes keep compiled programs in `config.compilation_cache_dir` (parallel/compile_cache)."""
+    from jaxwebrl.parallel import compile_cache  # deferred (heavy): it imports JAX
+
+    compile_cache.enable(config.get("compilation_cache_dir"))
 
 
 @contextlib.contextmanager

@@ -259,6 +259,11 @@ def _check_latency(e) -> None:
 def _check_paths(c, workdir) -> None:
     if workdir is not None and os.path.exists(workdir) and not os.path.isdir(workdir):
         _fail("--workdir", workdir, "exists and is not a directory: choose a directory path")
+    cache = c.get("compilation_cache_dir")
+    if cache is not None and not isinstance(cache, str):
+        _fail("compilation_cache_dir", cache, "give a directory path, or '' to turn the compilation cache off")
+    if cache and os.path.exists(os.path.expanduser(cache)) and not os.path.isdir(os.path.expanduser(cache)):
+        _fail("compilation_cache_dir", cache, "exists and is not a directory: give a directory path, or '' (off)")
     init = c.model.get("init_params")
     if init is not None and not holds_params(init):
         _fail("model.init_params", init, "no params checkpoint (jaxwebrl_params.json) or training checkpoint "

@@ -20,7 +20,8 @@ from jaxwebrl.errors import ConfigChanged, WorkdirError, one_line
 
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
-FREE_TO_CHANGE = ("train.max_steps", "metrics.", "checkpoint.keep", "rollout.num_workers")
+FREE_TO_CHANGE = ("train.max_steps", "metrics.", "checkpoint.keep", "rollout.num_workers", "compilation_cache_dir",
+                  "model.attention_chunk")   # the last two change how it is computed, not what
 ABSENT = "<absent>"
 
 

@@ -1,0 +1,25 @@
+"""A resume may change how the run is computed (compilation cache, attention chunking) but not what it learns."""
+
+import json
+import os
+
+import pytest
+
+from configs import constT10
+from jaxwebrl.errors import ConfigChanged
+from jaxwebrl.train import run_config
+
+
+def test_compute_only_keys_change_freely_on_a_resume_and_are_recorded(tmp_path):
+    run_config.record(constT10.get_config(), str(tmp_path))
+    resumed = constT10.get_config()
+    resumed.compilation_cache_dir = ""
+    resumed.model.attention_chunk = 0
+    changes = run_config.record(resumed, str(tmp_path))
+    assert {key for key, _, _ in changes} == {"compilation_cache_dir", "model.attention_chunk"}
+    with open(os.path.join(tmp_path, run_config.CHANGES_FILE)) as f:
+        assert json.loads(f.readlines()[-1])["allowed_by"] == "free to change"
+    learning = constT10.get_config()
+    learning.model.dtype = "bfloat16"
+    with pytest.raises(ConfigChanged, match=r"model\.dtype 'float32' -> 'bfloat16'"):
+        run_config.record(learning, str(tmp_path))
