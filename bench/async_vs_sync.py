@@ -16,7 +16,8 @@ rebuilt every iteration: `rollout.fresh_envs_per_group`, every group starts new 
 is what the paper's 2.4x compares (everlasting pool + asynchrony).
 
 Reported per mode: steady-state trajectories per hour (trained trajectories after the first step over the time since
-it), train steps, trainer idle fraction, mean and max staleness of the trained episodes, episodes dropped as stale,
+it), train steps, trainer idle fraction, the machine's CPU busy fraction over the steady state (a synchronous arm busy
+a fraction f leaves CPU-bound work at most 1/f to gain from overlap: `overlap_ceiling_over_<arm>`), mean and max staleness of the trained episodes, episodes dropped as stale,
 and the exactly-once audit (every trained episode id is in the buffer's commit log, none trained twice). The ratio
 async/sync is printed only when both modes made at least `MIN_STEPS` steady-state steps; otherwise it is null and
 `needs` says how many minutes a mode would need.
@@ -37,6 +38,46 @@ import time
 from rollout import apply_overrides   # bench/rollout.py
 
 MIN_STEPS = 5   # steady-state train steps per mode below which no ratio is printed
+
+
+class CpuBusy:
+    """Samples the machine's CPU counters (/proc/stat) once a second on a thread; `fraction(t0, t1)` is the share of
+    all cores' time spent busy (not idle or waiting on I/O) between wall times t0 and t1, or None without /proc.
+    A synchronous arm that keeps the cores busy a fraction f of its steady state leaves asynchrony at most 1/f to
+    gain when the work is CPU-bound (the same work, overlapped, at best fills the cores)."""
+
+    def __init__(self, period_s: float = 1.0):
+        self.samples: list[tuple[float, int, int]] = []   # (wall time, total jiffies, idle jiffies)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period_s,), daemon=True)
+        if self._read() is not None:
+            self._thread.start()
+
+    @staticmethod
+    def _read():
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                counters = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        return time.time(), sum(counters), counters[3] + counters[4]   # idle + iowait
+
+    def _run(self, period_s: float) -> None:
+        while not self._stop.is_set():
+            sample = self._read()
+            if sample is not None:
+                self.samples.append(sample)
+            self._stop.wait(period_s)
+
+    def fraction(self, t0: float, t1: float) -> float | None:
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        if len(inside) < 2 or inside[-1][1] == inside[0][1]:
+            return None
+        first, last = inside[0], inside[-1]
+        return 1.0 - (last[2] - first[2]) / (last[1] - first[1])
+
+    def close(self) -> None:
+        self._stop.set()
 ARMS = {"sync": ("sync", False), "sync_rebuilt": ("sync", True), "async": ("async", False)}   # (mode, fresh pool)
 
 
@@ -64,10 +105,12 @@ def measure(arm: str, args, root: str) -> dict:
     timer = threading.Timer(args.max_minutes * 60, stop.set)
     start = time.monotonic()
     timer.start()
+    cpu = CpuBusy()
     try:
         supervisor.run(config, workdir, stop=stop)
     finally:
         timer.cancel()
+        cpu.close()
     wall = time.monotonic() - start
     records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, "metrics.jsonl")) else []
     last = records[-1] if records else {}
@@ -86,6 +129,7 @@ def measure(arm: str, args, root: str) -> dict:
         "seconds_per_step": round((records[-1]["time"] - records[0]["time"]) / steady_steps, 1) if steady_steps else None,
         "trajectories_per_hour": steady,
         "trainer_idle_fraction": last.get("trainer/idle_fraction"),
+        "cpu_busy_fraction": cpu.fraction(records[0]["time"], records[-1]["time"]) if steady_steps else None,
         "mean_staleness": (sum(r["rollout/staleness/mean"] for r in records) / len(records)) if records else None,
         "max_staleness": max((r["rollout/staleness/max"] for r in records), default=None),
         "dropped_stale": last.get("rollout/dropped_stale", 0),
@@ -142,6 +186,8 @@ def summary(results: dict, args) -> dict:
         report[f"steady_state_ratio_async_over_{arm}"] = (
             asynchronous["trajectories_per_hour"] / results[arm]["trajectories_per_hour"]
             if enough and results[arm]["trajectories_per_hour"] and asynchronous["trajectories_per_hour"] else None)
+        busy = results[arm].get("cpu_busy_fraction")
+        report[f"overlap_ceiling_over_{arm}"] = 1.0 / busy if busy else None
     short = [m for m in results.values() if m["steady_state_steps"] < MIN_STEPS]
     report["needs"] = None
     if short:

@@ -1,7 +1,10 @@
 """The live-loop benchmarks' own arithmetic: bench/rollout.py's per-step breakdown and bench/async_vs_sync.py's
-exactly-once audit of trained episodes against a real ring buffer's commit log."""
+exactly-once audit of trained episodes against a real ring buffer's commit log, and its CPU-busy sampler."""
 
 import json
+import os
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -51,8 +54,6 @@ def test_audit_finds_twice_trained_and_unknown_episodes(tmp_path):
 
 
 def test_async_vs_sync_summary_has_a_ratio_per_synchronous_arm_and_names_a_short_one():
-    from types import SimpleNamespace
-
     def arm(steps, per_hour, per_step):
         return {"steady_state_steps": steps, "trajectories_per_hour": per_hour, "seconds_per_step": per_step,
                 "wall_s": 100.0}
@@ -65,3 +66,23 @@ def test_async_vs_sync_summary_has_a_ratio_per_synchronous_arm_and_names_a_short
     short = async_vs_sync.summary({"sync_rebuilt": arm(3, 1000.0, 120.0), "async": arm(6, 3000.0, 40.0)}, args)
     assert short["steady_state_ratio_async_over_sync_rebuilt"] is None
     assert short["needs"] == "sync_rebuilt made 3 steady-state steps in 20 min: rerun with --max_minutes=14"
+
+
+def test_cpu_busy_fraction_sees_a_busy_core_and_bounds_the_overlap():
+    cpu = async_vs_sync.CpuBusy(period_s=0.05)
+    t0 = time.time()
+    while time.time() - t0 < 0.6:   # one core spinning: at least 1/N of the machine busy
+        pass
+    t1 = time.time()
+    cpu.close()
+    busy = cpu.fraction(t0, t1)
+    assert busy is not None and 0.8 / os.cpu_count() <= busy <= 1.0
+    assert cpu.fraction(t1 + 10, t1 + 20) is None   # no samples in that window
+
+    def arm(busy_fraction):
+        return {"steady_state_steps": 5, "trajectories_per_hour": 1000.0, "seconds_per_step": 40.0, "wall_s": 300.0,
+                "cpu_busy_fraction": busy_fraction}
+
+    args = SimpleNamespace(regime="local", variant="tiny", num_workers=8, steps=5, max_minutes=20.0, override=[])
+    report = async_vs_sync.summary({"sync": arm(0.8), "async": arm(0.95)}, args)
+    assert report["overlap_ceiling_over_sync"] == pytest.approx(1.25)
