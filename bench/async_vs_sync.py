@@ -16,8 +16,8 @@ rebuilt every iteration: `rollout.fresh_envs_per_group`, every group starts new 
 is what the paper's 2.4x compares (everlasting pool + asynchrony).
 
 Reported per mode: steady-state trajectories per hour (trained trajectories after the first step over the time since
-it), train steps, trainer idle fraction, the machine's CPU busy fraction over the steady state (a synchronous arm busy
-a fraction f leaves CPU-bound work at most 1/f to gain from overlap: `overlap_ceiling_over_<arm>`), mean and max staleness of the trained episodes, episodes dropped as stale,
+it), train steps, trainer idle fraction, the machine's CPU busy fraction over the steady state and the CPU seconds a
+trained trajectory cost (all cores, /proc/stat), mean and max staleness of the trained episodes, episodes dropped as stale,
 and the exactly-once audit (every trained episode id is in the buffer's commit log, none trained twice). The ratio
 async/sync is printed only when both modes made at least `MIN_STEPS` steady-state steps; otherwise it is null and
 `needs` says how many minutes a mode would need.
@@ -43,8 +43,8 @@ MIN_STEPS = 5   # steady-state train steps per mode below which no ratio is prin
 class CpuBusy:
     """Samples the machine's CPU counters (/proc/stat) once a second on a thread; `fraction(t0, t1)` is the share of
     all cores' time spent busy (not idle or waiting on I/O) between wall times t0 and t1, or None without /proc.
-    A synchronous arm that keeps the cores busy a fraction f of its steady state leaves asynchrony at most 1/f to
-    gain when the work is CPU-bound (the same work, overlapped, at best fills the cores)."""
+    With the steady state's wall time and trajectories it gives the CPU seconds a trained trajectory cost: whether an
+    arm is faster by filling idle cores or by doing less work."""
 
     def __init__(self, period_s: float = 1.0):
         self.samples: list[tuple[float, int, int]] = []   # (wall time, total jiffies, idle jiffies)
@@ -115,8 +115,9 @@ def measure(arm: str, args, root: str) -> dict:
     records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, "metrics.jsonl")) else []
     last = records[-1] if records else {}
     steady_steps = max(len(records) - 1, 0)
-    steady = None
+    steady = busy = None
     if steady_steps:
+        busy = cpu.fraction(records[0]["time"], records[-1]["time"])
         span = records[-1]["time"] - records[0]["time"]
         steady = sum(r["ppo_actor/trajectories"] for r in records[1:]) / span * 3600.0 if span > 0 else None
     return {
@@ -129,7 +130,9 @@ def measure(arm: str, args, root: str) -> dict:
         "seconds_per_step": round((records[-1]["time"] - records[0]["time"]) / steady_steps, 1) if steady_steps else None,
         "trajectories_per_hour": steady,
         "trainer_idle_fraction": last.get("trainer/idle_fraction"),
-        "cpu_busy_fraction": cpu.fraction(records[0]["time"], records[-1]["time"]) if steady_steps else None,
+        "cpu_busy_fraction": busy,
+        "cpu_seconds_per_trajectory": (busy * (os.cpu_count() or 1) * (records[-1]["time"] - records[0]["time"])
+                                       / sum(r["ppo_actor/trajectories"] for r in records[1:])) if busy else None,
         "mean_staleness": (sum(r["rollout/staleness/mean"] for r in records) / len(records)) if records else None,
         "max_staleness": max((r["rollout/staleness/max"] for r in records), default=None),
         "dropped_stale": last.get("rollout/dropped_stale", 0),
@@ -186,8 +189,6 @@ def summary(results: dict, args) -> dict:
         report[f"steady_state_ratio_async_over_{arm}"] = (
             asynchronous["trajectories_per_hour"] / results[arm]["trajectories_per_hour"]
             if enough and results[arm]["trajectories_per_hour"] and asynchronous["trajectories_per_hour"] else None)
-        busy = results[arm].get("cpu_busy_fraction")
-        report[f"overlap_ceiling_over_{arm}"] = 1.0 / busy if busy else None
     short = [m for m in results.values() if m["steady_state_steps"] < MIN_STEPS]
     report["needs"] = None
     if short:

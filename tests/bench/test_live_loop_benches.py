@@ -68,7 +68,7 @@ def test_async_vs_sync_summary_has_a_ratio_per_synchronous_arm_and_names_a_short
     assert short["needs"] == "sync_rebuilt made 3 steady-state steps in 20 min: rerun with --max_minutes=14"
 
 
-def test_cpu_busy_fraction_sees_a_busy_core_and_bounds_the_overlap():
+def test_cpu_busy_fraction_sees_a_busy_core():
     cpu = async_vs_sync.CpuBusy(period_s=0.05)
     t0 = time.time()
     while time.time() - t0 < 0.6:   # one core spinning: at least 1/N of the machine busy
@@ -78,11 +78,3 @@ def test_cpu_busy_fraction_sees_a_busy_core_and_bounds_the_overlap():
     busy = cpu.fraction(t0, t1)
     assert busy is not None and 0.8 / os.cpu_count() <= busy <= 1.0
     assert cpu.fraction(t1 + 10, t1 + 20) is None   # no samples in that window
-
-    def arm(busy_fraction):
-        return {"steady_state_steps": 5, "trajectories_per_hour": 1000.0, "seconds_per_step": 40.0, "wall_s": 300.0,
-                "cpu_busy_fraction": busy_fraction}
-
-    args = SimpleNamespace(regime="local", variant="tiny", num_workers=8, steps=5, max_minutes=20.0, override=[])
-    report = async_vs_sync.summary({"sync": arm(0.8), "async": arm(0.95)}, args)
-    assert report["overlap_ceiling_over_sync"] == pytest.approx(1.25)
