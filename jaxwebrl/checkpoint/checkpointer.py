@@ -97,7 +97,8 @@ class Checkpointer:
              metrics: dict[str, float] | None = None) -> None:
         """Start saving step `step` (returns before the write finishes when async); `meta` must be JSON-able.
         Raises CheckpointError when this save, or the previous one, cannot be written."""
-        self.check()
+        if self._saving is not None:
+            self.wait()   # the save in flight must be whole before its size says how much room this one needs
         self._refuse_without_room(step)
         state = state_tree(params, opt_state, rng)
         best = None
@@ -222,11 +223,13 @@ class Checkpointer:
         self._manager = self._open_manager()
 
     def close(self) -> None:
-        """Waits for pending saves (CheckpointError when one failed) and releases the manager."""
+        """Waits for pending saves (CheckpointError when one failed and was not reported before) and releases the
+        manager."""
+        reported = self._failure_reported   # _failed() marks the error it makes; this wait may be the first to see it
         try:
             self.wait()
         except CheckpointError:
-            if not self._failure_reported:
+            if not reported:
                 raise
         finally:
             try:

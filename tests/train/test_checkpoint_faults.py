@@ -159,3 +159,56 @@ def test_trainer_resumes_from_the_checkpoint_before_a_damaged_latest_one(toy_buf
                       weight_sink=RecordingSink())
     assert (resumed.state.step, resumed.state.version) == (2, 2)
     resumed.close()
+
+
+def test_a_save_right_after_an_unfinished_async_save_still_measures_the_room(tmp_path):
+    """Async: the next save waits for the one in flight before measuring the room it needs (the trainer's last steps
+    save back to back at the end of a run): a disk with room for one checkpoint refuses the second one by name,
+    instead of skipping the check because the first was not yet listed."""
+    script = r"""
+import sys, jax, optax
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.errors import CheckpointError
+params = {"w": jax.random.normal(jax.random.key(0), (256, 256))}
+opt = optax.adam(1e-3).init(params)
+ck = Checkpointer(sys.argv[1], keep=3, keep_best=False, async_save=True)
+try:
+    for step in (1, 2):
+        ck.save(step, params=params, opt_state=opt, rng=jax.random.key(step), meta={"step": step})
+    ck.close()
+    print("NO ERROR")
+except CheckpointError as err:
+    print("ERROR", err)
+"""
+    with tmpfs(tmp_path / "disk", 520) as disk:   # one checkpoint fits, two do not (as the sync case above)
+        out = subprocess.run([sys.executable, "-c", script, os.path.join(disk, "ck")], capture_output=True,
+                             text=True, timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+        lines = [line for line in out.stdout.splitlines() if line.startswith(("ERROR", "NO ERROR"))]
+        assert lines and lines[0].startswith("ERROR checkpoint of step 2 not written"), out.stdout + out.stderr[-3000:]
+        assert "step 1 took" in lines[0]
+        assert sorted(os.listdir(os.path.join(disk, "ck"))) == ["1"]
+
+
+def test_an_async_write_failure_first_seen_at_close_is_raised_there(tmp_path):
+    """The run's last save is asynchronous and nothing checks it before close(): its failure must come out of
+    close() (it used to be marked as reported when the error was made, and close() swallowed it)."""
+    script = r"""
+import sys, jax, optax
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.errors import CheckpointError
+params = {"w": jax.random.normal(jax.random.key(0), (256, 256))}
+ck = Checkpointer(sys.argv[1], keep=3, keep_best=False, async_save=True)
+try:
+    ck.save(1, params=params, opt_state=optax.adam(1e-3).init(params), rng=jax.random.key(1), meta={"step": 1})
+    ck.close()
+    print("NO ERROR")
+except CheckpointError as err:
+    print("ERROR", err)
+"""
+    with tmpfs(tmp_path / "disk", 200) as disk:   # not even one checkpoint fits
+        out = subprocess.run([sys.executable, "-c", script, os.path.join(disk, "ck")], capture_output=True,
+                             text=True, timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+        lines = [line for line in out.stdout.splitlines() if line.startswith(("ERROR", "NO ERROR"))]
+        assert lines and lines[0].startswith("ERROR checkpoint of step 1 could not be written"), \
+            out.stdout + out.stderr[-3000:]
+        assert "the disk is full" in lines[0] and "Traceback" not in out.stderr
