@@ -115,11 +115,13 @@ def measure(arm: str, args, root: str) -> dict:
     records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, "metrics.jsonl")) else []
     last = records[-1] if records else {}
     steady_steps = max(len(records) - 1, 0)
-    steady = busy = None
+    steady = busy = cpu_per_trajectory = None
     if steady_steps:
         busy = cpu.fraction(records[0]["time"], records[-1]["time"])
         span = records[-1]["time"] - records[0]["time"]
-        steady = sum(r["ppo_actor/trajectories"] for r in records[1:]) / span * 3600.0 if span > 0 else None
+        trajectories = sum(r["ppo_actor/trajectories"] for r in records[1:])
+        steady = trajectories / span * 3600.0 if span > 0 else None
+        cpu_per_trajectory = busy * (os.cpu_count() or 1) * span / trajectories if busy and trajectories else None
     return {
         "mode": mode,
         "fresh_envs_per_group": fresh_envs,
@@ -131,8 +133,7 @@ def measure(arm: str, args, root: str) -> dict:
         "trajectories_per_hour": steady,
         "trainer_idle_fraction": last.get("trainer/idle_fraction"),
         "cpu_busy_fraction": busy,
-        "cpu_seconds_per_trajectory": (busy * (os.cpu_count() or 1) * (records[-1]["time"] - records[0]["time"])
-                                       / sum(r["ppo_actor/trajectories"] for r in records[1:])) if busy else None,
+        "cpu_seconds_per_trajectory": cpu_per_trajectory,
         "mean_staleness": (sum(r["rollout/staleness/mean"] for r in records) / len(records)) if records else None,
         "max_staleness": max((r["rollout/staleness/max"] for r in records), default=None),
         "dropped_stale": last.get("rollout/dropped_stale", 0),
