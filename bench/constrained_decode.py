@@ -21,8 +21,8 @@ import numpy as np
 def toy_prompts(processor, count: int) -> list[dict]:
     """The toy task's first-turn prompts as the rollout worker renders them (the toy recipe's prompt)."""
     from configs.grpo import get_config
-    from jaxwebrl.env import toy
-    from jaxwebrl.env.prompt import PromptConfig, build_prompt
+    from jaxwebrl.env.tasks import toy
+    from jaxwebrl.env.agent.prompt import PromptConfig, build_prompt
 
     config = get_config("toy")
     prompt_config = PromptConfig(window=config.env.prompt_window, system_prompt=config.env.system_prompt)
@@ -42,11 +42,11 @@ def main() -> None:
     parser.add_argument("--grid", action="store_true", help="the 10 x 10 click grid of the tiny MiniWoB default")
     args = parser.parse_args()
 
-    from jaxwebrl.env import toy
+    from jaxwebrl.env.tasks import toy
     from jaxwebrl.models.policy import tiny_policy
     from jaxwebrl.models.sampler import Sampler, SamplingParams
-    from jaxwebrl.env.action_space import CLICK_GRID
-    from jaxwebrl.rollout.policy_server import action_constraint
+    from jaxwebrl.env.agent.action_space import CLICK_GRID
+    from jaxwebrl.rollout.action_grammar import action_constraint
 
     policy = tiny_policy(seed=0)
     tokenizer = policy.processor.tokenizer

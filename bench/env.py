@@ -30,10 +30,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child(seconds: float, worker_id: int, unthrottled_frames: bool) -> None:
-    from jaxwebrl.env.browser import Browser
-    from jaxwebrl.env.chromium import BrowserConfig
-    from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
-    from jaxwebrl.env.oracles import oracle_tasks, oracle_text
+    from jaxwebrl.env.browser.browser import Browser
+    from jaxwebrl.env.browser.chromium import BrowserConfig
+    from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
+    from jaxwebrl.env.tasks.oracles import oracle_tasks, oracle_text
 
     browser = Browser(BrowserConfig(viewport=VIEWPORT, unthrottled_frames=unthrottled_frames))
     tasks = oracle_tasks()
@@ -117,10 +117,10 @@ def worker_overhead(seconds: float) -> dict:
 
     from jaxwebrl.buffer.ring import RingBuffer
     from jaxwebrl.env.registry import make_env
-    from jaxwebrl.env.browser import Browser
-    from jaxwebrl.env.chromium import BrowserConfig
-    from jaxwebrl.env.miniwob import TASK_AREA, VIEWPORT
-    from jaxwebrl.env.oracles import oracle_tasks, oracle_text
+    from jaxwebrl.env.browser.browser import Browser
+    from jaxwebrl.env.browser.chromium import BrowserConfig
+    from jaxwebrl.env.tasks.miniwob import TASK_AREA, VIEWPORT
+    from jaxwebrl.env.tasks.oracles import oracle_tasks, oracle_text
     from jaxwebrl.rollout.client import InProcessClient
     from jaxwebrl.rollout.scripted import ScriptedBackend
     from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig

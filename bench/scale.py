@@ -8,7 +8,7 @@ vision blocks, random weights; MiniWoB++ in headless Chromium at 1280x720; free-
 the browser -> policy server -> ring buffer -> trainer loop for `--steps` train steps, and prints one JSON
 object: peak RSS of the run's process tree (trainer + policy server + rollout worker + Chromium), image tokens per
 screenshot, prompt and response lengths from the buffer, the wall time to each train step, and the time to build
-the project's action grammar (the click-grid trie of `env/action_space.py`) over the 151k vocabulary (the
+the project's action grammar (the click-grid trie of `env/agent/action_space.py`) over the 151k vocabulary (the
 rehearsal decodes free-form, so this is measured on its own).
 """
 
@@ -112,8 +112,8 @@ def buffer_stats(workdir: str, config) -> dict:
 def grammar_build_seconds(config) -> dict:
     """Build time of the click-grid action grammar over the real vocabulary (what a constrained run builds)."""
     from jaxwebrl.models import presets
-    from jaxwebrl.env.action_space import CLICK_GRID
-    from jaxwebrl.rollout.policy_server import action_constraint
+    from jaxwebrl.env.agent.action_space import CLICK_GRID
+    from jaxwebrl.rollout.action_grammar import action_constraint
 
     model_config = presets.model_config(config.model)
     processor = presets.processor_for(model_config)

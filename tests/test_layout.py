@@ -1,9 +1,9 @@
 """The package layout of docs/architecture.md, checked on the real import graph of jaxwebrl/.
 
 Every `import` of every module under jaxwebrl/ (at module level and inside functions, relative ones resolved)
-must point down the layers, never up or sideways; a function-local import must say why it is local (a comment on
-its line or just above its block: an import cycle it breaks, or a heavy/optional dependency it defers); and the
-trainer's update step must import without pyzmq, Selenium or TensorStore (bench/device_check.py runs it on an
+must point down the layers, never up or sideways (inside env/: tasks -> browser -> agent, never back); a
+function-local import must say why it is local (a comment on its line or just above its block: an import cycle it
+breaks, or a heavy/optional dependency it defers); and the trainer's update step must import without pyzmq, Selenium or TensorStore (bench/device_check.py runs it on an
 accelerator image that lacks pyzmq)."""
 
 import ast
@@ -23,6 +23,10 @@ RANK = {
     "train": 4, "eval": 4,
     "cli": 5,
 }
+# Inside env/ (docs/architecture.md): a subpackage imports only subpackages of a lower rank (or itself). The
+# agent's language is at the bottom (the browser carries out its Actions, the tasks use both); the top-level
+# modules of env/ (base, registry, latency, check) are the interface and the places that compose the three.
+ENV_RANK = {"agent": 0, "browser": 1, "tasks": 2}
 # Intra-package imports of models/ (the lead's package) are left to its owner: their local imports carry no
 # reason comments yet. Everything else follows the rule.
 LOCAL_IMPORT_RULE_EXEMPT = ("jaxwebrl/models/",)
@@ -91,6 +95,38 @@ def test_imports_point_down_the_layers():
                              f"{where}")
     assert not unknown, f"packages with no layer: {sorted(unknown)}: place them in RANK and docs/architecture.md"
     assert not wrong, "imports that point up or sideways (docs/architecture.md):\n" + "\n".join(wrong)
+
+
+def _env_subpackage(module: str) -> str | None:
+    """"agent" for jaxwebrl.env.agent and jaxwebrl.env.agent.prompt; None outside env/ and for env/'s top-level
+    modules (base, registry, ...)."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[:2] != ["jaxwebrl", "env"]:
+        return None
+    return parts[2] if os.path.isdir(os.path.join(PACKAGE, "env", parts[2])) else None
+
+
+def test_env_subpackages_import_in_their_direction():
+    unknown, wrong = set(), []
+    for path, rel, module in _modules():
+        source = _env_subpackage(module)
+        if source is None:
+            continue
+        if source not in ENV_RANK:
+            unknown.add(source)
+            continue
+        for line, name, in_function, _ in _imports(path, module):
+            target = _env_subpackage(name or "")
+            if target is None or target == source:
+                continue
+            if target not in ENV_RANK:
+                unknown.add(target)
+            elif ENV_RANK[target] > ENV_RANK[source]:
+                where = "inside a function" if in_function else "at module level"
+                wrong.append(f"{rel}:{line}: env/{source} imports {name} (env/{target} is above it) {where}")
+    assert not unknown, (f"env subpackages with no rank: {sorted(unknown)}: place them in ENV_RANK and "
+                         "docs/architecture.md")
+    assert not wrong, "env/ imports against agent -> browser -> tasks (docs/architecture.md):\n" + "\n".join(wrong)
 
 
 def test_every_function_local_import_says_why():

@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from jaxwebrl.env.actions import Action
+from jaxwebrl.env.agent.actions import Action
 
 
 class EnvFailure(RuntimeError):

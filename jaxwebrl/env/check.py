@@ -19,16 +19,16 @@ import time
 
 import numpy as np
 
-from jaxwebrl.env.actions import Action, format_action
+from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.base import EnvFailure
-from jaxwebrl.env.browser import Browser
-from jaxwebrl.env.chromium import BrowserConfig
-from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
-from jaxwebrl.env.miniwob_tasks import available_tasks
-from jaxwebrl.env.oracles import oracle_tasks, run_episode
-from jaxwebrl.env.probes import UdpProbe, WebSocketProbe, serve_directory
-from jaxwebrl.env.task_spec import WebTaskSpec
-from jaxwebrl.env.webtask import WebTaskEnv
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
+from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
+from jaxwebrl.env.tasks.oracles import oracle_tasks, run_episode
+from jaxwebrl.env.browser.probes import UdpProbe, WebSocketProbe, serve_directory
+from jaxwebrl.env.tasks.task_spec import WebTaskSpec
+from jaxwebrl.env.tasks.webtask import WebTaskEnv
 
 
 def _stats_ms(seconds: list[float]) -> dict:

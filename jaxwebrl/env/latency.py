@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxwebrl.env.actions import Action
+from jaxwebrl.env.agent.actions import Action
 from jaxwebrl.env.base import Env, Observation, StepResult
 
 REGIMES = ("local", "web")

@@ -1,8 +1,8 @@
 """Env specs: the names a run config's `env.tasks` lists, checked before anything starts and built in a worker.
 
-    "toy"               the browser-free toy task (`jaxwebrl.env.toy`)
+    "toy"               the browser-free toy task (`jaxwebrl.env.tasks.toy`)
     "miniwob/<task>"    a bundled MiniWoB++ task in headless Chromium; "miniwob" alone in `env.tasks`: all of them
-    a JSON task spec    a dict, JSON text or a path to a .json file (`jaxwebrl.env.task_spec`)
+    a JSON task spec    a dict, JSON text or a path to a .json file (`jaxwebrl.env.tasks.task_spec`)
     a task set          in `env.tasks`: a .jsonl file (one task spec per line: line N is the spec "FILE.jsonl:N")
                         or a directory of .json / .jsonl spec files (sorted by name, not recursive)
     a registered name   a Python environment class registered with `register_env` (an extension module, see
@@ -19,7 +19,7 @@ Registering an environment (from outside the package):
 
 `CounterEnv(screenshot_size=(W, H), max_steps=N)` must give an object with the `jaxwebrl.env.base.Env` interface
 (`task_id`, `max_steps`, `reset(seed) -> Observation`, `step(action) -> StepResult`, `close()`); `action_texts`
-is what a policy decoding under the action grammar may emit in it (`jaxwebrl.env.action_space`; None: the click
+is what a policy decoding under the action grammar may emit in it (`jaxwebrl.env.agent.action_space`; None: the click
 grid of a browser page); `needs_browser=True` makes config validation check that Chromium is installed;
 `takes_max_steps=False` for an env with a fixed horizon of its own (`make_env` then leaves `max_steps` out).
 """
@@ -32,11 +32,11 @@ import os
 import re
 from typing import Any, Callable, Mapping
 
-from jaxwebrl.env import toy
+from jaxwebrl.env.tasks import toy
 from jaxwebrl.env.base import Env
 from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
-from jaxwebrl.env.miniwob_tasks import available_tasks
-from jaxwebrl.env.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
+from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
+from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
 
 MINIWOB_PREFIX = "miniwob/"
 ALL_MINIWOB = "miniwob"   # in env.tasks: every bundled MiniWoB++ task
@@ -196,9 +196,9 @@ def _make_checked(checked: Any, network, options: dict) -> Env:
     if network is not None:
         options["network"] = network
     if isinstance(checked, str):
-        from jaxwebrl.env.miniwob import MiniWobEnv  # deferred (heavy): a browser env imports Selenium
+        from jaxwebrl.env.tasks.miniwob import MiniWobEnv  # deferred (heavy): a browser env imports Selenium
 
         return MiniWobEnv(checked[len(MINIWOB_PREFIX):], **options)
-    from jaxwebrl.env.webtask import WebTaskEnv  # deferred (heavy), as above
+    from jaxwebrl.env.tasks.webtask import WebTaskEnv  # deferred (heavy), as above
 
     return WebTaskEnv(checked, **options)

@@ -6,9 +6,9 @@ recorded exactly as a rollout worker builds it, and the oracle's action becomes 
 
 Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (short call text such as
 `click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. Only
-episodes the oracle wins are kept. MiniWoB++ tasks need an oracle (`jaxwebrl.env.oracles.oracle_tasks()`).
+episodes the oracle wins are kept. MiniWoB++ tasks need an oracle (`jaxwebrl.env.tasks.oracles.oracle_tasks()`).
 
-`action_texts` (a constrained policy's action space, `jaxwebrl.env.action_space.config_action_texts`) snaps
+`action_texts` (a constrained policy's action space, `jaxwebrl.env.agent.action_space.config_action_texts`) snaps
 every oracle click to the nearest allowed click, and that snapped click is what is played and recorded, so the
 demonstrations hold only responses the constrained policy can emit (an episode the snapped oracle loses is
 dropped like any other).
@@ -20,11 +20,11 @@ from typing import Iterable
 
 import numpy as np
 
-from jaxwebrl.env import toy
-from jaxwebrl.env.action_space import RESPONSE_PREFIX
-from jaxwebrl.env.actions import Action, format_action, format_call, parse_action
+from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.agent.action_space import RESPONSE_PREFIX
+from jaxwebrl.env.agent.actions import Action, format_action, format_call, parse_action
 from jaxwebrl.env.registry import make_env
-from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
+from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
 
 
 def response_text(action: Action, action_style: str) -> str:
@@ -55,12 +55,12 @@ def _oracle(task_id: str):
     if task_id == "toy":
         return lambda env, obs, step: parse_action(toy.oracle_action_text(obs.goal, step))
     if task_id.startswith("miniwob/"):
-        from jaxwebrl.env.oracles import get_oracle  # deferred: the oracles import Selenium (heavy)
+        from jaxwebrl.env.tasks.oracles import get_oracle  # deferred: the oracles import Selenium (heavy)
 
         oracle = get_oracle(task_id.split("/", 1)[1])
         return lambda env, obs, step: oracle(env)
     raise ValueError(f"no scripted oracle for {task_id!r}: demonstrations need 'toy' or a MiniWoB++ task with "
-                     f"an oracle (jaxwebrl.env.oracles.oracle_tasks())")
+                     f"an oracle (jaxwebrl.env.tasks.oracles.oracle_tasks())")
 
 
 def play_demonstration(env, seed: int, prompt: PromptConfig, action_texts=None) -> tuple[list[dict], float]:

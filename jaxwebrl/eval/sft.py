@@ -27,11 +27,11 @@ import optax
 
 from jaxwebrl.checkpoint.layout import save_params
 from jaxwebrl.checkpoint.policies import initial_policy
-from jaxwebrl.env.action_space import config_action_texts
-from jaxwebrl.env.prompt import PromptConfig
+from jaxwebrl.env.agent.action_space import config_action_texts
+from jaxwebrl.env.agent.prompt import PromptConfig
 from jaxwebrl.env.registry import env_specs
 from jaxwebrl.eval.demos import oracle_demonstrations
-from jaxwebrl.rollout.policy_server import action_constraint
+from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.spec import worker_fields
 
 

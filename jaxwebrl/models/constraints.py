@@ -7,7 +7,7 @@ Builders:
 - `from_vocab_mask(allowed [V])`: one state.
 - `from_token_sequences(seqs, V, end)`: exactly a finite set of token sequences, then the end token (a trie).
 - `from_texts(tokenizer, texts, V)`: exactly the tokenisation of each text, then the tokenizer's end token (the
-  action grammar's responses, `jaxwebrl.env.action_space.response_texts`).
+  action grammar's responses, `jaxwebrl.env.agent.action_space.response_texts`).
 - `from_regex(pattern, token_strings, end)`: any token sequence whose text fully matches `pattern` (Python `re`
   syntax: literals, classes, `.`, groups, `|`, `?`, `*`, `+`, `{m,n}`), then the end token. The pattern is
   compiled to a character DFA, and a token is allowed in a state when its whole text walks the DFA without

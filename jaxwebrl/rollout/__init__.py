@@ -8,8 +8,9 @@
   client         Generation, PolicyClient (over the wire), InProcessClient
   transport      the authenticated pyzmq request/reply transport; wire: its message format
   policy_server  PolicyServer: batched, versioned generation behind the transport
+  action_grammar `action_constraint`: the action grammar's token automaton (the sampler, trainer and SFT replay it)
   serving        the policy server on the transport, as one object a run or an evaluation starts and stops
-  scripted       a test/diagnostic backend (scripted action text, real tokens; no model)
+  scripted       a diagnostic/test backend (scripted action text, real tokens; no model; the benchmarks use it)
 
     client = PolicyClient(address, token=token)                          # or InProcessClient(handler)
     worker = RolloutWorker(WorkerConfig(tasks=["toy"]), client, RingBuffer.open(path))

@@ -122,9 +122,9 @@ class EnvHost:
         if self.share_browser and isinstance(task, str) and task.startswith(MINIWOB_PREFIX):
             if self._browser is None:
                 # deferred (heavy): the browser imports Selenium; browser-free workers never load it
-                from jaxwebrl.env.browser import Browser
-                from jaxwebrl.env.chromium import BrowserConfig
-                from jaxwebrl.env.miniwob import VIEWPORT
+                from jaxwebrl.env.browser.browser import Browser
+                from jaxwebrl.env.browser.chromium import BrowserConfig
+                from jaxwebrl.env.tasks.miniwob import VIEWPORT
 
                 self._browser = Browser(BrowserConfig(viewport=VIEWPORT))
             browser = self._browser

@@ -28,20 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from jaxwebrl.env.action_space import config_action_texts, response_texts
-from jaxwebrl.models.constraints import TokenConstraint
+from jaxwebrl.env.agent.action_space import config_action_texts
 from jaxwebrl.models.sampler import Sampler, SamplingParams
+from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.admission import Admission
 from jaxwebrl.rollout.wire import RequestRefused
 
 log = logging.getLogger(__name__)
-
-
-def action_constraint(processor, action_texts, vocab_size: int) -> TokenConstraint:
-    """The token automaton of the action grammar (`jaxwebrl.env.action_space`) for `action_texts` under this
-    processor's tokenizer: exactly `Memory: {}\nAction: <text>` + the end token for each text. The policy server
-    decodes under it; the trainer and the supervised warm start replay the same one."""
-    return TokenConstraint.from_texts(processor.tokenizer, response_texts(action_texts), vocab_size)
 
 
 class PolicyServer:

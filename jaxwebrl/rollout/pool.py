@@ -41,7 +41,7 @@ from typing import Any
 
 import psutil
 
-from jaxwebrl.env.chromium import PROFILE_DIR_PREFIX
+from jaxwebrl.env.browser.chromium import PROFILE_DIR_PREFIX
 from jaxwebrl.env.registry import check_env_spec
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rollout.worker import WorkerConfig

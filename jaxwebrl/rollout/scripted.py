@@ -1,4 +1,4 @@
-"""TEST / DIAGNOSTIC policy backend: scripted action text, real tokens. No neural network, never for training.
+"""DIAGNOSTIC / TEST policy backend: scripted action text, real tokens. No neural network, never for training.
 
 ``ScriptedBackend`` is a policy-server handler (``handler(request) -> reply``, see ``rollout/client.py``) whose
 replies are produced by a responder (random valid action texts, or the toy task's oracle) but whose token
@@ -9,6 +9,11 @@ the response tokens, ``versions`` carries the backend's current version, and ``b
 log-probability of the scripted choice evenly over the response tokens (their sum is log P(choice)).
 
 Use it to exercise workers, the buffer and the trainer's data path without a model.
+
+Why it ships in the package and not under tests/: measurements a user runs drive real rollout workers with it
+(`bench/env.py`: oracle MiniWoB++ steps/s and the worker's overhead; `bench/ray_overhead.py`: local vs Ray
+workers behind the real transport), and a worker pool's spec may name it (`{"kind": "scripted", ...}`, built in
+the worker process by `worker_process.build_worker`) so a pool runs without a policy server.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jaxwebrl.env import toy
-from jaxwebrl.env.prompt import read_goal_and_step
+from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.agent.prompt import read_goal_and_step
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import GENERATE_OP, Generation
 

@@ -43,12 +43,12 @@ import numpy as np
 from jaxwebrl.buffer.schema import BufferWriteError
 
 from jaxwebrl.buffer.episodes import EpisodeError
-from jaxwebrl.env.actions import parse_action
+from jaxwebrl.env.agent.actions import parse_action
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import make_env
-from jaxwebrl.env.memory import MemoryTracker, format_memory, split_memory
-from jaxwebrl.env.prompt import (PromptConfig, StepRecord, build_prompt, cut_text, prompt_excerpt,
+from jaxwebrl.env.agent.memory import MemoryTracker, format_memory, split_memory
+from jaxwebrl.env.agent.prompt import (PromptConfig, StepRecord, build_prompt, cut_text, prompt_excerpt,
                                   summarize_action)
 from jaxwebrl.rollout.env_host import EnvHost, task_name
 from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportRequestRefused

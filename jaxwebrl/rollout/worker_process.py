@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from jaxwebrl.buffer.ring import RingBuffer
-from jaxwebrl.env.chromium import set_parent_death_signal
+from jaxwebrl.env.browser.chromium import set_parent_death_signal
 from jaxwebrl.errors import one_line
 from jaxwebrl.files import write_file_atomically
 from jaxwebrl.extensions import import_extensions

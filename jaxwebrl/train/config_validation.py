@@ -15,7 +15,7 @@ from ml_collections import config_dict
 from jaxwebrl.checkpoint.layout import holds_params
 from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import check_env_spec, env_specs, needs_browser
-from jaxwebrl.env.task_spec import MAX_STEPS, TaskSpecError
+from jaxwebrl.env.tasks.task_spec import MAX_STEPS, TaskSpecError
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.models import presets
 from jaxwebrl.models.layers import REMAT_POLICIES

@@ -35,11 +35,11 @@ import numpy as np
 from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
 from jaxwebrl.checkpoint.resume import restore_or_init
-from jaxwebrl.env.action_space import config_action_texts
+from jaxwebrl.env.agent.action_space import config_action_texts
 from jaxwebrl.errors import TrainingDiverged
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
-from jaxwebrl.rollout.policy_server import action_constraint
+from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.train import console, rl_config, run_config
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.gatherer import BatchGatherer, episode_scalar, staleness

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from jaxwebrl.env.action_space import CLICK_GRID, RESPONSE_PREFIX, action_texts
+from jaxwebrl.env.agent.action_space import CLICK_GRID, RESPONSE_PREFIX, action_texts
 from jaxwebrl.models.processor import tiny_processor
-from jaxwebrl.rollout.policy_server import action_constraint
+from jaxwebrl.rollout.action_grammar import action_constraint
 
 
 @pytest.fixture(scope="module")

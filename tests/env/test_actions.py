@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jaxwebrl.env.actions import (
+from jaxwebrl.env.agent.actions import (
     Action,
     format_action,
     from_viewport,

@@ -3,7 +3,7 @@ WebSocket twins, origin checks for the egress proxy, and one-line errors for pat
 
 import pytest
 
-from jaxwebrl.env.allowlist import UrlAllowlist
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 
 
 def test_host_wildcards_never_match_across_the_path():

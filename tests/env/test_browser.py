@@ -8,14 +8,14 @@ import time
 import psutil
 import pytest
 
-from jaxwebrl.env.actions import Action, format_action
+from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout
-from jaxwebrl.env.allowlist import UrlAllowlist
-from jaxwebrl.env.browser import Browser
-from jaxwebrl.env.chromium import BrowserConfig, check_installation
-from jaxwebrl.env.keys import key_events
-from jaxwebrl.env.miniwob import VIEWPORT, MiniWobEnv
-from jaxwebrl.env.oracles import run_episode
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig, check_installation
+from jaxwebrl.env.browser.keys import key_events
+from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
+from jaxwebrl.env.tasks.oracles import run_episode
 
 
 def _gone(pids, timeout=5.0):

@@ -5,9 +5,9 @@ import socket
 
 import pytest
 
-from jaxwebrl.env.allowlist import UrlAllowlist
-from jaxwebrl.env.egress_proxy import EgressProxy
-from jaxwebrl.env.probes import WebSocketProbe, serve_directory
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
+from jaxwebrl.env.browser.egress_proxy import EgressProxy
+from jaxwebrl.env.browser.probes import WebSocketProbe, serve_directory
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from configs import base
-from jaxwebrl.env import toy
-from jaxwebrl.env.allowlist import UrlAllowlist
+from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.latency import FAST_4G, LatencyConfig, LatencyEnv, NetworkConditions, page_delays
-from jaxwebrl.env.probes import serve_directory
+from jaxwebrl.env.browser.probes import serve_directory
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.spec import worker_fields
 from jaxwebrl.rollout.worker import WorkerConfig

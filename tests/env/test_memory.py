@@ -1,7 +1,7 @@
 """Memory JSON: parsing from responses, carrying forward, and the memory-bloat statistics."""
 
-from jaxwebrl.env.actions import parse_action
-from jaxwebrl.env.memory import (MemoryTracker, format_memory, is_generic_key, memory_stats, parse_memory,
+from jaxwebrl.env.agent.actions import parse_action
+from jaxwebrl.env.agent.memory import (MemoryTracker, format_memory, is_generic_key, memory_stats, parse_memory,
                                  split_memory)
 
 

@@ -3,13 +3,13 @@ seeded and never time out, rewards come from the page, invalid actions are count
 
 import pytest
 
-from jaxwebrl.env.actions import Action, format_action
+from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.registry import make_env
-from jaxwebrl.env.browser import Browser
-from jaxwebrl.env.chromium import BrowserConfig
-from jaxwebrl.env.miniwob import MAX_EPISODE_TIME_MS, VIEWPORT, MiniWobEnv
-from jaxwebrl.env.miniwob_tasks import SPLITS, available_tasks, horizon
-from jaxwebrl.env.oracles import get_oracle, oracle_tasks, oracle_text, run_episode
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.tasks.miniwob import MAX_EPISODE_TIME_MS, VIEWPORT, MiniWobEnv
+from jaxwebrl.env.tasks.miniwob_tasks import SPLITS, available_tasks, horizon
+from jaxwebrl.env.tasks.oracles import get_oracle, oracle_tasks, oracle_text, run_episode
 
 pytestmark = pytest.mark.browser
 SEEDS = (0, 1, 2)

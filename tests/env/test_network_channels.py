@@ -7,10 +7,10 @@ import time
 import pytest
 
 from jaxwebrl.env import check
-from jaxwebrl.env.allowlist import UrlAllowlist
-from jaxwebrl.env.browser import Browser
-from jaxwebrl.env.chromium import BrowserConfig
-from jaxwebrl.env.probes import GREETING, UdpProbe, WebSocketProbe, serve_directory
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.browser.probes import GREETING, UdpProbe, WebSocketProbe, serve_directory
 
 pytestmark = pytest.mark.browser
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from jaxwebrl.env.actions import Action, parse_action
-from jaxwebrl.env.prompt import PromptConfig, StepRecord, build_prompt, read_goal_and_step, summarize_action
+from jaxwebrl.env.agent.actions import Action, parse_action
+from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord, build_prompt, read_goal_and_step, summarize_action
 
 
 def history(n, feedback_at=()):

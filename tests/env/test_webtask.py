@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from jaxwebrl.env.actions import Action, format_action
+from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.registry import make_env
-from jaxwebrl.env.browser import Browser
-from jaxwebrl.env.chromium import BrowserConfig
-from jaxwebrl.env.probes import serve_directory
-from jaxwebrl.env.webtask import WebTaskEnv, WebTaskSpec
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.browser.probes import serve_directory
+from jaxwebrl.env.tasks.webtask import WebTaskEnv, WebTaskSpec
 
 pytestmark = pytest.mark.browser
 VIEWPORT = (400, 300)

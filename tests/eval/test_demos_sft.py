@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-from jaxwebrl.env.actions import format_call, parse_action
-from jaxwebrl.env.prompt import PromptConfig
+from jaxwebrl.env.agent.actions import format_call, parse_action
+from jaxwebrl.env.agent.prompt import PromptConfig
 from jaxwebrl.eval.demos import oracle_demonstrations, response_text, snap_click
 from jaxwebrl.eval.sft import decision_rows, demo_rows, pad_rows, sft_train
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.models.processor import tiny_processor
-from jaxwebrl.env.action_space import CLICK_GRID, RESPONSE_PREFIX
-from jaxwebrl.rollout.policy_server import action_constraint
+from jaxwebrl.env.agent.action_space import CLICK_GRID, RESPONSE_PREFIX
+from jaxwebrl.rollout.action_grammar import action_constraint
 
 SHORT = PromptConfig(window=0, system_prompt="Press the buttons of the pattern. Answer: Memory: {} then Action.")
 

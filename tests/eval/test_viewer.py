@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxwebrl.buffer.trajectory import EpisodeView, StepView
-from jaxwebrl.env.chromium import BrowserConfig, ChromiumProcess, check_installation
+from jaxwebrl.env.browser.chromium import BrowserConfig, ChromiumProcess, check_installation
 from jaxwebrl.eval.evaluate import evaluate
 from jaxwebrl.eval.seeds import EVAL_SEED_START
 from jaxwebrl.eval.viewer import render

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwebrl.env.actions import parse_action
+from jaxwebrl.env.agent.actions import parse_action
 from jaxwebrl.env.base import Observation, StepResult
 from jaxwebrl.env.registry import register_env
 from jaxwebrl.rl.estimators import register_estimator

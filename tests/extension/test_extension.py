@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
-from jaxwebrl.env.action_space import config_action_texts
+from jaxwebrl.env.agent.action_space import config_action_texts
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rl import advantages

@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from jaxwebrl.env import toy
-from jaxwebrl.env.actions import parse_action
-from jaxwebrl.env.memory import split_memory
-from jaxwebrl.env.prompt import PromptConfig, build_prompt
+from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.agent.actions import parse_action
+from jaxwebrl.env.agent.memory import split_memory
+from jaxwebrl.env.agent.prompt import PromptConfig, build_prompt
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import Generation, InProcessClient, PolicyClient, generate_request
 from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder, toy_oracle_responder

@@ -8,10 +8,10 @@ import pytest
 
 from configs.constT10 import get_config
 from jaxwebrl.buffer.ring import RingBuffer
-from jaxwebrl.env import toy
-from jaxwebrl.env.actions import parse_action
+from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.agent.actions import parse_action
 from jaxwebrl.env.base import BrowserCrashed
-from jaxwebrl.env.memory import memory_stats, parse_memory, split_memory
+from jaxwebrl.env.agent.memory import memory_stats, parse_memory, split_memory
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder, toy_oracle_responder

@@ -9,8 +9,9 @@ import pytest
 
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.rollout.client import InProcessClient
-from jaxwebrl.env.action_space import action_texts
-from jaxwebrl.rollout.policy_server import PolicyServer, action_constraint
+from jaxwebrl.env.agent.action_space import action_texts
+from jaxwebrl.rollout.action_grammar import action_constraint
+from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS, RolloutWorker, WorkerConfig
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings

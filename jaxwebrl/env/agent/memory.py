@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from jaxwebrl.env.actions import strip_think
+from jaxwebrl.env.agent.actions import strip_think
 
 MEMORY_LABEL = re.compile(r"memory\s*:", re.IGNORECASE)
 

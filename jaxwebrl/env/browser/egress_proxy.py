@@ -39,7 +39,7 @@ import socket
 import threading
 from typing import Callable
 
-from jaxwebrl.env.allowlist import UrlAllowlist
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 
 log = logging.getLogger(__name__)
 

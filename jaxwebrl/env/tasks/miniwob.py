@@ -18,13 +18,13 @@ import os
 import time
 from typing import Any
 
-from jaxwebrl.env.actions import Action, from_viewport
+from jaxwebrl.env.agent.actions import Action, from_viewport
 from jaxwebrl.env.base import EnvTimeout
-from jaxwebrl.env.allowlist import UrlAllowlist, blocked_message
-from jaxwebrl.env.browser import Browser
-from jaxwebrl.env.chromium import BrowserConfig
-from jaxwebrl.env.browser_env import BrowserEnv
-from jaxwebrl.env.miniwob_tasks import html_dir, horizon
+from jaxwebrl.env.browser.allowlist import UrlAllowlist, blocked_message
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.tasks.browser_env import BrowserEnv
+from jaxwebrl.env.tasks.miniwob_tasks import html_dir, horizon
 
 TASK_AREA = (0, 0, 160, 210)  # x, y, width, height of #wrap in CSS pixels
 VIEWPORT = (320, 240)  # room for the task area; the reward display to its right is never captured

@@ -14,8 +14,8 @@ import re
 import time
 from typing import Callable
 
-from jaxwebrl.env.actions import Action, format_action
-from jaxwebrl.env.miniwob import MiniWobEnv
+from jaxwebrl.env.agent.actions import Action, format_action
+from jaxwebrl.env.tasks.miniwob import MiniWobEnv
 
 Oracle = Callable[[MiniWobEnv], Action]
 ORACLES: dict[str, Oracle] = {}

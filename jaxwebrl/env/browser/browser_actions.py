@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
-from jaxwebrl.env.actions import Action, to_viewport
-from jaxwebrl.env.allowlist import blocked_message
-from jaxwebrl.env.navigation import NavigationBlocked
+from jaxwebrl.env.agent.actions import Action, to_viewport
+from jaxwebrl.env.browser.allowlist import blocked_message
+from jaxwebrl.env.browser.navigation import NavigationBlocked
 
 
 def perform(browser, action: Action, area: tuple[int, int, int, int], check_url: bool = True) -> dict:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwebrl.env.actions import COORD_MAX, Action, parse_action
+from jaxwebrl.env.agent.actions import COORD_MAX, Action, parse_action
 from jaxwebrl.env.base import Observation, StepResult
 
 TARGET_PATHS = ((0, 0, 1), (0, 1, 0), (1, 0, 1), (1, 1, 0))

@@ -5,7 +5,7 @@
     horizon("book-flight")       # the split's step horizon (DEFAULT_HORIZON outside the splits)
 
 Config validation, the env registry and the evaluation report read these without importing Selenium;
-`jaxwebrl.env.miniwob.MiniWobEnv` plays the tasks in Chromium.
+`jaxwebrl.env.tasks.miniwob.MiniWobEnv` plays the tasks in Chromium.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import dataclasses
 import re
 from typing import Any, NamedTuple
 
-from jaxwebrl.env.actions import Action, strip_think
-from jaxwebrl.env.memory import format_memory
+from jaxwebrl.env.agent.actions import Action, strip_think
+from jaxwebrl.env.agent.memory import format_memory
 
 CALL_STYLE_ACTIONS = (
     "click(x, y) | type(text=\"...\") | key(\"Enter\") | scroll(\"down\") | wait(1) | go_back() | "
@@ -170,7 +170,7 @@ def read_goal_and_step(messages: list[dict]) -> tuple[str, int]:
     goal = next((t[len("Task: "):].split("\n", 1)[0] for t in texts if t.startswith("Task: ")), None)
     steps = [int(m.group(1)) for t in texts for m in _STEP_TEXT.finditer(t)]
     if goal is None or not steps:
-        raise ValueError("messages were not built by jaxwebrl.env.prompt.build_prompt (no Task/Step text)")
+        raise ValueError("messages were not built by jaxwebrl.env.agent.prompt.build_prompt (no Task/Step text)")
     return goal, steps[-1] - 1
 
 

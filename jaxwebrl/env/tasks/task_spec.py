@@ -36,7 +36,7 @@ import sys
 import urllib.parse
 from typing import Any, Callable
 
-from jaxwebrl.env.allowlist import UrlAllowlist
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 
 SPEC_KEYS = ("task_id", "start_url", "goal", "max_steps", "difficulty", "evaluator", "allowlist", "viewport")
 REQUIRED_KEYS = ("task_id", "start_url", "goal", "evaluator")

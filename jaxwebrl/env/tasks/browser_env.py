@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jaxwebrl.env.actions import Action, parse_action
+from jaxwebrl.env.agent.actions import Action, parse_action
 from jaxwebrl.env.base import Observation, StepResult
-from jaxwebrl.env.browser import Browser
-from jaxwebrl.env.chromium import BrowserConfig
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig
 
 
 class BrowserEnv:

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from jaxwebrl.env.base import BrowserCrashed, EnvTimeout
-from jaxwebrl.env.keys import key_events
+from jaxwebrl.env.browser.keys import key_events
 
 # After an input action: two animation frames (wheel scrolls and layout land), at most 150 ms where frames stall.
 SETTLE_JS = "new Promise(r => { requestAnimationFrame(() => requestAnimationFrame(r)); setTimeout(r, 150); })"

@@ -23,15 +23,15 @@ security model.
 
 from __future__ import annotations
 
-from jaxwebrl.env import browser_actions
-from jaxwebrl.env.actions import Action
-from jaxwebrl.env.allowlist import UrlAllowlist
+from jaxwebrl.env.browser import browser_actions
+from jaxwebrl.env.agent.actions import Action
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.base import EnvFailure
-from jaxwebrl.env.chromium import BrowserConfig, ChromiumProcess
-from jaxwebrl.env.devtools import DevToolsIO
-from jaxwebrl.env.egress_proxy import EgressProxy
-from jaxwebrl.env.navigation import NavigationPolicy
-from jaxwebrl.env.request_guard import RequestGuard
+from jaxwebrl.env.browser.chromium import BrowserConfig, ChromiumProcess
+from jaxwebrl.env.browser.devtools import DevToolsIO
+from jaxwebrl.env.browser.egress_proxy import EgressProxy
+from jaxwebrl.env.browser.navigation import NavigationPolicy
+from jaxwebrl.env.browser.request_guard import RequestGuard
 
 
 class Browser(DevToolsIO, NavigationPolicy):

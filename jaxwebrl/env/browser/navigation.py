@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from jaxwebrl.env.allowlist import ALWAYS_ALLOWED_URLS, UrlAllowlist
+from jaxwebrl.env.browser.allowlist import ALWAYS_ALLOWED_URLS, UrlAllowlist
 
 log = logging.getLogger(__name__)
 

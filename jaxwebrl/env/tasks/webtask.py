@@ -25,13 +25,13 @@ import re
 import urllib.parse
 from typing import Any, Callable
 
-from jaxwebrl.env.actions import Action
-from jaxwebrl.env.allowlist import UrlAllowlist
+from jaxwebrl.env.agent.actions import Action
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.base import EnvFailure
-from jaxwebrl.env.browser import Browser
-from jaxwebrl.env.chromium import BrowserConfig
-from jaxwebrl.env.browser_env import BrowserEnv
-from jaxwebrl.env.task_spec import (DEFAULT_VIEWPORT, TaskSpecError, WebTaskSpec, load_function,  # noqa: F401
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.tasks.browser_env import BrowserEnv
+from jaxwebrl.env.tasks.task_spec import (DEFAULT_VIEWPORT, TaskSpecError, WebTaskSpec, load_function,  # noqa: F401
                                     load_spec_file, normalise_text, task_allowlist)
 
 
