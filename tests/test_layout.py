@@ -3,8 +3,8 @@
 Every `import` of every module under jaxwebrl/ (at module level and inside functions, relative ones resolved)
 must point down the layers, never up or sideways (inside env/: tasks -> browser -> agent, never back); a
 function-local import must say why it is local (a comment on its line or just above its block: an import cycle it
-breaks, or a heavy/optional dependency it defers); and the trainer's update step must import without pyzmq, Selenium or TensorStore (bench/device_check.py runs it on an
-accelerator image that lacks pyzmq)."""
+breaks, or a heavy/optional dependency it defers); and the trainer's update step must import without pyzmq,
+Selenium or TensorStore (bench/device_check.py runs it on an accelerator image that lacks pyzmq)."""
 
 import ast
 import os

@@ -1,6 +1,6 @@
 """Real episodes for trainer tests: a real RolloutWorker plays the toy env into a real ring buffer.
 
-The scripted backend (test-only, jaxwebrl.rollout.scripted) picks the toy task's oracle action with noise, and
+The scripted backend (model-free, jaxwebrl.rollout.scripted) picks the toy task's oracle action with noise, and
 makes the token fields the way the policy server does (real chat template and tokenizer of the tiny processor).
 """
 
