@@ -1,5 +1,6 @@
 """Loopback servers that watch what leaves a browser (the doctor's allowlist check and the tests use them):
 an HTTP directory server, a WebSocket server that greets and records, and a UDP socket that counts packets.
+They ship in the package, not under tests/, because the doctor (`python -m jaxwebrl.env.check`) needs them.
 
     server, url, paths = serve_directory(root)     # http://127.0.0.1:PORT, every path requested
     ws = WebSocketProbe()                          # ws.url; ws.connections, ws.messages (text frames received)

@@ -1,4 +1,5 @@
-"""The action grammar the tiny policy decodes under, replayed by the trainer: states, decisions, fallback."""
+"""The action automaton (rollout/action_grammar.py: the grammar of env/agent/action_space.py under a tokenizer) the
+tiny policy decodes under and the trainer replays: states, decisions, fallback."""
 
 import numpy as np
 import pytest
