@@ -23,10 +23,10 @@ from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.browser.probes import UdpProbe, WebSocketProbe, serve_directory
 from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
 from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
 from jaxwebrl.env.tasks.oracles import oracle_tasks, run_episode
-from jaxwebrl.env.browser.probes import UdpProbe, WebSocketProbe, serve_directory
 from jaxwebrl.env.tasks.task_spec import WebTaskSpec
 from jaxwebrl.env.tasks.webtask import WebTaskEnv
 

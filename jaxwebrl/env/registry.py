@@ -32,9 +32,9 @@ import os
 import re
 from typing import Any, Callable, Mapping
 
-from jaxwebrl.env.tasks import toy
 from jaxwebrl.env.base import Env
 from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
+from jaxwebrl.env.tasks import toy
 from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
 from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
 

@@ -23,10 +23,10 @@ security model.
 
 from __future__ import annotations
 
-from jaxwebrl.env.browser import browser_actions
 from jaxwebrl.env.agent.actions import Action
-from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.browser import browser_actions
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.browser.chromium import BrowserConfig, ChromiumProcess
 from jaxwebrl.env.browser.devtools import DevToolsIO
 from jaxwebrl.env.browser.egress_proxy import EgressProxy

@@ -26,8 +26,8 @@ import urllib.parse
 from typing import Any, Callable
 
 from jaxwebrl.env.agent.actions import Action
-from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.tasks.browser_env import BrowserEnv
