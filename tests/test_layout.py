@@ -20,7 +20,7 @@ RANK = {
     "rl": 1, "parallel": 1,
     "env": 2, "buffer": 2, "models": 2,
     "rollout": 3, "checkpoint": 3,
-    "train": 4, "eval": 4,
+    "train": 4, "eval": 4, "plan": 4,
     "cli": 5,
 }
 # Intra-package imports of models/ (the lead's package) are left to its owner: their local imports carry no

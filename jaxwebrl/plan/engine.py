@@ -67,6 +67,8 @@ class Clock:
         heapq.heappush(self._timers, (self.now + max(float(seconds), 0.0), next(self._seq), fn))
 
     def work(self, pool: str, seconds: float, demand: float, fn: Callable[[], None]) -> None:
+        if self.pools[pool].cores is None:   # nothing to share: the job is a plain delay
+            return self.after(seconds, fn)
         self.pools[pool].add(seconds, demand, fn, next(self._seq))
 
     def run(self, until: Callable[[], bool], max_time: float = float("inf")) -> None:

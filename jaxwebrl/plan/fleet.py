@@ -75,8 +75,8 @@ class EpisodeMix:
 class FleetParams:
     """Everything the model needs, in seconds of work as it runs alone (see the module docstring).
 
-    pools: cores of each CPU pool (None: unlimited); the *_pool fields place browsers, server and trainer;
-    browser_pool None gives every browser a host of its own (no sharing)."""
+    pools: cores of each pool (None: unlimited, every job at full speed: browsers on hosts of their own, a
+    trainer on accelerators of its own); the *_pool fields place browsers, server and trainer."""
 
     workers: int
     group_size: int
@@ -99,7 +99,7 @@ class FleetParams:
     trainer_cores: float = 2.0
     publish_s: float = 0.0
     pools: tuple[tuple[str, float | None], ...] = (("host", 2.0),)
-    browser_pool: str | None = "host"
+    browser_pool: str = "host"
     server_pool: str = "host"
     trainer_pool: str = "host"
 
@@ -121,10 +121,7 @@ class _Loop:
 
     def __init__(self, p: FleetParams, seed: int):
         self.p = p
-        pools = dict(p.pools)
-        if p.browser_pool is None:
-            pools.update({f"browser{w}": None for w in range(p.workers)})
-        self.clock = Clock(pools)
+        self.clock = Clock(dict(p.pools))
         self.rng = np.random.default_rng([seed, 0])
         self.delay_rng = np.random.default_rng([seed, 1])
         self.eta = p.effective_eta
@@ -145,16 +142,13 @@ class _Loop:
         self.admission_wait_s = 0.0
 
     # ---------------------------------------------------------------- workers
-    def browser_pool(self, worker: int) -> str:
-        return self.p.browser_pool if self.p.browser_pool is not None else f"browser{worker}"
-
     def browser_time(self, worker: int, then) -> None:
         """The browser's own time for one step or reset: CPU work on its pool, then the waiting part."""
         p = self.p
         seconds = p.browser_step_s * (float(self.rng.lognormal(0.0, p.browser_step_sigma))
                                       if p.browser_step_sigma else 1.0)
         cpu = seconds * p.browser_cpu_fraction
-        self.clock.work(self.browser_pool(worker), cpu, 1.0, lambda: self.clock.after(seconds - cpu, then))
+        self.clock.work(p.browser_pool, cpu, 1.0, lambda: self.clock.after(seconds - cpu, then))
 
     def page_delay(self, then) -> None:
         delay = page_delays(self.delay_rng, self.p.latency) if self.p.latency.enabled else 0.0
