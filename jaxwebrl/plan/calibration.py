@@ -12,6 +12,7 @@ Measured inputs and how each becomes a model parameter (a mean-value fit of proc
   `f = (w8 / w − 1) / (1 / σ − 1)`, and the server's alone time at b8 is its measured batch time × σ;
 - the update's seconds a row, alone: `updates_per_minute_tiny.json` (busy = s/update · (1 − idle) per run, over
   its mean rows), times the speed the trainer had next to its 2 workers (σ = cores / (trainer + their demand));
+- the update before it got faster: that file's previous round of seconds an update over this round's;
 - episode lengths: the random-init tiny policy's own (learning_run.json `initial`: steps a success, a failure);
 - the success rate: from the async_vs_sync runs' drop counts (uniform groups / groups judged = p^G + (1 − p)^G);
   a calibration on the validated runs' counts, not their times.
@@ -97,6 +98,7 @@ class MachineCalibration:
     success_p: float
     success_steps: float
     failure_fraction: float
+    slow_update_factor: float
     sources: dict
 
     @classmethod
@@ -119,6 +121,8 @@ class MachineCalibration:
         trainer_speed = min(1.0, cores / (TRAINER_CORES + low_demand))
         per_row = [r["s_per_update"] * (1 - r["trainer_idle_fraction_at_end"]) * trainer_speed
                    / (sum(r["rows"]) / len(r["rows"])) for r in updates["runs"]]
+        previous = updates["previous_round_s_per_update"]
+        slow = sum(previous) / len(previous) / updates["s_per_update_mean"]
         judged = uniform = 0
         for run in runs.values():
             if "--config.train.dynamic_sampling=False" in run.get("overrides", []):
@@ -133,6 +137,7 @@ class MachineCalibration:
             cores=cores, browser_step_s=w, browser_step_sigma=low["env_step_sigma"], browser_cpu_fraction=f,
             server_s0=s0, server_s1=s1, update_s_per_row=sum(per_row) / len(per_row), success_p=p,
             success_steps=initial["steps_success"], failure_fraction=initial["steps_failure"] / horizon,
+            slow_update_factor=slow,
             sources={
                 "cores": cores_from,
                 "browser_step_s": f"rollout_after.json, {low['workers']} workers: cycle {low['cycle_s']:.4f} s - "
@@ -148,6 +153,9 @@ class MachineCalibration:
                                     f"{len(per_row)} runs (compiling updates included)",
                 "success_p": f"async_vs_sync runs with dynamic sampling: {uniform:g} uniform of {judged:g} groups "
                              f"judged = p^G + (1 - p)^G, G = {group_size} (counts of the validated runs)",
+                "slow_update_factor": f"updates_per_minute_tiny.json: previous round's s/update {previous} over "
+                                      f"this round's mean {updates['s_per_update_mean']} (the runs made before the "
+                                      f"update got faster)",
                 "episode_steps": f"learning_run.json initial (the random-init tiny policy, before SFT): "
                                  f"{initial['steps_success']:.2f} steps a success, {initial['steps_failure']:.2f} "
                                  f"a failure of horizon {horizon}",

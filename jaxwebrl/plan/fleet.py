@@ -6,8 +6,9 @@ generate requests, the admission gate, the trainer's consumption rule and weight
     result["trajectories_per_hour"], result["trainer_idle_fraction"], result["staleness"]
 
 What each part does, as the real loop does it (docs/live_loop.md):
-- a worker asks the gate for a new group (rules.admits; blocked workers retry whenever the gate's state changes),
-  then plays its G episodes one after the other: a reset, then per step a generate request, the browser's own
+- a worker plays its G episodes one after the other; its group's first generate request asks the gate
+  (rules.admits, against the backlog the trainer last published; blocked workers retry whenever the gate's state
+  changes), as the policy server does; an episode is a reset, then per step a generate request, the browser's own
   work (CPU on its pool, the rest a pure delay) and the page delay of the latency regime (env/latency.py's
   lognormal, the same function); an episode's min_version is the version of its first reply;
 - the policy server takes the first queued request and whatever else is queued (up to max_batch, no deadline),
@@ -130,6 +131,7 @@ class _Loop:
         self.gatherer = rules.Gatherer(batch=p.batch, eta=self.eta, dynamic_sampling=p.dynamic_sampling)
         self.version = 0
         self.running: set[int] = set()        # workers playing an admitted group
+        self.gate_backlog = 0                 # the backlog the trainer last published to the gate
         self.blocked: collections.deque[int] = collections.deque()
         self.queue: collections.deque = collections.deque()   # (worker, reply callback)
         self.server_busy = False
@@ -142,7 +144,7 @@ class _Loop:
         self.admission_wait_s = 0.0
 
     # ---------------------------------------------------------------- workers
-    def browser_time(self, worker: int, then) -> None:
+    def browser_time(self, then) -> None:
         """The browser's own time for one step or reset: CPU work on its pool, then the waiting part."""
         p = self.p
         seconds = p.browser_step_s * (float(self.rng.lognormal(0.0, p.browser_step_sigma))
@@ -154,32 +156,38 @@ class _Loop:
         delay = page_delays(self.delay_rng, self.p.latency) if self.p.latency.enabled else 0.0
         self.clock.after(delay, then)
 
-    def want_group(self, worker: int, since: float | None = None) -> None:
+    def start_group(self, worker: int) -> None:
+        """A new group: (a fresh browser,) then its first episode's reset; its first generate asks the gate."""
+        group = {"id": self.group_seq, "episodes": []}
+        self.group_seq += 1
+        if self.p.restart_s:
+            self.clock.after(self.p.restart_s, lambda: self.play_episode(worker, group))
+        else:
+            self.play_episode(worker, group)
+
+    def admit(self, worker: int, then, since: float | None = None) -> None:
+        """The gate (rules.admits, against the backlog the trainer last published): `then` once admitted. A worker
+        asking stops counting its previous group as running (Admission.enter)."""
         self.running.discard(worker)
         since = self.clock.now if since is None else since
-        if not rules.admits(backlog=self.gatherer.ready_trajectories(), running_others=len(self.running),
+        if not rules.admits(backlog=self.gate_backlog, running_others=len(self.running),
                             group_size=self.p.group_size, capacity=self.capacity):
-            self.blocked.append((worker, since))
+            self.blocked.append((worker, then, since))
             return
         self.admission_wait_s += self.clock.now - since
         self.running.add(worker)
-        group = {"id": self.group_seq, "episodes": []}
-        self.group_seq += 1
-        start = lambda: self.play_episode(worker, group)   # noqa: E731
-        if self.p.restart_s:
-            self.clock.after(self.p.restart_s, start)
-        else:
-            start()
+        then()
 
     def wake_blocked(self) -> None:
         """The gate's state changed: blocked workers ask again, in the order they blocked."""
         waiting, self.blocked = self.blocked, collections.deque()
-        for worker, since in waiting:
-            self.want_group(worker, since)
+        for worker, then, since in waiting:
+            self.admit(worker, then, since)
 
     def play_episode(self, worker: int, group: dict) -> None:
         steps, reward = self.p.episodes.draw(self.rng)
         episode = {"steps": steps, "reward": reward, "min_version": None}
+        first_of_group = not group["episodes"]
 
         def step(k: int) -> None:
             if k == steps:
@@ -188,11 +196,14 @@ class _Loop:
             def replied(version: int) -> None:
                 if episode["min_version"] is None:   # versions only grow: the first reply's is the oldest
                     episode["min_version"] = version
-                self.browser_time(worker, lambda: self.page_delay(lambda: step(k + 1)))
+                self.browser_time(lambda: self.page_delay(lambda: step(k + 1)))
 
-            self.generate(replied)
+            if k == 0 and first_of_group:
+                self.admit(worker, lambda: self.generate(replied))
+            else:
+                self.generate(replied)
 
-        self.browser_time(worker, lambda: self.page_delay(lambda: step(0)))   # the reset
+        self.browser_time(lambda: self.page_delay(lambda: step(0)))   # the reset
 
     def episode_done(self, worker: int, group: dict, episode: dict) -> None:
         group["episodes"].append(rules.Episode(group["id"], episode["min_version"], episode["reward"],
@@ -200,9 +211,8 @@ class _Loop:
         if len(group["episodes"]) < self.p.group_size:
             return self.play_episode(worker, group)
         self.gatherer.add_group(group["episodes"])
-        self.want_group(worker)
         self.trainer_poll()
-        self.wake_blocked()
+        self.start_group(worker)
 
     # ---------------------------------------------------------------- policy server
     def generate(self, reply) -> None:
@@ -229,11 +239,16 @@ class _Loop:
 
     # ---------------------------------------------------------------- trainer
     def trainer_poll(self) -> None:
+        """The idle trainer's poll: publish the backlog to the gate, then try a batch (train/trainer.py: the limit
+        is set on every poll, every idle_sleep_s, and after every step, so during an update the gate keeps the
+        pre-batch backlog, and while idle it sees what the failed pop left: dropped groups are gone)."""
         if self.training:
             return
+        self.gate_backlog = self.gatherer.ready_trajectories()
         episodes = self.gatherer.pop_batch(self.version)
         if episodes is None:
-            return
+            self.gate_backlog = self.gatherer.ready_trajectories()   # the next poll, idle_sleep_s later
+            return self.wake_blocked()
         self.training, start = True, self.clock.now
         if self.p.mode == "sync":
             self.paused = True
@@ -249,11 +264,9 @@ class _Loop:
                 self.paused = False
                 self.serve()
             self.trainer_poll()
-            self.wake_blocked()
 
         self.clock.work(self.p.trainer_pool, self.p.update_fixed_s + self.p.update_s_per_row * rows,
                         self.p.trainer_cores, lambda: self.clock.after(self.p.publish_s, published))
-        self.wake_blocked()   # the batch left the backlog
 
 
 def simulate(params: FleetParams, seed: int = 0, *, updates: int = 40, warmup: int = 1,
@@ -264,7 +277,7 @@ def simulate(params: FleetParams, seed: int = 0, *, updates: int = 40, warmup: i
     last). Deterministic for a seed."""
     loop = _Loop(params, seed)
     for worker in range(params.workers):
-        loop.want_group(worker)
+        loop.start_group(worker)
     loop.clock.run(until=lambda: len(loop.updates) >= updates, max_time=1e7)
     if len(loop.updates) <= warmup:
         raise RuntimeError(f"the fleet model made {len(loop.updates)} updates (asked {updates}): nothing reaches "

@@ -5,7 +5,8 @@
 
 Each run's own recipe (the config the bench built: the variant, `num_workers`, the regime, its `overrides`) gives
 the model's shape; the machine's timings come from calibration.MachineCalibration. Runs made before the update got
-faster (every file without `fast_update` in its name) train `SLOW_UPDATE_FACTOR` times slower a row.
+faster (every file without `fast_update` in its name) train `MachineCalibration.slow_update_factor` times slower a
+row.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.plan.calibration import SERVER_CORES, TRAINER_CORES, MachineCalibration, live_loop_runs
 from jaxwebrl.plan.fleet import EpisodeMix, FleetParams, simulate
 
-# docs/live_loop.md "The trainer's update": the same 139-150-row batches timed alone took 19.3-19.7 s before the
-# change and 7.4-8.3 s after it (measured, but recorded in that page only, not in a JSON): 19.5 / 7.85.
-SLOW_UPDATE_FACTOR = 19.5 / 7.85
 # docs/live_loop.md "The rebuilt pool": a new Chromium session and its first page, 1.2-1.5 s (five starts, alone).
 RESTART_S = 1.35
 ARMS = {"sync": ("sync", False), "sync_rebuilt": ("sync", True), "async": ("async", False)}
@@ -108,7 +106,7 @@ def validate(results_dir: str, make_config: Callable[[], object], *, seed: int =
         config = apply_overrides(make_config(), list(run.get("overrides", [])))
         config.rollout.num_workers = int(run["num_workers"])
         config.env.latency.regime = run["regime"]
-        factor = 1.0 if "fast_update" in name else SLOW_UPDATE_FACTOR
+        factor = 1.0 if "fast_update" in name else cal.slow_update_factor
         predicted = {}
         for arm in (a for a in ARMS if a in run):
             measured = run[arm]
@@ -150,5 +148,5 @@ def validate(results_dir: str, make_config: Callable[[], object], *, seed: int =
                 misses.append(f"{name} async / {arm}: ratio predicted {close:.2f}x measured")
     return {"what": "fleet model (jaxwebrl/plan) vs every async_vs_sync measurement", "seed": seed,
             "replicas": replicas, "long_run_updates": updates, "within": WITHIN, "calibration": cal.to_json(),
-            "assumptions": {"slow_update_factor": SLOW_UPDATE_FACTOR, "restart_s": RESTART_S},
+            "assumptions": {"restart_s": RESTART_S},
             "rows": rows, "misses": misses}
