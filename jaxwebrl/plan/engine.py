@@ -18,13 +18,12 @@ from typing import Callable
 
 
 class Pool:
-    """Jobs sharing `cores` (None: unlimited) by processor sharing; `busy_core_s` integrates the cores in use."""
+    """Jobs sharing `cores` (None: unlimited) by processor sharing."""
 
     def __init__(self, cores: float | None):
         self.cores = cores
         self.virtual = 0.0
         self.demand = 0.0
-        self.busy_core_s = 0.0
         self._jobs: list[tuple[float, int, float, Callable[[], None]]] = []   # (virtual end, seq, demand, done)
 
     @property
@@ -45,7 +44,6 @@ class Pool:
         return now + (end - self.virtual) / self.speed, seq
 
     def advance(self, dt: float) -> None:
-        self.busy_core_s += dt * min(self.demand, self.cores if self.cores is not None else self.demand)
         self.virtual += dt * self.speed
 
     def pop(self) -> Callable[[], None]:

@@ -73,3 +73,19 @@ def test_accelerator_timing_reproduces_its_report():
     assert timing.params == pytest.approx(8.767e9, rel=1e-3)
     gpus = AcceleratorTiming.from_results(RESULTS, "h200x8")
     assert gpus.chips == 8 and gpus.train_s_per_token > timing.train_s_per_token   # 8.7% MFU measured vs roofline
+
+
+def test_the_paper_regime_model_runs_and_keeps_its_rules():
+    from jaxwebrl.plan.calibration import MachineCalibration
+    from jaxwebrl.plan.planning import Workload, accelerator_params, compare
+
+    config = get_config("qwen3vl_8b")
+    config.env.latency.regime = "web"
+    timing = AcceleratorTiming.from_results(RESULTS, "v5p-8")
+    cal = MachineCalibration.from_results(RESULTS)
+    both = compare(lambda mode: accelerator_params(config, timing, cal, Workload(), mode=mode, server="separate",
+                                                   trainer_slices=4), seed=0, updates=3)
+    assert both["async"]["staleness"]["max"] <= 2 and both["sync"]["staleness"]["max"] == 0
+    assert both["async_over_sync"] > 1.0   # the trainer is not the limit at 4 slices: asynchrony pays
+    with pytest.raises(ValueError, match="server='gpu0'"):
+        accelerator_params(config, timing, cal, Workload(), mode="async", server="gpu0")
