@@ -50,11 +50,12 @@ class EpisodeMix:
                              f"both must be fractions (failure_fraction > 0)")
 
     @staticmethod
-    def _steps(rng: np.random.Generator, horizon: int, mean: float) -> int:
-        if horizon == 1:
-            return 1
-        q = min(max((mean - 1) / (horizon - 1), 0.0), 1.0)
-        return 1 + int(rng.binomial(horizon - 1, q))
+    def _q(horizon: int, mean: float) -> float:
+        """The binomial's q for steps of `mean` within [1, horizon] (0 for a horizon of 1)."""
+        return min(max((mean - 1) / (horizon - 1), 0.0), 1.0) if horizon > 1 else 0.0
+
+    def _steps(self, rng: np.random.Generator, horizon: int, mean: float) -> int:
+        return 1 + int(rng.binomial(horizon - 1, self._q(horizon, mean)))
 
     def draw(self, rng: np.random.Generator) -> tuple[int, float]:
         """(steps, reward) of one episode."""
@@ -66,7 +67,7 @@ class EpisodeMix:
     def mean_steps(self) -> float:
         """Expected steps an episode over the mix."""
         def mean(h: int, m: float) -> float:
-            return 1.0 if h == 1 else 1 + (h - 1) * min(max((m - 1) / (h - 1), 0.0), 1.0)
+            return 1 + (h - 1) * self._q(h, m)
 
         return float(np.mean([self.success_p * mean(h, self.success_steps)
                               + (1 - self.success_p) * mean(h, self.failure_fraction * h) for h in self.horizons]))
@@ -132,8 +133,8 @@ class _Loop:
         self.version = 0
         self.running: set[int] = set()        # workers playing an admitted group
         self.gate_backlog = 0                 # the backlog the trainer last published to the gate
-        self.blocked: collections.deque[int] = collections.deque()
-        self.queue: collections.deque = collections.deque()   # (worker, reply callback)
+        self.blocked: collections.deque = collections.deque()   # (worker, continuation, since) at the gate
+        self.queue: collections.deque = collections.deque()     # the server's queued reply callbacks
         self.server_busy = False
         self.paused = False
         self.training = False

@@ -111,7 +111,8 @@ def curve(make: Callable[[int], FleetParams], browsers: tuple[int, ...], *, chip
 def plan(config, *, results_dir: str, topology: str, regime: str, browsers: int, seed: int = 0, updates: int = 20,
          workload: Workload = Workload(), server: str = "shared", trainer_slices: float = 1.0,
          limit: int = 512) -> dict:
-    """The planning report (module docstring): both modes at `browsers`, and the smallest count for a busy trainer."""
+    """The planning report (module docstring): both modes at `browsers`, and the smallest count for a busy trainer.
+    Sets `config`'s regime and browser count as it goes (the launcher's own copy)."""
     config.env.latency.regime = regime
     cal = MachineCalibration.from_results(results_dir, group_size=int(config.env.group_size),
                                           horizon=int(config.env.max_episode_steps))
@@ -121,7 +122,7 @@ def plan(config, *, results_dir: str, topology: str, regime: str, browsers: int,
 
         def make(mode: str, n: int) -> FleetParams:
             config.rollout.num_workers = n
-            return machine_params(config, cal, "sync" if mode == "sync" else "async")
+            return machine_params(config, cal, mode)
     else:
         timing = AcceleratorTiming.from_results(results_dir, topology, preset=str(config.model.get("preset") or ""))
 
