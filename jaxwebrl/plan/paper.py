@@ -7,7 +7,8 @@ Per topology (v5p-8 from the AOT roofline, 8 H200s from the measured 2B step sca
 async ÷ sync against two synchronous baselines (this repo's sync arm, which plays a group on every worker each
 round and trains the first B trajectories, and one sized to its pool, B = W · G, which trains every group a round
 plays, as the paper's does), the staleness distribution, the curve of trajectories an hour and trainer idle
-against browsers per chip, and the trainer slices it would take to reach the paper's asynchronous rate.
+against browsers per chip, the trainer slices it would take to reach the paper's asynchronous rate, and the same at
+shorter responses (the engine's load).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ PAPER = {"async_trajectories_per_hour": 3100, "sync_trajectories_per_hour": 1300
 TOPOLOGIES = ("v5p-8", "h200x8")
 CURVE_BROWSERS = (8, 16, 32, 64, 128)
 TRAINER_SLICES = (1, 2, 4, 8)
+RESPONSE_TOKENS = (64, 128)      # the engine's load, at 4 trainer slices (the response length is assumed)
 KEYS = ("trajectories_per_hour", "seconds_per_step", "trainer_idle_fraction", "update_s_mean", "staleness",
         "dropped_stale", "server_busy_fraction", "server_mean_batch", "admission_wait_fraction")
 
@@ -73,6 +75,16 @@ def paper_regime(config, *, results_dir: str, seed: int = 0, updates: int = 12,
                             "server_busy": a["async"]["server_busy_fraction"],
                             "async_over_sync": a["async_over_sync"],
                             "async_over_sync_batch_is_pool": a["async_over_sync_batch_is_pool"]})
+        shorter = []
+        for tokens in RESPONSE_TOKENS:
+            a = _arms(config, timing, cal, dataclasses.replace(workload, response_tokens=tokens), seed=seed,
+                      updates=updates, trainer_slices=4)
+            shorter.append({"response_tokens": tokens, "trainer_slices": 4,
+                            "async_trajectories_per_hour": a["async"]["trajectories_per_hour"],
+                            "server_busy": a["async"]["server_busy_fraction"],
+                            "async_trainer_idle": a["async"]["trainer_idle_fraction"],
+                            "async_over_sync": a["async_over_sync"],
+                            "async_over_sync_batch_is_pool": a["async_over_sync_batch_is_pool"]})
         report["topologies"][topology] = {"timing": timing.to_json(), **arms, "curve": points,
-                                          "trainer_slices": scaling}
+                                          "trainer_slices": scaling, "response_tokens": shorter}
     return report
