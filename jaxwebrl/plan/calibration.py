@@ -106,7 +106,11 @@ class MachineCalibration:
         runs = live_loop_runs(results_dir)
         cores, cores_from = cores_from_runs(runs)
         bench = load_json(os.path.join(results_dir, "live_loop", "rollout_after.json"))["results"]
-        low, high = sorted((_rollout_point(r) for r in bench), key=lambda r: r["workers"])[:: len(bench) - 1]
+        points = sorted((_rollout_point(r) for r in bench), key=lambda r: r["workers"])
+        if len(points) < 2:
+            raise ValueError("rollout_after.json needs two pool sizes (an uncontended and a saturated one): rerun "
+                             "bench/rollout.py --workers=2,8")
+        low, high = points[0], points[-1]
         w = low["own_s"]
         k = high["workers"] * (high["own_s"] - w) / high["cycle_s"]
         sigma = _bisect(lambda s: k * s / (1 - s) + high["server_busy"] * SERVER_CORES * s - cores, 1e-6, 1 - 1e-9)

@@ -45,7 +45,8 @@ def apply_overrides(config, overrides: list[str]):
 
 
 def latency_config(config) -> LatencyConfig:
-    return LatencyConfig.from_dict({k: v for k, v in dict(config.env.latency).items()})
+    """The run's env.latency as the env builds it (LatencyConfig.from_dict names a bad field)."""
+    return LatencyConfig.from_dict(dict(config.env.latency))
 
 
 def machine_params(config, cal: MachineCalibration, arm: str, *, update_factor: float = 1.0) -> FleetParams:
