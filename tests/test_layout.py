@@ -20,7 +20,7 @@ RANK = {
     "rl": 1, "parallel": 1,
     "env": 2, "buffer": 2, "models": 2,
     "rollout": 3, "checkpoint": 3,
-    "train": 4, "eval": 4,
+    "train": 4, "eval": 4, "plan": 4,
     "cli": 5,
 }
 # Inside env/ (docs/architecture.md): a subpackage imports only subpackages of a lower rank (or itself). The
