@@ -260,12 +260,9 @@ class RayWorkerPool:
             reason = f"its actor died: {exc.__class__.__name__}"
         with self._lock:
             self._actors[worker_id] = self._runs[worker_id] = None
-        if reason is None:   # fatal
-            ray.kill(actor, no_restart=True)
-            return
         if actor is not None:
             ray.kill(actor, no_restart=True)
-        if self._closing.is_set():
+        if reason is None or self._closing.is_set():   # fatal, or stopping: not replaced
             return
         lived = time.monotonic() - self._started_at[worker_id]
         self._backoff[worker_id] = next_backoff(self._backoff[worker_id], lived, self.min_uptime_s, self.max_backoff_s)
