@@ -16,6 +16,10 @@ class WorkdirError(RunError):
     """The workdir is not usable (read-only, not writable, held by another run, damaged run files)."""
 
 
+class BufferInUse(RunError):
+    """The run's ring buffer is held by another training run (`jaxwebrl.buffer.owner.trainer_lock`)."""
+
+
 class CheckpointError(RunError):
     """No checkpoint could be restored, or one could not be written (disk full); earlier ones are intact."""
 

@@ -1,14 +1,18 @@
 """Writing a run's small files safely: a leaf module (standard library only), shared by the ring buffer's chunks and
-control records, the run's config.json and the published transport files.
+control records, the run's config.json and the published transport files; and the one-owner lock files of a run's
+workdir and buffer.
 
     write_file_atomically(path, [header, payload], fsync=False)   # readers see the old or the new file, never a mix
+    with exclusive_lock(path, "pid 12 on host a", refused=lambda holder: MyError(holder)): ...
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import threading
+from typing import Callable
 
 
 def write_file_atomically(path: str, parts: list, fsync: bool) -> None:
@@ -41,3 +45,24 @@ def write_file_atomically(path: str, parts: list, fsync: bool) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str, holder: str, refused: Callable[[str], BaseException]):
+    """Holds an exclusive flock on `path` (created 0600) while the block runs, with `holder` written in the file;
+    raises `refused(what the holding process wrote)` at once when another process holds it. The kernel drops the
+    lock when its process dies, so a killed owner never blocks the next one (flock also works on NFS)."""
+    with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o600), "r+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise refused(f.read().strip() or "unknown") from None
+        f.seek(0)
+        f.truncate()
+        f.write(holder)
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

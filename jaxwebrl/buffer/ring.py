@@ -24,7 +24,7 @@ import tensorstore as ts
 from jaxwebrl.buffer import integrity, storage
 from jaxwebrl.buffer.commit import CommitLog, Lease, Reservations, read_lease, writer_alive
 from jaxwebrl.buffer.episodes import check_episode, EpisodeError, from_rows, to_rows
-from jaxwebrl.buffer.schema import META_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
+from jaxwebrl.buffer.schema import META_KEY, TRAINER_LOCK_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
 from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,11 @@ def _normalise_cursor(since) -> dict | None:
         pending = [int(p) for p in since.get("pending", [])]
         return {"next": int(since["next"]), "pending": pending}
     raise ValueError(f"cursor must be None, an int or a dict from a previous read(), got {since!r}")
+
+
+def _data_keys(kv: ts.KvStore) -> list[bytes]:
+    """The location's keys but the owning trainer's lock file, which may come before the buffer (owner.py)."""
+    return [key for key in kv.list().result() if key != TRAINER_LOCK_KEY.encode()]
 
 
 class RingBuffer:
@@ -122,13 +127,14 @@ class RingBuffer:
                               direct_file_io=direct_file_io, vocab_size=vocab_size)
         spec = storage.kvstore_spec(path)
         kv = storage.open_kvstore(spec, fsync)
-        existing = kv.list().result()
+        existing = _data_keys(kv)
         if existing and not overwrite:
             what = "a jaxwebrl buffer" if META_KEY.encode() in existing else f"{len(existing)} other keys"
             raise FileExistsError(f"{storage.describe(spec)} already holds {what}; open it with RingBuffer.open, "
                                   f"pick an empty location, or pass overwrite=True to erase it")
-        if existing:
-            kv.delete_range(ts.KvStore.KeyRange()).result()
+        if existing:   # everything but the owner's lock (deleting a held lock file would let a second owner in)
+            kv.delete_range(ts.KvStore.KeyRange(exclusive_max=TRAINER_LOCK_KEY)).result()
+            kv.delete_range(ts.KvStore.KeyRange(inclusive_min=TRAINER_LOCK_KEY + "\0")).result()
         buf = cls(spec, config, kv, create=True)
         buf.reservations.initialise()
         kv.write(META_KEY, config.to_json().encode()).result()  # last: a half-made buffer is not openable
@@ -142,7 +148,7 @@ class RingBuffer:
         kv = storage.open_kvstore(spec, False)
         meta = kv.read(META_KEY).result()
         if meta.state != "value":
-            keys = kv.list().result()
+            keys = _data_keys(kv)
             if keys:
                 raise BufferFormatError(f"{where} is not a jaxwebrl ring buffer: it has {len(keys)} keys but no "
                                         f"{META_KEY}; point at a directory made by RingBuffer.create")

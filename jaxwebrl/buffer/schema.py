@@ -35,6 +35,7 @@ FORMAT_NAME = "jaxwebrl.buffer"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: no record checksums
 META_KEY = "buffer.json"
+TRAINER_LOCK_KEY = "trainer.lock"  # the owning training run's flock (owner.py); not buffer data
 SHOT_MAGIC = 0x6A57524C53484F54  # "jWRLSHOT": format 1 screenshot header
 SHOT_MAGIC_HIGH = SHOT_MAGIC >> 32  # "jWRL": format 2 keeps these 32 bits and puts the checksum in the low ones
 CHECKSUM_BLOCK_WORDS = 512          # 4 KiB: the checksum weights each block's word sum by the block's position

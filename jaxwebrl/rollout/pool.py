@@ -85,6 +85,7 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._monitor: threading.Thread | None = None
+        self._monitor_error: str | None = None   # why the supervisor thread died (raise_if_failed says it)
 
     # ------------------------------------------------------------------ public
     def start(self) -> "WorkerPool":
@@ -108,7 +109,11 @@ class WorkerPool:
         return sum(pid is not None for pid in self.pids)
 
     def raise_if_failed(self) -> None:
-        """RuntimeError naming the workers that exited with a fatal error (they are not restarted)."""
+        """RuntimeError naming the workers that exited with a fatal error (they are not restarted), or why the
+        supervisor thread died."""
+        if self._monitor_error is not None:
+            raise RuntimeError(f"the worker pool's supervisor thread died ({self._monitor_error}); its rollout "
+                               "workers were stopped")
         if self._monitor is not None and not self._monitor.is_alive() and not self._closing.is_set():
             raise RuntimeError("the worker pool's supervisor thread died; rollout workers are not supervised")
         if self.fatal:
@@ -142,14 +147,19 @@ class WorkerPool:
                     log.exception("worker pool: starting worker %d failed", worker_id)
         finally:
             started.set()
-        while not self._closing.wait(self.poll_s):
-            for worker_id in range(self.num_workers):
-                try:
-                    self._check_worker(worker_id)
-                except Exception:  # supervision must go on (a failed fork is retried after the backoff)
-                    log.exception("worker pool: supervising worker %d failed", worker_id)
-                    self._next_start[worker_id] = time.monotonic() + self.max_backoff_s
-        self._stop_all()
+        try:
+            while not self._closing.wait(self.poll_s):
+                for worker_id in range(self.num_workers):
+                    try:
+                        self._check_worker(worker_id)
+                    except Exception:  # supervision must go on (a failed fork is retried after the backoff)
+                        log.exception("worker pool: supervising worker %d failed", worker_id)
+                        self._next_start[worker_id] = time.monotonic() + self.max_backoff_s
+        except BaseException as exc:  # noqa: BLE001 - recorded before the workers are stopped (SIGTERM)
+            self._monitor_error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            log.exception("worker pool supervisor died: %s; stopping the workers", self._monitor_error)
+        finally:
+            self._stop_all()
 
     def _report_path(self, worker_id: int) -> str:
         return os.path.join(self._reports_dir, f"worker_{worker_id}.txt")

@@ -242,11 +242,10 @@ class RayWorkerPool:
             log.exception("Ray worker pool supervisor died")
 
     def _finished(self, worker_id: int, run) -> None:
-        """An actor's run ended: stopped (fine), fatal (recorded), or died (replaced after a backoff)."""
+        """An actor's run ended: stopped (fine), fatal (recorded), or died (replaced after a backoff). A fatal
+        error is recorded before `alive()` drops, so a poller never sees the worker gone and the pool healthy."""
         ray = self._ray
-        with self._lock:
-            actor = self._actors[worker_id]
-            self._actors[worker_id] = self._runs[worker_id] = None
+        actor, reason = self._actors[worker_id], None
         try:
             ray.get(run)
             reason = "returned without being stopped"
@@ -255,14 +254,15 @@ class RayWorkerPool:
             if isinstance(cause, FatalWorkerError):
                 self.fatal[worker_id] = str(cause.args[0] if cause.args else cause)
                 log.error("rollout worker %d stopped for good: %s", worker_id, self.fatal[worker_id])
-                ray.kill(actor, no_restart=True)
-                return
-            reason = f"failed: {cause!r}"
+            else:
+                reason = f"failed: {cause!r}"
         except ray.exceptions.RayActorError as exc:
             reason = f"its actor died: {exc.__class__.__name__}"
+        with self._lock:
+            self._actors[worker_id] = self._runs[worker_id] = None
         if actor is not None:
             ray.kill(actor, no_restart=True)
-        if self._closing.is_set():
+        if reason is None or self._closing.is_set():   # fatal, or stopping: not replaced
             return
         lived = time.monotonic() - self._started_at[worker_id]
         self._backoff[worker_id] = next_backoff(self._backoff[worker_id], lived, self.min_uptime_s, self.max_backoff_s)

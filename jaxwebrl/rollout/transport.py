@@ -213,9 +213,13 @@ class TransportServer:
         try:
             self._serve()
         except BaseException as exc:  # noqa: BLE001 - recorded for raise_if_failed, then the thread ends
+            self._record_failure(exc)   # (the serve loop's own failures are recorded already, see _serve)
+            self._ready.set()
+
+    def _record_failure(self, exc: BaseException) -> None:  # what raise_if_failed reports (the first one)
+        if self._failure is None:
             self._failure = f"{type(exc).__name__}: {short_text(exc, 300)}"
             log.error("policy server transport stopped: %s", self._failure)
-            self._ready.set()
 
     def _serve(self) -> None:
         context = zmq.Context()
@@ -263,11 +267,18 @@ class TransportServer:
                         break
                     self._warn.warning("loop", "transport: serve loop error (%s: %s); serving on",
                                        type(exc).__name__, short_text(exc))
+        except BaseException as exc:  # recorded before the sockets close: a client hears "lost the connection"
+            self._record_failure(exc)  # only once raise_if_failed (what a supervisor polls) says why
+            raise
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
-            for sock in (socket, zap):
-                sock.close(linger=0)
-            context.term()
+            self._close_sockets(pool, (socket, zap), context)
+
+    def _close_sockets(self, pool, sockets, context) -> None:
+        """The serve thread's last act: pending handler calls abandoned, sockets closed (clients see it)."""
+        pool.shutdown(wait=False, cancel_futures=True)
+        for sock in sockets:
+            sock.close(linger=0)
+        context.term()
 
     def _serve_once(self, poller, socket, zap, pool) -> None:
         events = dict(poller.poll(timeout=500))

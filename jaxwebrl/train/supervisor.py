@@ -26,6 +26,7 @@ from typing import Any, Callable
 import jax
 
 from jaxwebrl.buffer import from_config as run_buffer
+from jaxwebrl.buffer.owner import trainer_lock
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.errors import RolloutFailed, RunError, one_line
@@ -79,7 +80,8 @@ def run(config, workdir: str, *, stop: threading.Event | None = None, allow_conf
     primary = distributed.is_primary()
     previous_umask = os.umask(RUN_UMASK)   # inherited by the worker processes and their browsers
     try:
-        with workdir_lock(workdir) if primary else contextlib.nullcontext():
+        with workdir_lock(workdir) if primary else contextlib.nullcontext(), \
+                trainer_lock(run_buffer.path_for(config, workdir)) if primary else contextlib.nullcontext():
             if primary:
                 changes = run_config.record(config, workdir, allow_change=allow_config_change)
                 log.info("config validated (%s); workdir %s%s", config.get("variant") or "recipe", workdir,

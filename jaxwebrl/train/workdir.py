@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 
 from jaxwebrl.errors import WorkdirError
+from jaxwebrl.files import exclusive_lock
 
 RUN_UMASK = 0o077   # files a run creates (checkpoints, buffer, metrics, logs) are 0600, its directories 0700
 
@@ -42,20 +42,9 @@ def workdir_lock(workdir: str):
     """Holds an exclusive lock on WORKDIR/train.lock while the block runs: a second run on the same workdir would
     append to the same buffer and write the same checkpoints. The kernel drops the lock when its process dies,
     so a killed run never blocks its own resumption."""
-    path = os.path.join(workdir, "train.lock")
-    with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o600), "r+", encoding="utf-8") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "unknown"
-            raise WorkdirError(f"workdir {workdir} is in use by another training run (pid {holder}): stop that run "
-                               "or pass another --workdir") from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    def refused(holder: str) -> WorkdirError:
+        return WorkdirError(f"workdir {workdir} is in use by another training run (pid {holder}): stop that run "
+                            "or pass another --workdir")
+
+    with exclusive_lock(os.path.join(workdir, "train.lock"), str(os.getpid()), refused):
+        yield

@@ -45,6 +45,24 @@ def test_a_held_workdir_lock_is_one_line(tmp_path):
         holder.wait()
 
 
+def test_a_buffer_held_by_another_run_is_one_line(tmp_path):
+    """Issue 32: a second run with its own workdir and the first one's buffer.path trained the same episodes."""
+    shared = tmp_path / "shared_buffer"
+    hold = "import sys, time; from jaxwebrl.buffer.owner import trainer_lock\n" \
+           "with trainer_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(shared)], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=REPO))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        line = the_error(launch(tmp_path / "second", f"--config.buffer.path={shared}"))
+        assert f"ring buffer file:{shared} is in use by another training run (pid {holder.pid} on host " in line
+        assert "--config.buffer.path" in line
+        assert not os.path.exists(tmp_path / "second" / "config.json")   # refused before the run began
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_read_only_workdir_is_one_line_naming_path_and_fix(tmp_path):
     with tmpfs(tmp_path / "ro", 1024) as disk:
         os.makedirs(os.path.join(disk, "run"))

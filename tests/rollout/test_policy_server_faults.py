@@ -1,6 +1,7 @@
 """The policy server's batching thread on the tiny Qwen3-VL: a malformed request fails alone (not the batch it
 would have joined), and a thread that dies is reported at once to every waiting handler and to the run."""
 
+import concurrent.futures
 import threading
 
 import numpy as np
@@ -79,6 +80,44 @@ def test_a_dead_batching_thread_fails_waiting_requests_and_the_run(tmp_path):
             server.raise_if_failed()
     finally:
         server.close()
+
+
+def test_a_dead_batching_thread_is_recorded_before_any_waiting_request_hears_of_it(tmp_path):
+    """The issue-32 audit: a future's callback runs in the thread that settles it, at that moment, so it sees
+    exactly what a supervisor polling raise_if_failed would see when the first waiting worker is told."""
+    buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=512,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+
+    class Fatal(BaseException):
+        """Not an Exception: escapes the per-batch handler, ends the thread."""
+
+    queued = threading.Event()
+
+    class DyingServer(PolicyServer):
+        def _next_batch(self):
+            queued.wait(60)
+            raise Fatal("simulated fault in the batching thread")
+
+    server = DyingServer(tiny_policy(seed=1), buffer, max_batch=2, deadline_ms=1)
+    seen = []
+
+    def when_told(future):
+        try:
+            server.raise_if_failed()
+            seen.append("healthy")
+        except RuntimeError as err:
+            seen.append(str(err))
+
+    future = concurrent.futures.Future()
+    future.add_done_callback(when_told)
+    try:
+        server._requests.put(({"op": "generate"}, future, 0.0))   # a request waiting when the thread dies
+        queued.set()
+        with pytest.raises(RuntimeError, match="policy server stopped: Fatal"):
+            future.result(timeout=60)
+    finally:
+        server.close()
+    assert seen == ["policy server stopped: Fatal: simulated fault in the batching thread"]
 
 
 def test_a_clean_shutdown_with_requests_in_flight_logs_no_traceback(tmp_path, caplog):

@@ -110,6 +110,38 @@ def test_fatal_errors_are_reported_not_restarted(tmp_path):
         assert pool.restarts == 0
 
 
+def test_a_dead_supervisor_is_recorded_with_its_cause_before_the_workers_are_stopped(tmp_path, monkeypatch):
+    """The issue-32 audit: whatever the run polls (raise_if_failed) names the supervisor's death before its
+    workers hear of it (SIGTERM from _stop_all); it used to say only "died", and only once the thread was gone."""
+    class Fatal(BaseException):
+        """Not an Exception: escapes the per-worker handler, ends the supervisor thread."""
+
+    def die(self, worker_id):
+        raise Fatal("simulated fault in the supervisor")
+
+    seen = []
+
+    def stop_all(self):   # the moment the workers would be told
+        try:
+            self.raise_if_failed()
+            seen.append("healthy")
+        except RuntimeError as err:
+            seen.append(str(err))
+
+    monkeypatch.setattr(WorkerPool, "_start_worker", lambda self, worker_id: None)   # no processes needed
+    monkeypatch.setattr(WorkerPool, "_check_worker", die)
+    monkeypatch.setattr(WorkerPool, "_stop_all", stop_all)
+    pool = WorkerPool(toy_spec(tmp_path), num_workers=1, poll_s=0.01).start()
+    try:
+        wait_for(lambda: seen, 30, "the supervisor to die")
+        assert seen == ["the worker pool's supervisor thread died (Fatal: simulated fault in the supervisor); its "
+                        "rollout workers were stopped"]
+        with pytest.raises(RuntimeError, match=r"died \(Fatal: simulated fault in the supervisor\)"):
+            pool.raise_if_failed()
+    finally:
+        pool.close()
+
+
 def test_a_worker_with_a_wrong_token_is_refused_and_stops(tmp_path):
     with TransportServer(lambda request: {}, token=new_token()) as server:
         spec = toy_spec(tmp_path, kind="remote", address=server.address, token="wrong-token")

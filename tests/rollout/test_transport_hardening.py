@@ -269,6 +269,62 @@ def test_a_dead_serve_thread_is_reported_and_waiting_clients_hear_at_once():
         server.close()
 
 
+def test_a_dead_serve_thread_is_recorded_before_any_client_hears_of_it():
+    """The race of issue 32, made deterministic: the serve thread is held between its death and closing its
+    sockets. A supervisor polling raise_if_failed in that window must already see the failure (it used to be
+    recorded only after the close, so CI under load saw a client told "lost the connection" by a healthy server)."""
+    token = new_token()
+    entered, release = threading.Event(), threading.Event()
+    closing, checked = threading.Event(), threading.Event()
+
+    def slow(request):
+        entered.set()
+        release.wait(30)
+        return {}
+
+    server = TransportServer(slow, token=token).start()
+    close_sockets = server._close_sockets
+
+    def held_close(*args):   # the window between "the thread died" and "clients hear of it"
+        closing.set()
+        checked.wait(30)
+        close_sockets(*args)
+
+    server._close_sockets = held_close
+    errors = []
+
+    def waiting_worker():
+        with TransportClient(server.address, token=token, timeout_s=120) as client:
+            try:
+                client.request({"n": 1})
+            except TransportError as exc:
+                errors.append(exc)
+
+    worker = threading.Thread(target=waiting_worker)
+    worker.start()
+    try:
+        assert entered.wait(30)
+
+        class Fatal(BaseException):
+            """Something no `except Exception` catches."""
+
+        def die(*args):
+            raise Fatal("simulated fault in the serve thread")
+
+        server._serve_once = die
+        os.write(server._wake_write, b"x")
+        assert closing.wait(30)
+        assert worker.is_alive() and not errors   # no client told anything yet...
+        with pytest.raises(RuntimeError, match=r"stopped: Fatal: simulated fault"):
+            server.raise_if_failed()              # ...and the supervisor already knows
+    finally:
+        checked.set()
+        worker.join(timeout=60)
+        release.set()
+        server.close()
+    assert len(errors) == 1 and "lost the connection" in str(errors[0]), errors
+
+
 def test_a_client_with_no_server_says_so_while_it_waits(monkeypatch, caplog):
     monkeypatch.setattr(transport, "NOT_CONNECTED_WARNING_MS", 100)
     with socket.socket() as placeholder:  # a port where nothing listens

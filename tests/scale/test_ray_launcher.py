@@ -114,3 +114,36 @@ def test_config_picks_the_launcher():
     config.rollout.launcher = "slurm"
     with pytest.raises(ValueError, match="rollout.launcher='slurm'"):
         pool_for(config, spec)
+
+
+def test_a_fatal_actor_is_recorded_before_the_pool_counts_it_gone(tmp_path):
+    """The issue-32 audit, without a cluster: `_finished` on a run that raised FatalWorkerError, with a fake Ray.
+    The moment `alive()` drops (the run slot cleared), `fatal` must already say why."""
+    from types import SimpleNamespace
+
+    from jaxwebrl.rollout.ray_launcher import FatalWorkerError
+
+    class TaskError(Exception):
+        def as_instanceof_cause(self):
+            return FatalWorkerError("refused token")
+
+    def get(run):
+        raise TaskError()
+
+    fake_ray = SimpleNamespace(get=get, kill=lambda actor, no_restart: None,
+                               exceptions=SimpleNamespace(RayTaskError=TaskError, RayActorError=RuntimeError))
+    spec = toy_spec(tmp_path, "tcp://127.0.0.1:9", new_token())
+    pool = RayWorkerPool(spec, num_workers=1)
+    seen = []
+
+    class Slots(list):
+        def __setitem__(self, index, value):   # the moment alive() changes
+            if value is None:
+                seen.append(dict(pool.fatal))
+            super().__setitem__(index, value)
+
+    pool._ray, pool._actors, pool._runs = fake_ray, ["actor"], Slots(["run"])
+    pool._finished(0, "run")
+    assert seen == [{0: "refused token"}] and pool.alive() == 0
+    with pytest.raises(RuntimeError, match="worker 0: refused token"):
+        pool.raise_if_failed()
