@@ -4,6 +4,7 @@
     c = build(SCHEMA)          # the ConfigDict, every field at its default
     FIELDS = flatten(SCHEMA)   # {"train.lr": Field(...)}: help for --print_config_help, the check for validation
     FIELDS["train.lr"].problem(0.0)   # -> "the learning rate must be > 0" (None when the value is allowed)
+    describe(flat_values, FIELDS)     # "train.lr = 0.0003  # AdamW learning rate (default 5e-06)" a line
 
 A field with a `type` may be None (an ml_collections placeholder of that type, so `--config.a.b=None` and
 `--config.a.b=0.3` both parse); its check applies to set values only. Checks that relate several fields, need
@@ -99,3 +100,18 @@ def flatten(schema: dict, prefix: str = "") -> dict[str, Field]:
         else:
             out[f"{prefix}{key}"] = item
     return out
+
+
+def describe(values: dict, fields: dict[str, Field]) -> str:
+    """`key = value  # help` for every dotted key of `values` (a flat {key: value} of a resolved config), with the
+    declared default where the value differs from it; a key no Field declares (an extension's knob set by its
+    recipe) says so."""
+    lines = []
+    for key, value in values.items():
+        field = fields.get(key)
+        if field is None:
+            note = "set by the recipe (no field of configs/base.py declares it)"
+        else:
+            note = field.help if value == field.default else f"{field.help} (default {field.default!r})"
+        lines.append(f"{key} = {value!r}  # {note}")
+    return "\n".join(lines)
