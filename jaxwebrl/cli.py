@@ -14,8 +14,8 @@
 `--config=configs/X.py[:variant]` loads a recipe (`get_config(variant)`), `--config.a.b=value` overrides a field
 (an unknown key names the nearest existing ones), `--print_config` prints the resolved config as JSON and exits 0,
 `--print_config_help` prints every field as `key = value  # help` (configs/base.py declares each field's default
-and help) and exits 0, `--help` lists the launcher's flags and exits 0. Given a workdir with a config.json (`loaded_config(workdir=...)`),
-the config is the one that run recorded, with this command line's overrides on top.
+and help) and exits 0, `--help` lists the launcher's flags and exits 0. Given a workdir with a config.json
+(`loaded_config(workdir=...)`), the config is the one that run recorded, with this command line's overrides on top.
 Every problem the user or the machine causes is one line on stderr and a non-zero exit code, and nothing starts
 (no JAX, no browser, no file written) before the config is known to be good: a bad flag or value
 (`config error: ...`, naming the key), a run that cannot go on (`error: ...`: a locked or read-only workdir,

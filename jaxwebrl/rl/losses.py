@@ -60,8 +60,7 @@ KNOB_RULES = {
     "eps_clip": (lambda v: 0 < v < 1, "the PPO clip must be in (0, 1), e.g. 0.2"),
     "eps_clip_higher": (lambda v: v > 0, "the upper clip must be > 0 (DAPO: 0.28) or None"),
     "c_clip": (lambda v: v > 1, "the dual clip must be > 1 (e.g. 3.0) or None to disable it"),
-    "behav_imp_weight_cap": (lambda v: v > 1, "the behaviour-weight cap must be > 1 (e.g. 5.0; w = 1 on-policy) "
-                                              "or None"),
+    "behav_imp_weight_cap": (lambda v: v > 1, "the behaviour-weight cap must be > 1 (e.g. 5.0) or None"),
     "m2_threshold": (lambda v: v > 0, "must be > 0 (e.g. 0.04) or None"),
     "tau_pos": (lambda v: v > 0, "the SAPO temperature must be > 0 or None (the loss's default)"),
     "tau_neg": (lambda v: v > 0, "the SAPO temperature must be > 0 or None (the loss's default)"),
