@@ -19,13 +19,16 @@ Scales (the variant names every recipe takes):
   rehearsal     CPU rehearsal at real width: Qwen3-VL-2B widths and vocabulary (random weights, real Qwen
                 tokenizer), 2 decoder layers, 2 vision blocks, 1280x720 screenshots, free-form tool-call actions
 
-Every field has a default here, so any of them can be overridden with `--config.a.b=value`; optional fields
-are `config_dict.placeholder(type)` (None until set, but still typed and overridable).
+Every field is declared once, in SCHEMA below: its default, one line of help and the values it allows
+(configs/fields.py; `launch/train.py --config=... --print_config_help` lists them). Any field can be overridden
+with `--config.a.b=value`; a field declared with a `type` may be None (a typed placeholder, still overridable).
 """
 
 import functools
 
 from ml_collections import config_dict
+
+from configs.fields import Check, Field, above, at_least, between, build, count, flatten, one_of
 
 # The Easy MiniWoB++ tasks the tiny default trains on (bench/learning_run_tasks.py measured them; 20 training seeds,
 # 5 steps): random clicks on the 10 x 10 grid win 5% / 0% / 15%, the oracle snapped to that grid 100% of each, and
@@ -42,198 +45,237 @@ def variant(arg: str | None) -> str:
     return name
 
 
+# Every field: its default, one line of help and the values it allows (configs/fields.py). `--print_config_help`
+# lists them with the resolved values; jaxwebrl/train/config_validation.py runs these checks, then the ones that
+# relate several fields or that another layer owns.
+MODEL_NAMES = ("tiny", "pretrained", "random")
+DTYPES = ("float32", "bfloat16")
+NORM_LEVELS = ("group", "batch", None)
+_RATE = between(0, 1, "must be a success rate in (0, 1], or unset to run to max_steps", low_open=True)
+_COUNT = count("must be an int >= 0 (0 turns the TensorBoard episode samples off)")
+_MESH_SIZE = Check(lambda v: v == -1 or v > 0, "must be a positive size or -1 (all the devices the others leave)")
+
+
+def _norm(mean_level, std_level) -> dict:
+    """AReaL NormConfig: levels are "group", "batch" or None; the paper's text uses the population std."""
+    level = one_of(NORM_LEVELS, "use 'group', 'batch' or None")
+    return {
+        "mean_level": Field(mean_level, "subtract the mean over the 'group' or the 'batch' (None: not centred)",
+                            level, type=str),
+        "std_level": Field(std_level, "divide by the std over the 'group' or the 'batch' (None: not scaled)",
+                           level, type=str),
+        "mean_leave1out": Field(False, "the mean of the others in the group/batch (RLOO's leave-one-out baseline)"),
+        "std_unbiased": Field(False, "unbiased std (the reference code's); False: the population std (the paper's "
+                                     "text)"),
+        "eps": Field(1e-5, "added to the std before dividing", above(0, "must be > 0 (e.g. 1e-5)")),
+    }
+
+
+SCHEMA = {
+    "variant": Field("tiny", "the scale this config was built at (a name in SCALES: tiny, toy, qwen3vl_8b, ...)"),
+    "seed": Field(0, "the run's seed (initial weights, sampling, task instances)"),
+    "extensions": Field("", "comma-separated modules every process imports first (they register losses, "
+                            "estimators, envs: jaxwebrl/extensions.py)"),
+    "compilation_cache_dir": Field("~/.cache/jaxwebrl/xla", "compiled programs kept across runs (a rerun, a "
+                                   "resume, the next seed compiles nothing it compiled before); '': off"),
+    "model": {
+        "name": Field("tiny", "'tiny' (random init), 'pretrained' (load model.checkpoint) or 'random' "
+                              "(model.preset's published shapes, random weights)", one_of(MODEL_NAMES)),
+        "checkpoint": Field(None, "local HF directory with config.json + safetensors", type=str),
+        "preset": Field(None, "published shapes (jaxwebrl/models/presets.py): 'random' weights, or "
+                              "launch/compile.py's shapes when no checkpoint is given", type=str),
+        "init_params": Field(None, "warm start: launch/sft.py's --workdir (or a params/training checkpoint); the "
+                                   "run still starts at step 0", type=str),
+        "dtype": Field("float32", "compute dtype", one_of(DTYPES, "use 'float32' or 'bfloat16'")),
+        "param_dtype": Field(None, "weight storage dtype (None: model.dtype); 'float32' with dtype 'bfloat16' = "
+                                   "fp32 master weights, bf16 compute",
+                             one_of(DTYPES, "use 'float32', 'bfloat16' or None (= model.dtype)"), type=str),
+        "remat": Field("none", "rematerialisation policy: 'none', 'full', 'dots', 'dots_no_batch'"),
+        "scan_layers": Field(False, "decoder as one scan over stacked layer params (compile time)"),
+        "attention_chunk": Field(0, "queries per attention chunk (0: whole rows at once)",
+                                 at_least(0, "must be >= 0 (0: no chunking)")),
+        "logits_chunk": Field(0, "vocabulary entries per LM-head chunk in the trainer's log-probs (0: all)",
+                              at_least(0, "must be >= 0 (0: no chunking)")),
+        "num_layers": Field(None, "fewer decoder layers than model.preset (rehearsals)", type=int),
+        "vision_depth": Field(None, "fewer vision blocks than model.preset", type=int),
+        # 48 fits the byte-level tiny tokenizer's 'Memory: {}\nAction: click(x, y)'.
+        "max_new_tokens": Field(48, "response-token budget of a step", at_least(1)),
+        "temperature": Field(1.0, "sampling temperature (the trainer's log-probs replay it)",
+                             above(0, "must be > 0 (training samples; greedy decoding is for eval only)")),
+        "top_p": Field(1.0, "nucleus sampling mass (1: off)", between(0, 1, "must be in (0, 1]", low_open=True)),
+        "top_k": Field(0, "top-k truncation (0: none)", at_least(0, "must be >= 0 (0 = no top-k truncation)")),
+        "constrained_actions": Field(True, "token mask that admits only well-formed actions (tiny policy)"),
+    },
+    "env": {
+        "tasks": Field(",".join(TINY_MINIWOB_TASKS), "comma-separated env specs: 'toy', 'miniwob/<task>', JSON "
+                                                     "paths"),
+        "group_size": Field(4, "G: episodes per task instance",
+                            at_least(1, "must be >= 1 episode per task instance")),
+        "max_episode_steps": Field(5, "horizon per episode (1..jaxwebrl.env.task_spec.MAX_STEPS)"),
+        "screenshot_height": Field(64, "screenshot height in pixels",
+                                   at_least(8, "screenshots must be at least 8×8")),
+        "screenshot_width": Field(64, "screenshot width in pixels", at_least(8, "screenshots must be at least 8×8")),
+        "prompt_window": Field(0, "past rounds kept with their screenshots (K = window + 1)",
+                               at_least(0, "must be >= 0 past rounds")),
+        "action_style": Field("call", "'call': click(x, y); 'tool_call': Qwen3-VL tool calls",
+                              one_of(("call", "tool_call"), "use 'call' or 'tool_call'")),
+        "system_prompt": Field(None, "None: the default agent prompt listing the actions", type=str),
+        "step_timeout_s": Field(30.0, "seconds an env reset or step may take before the worker gives up on it",
+                                above(0, "must be > 0 seconds")),
+        "chromium": Field("chromium", "Chromium binary name or path"),
+        "chromedriver": Field("chromedriver", "chromedriver binary name or path"),
+        # The latency regime (jaxwebrl/env/latency.py, docs/env.md): a benchmark regime, off ("local") by default.
+        # "web": after every reset and step a page delay ~ lognormal(median, p95) capped at page_delay_max_s
+        # (which must leave 5 s of env.step_timeout_s), and Chromium's network conditions (DevTools' "Fast 4G"
+        # preset; all three 0: not emulated) for browser envs. Their ranges are LatencyConfig's (env/latency.py).
+        "latency": {
+            "regime": Field("local", "'local' (off) or 'web' (page delays and network conditions)"),
+            "page_delay_median_s": Field(0.8, "median page delay after a reset or step (0: no page delay)"),
+            "page_delay_p95_s": Field(5.0, "the page delay's long tail (== median: a constant delay)"),
+            "page_delay_max_s": Field(20.0, "the cap on one page delay"),
+            "network_latency_ms": Field(165.0, "added round trip of every request"),
+            "download_kbps": Field(8100.0, "download throughput (0: not throttled)"),
+            "upload_kbps": Field(1350.0, "upload throughput (0: not throttled)"),
+        },
+    },
+    "rollout": {
+        "mode": Field("async", "'async' (the paper) or 'sync' (rollout round, then train; strictly on-policy: "
+                               "η = 0, leftovers dropped as stale)", one_of(("async", "sync"))),
+        "num_workers": Field(2, "rollout worker processes", at_least(1, "need at least 1 rollout worker")),
+        "launcher": Field("local", "'local': worker processes on this host; 'ray': a Ray cluster",
+                          one_of(("local", "ray"))),
+        "ray_address": Field(None, "e.g. 'ray://head:10001' (None: local/auto)", type=str),
+        "ray_cpus_per_worker": Field(1.0, "CPUs Ray reserves for each worker"),
+        "ray_resources": Field(None, "custom Ray resources of a worker, JSON, e.g. '{\"browser\": 1}'", type=str),
+        "max_head_offpolicyness": Field(2, "η: drop episodes with tokens older than version − η",
+                                        at_least(0, "the staleness bound η must be >= 0 (0 = on-policy only; the "
+                                                    "paper uses 2)")),
+        "admission_control": Field(True, "admit a new group only while at most (η + 1) batches are in flight or "
+                                         "unconsumed (AReaL's rollout capacity)"),
+        "server_max_batch": Field(8, "generation requests decoded together", at_least(1, "must be >= 1")),
+        "server_deadline_ms": Field(0.0, "> 0: wait this long for more requests to fill a batch (0: a batch is "
+                                         "what is queued when the server is free)",
+                                    at_least(0, "must be >= 0 milliseconds")),
+        "decode_chunk": Field(8, "decode steps between weight-swap checks", at_least(1, "must be >= 1 decode step")),
+        "worker_nice": Field(0, "niceness of worker processes and their browsers (0..19)",
+                             between(0, 19, "must be a niceness in 0..19 (higher: workers yield the CPU)")),
+        "worker_cpus": Field("", "'0,1': pin workers and their browsers to these CPUs ('' any)"),
+        "fresh_envs_per_group": Field(False, "True: every group starts new browser sessions (the paper's "
+                                             "synchronous baseline, WebGym's per-iteration pool; benchmarks)"),
+        "host": Field("127.0.0.1", "the policy server's address"),
+        "curve": Field(False, "CurveZMQ-encrypt the policy server's transport (any other host)"),
+    },
+    "buffer": {
+        "path": Field(None, "the ring buffer's directory (None: WORKDIR/buffer)", type=str),
+        "capacity_steps": Field(4096, "step rows the ring holds", at_least(1)),
+        "max_seq_len": Field(1024, "tokens a step row holds (prompt, screenshots and response)", at_least(1)),
+    },
+    "train": {
+        "max_steps": Field(200, "optimizer updates (train steps) before the run stops", at_least(1)),
+        "consumer_batch_size": Field(8, "trajectories per train step (= groups × G)", at_least(1)),
+        "ppo_n_minibatches": Field(2, "minibatches each train step's batch splits into", at_least(1)),
+        "ppo_n_epochs": Field(3, "passes over each train step's batch", at_least(1)),
+        "dynamic_sampling": Field(True, "drop groups whose episodes all succeed or all fail"),
+        # The copy costs one train state: at 8B fp32 + AdamW, ~26 GB a chip on v5p-8.
+        "rollback_non_finite": Field(True, "keep a copy of the train state during each step so a NaN/inf step is "
+                                           "rolled back and its batch skipped; False: stop instead"),
+        "lr": Field(5e-6, "AdamW learning rate", above(0, "the learning rate must be > 0 (the paper uses 5e-6)")),
+        "lr_schedule": Field("constant", "'constant' or 'cosine'", one_of(("constant", "cosine"))),
+        "warmup_steps": Field(0, "train steps of linear warm-up", at_least(0)),
+        "weight_decay": Field(0.05, "AdamW weight decay"),
+        "adam_b1": Field(0.9, "AdamW β1"),
+        "adam_b2": Field(0.999, "AdamW β2"),
+        "adam_eps": Field(1e-8, "AdamW ε"),
+        "max_grad_norm": Field(1.0, "global gradient-norm clip", above(0, "must be > 0 (e.g. 1.0)")),
+        "moments_dtype": Field(None, "AdamW moments dtype (None: the params'); 'float32' with model.param_dtype "
+                                     "'bfloat16' = bf16 weights, fp32 moments",
+                               one_of(DTYPES, "use 'float32', 'bfloat16' or None (= the params')"), type=str),
+        "idle_sleep_s": Field(0.05, "trainer poll interval while the batch fills"),
+        "stop_at_success": Field(None, "stop early once the success of every episode read since the previous step "
+                                       "(rollout/success_rate_seen) reaches this on 2 steps in a row (None: run to "
+                                       "max_steps)", _RATE, type=float),
+        # The greedy check is a second sampler (jaxwebrl/eval/probe.py): for small runs.
+        "stop_at_greedy_success": Field(None, "stop early once the greedy policy's success on "
+                                              "train.greedy_check_seeds held-out instances of every task, played "
+                                              "after every step (eval/greedy_success), reaches this", _RATE,
+                                        type=float),
+        # A run stopped on these seeds (EVAL_SEED_START + 0..n-1) is selected on them: report held-out success on
+        # other seeds (launch/eval.py --seed_start).
+        "greedy_check_seeds": Field(4, "instances per task of the greedy check"),
+    },
+    "actor": {
+        "loss": Field("ppo", "name in the jaxwebrl.rl.losses registry"),
+        "estimator": Field("grpo", "advantage estimator (jaxwebrl.rl.estimators registry); must match "
+                                   "reward_norm's levels: grpo group/group, drgrpo and rloo group/None, "
+                                   "success_filter and raw None/None"),
+        "use_decoupled_loss": Field(True, "behaviour weight w = exp(prox − behave)"),
+        # The clips' and the cap's ranges are the losses' own: jaxwebrl.rl.losses.check_clip, run by validation.
+        "eps_clip": Field(0.2, "PPO clip ε in (0, 1); None only for CISPO and M2PO (unbounded below)", type=float),
+        "eps_clip_higher": Field(None, "DAPO asymmetric upper clip (> 0, >= eps_clip); None: eps_clip", type=float),
+        "c_clip": Field(3.0, "dual clip c > 1 capping the loss at c·|A| for A < 0 (None: off)", type=float),
+        "behav_imp_weight_cap": Field(5.0, "drop tokens whose behaviour weight w exceeds this cap > 1 (None: drop "
+                                           "none)", type=float),
+        "kl_ctl": Field(0.0, "KL penalty coefficient in the reward", at_least(0)),
+        "agg_mode": Field(None, "None: the loss's own aggregation (token-mean); else one of "
+                                "jaxwebrl.rl.aggregation.AGG_MODES", type=str),
+        "agg_normalizer": Field(None, "Dr.GRPO's constant (seq-mean-token-sum-norm); None: the response-token "
+                                      "budget model.max_new_tokens",
+                                above(0, "must be > 0 or None (the response-token budget)"), type=float),
+        "m2_threshold": Field(None, "M2PO second-moment bound > 0 (e.g. 0.04); None: off", type=float),
+        "sapo_tau_pos": Field(None, "SAPO gate temperature for A > 0 (> 0; None: the loss's default)", type=float),
+        "sapo_tau_neg": Field(None, "SAPO gate temperature for A < 0 (> 0; None: the loss's default)", type=float),
+        "step_adv_const_length": Field(None, "k of the step normaliser 1/k (> 0); None → 1/|τ| (constT10: 10)",
+                                       type=float),
+        "discount": Field(1.0, "γ in (0, 1]", between(0, 1, "need 0 < discount <= 1", low_open=True)),
+        "gae_lambda": Field(1.0, "GAE λ in [0, 1]", between(0, 1, "need 0 <= gae_lambda <= 1")),
+        "reward_bias": Field(0.0, "added to every reward before scaling"),
+        "reward_scaling": Field(1.0, "rewards are multiplied by this"),
+        "reward_clip": Field(20.0, "rewards are clipped to ± this"),
+        "overlong_tokens": Field(None, "DAPO soft overlong penalty window", type=int),
+        "overlong_penalty_factor": Field(None, "DAPO overlong penalty at the full window", type=float),
+        "reward_norm": _norm("group", "group"),
+        "adv_norm": _norm(None, None),
+    },
+    "checkpoint": {
+        "save_every_steps": Field(1, "train steps between checkpoints", at_least(1)),
+        "keep": Field(3, "last K checkpoints kept", at_least(1, "keep at least the last checkpoint (>= 1)")),
+        "keep_best": Field(True, "also keep the best by checkpoint.best_metric"),
+        "best_metric": Field("rollout/reward", "the metric that names the best checkpoint"),
+        "async_save": Field(True, "write checkpoints in the background"),
+        "restore_from": Field(None, "another run's checkpoints/ dir to start from", type=str),
+    },
+    "metrics": {
+        "tensorboard": Field(True, "write TensorBoard event files"),
+        "wandb_project": Field(None, "log to this Weights & Biases project (None: off)", type=str),
+        "wandb_entity": Field(None, "the Weights & Biases entity", type=str),
+        "progress_bar": Field(True, "a progress bar on the console"),
+        "sample_episodes_every": Field(50, "every N train steps, a few trained episodes go to TensorBoard "
+                                           "(screenshot strip + step texts); 0 = off", _COUNT),
+        "sample_episodes": Field(4, "episodes in each such sample; 0 = off", _COUNT),
+    },
+    # Multi-host trainer: run launch/train.py once per process with the same flags; unset fields fall back to the
+    # JAXWEBRL_* environment (docs/scaling.md). One process and no mesh axis set: the plain one-device trainer.
+    "distributed": {
+        "coordinator_address": Field(None, "process 0's 'host:port' ($JAXWEBRL_COORDINATOR)", type=str),
+        "num_processes": Field(None, "$JAXWEBRL_NUM_PROCESSES (unset: 1)", type=int),
+        "process_id": Field(None, "this process's rank ($JAXWEBRL_PROCESS_ID)", type=int),
+        "local_device_ids": Field(None, "'0,1,2,3': GPUs this process owns", type=str),
+        "local_device_count": Field(None, "CPU backend only: fake devices (tests)", type=int),
+        "auto": Field(None, "True: JAX detects TPU slice / SLURM / MPI", type=bool),
+        "server_devices": Field(0, "each process's last k local devices kept for the policy server",
+                                at_least(0, "must be >= 0 (0: the server shares a device)")),
+        # The trainer mesh; several processes: data = #processes, fsdp = -1.
+        "mesh": {axis: Field(None, f"trainer mesh size of the {axis!r} axis (-1: the devices the others leave)",
+                             _MESH_SIZE, type=int) for axis in ("data", "fsdp", "tensor")},
+    },
+}
+FIELDS = flatten(SCHEMA)
+
+
 def config() -> config_dict.ConfigDict:
     """Every field of a run config at its default (the tiny CPU scale); a recipe applies a scale and its own
     settings on top."""
-    c = config_dict.ConfigDict()
-    c.variant = "tiny"
-    c.seed = 0
-    c.extensions = ""                              # comma-separated modules every process imports first (they
-                                                   # register losses, estimators, envs: jaxwebrl/extensions.py)
-    c.compilation_cache_dir = "~/.cache/jaxwebrl/xla"   # compiled programs kept across runs (a rerun, a resume,
-                                                   # the next seed compiles nothing it compiled before); "": off
-
-    c.model = config_dict.ConfigDict()
-    c.model.name = "tiny"                          # "tiny" (random init), "pretrained" (load model.checkpoint) or
-                                                   # "random" (model.preset's published shapes, random weights)
-    c.model.checkpoint = config_dict.placeholder(str)   # local HF directory with config.json + safetensors
-    c.model.preset = config_dict.placeholder(str)  # published shapes (jaxwebrl/models/presets.py): "random" weights,
-                                                   # or launch/compile.py's shapes when no checkpoint is given
-    c.model.init_params = config_dict.placeholder(str)  # warm start: launch/sft.py's --workdir (or a params/
-                                                         # training checkpoint); the run still starts at step 0
-    c.model.dtype = "float32"                      # compute dtype
-    c.model.param_dtype = config_dict.placeholder(str)  # weight storage dtype (None: model.dtype); "float32" with
-                                                   # dtype "bfloat16" = fp32 master weights, bf16 compute
-    c.model.remat = "none"                         # rematerialisation policy: "none", "full", "dots", "dots_no_batch"
-    c.model.scan_layers = False                    # decoder as one scan over stacked layer params (compile time)
-    c.model.attention_chunk = 0                    # queries per attention chunk (0: whole rows at once)
-    c.model.logits_chunk = 0                       # vocabulary entries per LM-head chunk in the trainer's log-probs (0: all)
-    c.model.num_layers = config_dict.placeholder(int)    # fewer decoder layers than model.preset (rehearsals)
-    c.model.vision_depth = config_dict.placeholder(int)  # fewer vision blocks than model.preset
-    c.model.max_new_tokens = 48                    # byte-level tiny tokenizer: 'Memory: {}\nAction: click(x, y)'
-    c.model.temperature = 1.0
-    c.model.top_p = 1.0
-    c.model.top_k = 0                              # 0 = no top-k truncation
-    c.model.constrained_actions = True             # token mask that admits only well-formed actions (tiny policy)
-
-    c.env = config_dict.ConfigDict()
-    c.env.tasks = ",".join(TINY_MINIWOB_TASKS)     # comma-separated env specs: "toy", "miniwob/<task>", JSON paths
-    c.env.group_size = 4                           # G: episodes per task instance
-    c.env.max_episode_steps = 5                    # horizon per episode
-    c.env.screenshot_height = 64
-    c.env.screenshot_width = 64
-    c.env.prompt_window = 0                        # past rounds kept with their screenshots (K = window + 1)
-    c.env.action_style = "call"                    # "call": click(x, y); "tool_call": Qwen3-VL tool calls
-    c.env.system_prompt = config_dict.placeholder(str)   # None: the default agent prompt listing the actions
-    c.env.step_timeout_s = 30.0
-    c.env.chromium = "chromium"                    # binary name or path
-    c.env.chromedriver = "chromedriver"
-    # The latency regime (jaxwebrl/env/latency.py, docs/env.md): a benchmark regime, off ("local") by default.
-    # "web": after every reset and step a page delay ~ lognormal(median, p95) capped at page_delay_max_s (which
-    # must leave 5 s of env.step_timeout_s), and Chromium's network conditions (DevTools' "Fast 4G" preset;
-    # all three 0: not emulated) for browser envs.
-    c.env.latency = config_dict.ConfigDict()
-    c.env.latency.regime = "local"                 # "local" (off) or "web"
-    c.env.latency.page_delay_median_s = 0.8        # 0: no page delay
-    c.env.latency.page_delay_p95_s = 5.0           # the long tail (== median: a constant delay)
-    c.env.latency.page_delay_max_s = 20.0          # the cap on one delay
-    c.env.latency.network_latency_ms = 165.0       # added round trip of every request
-    c.env.latency.download_kbps = 8100.0           # 0: not throttled
-    c.env.latency.upload_kbps = 1350.0             # 0: not throttled
-
-    c.rollout = config_dict.ConfigDict()
-    c.rollout.mode = "async"                       # "async" (the paper) or "sync" (rollout round, then train;
-                                                   # strictly on-policy: η = 0, leftovers dropped as stale)
-    c.rollout.num_workers = 2
-    c.rollout.launcher = "local"                   # "local": worker processes on this host; "ray": a Ray cluster
-    c.rollout.ray_address = config_dict.placeholder(str)        # e.g. "ray://head:10001" (None: local/auto)
-    c.rollout.ray_cpus_per_worker = 1.0
-    c.rollout.ray_resources = config_dict.placeholder(str)      # JSON, e.g. '{"browser": 1}'
-    c.rollout.max_head_offpolicyness = 2           # η: drop episodes with tokens older than version − η
-    c.rollout.admission_control = True             # admit a new group only while at most (η + 1) batches are in
-                                                   # flight or unconsumed (AReaL's rollout capacity)
-    c.rollout.server_max_batch = 8                 # generation requests decoded together
-    c.rollout.server_deadline_ms = 0.0             # > 0: wait this long for more requests to fill a batch (0: a
-                                                   # batch is what is queued when the server is free)
-    c.rollout.decode_chunk = 8                     # decode steps between weight-swap checks
-    c.rollout.worker_nice = 0                      # niceness of worker processes and their browsers (0..19)
-    c.rollout.worker_cpus = ""                     # "0,1": pin workers and their browsers to these CPUs ("" any)
-    c.rollout.fresh_envs_per_group = False         # True: every group starts new browser sessions (the paper's
-                                                   # synchronous baseline, WebGym's per-iteration pool; benchmarks)
-    c.rollout.host = "127.0.0.1"
-    c.rollout.curve = False                        # CurveZMQ-encrypt the policy server's transport (any other host)
-
-    c.buffer = config_dict.ConfigDict()
-    c.buffer.path = config_dict.placeholder(str)   # default: WORKDIR/buffer
-    c.buffer.capacity_steps = 4096
-    c.buffer.max_seq_len = 1024
-
-    c.train = config_dict.ConfigDict()
-    c.train.max_steps = 200                        # optimizer updates (train steps) before the run stops
-    c.train.consumer_batch_size = 8                # trajectories per train step (= groups × G)
-    c.train.ppo_n_minibatches = 2
-    c.train.ppo_n_epochs = 3
-    c.train.dynamic_sampling = True                # drop groups whose episodes all succeed or all fail
-    c.train.rollback_non_finite = True             # keep a copy of the train state during each step so a NaN/inf
-                                                   # step is rolled back and its batch skipped (costs one state:
-                                                   # at 8B fp32 + AdamW, ~26 GB a chip on v5p-8); False: stop instead
-    c.train.lr = 5e-6
-    c.train.lr_schedule = "constant"               # "constant" or "cosine"
-    c.train.warmup_steps = 0
-    c.train.weight_decay = 0.05
-    c.train.adam_b1 = 0.9
-    c.train.adam_b2 = 0.999
-    c.train.adam_eps = 1e-8
-    c.train.max_grad_norm = 1.0
-    c.train.moments_dtype = config_dict.placeholder(str)   # AdamW moments dtype (None: the params'); "float32" with
-                                                   # model.param_dtype "bfloat16" = bf16 weights, fp32 moments
-    c.train.idle_sleep_s = 0.05                    # trainer poll interval while the batch fills
-    c.train.stop_at_success = config_dict.placeholder(float)   # stop early once the success of every episode
-                                                   # read since the previous step (rollout/success_rate_seen)
-                                                   # reaches this on 2 steps in a row (None: run to max_steps)
-    c.train.stop_at_greedy_success = config_dict.placeholder(float)   # stop early once the greedy policy's success
-                                                   # on train.greedy_check_seeds held-out instances of every task,
-                                                   # played after every step (eval/greedy_success), reaches this
-                                                   # (jaxwebrl/eval/probe.py: a second sampler; for small runs)
-    c.train.greedy_check_seeds = 4                 # instances per task of that check (EVAL_SEED_START + 0..n-1:
-                                                   # a run stopped on them is selected on them, so report held-out
-                                                   # success on other seeds, launch/eval.py --seed_start)
-
-    c.actor = config_dict.ConfigDict()
-    c.actor.loss = "ppo"                           # name in jaxwebrl.rl.losses registry
-    c.actor.estimator = "grpo"                     # advantage estimator (jaxwebrl.rl.estimators registry); must match
-                                                   # reward_norm's levels: grpo group/group, drgrpo group/None, rloo
-                                                   # group/None leave-one-out, success_filter and raw None/None
-    c.actor.use_decoupled_loss = True              # behaviour weight w = exp(prox − behave)
-    c.actor.eps_clip = config_dict.placeholder(float)          # None only for CISPO (unbounded below)
-    c.actor.eps_clip = 0.2
-    c.actor.eps_clip_higher = config_dict.placeholder(float)   # DAPO asymmetric upper clip
-    c.actor.c_clip = config_dict.placeholder(float)            # dual clip, must be > 1 when set
-    c.actor.c_clip = 3.0
-    c.actor.behav_imp_weight_cap = config_dict.placeholder(float)
-    c.actor.behav_imp_weight_cap = 5.0
-    c.actor.kl_ctl = 0.0
-    c.actor.agg_mode = config_dict.placeholder(str)            # None: the loss's own aggregation (token-mean)
-    c.actor.agg_normalizer = config_dict.placeholder(float)    # Dr.GRPO's constant (seq-mean-token-sum-norm); None:
-                                                               # the response-token budget model.max_new_tokens
-    c.actor.m2_threshold = config_dict.placeholder(float)      # M2PO second-moment bound (e.g. 0.04); None: off
-    c.actor.sapo_tau_pos = config_dict.placeholder(float)      # SAPO gate temperatures (None: loss defaults)
-    c.actor.sapo_tau_neg = config_dict.placeholder(float)
-    c.actor.step_adv_const_length = config_dict.placeholder(float)   # k of 1/k; None → 1/|τ| (constT10: 10)
-    c.actor.discount = 1.0
-    c.actor.gae_lambda = 1.0
-    c.actor.reward_bias = 0.0
-    c.actor.reward_scaling = 1.0
-    c.actor.reward_clip = 20.0
-    c.actor.overlong_tokens = config_dict.placeholder(int)           # DAPO soft overlong penalty window
-    c.actor.overlong_penalty_factor = config_dict.placeholder(float)
-    c.actor.reward_norm = _norm_config("group", "group")
-    c.actor.adv_norm = _norm_config(None, None)
-
-    c.checkpoint = config_dict.ConfigDict()
-    c.checkpoint.save_every_steps = 1
-    c.checkpoint.keep = 3                          # last K checkpoints
-    c.checkpoint.keep_best = True                  # also keep the best by best_metric
-    c.checkpoint.best_metric = "rollout/reward"
-    c.checkpoint.async_save = True
-    c.checkpoint.restore_from = config_dict.placeholder(str)   # another run's checkpoints/ dir to start from
-
-    c.metrics = config_dict.ConfigDict()
-    c.metrics.tensorboard = True
-    c.metrics.wandb_project = config_dict.placeholder(str)
-    c.metrics.wandb_entity = config_dict.placeholder(str)
-    c.metrics.progress_bar = True
-    c.metrics.sample_episodes_every = 50           # every N train steps, a few trained episodes go to TensorBoard
-    c.metrics.sample_episodes = 4                  # (screenshot strip + step texts); 0 = off
-
-    # Multi-host trainer: run launch/train.py once per process with the same flags; unset fields fall back to the
-    # JAXWEBRL_* environment (docs/scaling.md). One process and no mesh axis set: the plain one-device trainer.
-    c.distributed = config_dict.ConfigDict()
-    c.distributed.coordinator_address = config_dict.placeholder(str)   # process 0's "host:port" ($JAXWEBRL_COORDINATOR)
-    c.distributed.num_processes = config_dict.placeholder(int)         # $JAXWEBRL_NUM_PROCESSES (unset: 1)
-    c.distributed.process_id = config_dict.placeholder(int)            # this process's rank ($JAXWEBRL_PROCESS_ID)
-    c.distributed.local_device_ids = config_dict.placeholder(str)      # "0,1,2,3": GPUs this process owns
-    c.distributed.local_device_count = config_dict.placeholder(int)    # CPU backend only: fake devices (tests)
-    c.distributed.auto = config_dict.placeholder(bool)                 # True: JAX detects TPU slice / SLURM / MPI
-    c.distributed.server_devices = 0               # each process's last k local devices kept for the policy server
-    c.distributed.mesh = config_dict.ConfigDict()  # trainer mesh; several processes: data = #processes, fsdp = -1
-    c.distributed.mesh.data = config_dict.placeholder(int)
-    c.distributed.mesh.fsdp = config_dict.placeholder(int)
-    c.distributed.mesh.tensor = config_dict.placeholder(int)
-    return c
-
-
-def _norm_config(mean_level, std_level) -> config_dict.ConfigDict:
-    """AReaL NormConfig: levels are "group", "batch" or None; the paper's text uses the population std."""
-    n = config_dict.ConfigDict()
-    n.mean_level = config_dict.placeholder(str)
-    n.mean_level = mean_level
-    n.std_level = config_dict.placeholder(str)
-    n.std_level = std_level
-    n.mean_leave1out = False
-    n.std_unbiased = False      # the reference code used True; the paper's text states the population std
-    n.eps = 1e-5
-    return n
+    return build(SCHEMA)
 
 
 # The tiny policy decodes under an action constraint, so a one-line system prompt serves it as well as the full

@@ -13,8 +13,9 @@
 
 `--config=configs/X.py[:variant]` loads a recipe (`get_config(variant)`), `--config.a.b=value` overrides a field
 (an unknown key names the nearest existing ones), `--print_config` prints the resolved config as JSON and exits 0,
-`--help` lists the launcher's flags and exits 0. Given a workdir with a config.json (`loaded_config(workdir=...)`),
-the config is the one that run recorded, with this command line's overrides on top.
+`--print_config_help` prints every field as `key = value  # help` (configs/base.py declares each field's default
+and help) and exits 0, `--help` lists the launcher's flags and exits 0. Given a workdir with a config.json
+(`loaded_config(workdir=...)`), the config is the one that run recorded, with this command line's overrides on top.
 Every problem the user or the machine causes is one line on stderr and a non-zero exit code, and nothing starts
 (no JAX, no browser, no file written) before the config is known to be good: a bad flag or value
 (`config error: ...`, naming the key), a run that cannot go on (`error: ...`: a locked or read-only workdir,
@@ -40,6 +41,7 @@ from absl import flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from configs import base, fields
 from jaxwebrl.buffer.schema import BufferFormatError
 from jaxwebrl.errors import RunError, one_line
 from jaxwebrl.extensions import import_extensions
@@ -49,6 +51,8 @@ CONFIG = config_flags.DEFINE_config_file("config", None, "recipe file, e.g. conf
                                          "--config.a.b=value overrides a field")
 PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "print the resolved config (recipe + overrides) as JSON "
                                  "and exit")
+PRINT_CONFIG_HELP = flags.DEFINE_bool("print_config_help", False, "print every field of the resolved config as "
+                                      "`key = value  # help` (with its default where the value differs) and exit")
 HELP_ARGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
 _FLAG_ERRORS = (flags.Error, ValueError, KeyError, TypeError, AttributeError, OSError, ImportError)
@@ -97,7 +101,7 @@ def print_help() -> NoReturn:
     print(flags.FLAGS.main_module_help())
     print(flags.FLAGS.module_help(sys.modules[__name__]))
     print("\n  --config.KEY=VALUE: override any field of the recipe (e.g. --config.train.lr=1e-5); "
-          "--print_config lists them all")
+          "--print_config_help lists them all with their help")
     sys.exit(0)
 
 
@@ -108,7 +112,7 @@ def loaded_config(prefix: str = "config error", code: int = 1, workdir: str | No
     if workdir:
         config = _with_workdir_config(config, workdir, prefix, code)
     try:
-        import_extensions(config.get("extensions"))
+        import_extensions(config.extensions)
     except ImportError as err:
         exit_with(f"{prefix}: {err}", code)
     _maybe_print(config)
@@ -134,7 +138,7 @@ def _enable_compilation_cache(config) -> None:
     """The launchers' processes keep compiled programs in `config.compilation_cache_dir` (parallel/compile_cache)."""
     from jaxwebrl.parallel import compile_cache  # deferred (heavy): it imports JAX
 
-    compile_cache.enable(config.get("compilation_cache_dir"))
+    compile_cache.enable(config.compilation_cache_dir)
 
 
 @contextlib.contextmanager
@@ -154,10 +158,18 @@ def run_errors(workdir: str | None = None):
                   "resume from the last checkpoint")
 
 
+def printing_config() -> bool:
+    """Whether this command only prints the config (--print_config or --print_config_help): it needs no workdir."""
+    return PRINT_CONFIG.value or PRINT_CONFIG_HELP.value
+
+
 def _maybe_print(config) -> None:
-    if PRINT_CONFIG.value:
+    if printing_config():
+        values = run_config.as_dict(config)
+        text = (fields.describe(run_config.flat(values), base.FIELDS) if PRINT_CONFIG_HELP.value
+                else json.dumps(values, indent=2, sort_keys=True))
         try:
-            print(json.dumps(run_config.as_dict(config), indent=2, sort_keys=True), flush=True)
+            print(text, flush=True)
         except BrokenPipeError:   # `--print_config | head`: the reader left; that is not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)

@@ -44,7 +44,7 @@ _OUT = flags.DEFINE_string("out", None, "also write the JSON lines to this file"
 def knobs_of(config, mesh) -> dict:
     m = config.model
     return {"dtype": m.dtype, "param_dtype": m.param_dtype or m.dtype,
-            "moments_dtype": config.train.get("moments_dtype") or m.param_dtype or m.dtype, "remat": m.remat,
+            "moments_dtype": config.train.moments_dtype or m.param_dtype or m.dtype, "remat": m.remat,
             "scan_layers": bool(m.scan_layers), "attention_chunk": int(m.attention_chunk),
             "logits_chunk": int(m.logits_chunk), "mesh": dict(mesh.shape)}
 
@@ -121,7 +121,7 @@ def main(argv) -> int:
     try:
         model_config = presets.shapes_config(config.model)
         hosts = len({d.process_index for d in devices})
-        sizes = multihost.mesh_sizes(config.get("distributed"), hosts) or {"data": 1, "fsdp": -1, "tensor": 1}
+        sizes = multihost.mesh_sizes(config.distributed, hosts) or {"data": 1, "fsdp": -1, "tensor": 1}
         mesh = distributed.process_mesh(sizes, devices)
         shapes = aot.RunShapes.of(config, model_config, mesh, rows_per_chip=_ROWS.value)
     except (ValueError, KeyError, FileNotFoundError) as err:

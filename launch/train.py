@@ -10,7 +10,8 @@ are one line too, exit code 1.
 WORKDIR/config.json records the resolved config; resuming with different overrides is refused in one line naming
 the keys (old -> new) unless --allow_config_change (recorded in WORKDIR/config_changes.jsonl). train.max_steps,
 metrics.*, checkpoint.keep* and rollout.num_workers may change freely. --dry_run checks the config and prints one
-line saying what would run; --print_config prints the resolved config. stderr gets one line per train step.
+line saying what would run; --print_config prints the resolved config (--print_config_help: every field as
+`key = value  # help`). stderr gets one line per train step.
 """
 
 from absl import app, flags
@@ -26,7 +27,7 @@ _ALLOW_CHANGE = flags.DEFINE_bool("allow_config_change", False, "resume even tho
 
 def main(argv) -> int:
     del argv
-    if not _WORKDIR.value and not cli.PRINT_CONFIG.value:   # printing the config needs no workdir
+    if not _WORKDIR.value and not cli.printing_config():   # printing the config needs no workdir
         cli.exit_with("config error: --workdir is required, e.g. --workdir=/tmp/run1 (reuse it to resume)")
     config = cli.validated_config(_WORKDIR.value)
     if _DRY_RUN.value:

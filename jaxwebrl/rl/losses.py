@@ -53,15 +53,34 @@ def _check_inputs(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mas
             raise ValueError(f"{name} shape {jnp.shape(arr)} != logprobs shape {shape}; all inputs are [B, T]")
 
 
-def _check_clip(eps_clip, eps_clip_higher=None, c_clip=None, cap=None):
-    if eps_clip is not None and not 0 < eps_clip < 1:
-        raise ValueError(f"eps_clip must be in (0, 1), got {eps_clip}")
-    if eps_clip_higher is not None and not eps_clip_higher > 0:
-        raise ValueError(f"eps_clip_higher must be > 0, got {eps_clip_higher}")
-    if c_clip is not None and not c_clip > 1:
-        raise ValueError(f"c_clip (dual clip) must be > 1, got {c_clip}; use None to disable it")
-    if cap is not None and not cap > 0:
-        raise ValueError(f"behav_imp_weight_cap must be > 0 or None, got {cap}")
+# The knobs' allowed values, the one rule of the losses and of config validation (`actor.*`, rl_config.LOSS_KNOBS).
+# The cap: w = exp(prox - behave) is 1 on-policy and tokens with w > cap are dropped, so a cap <= 1 drops on-policy
+# tokens (below 1 all of them; at 1 every one a rounding error of the proximal recompute puts above 1).
+KNOB_RULES = {
+    "eps_clip": (lambda v: 0 < v < 1, "the PPO clip must be in (0, 1), e.g. 0.2"),
+    "eps_clip_higher": (lambda v: v > 0, "the upper clip must be > 0 (DAPO: 0.28) or None"),
+    "c_clip": (lambda v: v > 1, "the dual clip must be > 1 (e.g. 3.0) or None to disable it"),
+    "behav_imp_weight_cap": (lambda v: v > 1, "the behaviour-weight cap must be > 1 (e.g. 5.0) or None"),
+    "m2_threshold": (lambda v: v > 0, "must be > 0 (e.g. 0.04) or None"),
+    "tau_pos": (lambda v: v > 0, "the SAPO temperature must be > 0 or None (the loss's default)"),
+    "tau_neg": (lambda v: v > 0, "the SAPO temperature must be > 0 or None (the loss's default)"),
+}
+
+
+def knob_problem(name: str, value) -> str | None:
+    """Why `value` is not allowed for loss knob `name` (KNOB_RULES), or None when it is (None is always allowed)."""
+    if value is None or name not in KNOB_RULES:
+        return None
+    ok, fix = KNOB_RULES[name]
+    return None if ok(value) else fix
+
+
+def check_knobs(**knobs) -> None:
+    """ValueError `name=value: fix` for the first knob KNOB_RULES refuses."""
+    for name, value in knobs.items():
+        fix = knob_problem(name, value)
+        if fix is not None:
+            raise ValueError(f"{name}={value!r}: {fix}")
 
 
 def _as_rejection(rejection):
@@ -239,14 +258,14 @@ def decoupled_ppo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, los
     `m2_threshold` (M2PO): first drop the tokens `m2po_mask` masks, out of the denominator too.
     """
     _check_inputs(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, segment_ids)
-    _check_clip(eps_clip, eps_clip_higher, c_clip, behav_imp_weight_cap)
+    check_knobs(eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, c_clip=c_clip,
+                behav_imp_weight_cap=behav_imp_weight_cap)
     if importance_sampling_level not in ("token", "sequence", "sequence-token"):
         raise ValueError("importance_sampling_level must be 'token', 'sequence' (GSPO) or 'sequence-token' "
                          f"(GSPO-token), got {importance_sampling_level!r}")
     if agg_mode not in aggregation.AGG_MODES:
         raise ValueError(f"unknown agg_mode {agg_mode!r}; choose one of {aggregation.AGG_MODES}")
-    if m2_threshold is not None and not m2_threshold > 0:
-        raise ValueError(f"m2_threshold (M2PO) must be > 0 (e.g. 0.04) or None, got {m2_threshold}")
+    check_knobs(m2_threshold=m2_threshold)
     return _ppo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, segment_ids, None,
                      eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, c_clip=c_clip,
                      behav_imp_weight_cap=behav_imp_weight_cap, rejection=_as_rejection(rejection),
@@ -289,7 +308,8 @@ def fbc_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *,
     Failures are filtered out of the minibatch, so they leave the denominator too.
     """
     _check_inputs(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, success_mask)
-    _check_clip(eps_clip, eps_clip_higher, c_clip, behav_imp_weight_cap)
+    check_knobs(eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, c_clip=c_clip,
+                behav_imp_weight_cap=behav_imp_weight_cap)
     return _ppo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, None, success_mask,
                      eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, c_clip=c_clip,
                      behav_imp_weight_cap=behav_imp_weight_cap, rejection=_as_rejection(rejection),
@@ -324,9 +344,7 @@ def sapo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *
     The ratio is against prox (SAPO is meant coupled: pass behave = prox; the weight is then 1).
     """
     _check_inputs(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask)
-    if not (tau_pos > 0 and tau_neg > 0):
-        raise ValueError(f"SAPO temperatures must be > 0, got tau_pos={tau_pos}, tau_neg={tau_neg}")
-    _check_clip(None, cap=behav_imp_weight_cap)
+    check_knobs(tau_pos=tau_pos, tau_neg=tau_neg, behav_imp_weight_cap=behav_imp_weight_cap)
     return _sapo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, tau_pos=tau_pos,
                       tau_neg=tau_neg, behav_imp_weight_cap=behav_imp_weight_cap, agg_mode=agg_mode,
                       agg_normalizer=agg_normalizer)
@@ -354,7 +372,7 @@ def cispo_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, 
     _check_inputs(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask)
     if eps_clip_higher is None or not eps_clip_higher > 0:
         raise ValueError(f"CISPO needs eps_clip_higher > 0, got {eps_clip_higher}")
-    _check_clip(eps_clip, eps_clip_higher, None, behav_imp_weight_cap)
+    check_knobs(eps_clip=eps_clip, eps_clip_higher=eps_clip_higher, behav_imp_weight_cap=behav_imp_weight_cap)
     return _cispo_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, eps_clip=eps_clip,
                        eps_clip_higher=eps_clip_higher, behav_imp_weight_cap=behav_imp_weight_cap,
                        agg_mode=agg_mode, agg_normalizer=agg_normalizer)
@@ -384,7 +402,7 @@ def sao_loss(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *,
     `detach_ratio` (default) treats f(r) as a constant weight; False is the literal-autograd reading.
     The proximal log-probs only feed the KL statistics."""
     _check_inputs(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask)
-    _check_clip(eps_clip, eps_clip_higher)
+    check_knobs(eps_clip=eps_clip, eps_clip_higher=eps_clip_higher)
     return _sao_impl(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, eps_clip=eps_clip,
                      eps_clip_higher=eps_clip_higher, detach_ratio=bool(detach_ratio), agg_mode=agg_mode,
                      agg_normalizer=agg_normalizer)

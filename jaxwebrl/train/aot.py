@@ -45,7 +45,7 @@ from jaxwebrl.models.vl_model import VisionLanguageModel
 from jaxwebrl.parallel import cost, partition
 from jaxwebrl.parallel.mesh import batch_divisor, batch_spec
 from jaxwebrl.parallel.topology import Chip
-from jaxwebrl.train.trainer import optimizer_settings, update_settings
+from jaxwebrl.train.rl_config import optimizer_settings, update_settings
 from jaxwebrl.train.update import _compiled, make_optimizer
 
 PROGRAMS = ("train_step", "proximal_logprobs", "prefill", "decode", "logprob_path")

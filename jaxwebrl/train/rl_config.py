@@ -1,4 +1,6 @@
-"""Translate a run's `config.actor` into the jaxwebrl.rl objects: the advantage path and the loss.
+"""Translate a run's config into the objects that train on it: the advantage path and the loss (`config.actor`),
+the update step's settings and the optimizer's (`update_settings`, `optimizer_settings`). Every translation of
+config fields into objects lives here.
 
 A recipe names its advantage estimator (`actor.estimator`: "grpo", "drgrpo", "rloo", "success_filter", ..., the
 jaxwebrl.rl registry), as AReaL and Tunix users do; the reward normalisation is still written the way the paper
@@ -16,6 +18,7 @@ from ml_collections import config_dict
 
 from jaxwebrl.rl import advantages, estimators, losses
 from jaxwebrl.rl.normalization import NormConfig
+from jaxwebrl.train.update import OptimizerConfig, UpdateSettings
 
 def _levels(levels) -> str:
     mean, std, leave1out = levels
@@ -112,3 +115,22 @@ def ignored_knobs(actor: config_dict.ConfigDict) -> list[str]:
         ignored.append("agg_normalizer")
     return ignored
 
+
+def optimizer_settings(config: config_dict.ConfigDict) -> OptimizerConfig:
+    """The run's AdamW settings (`config.train`)."""
+    t = config.train
+    return OptimizerConfig(
+        lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
+        weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps, max_grad_norm=t.max_grad_norm,
+        updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs, moments_dtype=t.moments_dtype)
+
+
+def update_settings(config: config_dict.ConfigDict) -> UpdateSettings:
+    """The run's update step settings (`config.train`, `config.actor`; the sampling transform of `config.model`,
+    which the log-probs replay)."""
+    t, a, m = config.train, config.actor, config.model
+    return UpdateSettings(
+        loss=a.loss, loss_kwargs=loss_kwargs(a, max_new_tokens=m.max_new_tokens),
+        use_decoupled_loss=a.use_decoupled_loss, n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
+        temperature=m.temperature, top_k=m.top_k, top_p=m.top_p,
+        advantage=advantage_config(a, max_new_tokens=m.max_new_tokens))

@@ -45,7 +45,7 @@ from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.gatherer import BatchGatherer, episode_scalar, staleness
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter
-from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateInterrupted, UpdateSettings
+from jaxwebrl.train.update import Updater, UpdateInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -56,26 +56,6 @@ BUFFER_LOSSES = {          # read stat -> what it means for the user
     "incomplete": "in groups that can never complete (their worker died mid-group, or the group waited too long)",
     "corrupt": "damaged on disk (checksum mismatch; python -m jaxwebrl.buffer.inspect lists them)",
 }
-
-
-def optimizer_settings(config) -> OptimizerConfig:
-    """The run's AdamW settings (`config.train`)."""
-    t = config.train
-    return OptimizerConfig(
-        lr=t.lr, total_steps=t.max_steps, schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
-        weight_decay=t.weight_decay, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps, max_grad_norm=t.max_grad_norm,
-        updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs, moments_dtype=t.get("moments_dtype"))
-
-
-def update_settings(config) -> UpdateSettings:
-    """The run's update step settings (`config.train`, `config.actor`; the sampling transform of `config.model`,
-    which the log-probs replay)."""
-    t, a, m = config.train, config.actor, config.model
-    return UpdateSettings(
-        loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a, max_new_tokens=m.max_new_tokens),
-        use_decoupled_loss=a.use_decoupled_loss, n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
-        temperature=m.temperature, top_k=m.top_k, top_p=m.top_p,
-        advantage=rl_config.advantage_config(a, max_new_tokens=m.max_new_tokens))
 
 
 class WeightSink(Protocol):
@@ -110,8 +90,8 @@ class Trainer:
         self._rollback = bool(config.train.rollback_non_finite)
         self._held = None       # a batch popped here while another process's was not ready yet
         t = config.train
-        optimizer_config = optimizer_settings(config)
-        self.settings = update_settings(config)
+        optimizer_config = rl_config.optimizer_settings(config)
+        self.settings = rl_config.update_settings(config)
         texts = config_action_texts(config)   # the policy server's grammar: the policy is restricted to it
         self.constraint = None if texts is None else action_constraint(policy.processor, texts,
                                                                          policy.config.text.vocab_size)
@@ -145,7 +125,7 @@ class Trainer:
         self._success_streak = 0              # steps in a row at train.stop_at_success
         self.trained_episode_ids: list[int] = []   # this process's, in training order
         self._admission = (getattr(self.sink, "set_admission", None)
-                           if config.rollout.get("admission_control", True) else None)
+                           if config.rollout.admission_control else None)
         self._publish(self.state.params)
 
     # ------------------------------------------------------------------ state
@@ -354,10 +334,10 @@ class Trainer:
                 self.metrics.write(self.state.step, scalars, histograms)
                 trained = self.trained_episode_ids[-scalars["ppo_actor/trajectories"]:]   # this step's
                 self.metrics.write_episodes(self.state.step, trained)
-                every = self.config.metrics.get("sample_episodes_every", 0)
+                every = self.config.metrics.sample_episodes_every
                 if every and self.state.step % every == 0:
                     self.metrics.write_samples(self.state.step, episodes, self.buffer.screenshots.get,
-                                               self.config.metrics.get("sample_episodes", 0))
+                                               self.config.metrics.sample_episodes)
                 reached = self._success_target_reached(scalars)
                 if self.state.step % self.config.checkpoint.save_every_steps == 0 or \
                         self.state.step >= self.config.train.max_steps or reached:
@@ -374,13 +354,13 @@ class Trainer:
         rollout/success_rate_seen >= train.stop_at_success, or an eval/greedy_success >= train.stop_at_greedy_success
         (the greedy check runs on the primary process only; every process stops with it)."""
         t = self.config.train
-        target = t.get("stop_at_success")
+        target = t.stop_at_success
         seen = scalars.get("rollout/success_rate_seen", float("nan"))
         hit = target is not None and seen == seen and seen >= target
         self._success_streak = self._success_streak + 1 if hit else 0
         if self._success_streak >= 2:
             return f"success of the episodes read reached train.stop_at_success={target:g} on two steps in a row"
-        greedy_target = t.get("stop_at_greedy_success")
+        greedy_target = t.stop_at_greedy_success
         if greedy_target is not None:
             greedy = scalars.get("eval/greedy_success", float("nan"))
             if distributed.any_process(greedy == greedy and greedy >= greedy_target):

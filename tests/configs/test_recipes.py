@@ -10,7 +10,7 @@ from jaxwebrl.train.config_validation import ConfigError, validate
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPES = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "configs"))
-                 if f.endswith(".py") and f not in ("base.py", "__init__.py"))
+                 if f.endswith(".py") and f not in ("base.py", "fields.py", "__init__.py"))
 
 
 def load(name, arg=None):

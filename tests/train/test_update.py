@@ -29,13 +29,9 @@ def updater(policy):
 
 
 def updater_for(policy, config):
-    a, t = config.actor, config.train
-    optimizer = OptimizerConfig(lr=t.lr, total_steps=10, max_grad_norm=t.max_grad_norm,
-                                updates_per_step=t.ppo_n_minibatches * t.ppo_n_epochs)
-    settings = UpdateSettings(loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a, max_new_tokens=64), use_decoupled_loss=True,
-                              n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
-                              advantage=rl_config.advantage_config(a, max_new_tokens=64))
-    updater = Updater(policy.module, settings, optimizer)
+    """The run's Updater for `config`, through rl_config as the trainer builds it (a 10-step schedule)."""
+    config.train.max_steps = 10
+    updater = Updater(policy.module, rl_config.update_settings(config), rl_config.optimizer_settings(config))
     return updater, updater.optimizer
 
 
@@ -193,14 +189,11 @@ def test_a_minibatch_without_policy_tokens_takes_no_step(policy, updater, toy_bu
     won = batch.episode_ids == batch.episode_ids[0]           # row 0's episode succeeds, the group's others fail
     one_row = batch._replace(loss_mask=only, rewards=won.astype(np.float32))
     config = get_config("toy")
-    a = config.actor
-    optimizer = OptimizerConfig(lr=1e-3, total_steps=10, weight_decay=0.1, updates_per_step=2)
+    config.train.lr, config.train.weight_decay, config.train.ppo_n_epochs = 1e-3, 0.1, 2
     outs = []
     for n_minibatches in (2, 1):
-        settings = UpdateSettings(loss=a.loss, loss_kwargs=rl_config.loss_kwargs(a, max_new_tokens=64),
-                                  n_minibatches=n_minibatches, n_epochs=2,
-                                  advantage=rl_config.advantage_config(a, max_new_tokens=64))
-        step = Updater(policy.module, settings, optimizer)
+        config.train.ppo_n_minibatches = n_minibatches
+        step, _ = updater_for(policy, config)
         params = jax.tree.map(lambda x: x.copy(), policy.params)
         outs.append(step(params, step.optimizer.init(params), one_row))
     (split_params, _, split_stats), (whole_params, _, whole_stats) = outs
