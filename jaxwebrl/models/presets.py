@@ -24,8 +24,14 @@ from typing import Any, Mapping
 from jaxwebrl.models.config import ModelConfig, from_hf_dict, tiny_config
 from jaxwebrl.models.families import get_family, published_presets
 
-# Every family's published config.json (its folder's presets.py), by preset name.
-PUBLISHED: dict[str, Mapping[str, Any]] = published_presets()
+
+def __getattr__(name: str):
+    """`PUBLISHED`: every registered family's published config.json by preset name, read at each access so that a
+    family an extension registers after this import is listed too."""
+    if name == "PUBLISHED":
+        return published_presets()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 KNOBS = ("remat", "scan_layers", "attention_chunk", "logits_chunk", "attention_impl")
 
@@ -43,9 +49,10 @@ def _scaled(indexes, depth: int, new_depth: int) -> list[int]:
 def preset_config(name: str, *, dtype: str = "float32", param_dtype: str | None = None, num_layers: int | None = None,
                   vision_depth: int | None = None) -> ModelConfig:
     """The published shapes of preset `name` (see PUBLISHED), optionally with fewer layers / vision blocks."""
-    if name not in PUBLISHED:
-        raise ValueError(f"unknown model preset {name!r}: use one of {', '.join(PUBLISHED)}")
-    hf = copy.deepcopy(PUBLISHED[name])
+    published = published_presets()
+    if name not in published:
+        raise ValueError(f"unknown model preset {name!r}: use one of {', '.join(published)}")
+    hf = copy.deepcopy(published[name])
     text = hf["text_config"] if "text_config" in hf else hf
     vision = hf["vision_config"]
     if num_layers is not None:
@@ -95,7 +102,7 @@ def model_config(section) -> ModelConfig:
     elif name == "random":
         preset = _get(section, "preset")
         if not preset:
-            raise ValueError(f"model.name='random' needs model.preset (one of {', '.join(PUBLISHED)})")
+            raise ValueError(f"model.name='random' needs model.preset (one of {', '.join(published_presets())})")
         config = preset_config(preset, dtype=dtype, param_dtype=param_dtype, num_layers=_get(section, "num_layers"),
                                vision_depth=_get(section, "vision_depth"))
     else:

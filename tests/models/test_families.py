@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from jaxwebrl.models import families
+from jaxwebrl.models import families, presets
 from jaxwebrl.models.config import from_hf_dict, tiny_config
 from jaxwebrl.models.families import ModelFamily, get_family, register_family, supported_model_types
 
@@ -34,8 +34,9 @@ def test_the_built_in_families_are_registered():
 def test_a_registered_family_is_found_and_reached_through_the_config(registry):
     fake = register_family(_fake_family(vision_mlp_matrices=5))
     assert get_family("fake_vl") is fake and "fake_vl" in supported_model_types()
-    assert "fake_2b" in families.published_presets()
-    config = from_hf_dict(fake.presets["fake_2b"])
+    assert "fake_2b" in presets.PUBLISHED   # registered after presets was imported, listed all the same
+    config = presets.preset_config("fake_2b", vision_depth=12)
+    assert config.vision.deepstack_visual_indexes == (2, 5, 8)   # the family's block indexes follow the depth
     assert config.family is fake and config.family.vision_mlp_matrices == 5
     assert register_family(fake) is fake   # the same record again: a no-op
 
