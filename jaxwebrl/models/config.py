@@ -2,7 +2,8 @@
 
 One `ModelConfig` describes a whole vision-language policy: `text` (decoder), `vision` (tower), the special
 token ids, and the compute/param dtypes. `from_hf_dict` accepts both the current `rope_parameters` layout and
-the older `rope_scaling` + `rope_theta` layout that published Qwen checkpoints use.
+the older `rope_scaling` + `rope_theta` layout that published Qwen checkpoints use. What differs between the
+families is each family's (`config.family`, `jaxwebrl.models.families`); this module holds the shared rest.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-SUPPORTED_MODEL_TYPES = ("qwen3_vl", "qwen2_5_vl")
+from jaxwebrl.models.families import ModelFamily, get_family
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,15 +115,17 @@ class ModelConfig:
                              ">= 0 (0: no chunking)")
         if self.attention_impl not in ATTENTION_IMPLS:
             raise ValueError(f"attention_impl={self.attention_impl!r}: use one of {', '.join(ATTENTION_IMPLS)}")
-        if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"unsupported model_type {self.model_type!r}: jaxwebrl supports {SUPPORTED_MODEL_TYPES}"
-            )
+        get_family(self.model_type)   # an unknown model_type is refused, naming the supported ones
         t = self.text
         if t.num_heads % t.num_kv_heads:
             raise ValueError(f"num_heads={t.num_heads} must be a multiple of num_kv_heads={t.num_kv_heads}")
         if 2 * sum(t.mrope_section) != t.head_dim:
             raise ValueError(f"mrope_section {t.mrope_section} must sum to head_dim/2 = {t.head_dim // 2}")
+
+    @property
+    def family(self) -> ModelFamily:
+        """The hooks of this config's model family (`families.get_family(model_type)`)."""
+        return get_family(self.model_type)
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
@@ -142,19 +145,13 @@ def _rope(sub: Mapping[str, Any], default_theta: float) -> tuple[float, dict]:
 def from_hf_dict(hf: Mapping[str, Any], *, dtype: str = "float32", param_dtype: str | None = None) -> ModelConfig:
     """Build a `ModelConfig` from a parsed HF `config.json` (Qwen3-VL or Qwen2.5-VL)."""
     model_type = hf.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(
-            f"config.json model_type {model_type!r} is not supported; expected one of {SUPPORTED_MODEL_TYPES}"
-        )
-    text = dict(hf.get("text_config") or {})
-    if model_type == "qwen2_5_vl":  # older checkpoints keep the text fields at the top level
-        text = {**{k: v for k, v in hf.items() if k not in ("text_config", "vision_config")}, **text}
+    family = get_family(model_type)
+    text = family.text_section(hf)
     vis = dict(hf["vision_config"])
     if text.get("use_sliding_window"):
         raise ValueError("config.json enables use_sliding_window, which jaxwebrl does not implement; set it to false")
     theta, rope = _rope(text, 1_000_000.0)
     heads = text["num_attention_heads"]
-    qwen3 = model_type == "qwen3_vl"
     text_cfg = TextConfig(
         vocab_size=text["vocab_size"],
         hidden_size=text["hidden_size"],
@@ -166,10 +163,8 @@ def from_hf_dict(hf: Mapping[str, Any], *, dtype: str = "float32", param_dtype: 
         rms_norm_eps=text.get("rms_norm_eps", 1e-6),
         rope_theta=theta,
         mrope_section=tuple(rope.get("mrope_section", (24, 20, 20))),
-        mrope_interleaved=qwen3,
-        qk_norm=qwen3,
-        attention_bias=text.get("attention_bias", False) if qwen3 else True,
         max_position_embeddings=text.get("max_position_embeddings", 128_000),
+        **family.text_fields(text),
     )
     vtheta, _ = _rope(vis, 10000.0)
     vision_cfg = VisionConfig(
@@ -182,13 +177,9 @@ def from_hf_dict(hf: Mapping[str, Any], *, dtype: str = "float32", param_dtype: 
         patch_size=vis.get("patch_size", 14),
         temporal_patch_size=vis.get("temporal_patch_size", 2),
         spatial_merge_size=vis.get("spatial_merge_size", 2),
-        hidden_act=vis.get("hidden_act", "gelu_pytorch_tanh" if qwen3 else "silu"),
         rope_theta=vtheta,
-        num_position_embeddings=vis.get("num_position_embeddings", 0) if qwen3 else 0,
-        deepstack_visual_indexes=tuple(vis.get("deepstack_visual_indexes", ())) if qwen3 else (),
-        window_size=0 if qwen3 else vis.get("window_size", 112),
-        fullatt_block_indexes=() if qwen3 else tuple(vis.get("fullatt_block_indexes", ())),
         tokens_per_second=vis.get("tokens_per_second", 2),
+        **family.vision_fields(vis),
     )
     tie = hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
     return ModelConfig(
@@ -210,13 +201,13 @@ def to_hf_dict(config: ModelConfig) -> dict:
     """HF `config.json` content for `config` (starts from the loaded config.json when there was one)."""
     base = json.loads(config.hf_config_json) if config.hf_config_json else {}
     t, v = config.text, config.vision
-    qwen3 = config.model_type == "qwen3_vl"
+    family = config.family
     rope = {
         "rope_type": "default",
         "rope_theta": t.rope_theta,
         "mrope_section": list(t.mrope_section),
     }
-    if qwen3:
+    if t.mrope_interleaved:
         rope["mrope_interleaved"] = True
     text = dict(base.get("text_config") or {})
     for stale in ("rope_scaling", "rope_theta"):
@@ -234,12 +225,8 @@ def to_hf_dict(config: ModelConfig) -> dict:
         rope_parameters=rope,
         max_position_embeddings=t.max_position_embeddings,
         tie_word_embeddings=config.tie_word_embeddings,
+        **family.hf_text(config),
     )
-    if qwen3:
-        text["attention_bias"] = t.attention_bias
-        text["head_dim"] = t.head_dim
-    elif t.head_dim * t.num_heads != t.hidden_size:
-        raise ValueError("Qwen2.5-VL requires head_dim * num_heads == hidden_size")
     vision = dict(base.get("vision_config") or {})
     vision.update(
         model_type=f"{config.model_type}_vision",
@@ -253,29 +240,12 @@ def to_hf_dict(config: ModelConfig) -> dict:
         temporal_patch_size=v.temporal_patch_size,
         spatial_merge_size=v.spatial_merge_size,
         hidden_act=v.hidden_act,
+        **family.hf_vision(config),
     )
-    if qwen3:
-        vision.update(
-            num_position_embeddings=v.num_position_embeddings,
-            deepstack_visual_indexes=list(v.deepstack_visual_indexes),
-            rope_parameters={"rope_type": "axial", "rope_theta": v.rope_theta},
-        )
-    else:
-        vision.update(
-            window_size=v.window_size,
-            fullatt_block_indexes=list(v.fullatt_block_indexes),
-            tokens_per_second=v.tokens_per_second,
-        )
-    out = {k: val for k, val in base.items() if k not in ("text_config", "vision_config")}
-    if not qwen3:  # Qwen2.5-VL keeps a copy of the text fields at the top level
-        for key in list(out):
-            if key in text and key != "model_type":
-                out[key] = text[key]
-        out.pop("rope_scaling", None)
-        out.pop("rope_theta", None)
+    out = family.hf_top_level({k: val for k, val in base.items() if k not in ("text_config", "vision_config")}, text)
     out.update(
         model_type=config.model_type,
-        architectures=["Qwen3VLForConditionalGeneration" if qwen3 else "Qwen2_5_VLForConditionalGeneration"],
+        architectures=[family.architecture],
         text_config=text,
         vision_config=vision,
         image_token_id=config.image_token_id,

@@ -92,7 +92,7 @@ def load_pretrained(
     with_processor: bool = True,
     model_options: dict | None = None,
 ) -> Policy:
-    """Policy from a local HF checkpoint directory (model_type qwen3_vl or qwen2_5_vl in config.json).
+    """Policy from a local HF checkpoint directory (config.json names a registered model_type: qwen3_vl, qwen2_5_vl).
 
     dtype: compute dtype (and param dtype unless `param_dtype` is given). shardings: a pytree of
     jax.sharding.Sharding matching the params, or a callable(shapes_pytree) -> such a pytree; with only
@@ -109,7 +109,7 @@ def load_pretrained(
     elif callable(shardings):
         shardings = shardings(shapes)
     target_dtype = np.dtype(jnp.dtype(config.param_dtype))
-    by_name = {spec.hf_name: spec for spec in param_map.param_specs(config)}
+    by_name = {spec.hf_name: spec for spec in config.family.param_specs(config)}
     params: dict = {}
     loaded, unexpected = set(), []
     for name, handle in safetensors_io.iter_tensors(hf_dir):
@@ -186,7 +186,7 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
     if writer:
         os.makedirs(out_dir, exist_ok=True)
     store = np.dtype(jnp.dtype(dtype or config.param_dtype))
-    specs = param_map.param_specs(config)
+    specs = config.family.param_specs(config)
     conv_shape = param_map.conv_hf_shape(config)
     rows = []
     for spec in specs:
@@ -206,8 +206,7 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
         current.append((spec, shape))
         size += nbytes
     shards.append(current)
-    # Qwen2.5-VL is written with the legacy names transformers itself writes for that family.
-    disk_name = param_map.legacy_hf_name if config.model_type == "qwen2_5_vl" else (lambda name: name)
+    disk_name = config.family.hf_disk_name   # Qwen2.5-VL: the legacy names transformers itself writes
     by_name = {disk_name(spec.hf_name): spec for spec in specs}
 
     def fetch(name: str) -> np.ndarray:

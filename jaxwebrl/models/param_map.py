@@ -1,5 +1,6 @@
 """HF checkpoint names <-> Flax param paths: the row type, the text decoder's rows (shared by the families),
-tensor transforms in both directions, and the registry of per-family maps."""
+tensor transforms in both directions. A family's whole map is `config.family.param_specs(config)` (its
+`params.py` adds the vision tower's rows to `text_decoder_specs`)."""
 
 from __future__ import annotations
 
@@ -56,15 +57,6 @@ def text_decoder_specs(config: ModelConfig) -> list[ParamSpec]:
     if not config.tie_word_embeddings:
         specs.append(ParamSpec("lm_head.weight", ("lm_head", "weight"), "copy"))   # [V, E] both sides
     return specs
-
-
-def param_specs(config: ModelConfig) -> list[ParamSpec]:
-    """The explicit map of `config`'s family."""
-    if config.model_type == "qwen3_vl":
-        from jaxwebrl.models.qwen3_vl.params import param_specs as family_specs
-    else:
-        from jaxwebrl.models.qwen2_5_vl.params import param_specs as family_specs
-    return family_specs(config)
 
 
 # Older checkpoints (e.g. published Qwen2.5-VL) name the text model `model.*` and the tower `visual.*`.

@@ -1,8 +1,9 @@
 """Published model shapes (random weights, nothing downloaded) and the one place a run config becomes a model.
 
 `PUBLISHED` holds the `config.json` values of Qwen3-VL-2B-Instruct, Qwen3-VL-8B-Instruct and Qwen2.5-VL-7B-Instruct
-as released; `preset_config(name)` turns one into a `ModelConfig` (optionally with fewer decoder layers / vision
-blocks for rehearsals; DeepStack taps and full-attention blocks are scaled to the reduced depth).
+as released (each family's `presets.py`, gathered by `families.published_presets`); `preset_config(name)` turns
+one into a `ModelConfig` (optionally with fewer decoder layers / vision blocks for rehearsals; the block indexes a
+family lists, DeepStack taps and full-attention blocks, are scaled to the reduced depth).
 
 `model_config(config.model)` / `build_policy(config.model, seed)` read a run config's model section:
 
@@ -21,45 +22,16 @@ import dataclasses
 from typing import Any, Mapping
 
 from jaxwebrl.models.config import ModelConfig, from_hf_dict, tiny_config
+from jaxwebrl.models.families import get_family, published_presets
 
-_QWEN3_VL_IDS = dict(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
-                     vision_end_token_id=151653)
 
-PUBLISHED: dict[str, dict[str, Any]] = {
-    "qwen3vl_2b": dict(
-        model_type="qwen3_vl", tie_word_embeddings=True, **_QWEN3_VL_IDS,
-        text_config=dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                         num_attention_heads=16, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
-                         max_position_embeddings=262144, attention_bias=False, tie_word_embeddings=True,
-                         rope_scaling=dict(rope_type="default", mrope_section=[24, 20, 20], mrope_interleaved=True),
-                         rope_theta=5000000),
-        vision_config=dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, out_hidden_size=2048,
-                           patch_size=16, temporal_patch_size=2, spatial_merge_size=2, in_channels=3,
-                           num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17],
-                           hidden_act="gelu_pytorch_tanh"),
-    ),
-    "qwen3vl_8b": dict(
-        model_type="qwen3_vl", tie_word_embeddings=False, **_QWEN3_VL_IDS,
-        text_config=dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                         num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
-                         max_position_embeddings=262144, attention_bias=False,
-                         rope_scaling=dict(rope_type="default", mrope_section=[24, 20, 20], mrope_interleaved=True),
-                         rope_theta=5000000),
-        vision_config=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, out_hidden_size=4096,
-                           patch_size=16, temporal_patch_size=2, spatial_merge_size=2, in_channels=3,
-                           num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24],
-                           hidden_act="gelu_pytorch_tanh"),
-    ),
-    "qwen2_5vl_7b": dict(
-        model_type="qwen2_5_vl", tie_word_embeddings=False, **_QWEN3_VL_IDS,
-        vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-        num_key_value_heads=4, rms_norm_eps=1e-6, max_position_embeddings=128000, rope_theta=1000000.0,
-        use_sliding_window=False, rope_scaling=dict(type="mrope", mrope_section=[16, 24, 24]),
-        vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584,
-                           patch_size=14, temporal_patch_size=2, spatial_merge_size=2, in_chans=3, window_size=112,
-                           fullatt_block_indexes=[7, 15, 23, 31], tokens_per_second=2, hidden_act="silu"),
-    ),
-}
+def __getattr__(name: str):
+    """`PUBLISHED`: every registered family's published config.json by preset name, read at each access so that a
+    family an extension registers after this import is listed too."""
+    if name == "PUBLISHED":
+        return published_presets()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 KNOBS = ("remat", "scan_layers", "attention_chunk", "logits_chunk", "attention_impl")
 
@@ -77,9 +49,10 @@ def _scaled(indexes, depth: int, new_depth: int) -> list[int]:
 def preset_config(name: str, *, dtype: str = "float32", param_dtype: str | None = None, num_layers: int | None = None,
                   vision_depth: int | None = None) -> ModelConfig:
     """The published shapes of preset `name` (see PUBLISHED), optionally with fewer layers / vision blocks."""
-    if name not in PUBLISHED:
-        raise ValueError(f"unknown model preset {name!r}: use one of {', '.join(PUBLISHED)}")
-    hf = copy.deepcopy(PUBLISHED[name])
+    published = published_presets()
+    if name not in published:
+        raise ValueError(f"unknown model preset {name!r}: use one of {', '.join(published)}")
+    hf = copy.deepcopy(published[name])
     text = hf["text_config"] if "text_config" in hf else hf
     vision = hf["vision_config"]
     if num_layers is not None:
@@ -89,7 +62,7 @@ def preset_config(name: str, *, dtype: str = "float32", param_dtype: str | None 
     if vision_depth is not None:
         if vision_depth < 1:
             raise ValueError(f"model.vision_depth={vision_depth} must be >= 1")
-        for key in ("deepstack_visual_indexes", "fullatt_block_indexes"):
+        for key in get_family(hf["model_type"]).vision_block_index_keys:
             if key in vision:
                 vision[key] = _scaled(vision[key], vision["depth"], vision_depth)
         vision["depth"] = vision_depth
@@ -129,7 +102,7 @@ def model_config(section) -> ModelConfig:
     elif name == "random":
         preset = _get(section, "preset")
         if not preset:
-            raise ValueError(f"model.name='random' needs model.preset (one of {', '.join(PUBLISHED)})")
+            raise ValueError(f"model.name='random' needs model.preset (one of {', '.join(published_presets())})")
         config = preset_config(preset, dtype=dtype, param_dtype=param_dtype, num_layers=_get(section, "num_layers"),
                                vision_depth=_get(section, "vision_depth"))
     else:
@@ -149,11 +122,11 @@ def shapes_config(section) -> ModelConfig:
 
 def image_processor_for(config: ModelConfig):
     """The family's released image-processor settings at the model's patch and merge sizes."""
-    from jaxwebrl.models.processor import ImageProcessor, ImageProcessorConfig
+    from jaxwebrl.models.processor import ImageProcessor
 
-    image = ImageProcessorConfig.qwen3_vl() if config.model_type == "qwen3_vl" else ImageProcessorConfig.qwen2_5_vl()
-    image = dataclasses.replace(image, patch_size=config.vision.patch_size, merge_size=config.vision.spatial_merge_size,
-                                temporal_patch_size=config.vision.temporal_patch_size)
+    v = config.vision
+    image = dataclasses.replace(config.family.image_processor(), patch_size=v.patch_size,
+                                merge_size=v.spatial_merge_size, temporal_patch_size=v.temporal_patch_size)
     return ImageProcessor(image)
 
 

@@ -30,6 +30,9 @@ from jaxwebrl.models.tokenizer import Tokenizer, _UNICODE_TO_BYTE
 
 QWEN_VOCAB_SIZE = 151_643            # byte-level BPE tokens (ids 0 .. 151642)
 QWEN_EMBEDDING_ROWS = 151_936        # rows of the Qwen3-VL embedding (the vocabulary padded)
+# config.json's vision token ids in every published Qwen-VL checkpoint (the special tokens above)
+QWEN_VISION_TOKEN_IDS = dict(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+                             vision_end_token_id=151653)
 
 # (content, special) in id order from 151643.
 QWEN_ADDED_TOKENS = (

@@ -1,10 +1,10 @@
 """Scanned (stacked) <-> unrolled parameter layouts of one model.
 
-With `scan_layers`, the decoder layers live under `language_model/layers/...` as [L, ...] leaves, and the Qwen3-VL
-vision tower's runs of blocks between DeepStack taps under `visual/blocks_{a}_to_{b}/...` as [b - a + 1, ...]
-leaves. `unstack(params, config)` gives the unrolled layout (`layers_{i}`, `blocks_{i}`) that the same config with
-`scan_layers=False` uses (the Sampler's KV-cache twin); `stack` is its inverse. Leaves outside the stacks are
-shared, not copied. Both are idempotent.
+With `scan_layers`, the decoder layers live under `language_model/layers/...` as [L, ...] leaves, and the vision
+tower's stacks (`config.family.vision_stacks`; Qwen3-VL: its runs of blocks between DeepStack taps) under
+`visual/blocks_{a}_to_{b}/...` as [b - a + 1, ...] leaves. `unstack(params, config)` gives the unrolled layout
+(`layers_{i}`, `blocks_{i}`) that the same config with `scan_layers=False` uses (the Sampler's KV-cache twin);
+`stack` is its inverse. Leaves outside the stacks are shared, not copied. Both are idempotent.
 """
 
 from __future__ import annotations
@@ -18,11 +18,7 @@ from jaxwebrl.models.config import ModelConfig
 def _runs(config: ModelConfig) -> list[tuple[str, str, int, int]]:
     """(group, stacked name, first index, count) of every stack of `config`."""
     runs = [("language_model", "layers", 0, config.text.num_layers)]
-    if config.model_type == "qwen3_vl":
-        from jaxwebrl.models.qwen3_vl.vision import block_segments, segment_name
-
-        runs += [("visual", segment_name(a, b), a, b - a) for a, b in block_segments(config.vision)]
-    return runs
+    return runs + [("visual", name, first, count) for name, first, count in config.family.vision_stacks(config)]
 
 
 def _unrolled_name(group: str, index: int) -> str:

@@ -1,4 +1,4 @@
-"""The vision-language causal LM module shared by the Qwen-VL families (the vision tower differs).
+"""The vision-language causal LM module shared by the Qwen-VL families (the tower is `config.family.vision_tower`).
 
 Module call (this is the seam the sampler and trainer build on):
 
@@ -30,16 +30,6 @@ from jaxwebrl.models.decoder import TextDecoder, scatter_image_features
 from jaxwebrl.models.rope_index import get_rope_index
 
 
-def _vision_tower_class(model_type: str):
-    if model_type == "qwen3_vl":
-        from jaxwebrl.models.qwen3_vl.vision import Qwen3VisionModel
-
-        return Qwen3VisionModel
-    from jaxwebrl.models.qwen2_5_vl.vision import Qwen25VisionModel
-
-    return Qwen25VisionModel
-
-
 class LMHead(nn.Module):
     """The untied head: weight [V, E], HF's `lm_head.weight` layout (a vocabulary chunk is a block of rows)."""
 
@@ -60,9 +50,7 @@ class VisionLanguageModel(nn.Module):
     def setup(self):
         c = self.config
         kw = dict(dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.param_dtype))
-        scan = {"scan_blocks": c.scan_layers} if c.model_type == "qwen3_vl" else {}
-        self.visual = _vision_tower_class(c.model_type)(c.vision, remat=c.remat, attention_chunk=c.attention_chunk,
-                                                        **scan, **kw)
+        self.visual = c.family.vision_tower(c, **kw)
         self.language_model = TextDecoder(c.text, remat=c.remat, scan_layers=c.scan_layers,
                                           attention_chunk=c.attention_chunk, attention_impl=c.attention_impl, **kw)
         if not c.tie_word_embeddings:

@@ -19,8 +19,9 @@ Every function returns per-chip `Work` for work split evenly over `devices` chip
 100% of the chip's published bf16 peak or HBM bandwidth, whichever binds; communication is not modelled, so it
 is a bound on speed, not a forecast.
 
-`config` everywhere is a `jaxwebrl.models.config.ModelConfig`; only its numbers are read (this module imports no
-model code: parallel/ sits below models/ in docs/architecture.md).
+`config` everywhere is a `jaxwebrl.models.config.ModelConfig`; only its numbers are read, the family's among them
+(`config.family.vision_mlp_matrices`, `.vision_window_attention`): this module imports no model code, parallel/
+sits below models/ in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -70,16 +71,14 @@ def vision_fwd_flops(config, grids) -> tuple[float, float]:
     v = config.vision
     hid, inter = v.hidden_size, v.intermediate_size
     patches = sum(t * h * w for t, h, w in grids)
-    if config.model_type == "qwen2_5_vl":   # SwiGLU MLP (three matrices)
-        block = 2 * (4 * hid * hid + 3 * hid * inter)
-    else:
-        block = 2 * (4 * hid * hid + 2 * hid * inter)
+    family = config.family   # the family's numbers: MLP matrices a block, window attention or not
+    block = 2 * (4 * hid * hid + family.vision_mlp_matrices * hid * inter)
     width = hid * v.spatial_merge_size ** 2
     merged = patches // v.spatial_merge_size ** 2
     mergers = 1 + len(v.deepstack_visual_indexes)
     linear = patches * (2 * v.patch_dim * hid + v.depth * block) + merged * mergers * 2 * (width * width +
                                                                                           width * v.out_hidden_size)
-    if config.model_type == "qwen2_5_vl":   # window attention except in the full-attention blocks
+    if family.vision_window_attention:   # window attention except in the full-attention blocks
         window = (v.window_size // v.patch_size) ** 2
         full = len(v.fullatt_block_indexes)
         pairs = sum(t * (h * w) ** 2 for t, h, w in grids) * full

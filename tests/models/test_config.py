@@ -5,7 +5,6 @@ import jax
 import numpy as np
 import pytest
 
-from jaxwebrl.models import param_map
 from jaxwebrl.models.config import from_hf_dict, small_config, tiny_config, to_hf_dict
 from jaxwebrl.models.policy import init_params_shapes
 
@@ -67,7 +66,7 @@ def _leaf_paths(tree):
 def test_real_size_param_map_covers_every_parameter(hf, billions):
     config = from_hf_dict(hf, dtype="bfloat16")
     shapes = init_params_shapes(config)
-    specs = param_map.param_specs(config)
+    specs = config.family.param_specs(config)
     assert {s.path for s in specs} == _leaf_paths(shapes)
     assert len({s.hf_name for s in specs}) == len(specs)
     count = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(shapes)) / 1e9
