@@ -175,9 +175,9 @@ def test_minibatches_are_balanced_by_policy_tokens(policy, updater, toy_buffer):
     assert max(tokens) - min(tokens) <= batch.loss_mask.sum(axis=1).max()
     np.testing.assert_array_equal(np.sort(np.concatenate([m.rows for m in minibatches])), np.arange(len(batch.input_ids)))
     for m in minibatches:
-        np.testing.assert_array_equal(np.asarray(m.arrays["input_ids"]), batch.input_ids[m.rows])
+        np.testing.assert_array_equal(np.asarray(m.minibatch.input_ids), batch.input_ids[m.rows])
         n_images = int(batch.images_per_row[m.rows].sum())
-        assert len(m.grid) == n_images and m.arrays["pixel_values"].shape[0] == sum(np.prod(g) for g in m.grid)
+        assert len(m.grid) == n_images and m.minibatch.pixel_values.shape[0] == sum(np.prod(g) for g in m.grid)
 
 
 def test_a_minibatch_without_policy_tokens_takes_no_step(policy, updater, toy_buffer):
