@@ -6,7 +6,7 @@ Each episode has 10 steps, one distinct 1280x720x3 uint8 screenshot per step and
 Measured side by side in one run, on the same disk:
   buffer: RingBuffer.append every episode, then read them all back and fetch every screenshot by ref;
   numpy:  (a) np.save the same arrays to one file per episode, then np.load them all;
-  queue:  (b) a spawned process puts the same episode dicts on a multiprocessing.Queue (pickled:
+  queue:  (b) a spawned process puts the same Episodes on a multiprocessing.Queue (pickled:
           the baseline this buffer replaces, the one place pickle appears) and this process gets them.
 Targets: buffer >= 50% of numpy, >= 3x queue (ratios paired within a round, median over rounds).\nAlso reports commit latency (publishing the commit record) and whole-append latency.
 """

@@ -17,7 +17,8 @@ import time
 
 from jaxwebrl.env.actions import Action, parse_action
 from jaxwebrl.env.memory import MemoryStats, MemoryTracker, format_memory, split_memory
-from jaxwebrl.env.prompt import PromptConfig, Prompt, StepRecord, build_prompt, cut_text, prompt_excerpt, summarize_action
+from jaxwebrl.env.prompt import (PromptConfig, Prompt, StepRecord, build_prompt, cut_text, prompt_excerpt,
+                                 summarize_action)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,9 +3,9 @@ the ring buffer.
 
 One step: screenshot -> ``buffer.screenshots.put`` (pixels travel once) -> the agent (``rollout/agent.py``: prompt
 with refs -> policy server -> memory + action parsed from the reply) -> ``env.step`` -> a ``Step`` -> ... until
-terminated/truncated; then one ``Episode`` (``jaxwebrl.buffer.episode``) goes to ``buffer.append`` in one call. G episodes of one task instance (same
-task, same reset seed) share a ``group_id``. The worker never restarts between policy versions: it just
-keeps asking the server, whose replies carry the version of every token.
+terminated/truncated; then one ``Episode`` (``jaxwebrl.buffer.episode``) goes to ``buffer.append`` in one call.
+G episodes of one task instance (same task, same reset seed) share a ``group_id``. The worker never restarts
+between policy versions: it just keeps asking the server, whose replies carry the version of every token.
 
 Failures:
 - The environment breaks (``EnvFailure`` from reset/step, or a call that outlives ``step_timeout_s``): the

@@ -78,5 +78,6 @@ def assert_same_episode(got: Episode, sent: Episode, store) -> None:
     if sent.screenshots is None:
         np.testing.assert_array_equal(refs, sent_refs)
     for j, k in zip(*np.nonzero(refs >= 0)):
-        expected = sent.screenshots[sent_refs[j, k]] if sent.screenshots is not None else store.get(int(sent_refs[j, k]))
+        sent_ref = int(sent_refs[j, k])
+        expected = sent.screenshots[sent_ref] if sent.screenshots is not None else store.get(sent_ref)
         np.testing.assert_array_equal(store.get(int(refs[j, k])), expected)
