@@ -145,15 +145,13 @@ def measure(arm: str, args, root: str) -> dict:
 def audit(workdir: str, buffer) -> dict:
     """Trained episode ids (WORKDIR/trained_episodes.jsonl) against the buffer's commit log: none trained twice,
     every one committed."""
-    from jaxwebrl.train.gatherer import episode_scalar
-
     trained = []
     path = os.path.join(workdir, "trained_episodes.jsonl")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             trained = [i for line in f if line.strip() for i in json.loads(line)["episode_ids"]]
     episodes, _ = buffer.read(None)
-    committed = {int(episode_scalar(e, "episode_id")) for e in episodes}
+    committed = {e.episode_id for e in episodes}
     return {"trained": len(trained), "trained_twice": len(trained) - len(set(trained)),
             "not_in_commit_log": len(set(trained) - committed), "committed": len(committed),
             "ok": len(trained) == len(set(trained)) and set(trained) <= committed}

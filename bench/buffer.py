@@ -6,7 +6,7 @@ Each episode has 10 steps, one distinct 1280x720x3 uint8 screenshot per step and
 Measured side by side in one run, on the same disk:
   buffer: RingBuffer.append every episode, then read them all back and fetch every screenshot by ref;
   numpy:  (a) np.save the same arrays to one file per episode, then np.load them all;
-  queue:  (b) a spawned process puts the same episode dicts on a multiprocessing.Queue (pickled:
+  queue:  (b) a spawned process puts the same Episodes on a multiprocessing.Queue (pickled:
           the baseline this buffer replaces, the one place pickle appears) and this process gets them.
 Targets: buffer >= 50% of numpy, >= 3x queue (ratios paired within a round, median over rounds).\nAlso reports commit latency (publishing the commit record) and whole-append latency.
 """
@@ -25,37 +25,36 @@ import time
 import numpy as np
 
 from jaxwebrl.buffer.ring import RingBuffer  # noqa: E402
-from jaxwebrl.buffer.batching import episodes_to_rows, gather_screenshots, pad_batch  # noqa: E402
+from jaxwebrl.buffer.batching import gather_screenshots, pad_steps  # noqa: E402
+from jaxwebrl.buffer.episode import Episode, Step  # noqa: E402
 
 STEPS, TOKENS, SHAPE = 10, 1024, (720, 1280, 3)
 
 
-def make_episode(index: int, base: np.ndarray) -> dict:
+TOKEN_FIELDS = ("input_ids", "loss_mask", "behave_logprobs", "versions")
+
+
+def make_episode(index: int, base: np.ndarray) -> Episode:
     """10 steps, 10 distinct screenshots (a shared noise base with a per-image stamp), 1024 tokens per step."""
     rng = np.random.default_rng(index)
     screenshots = np.repeat(base[None], STEPS, axis=0)
     flat = screenshots.reshape(STEPS, -1)
     flat[:, :4096 * 8:4096] = (index * STEPS + np.arange(STEPS))[:, None] % 251  # distinct images, no dedup
     mask = np.r_[np.zeros(TOKENS - 128), np.ones(128)].astype(np.int8)
-    return {
-        "input_ids": [rng.integers(0, 150_000, TOKENS).astype(np.int32) for _ in range(STEPS)],
-        "loss_mask": [mask.copy() for _ in range(STEPS)],
-        "behave_logprobs": [np.where(mask > 0, -rng.random(TOKENS), 0).astype(np.float32) for _ in range(STEPS)],
-        "versions": [np.where(mask > 0, 3, -1).astype(np.int32) for _ in range(STEPS)],
-        "screenshot_refs": np.arange(STEPS, dtype=np.int64)[:, None],
-        "screenshots": screenshots,
-        "step_index": np.arange(STEPS, dtype=np.int32), "num_steps": np.full(STEPS, STEPS, np.int32),
-        "group_id": index // 4, "task_id": "bench/task", "reward": np.float32(index % 2),
-        "terminated": True, "truncated": False, "env_failed": False,
-    }
+    ids = [rng.integers(0, 150_000, TOKENS).astype(np.int32) for _ in range(STEPS)]
+    logps = [np.where(mask > 0, -rng.random(TOKENS), 0).astype(np.float32) for _ in range(STEPS)]
+    steps = tuple(Step(input_ids=ids[j], loss_mask=mask.copy(), behave_logprobs=logps[j],
+                       versions=np.where(mask > 0, 3, -1).astype(np.int32), screenshot_refs=np.array([j]))
+                  for j in range(STEPS))
+    return Episode(steps=steps, screenshots=screenshots, group_id=index // 4, task_id="bench/task",
+                   reward=float(index % 2), terminated=True)
 
 
-def episode_bytes(ep: dict) -> int:
-    return ep["screenshots"].nbytes + sum(a.nbytes for k in ("input_ids", "loss_mask", "behave_logprobs", "versions")
-                                          for a in ep[k])
+def episode_bytes(ep: Episode) -> int:
+    return ep.screenshots.nbytes + sum(getattr(s, k).nbytes for k in TOKEN_FIELDS for s in ep.steps)
 
 
-def bench_buffer(episodes: list[dict], root: str, fsync: bool) -> dict:
+def bench_buffer(episodes: list[Episode], root: str, fsync: bool) -> dict:
     buf = RingBuffer.create(os.path.join(root, "ring"), capacity_steps=STEPS * (len(episodes) + 2),
                             max_seq_len=TOKENS, screenshot_shape=SHAPE, max_images_per_step=1, fsync=fsync)
     append_s = []
@@ -66,10 +65,10 @@ def bench_buffer(episodes: list[dict], root: str, fsync: bool) -> dict:
         append_s.append(time.perf_counter() - t)
     t_write = time.perf_counter() - t0
     got, _ = RingBuffer.open(os.path.join(root, "ring")).read(since=0)
-    pixels = sum(gather_screenshots(buf.screenshots, np.stack([e["screenshot_refs"][:, 0]]))[0].nbytes for e in got)
+    pixels = sum(gather_screenshots(buf.screenshots, e.screenshot_refs[None, :, 0])[0].nbytes for e in got)
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
-    assert len(got) == len(episodes) and pixels == sum(e["screenshots"].nbytes for e in episodes)
-    batch = pad_batch(episodes_to_rows(got))  # the trainer's next step, not timed
+    assert len(got) == len(episodes) and pixels == sum(e.screenshots.nbytes for e in episodes)
+    batch = pad_steps(got)  # the trainer's next step, not timed
     assert batch["input_ids"].shape == (STEPS * len(episodes), TOKENS)
     commit = np.array(buf.commit_seconds) * 1e3
     return {"seconds": total, "cpu_seconds": cpu, "write_seconds": t_write, "read_seconds": total - t_write,
@@ -77,14 +76,14 @@ def bench_buffer(episodes: list[dict], root: str, fsync: bool) -> dict:
             "commit_ms_p50": float(np.median(commit)), "commit_ms_max": float(commit.max())}
 
 
-def bench_numpy(episodes: list[dict], root: str) -> dict:
+def bench_numpy(episodes: list[Episode], root: str) -> dict:
     os.makedirs(os.path.join(root, "npy"))
     t0, c0 = time.perf_counter(), time.process_time()
     for i, ep in enumerate(episodes):
         with open(os.path.join(root, "npy", f"{i}.npz"), "wb") as f:
-            for key in ("input_ids", "loss_mask", "behave_logprobs", "versions"):
-                np.save(f, np.stack(ep[key]))
-            np.save(f, ep["screenshots"])
+            for key in TOKEN_FIELDS:
+                np.save(f, np.stack([getattr(s, key) for s in ep.steps]))
+            np.save(f, ep.screenshots)
     t_write = time.perf_counter() - t0
     loaded = 0
     for i in range(len(episodes)):

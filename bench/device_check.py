@@ -88,7 +88,7 @@ def train(args) -> dict:
     from jaxwebrl.models.policy import init_params
     from jaxwebrl.models.presets import image_processor_for
     from jaxwebrl.parallel import cost
-    from jaxwebrl.train.update import OptimizerConfig, UpdateSettings, _compiled, make_optimizer
+    from jaxwebrl.train.update import Minibatch, OptimizerConfig, UpdateSettings, _compiled, make_optimizer
 
     config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="float32",
                    remat=args.remat, attention_impl=args.attention_impl, attention_chunk=args.attention_chunk)
@@ -111,15 +111,15 @@ def train(args) -> dict:
     response = min(512, seq // 4)
     mask = np.zeros((rows, seq), np.int32)
     mask[:, -response:] = 1
-    mb = {"input_ids": jnp.asarray(ids), "attention_mask": jnp.ones((rows, seq), jnp.int32),
-          "loss_mask": jnp.asarray(mask), "behave_logprobs": jnp.full((rows, seq), -1.0, jnp.float32),
-          "advantages": jnp.asarray(rng.standard_normal((rows, seq)), jnp.float32),
-          "prox_logprobs": jnp.full((rows, seq), -1.0, jnp.float32),
-          "loss_positions": jnp.asarray(lm_head.loss_positions(mask))}
+    mb = Minibatch(input_ids=jnp.asarray(ids), attention_mask=jnp.ones((rows, seq), jnp.int32),
+                   loss_mask=jnp.asarray(mask), behave_logprobs=jnp.full((rows, seq), -1.0, jnp.float32),
+                   advantages=jnp.asarray(rng.standard_normal((rows, seq)), jnp.float32),
+                   prox_logprobs=jnp.full((rows, seq), -1.0, jnp.float32),
+                   loss_positions=jnp.asarray(lm_head.loss_positions(mask)))
     grids = None
     if not args.no_images:
-        mb["pixel_values"] = jnp.asarray(rng.standard_normal((rows * int(np.prod(grid)), config.vision.patch_dim)),
-                                         jnp.float32)
+        mb = mb._replace(pixel_values=jnp.asarray(
+            rng.standard_normal((rows * int(np.prod(grid)), config.vision.patch_dim)), jnp.float32))
         grids = tuple([grid] * rows)
     t0 = time.perf_counter()
     compiled = step.lower(params, opt_state, mb, grid=grids).compile()
@@ -132,7 +132,7 @@ def train(args) -> dict:
 
     median, times = _timed(one, args.warmup, args.iters)
     param_count = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-    work = cost.train_step(config, rows=rows, seq_len=seq, grids_per_row=[] if args.no_images else [grid], positions=mb["loss_positions"].shape[1],
+    work = cost.train_step(config, rows=rows, seq_len=seq, grids_per_row=[] if args.no_images else [grid], positions=mb.loss_positions.shape[1],
                            param_count=param_count, moments_dtype=None, devices=1)
     return _report("train_step", config, work, median, times, compile_s, compiled, args,
                    {"rows": rows, "seq_len": seq, "image_tokens_per_row": merged, "params": param_count})

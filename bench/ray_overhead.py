@@ -22,7 +22,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def count_since(buffer, cursor):
     episodes, cursor = buffer.read(since=cursor)
-    return len(episodes), {w for w in (e["info"]["worker_id"] for e in episodes)}, cursor
+    return len(episodes), {e.info["worker_id"] for e in episodes}, cursor
 
 
 def one_round(make_pool, buffer, num_workers: int, window_s: float, warmup_timeout_s: float) -> dict:

@@ -92,7 +92,7 @@ def buffer_stats(workdir: str, config) -> dict:
     episodes, _ = RingBuffer.open(os.path.join(workdir, "buffer")).read(None)
     prompts, responses, image_tokens = [], [], []
     for e in episodes:
-        for ids, mask, refs in zip(e["input_ids"], e["loss_mask"], e["screenshot_refs"]):
+        for ids, mask, refs in ((s.input_ids, s.loss_mask, s.screenshot_refs) for s in e.steps):
             responses.append(int(np.sum(mask)))
             prompts.append(int(len(ids) - np.sum(mask)))
             images = int(np.sum(np.asarray(refs) >= 0))

@@ -2,8 +2,9 @@
 
   ring          RingBuffer: many writers append whole episodes, readers take whole committed groups since a cursor
   screenshots   the screenshot ring: pixels written once, read by reference
-  episodes      episode invariants on append, and the on-disk step-row codec
-  batching      episodes -> padded step rows (the trainer's one conversion), screenshots gathered once
+  episode       the typed Episode and Step the worker builds (their constructors check the invariants)
+  rows          the on-disk step-row codec: Episode <-> step rows
+  batching      Episodes' steps -> padded arrays (the trainer's one conversion), screenshots gathered once
   from_config   the run's buffer (path, shapes) from a run config
   commit, control, storage, schema, integrity   the commit protocol and the on-disk format
   inspect       `python -m jaxwebrl.buffer.inspect DIR`: what a buffer holds

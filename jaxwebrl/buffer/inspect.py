@@ -22,20 +22,24 @@ import numpy as np
 from jaxwebrl.buffer import integrity
 from jaxwebrl.buffer.commit import read_leases, writer_alive
 from jaxwebrl.buffer.control import LocalControl
+from jaxwebrl.buffer.episode import EpisodeError
 from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.buffer.rows import from_rows
 from jaxwebrl.buffer.schema import META_KEY
 from jaxwebrl.buffer.screenshots import ScreenshotCorrupt, ScreenshotOverwritten
 
 def damaged(buf: RingBuffer, records: list) -> tuple[list, list]:
-    """(intact records, ids of corrupt episodes): reads back every record's rows and screenshots."""
+    """(intact records, ids of corrupt episodes): reads back every record's rows (decoded into an Episode, as a
+    read does) and screenshots."""
     intact, corrupt = [], []
     for rec, (rows, status) in zip(records, buf.load_rows(records)):
         if status == integrity.OK:
             refs = rows["screenshot_refs"][:, :int(rec["refs_width"])]
             try:
+                from_rows(rows, rec)
                 for ref in np.unique(refs[refs >= 0]):
                     buf.screenshots.get(int(ref))
-            except ScreenshotCorrupt:
+            except (ScreenshotCorrupt, EpisodeError):
                 status = integrity.CORRUPT
             except ScreenshotOverwritten:
                 status = integrity.OVERWRITTEN

@@ -2,8 +2,8 @@
 
     buf = RingBuffer.create(path, capacity_steps=4096, max_seq_len=2048, screenshot_shape=(720, 1280, 3))
     ref = buf.screenshots.put(image)                 # worker, during the episode
-    episode_id = buf.append(episode)                 # visible all at once, or not at all
-    episodes, cursor = buf.read(since=cursor)        # every committed episode since the cursor, in commit order
+    episode_id = buf.append(episode)                 # an Episode (buffer/episode.py): visible all at once, or not
+    episodes, cursor = buf.read(since=cursor)        # every committed Episode since the cursor, in commit order
     result = buf.read(since=cursor, group_size=G)    # whole groups only: result.groups
 
 The cursor is a small JSON dict ({"next": log seq, "pending": [log seqs held back for their group]});
@@ -23,7 +23,8 @@ import tensorstore as ts
 
 from jaxwebrl.buffer import integrity, storage
 from jaxwebrl.buffer.commit import CommitLog, Lease, Reservations, read_lease, writer_alive
-from jaxwebrl.buffer.episodes import check_episode, EpisodeError, from_rows, to_rows
+from jaxwebrl.buffer.episode import Episode, EpisodeError
+from jaxwebrl.buffer.rows import from_rows, to_rows
 from jaxwebrl.buffer.schema import META_KEY, TRAINER_LOCK_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
 from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
 
@@ -42,7 +43,7 @@ class RingOverrun(RuntimeError):
 class ReadResult:
     """What `read` returns; unpacks as `episodes, cursor`.
 
-    episodes: committed episode dicts in commit order. cursor: JSON-able dict to pass as `since`.
+    episodes: committed Episodes (episode_id set) in commit order. cursor: JSON-able dict to pass as `since`.
     stats: counts for this call: returned, overwritten (the ring reused their slots before they were read),
     lost (commit records lapped before being read), incomplete (members of a group that can no longer complete:
     its writer died, or `group_wait` newer commits passed it), corrupt (a row fails its checksum or is
@@ -161,17 +162,21 @@ class RingBuffer:
         return buf
 
     # -- writing ---------------------------------------------------------------------------------
-    def append(self, episode: dict) -> int:
-        """Validates, writes and commits one episode; returns its episode_id (a global int).
+    def append(self, episode: Episode) -> int:
+        """Writes and commits one episode; returns its episode_id (a global int).
 
-        Raises EpisodeError (nothing written) when a trajectory invariant is broken, BufferWriteError (nothing
-        visible) when the machine refuses the write (disk full, read-only).
+        Raises EpisodeError (nothing written) when it does not fit this buffer (`Episode.check_fits`: the
+        constructor checked the rest), BufferWriteError (nothing visible) when the machine refuses the write
+        (disk full, read-only).
         """
-        ep = check_episode(episode, self.config)
+        if not isinstance(episode, Episode):
+            raise EpisodeError(f"episode refused: expected a jaxwebrl.buffer.episode.Episode, got "
+                               f"{type(episode).__name__}; build one with Episode(steps=..., task_id=..., ...)")
+        episode.check_fits(self.config)
         with storage.writing(self.where):
-            return self._write(ep)
+            return self._write(episode)
 
-    def _write(self, ep) -> int:
+    def _write(self, ep: Episode) -> int:
         """Reserve, write the images and rows, publish the commit record (commit.py); returns the episode id."""
         S = ep.num_steps
         refs = ep.screenshot_refs
@@ -188,7 +193,7 @@ class RingBuffer:
             if not live.all():
                 raise EpisodeError(f"episode refused: screenshot refs {given[~live][:4].tolist()} are not live "
                                    f"(never put, or overwritten); put() screenshots during the episode or pass "
-                                   f"them as 'screenshots' with local indices")
+                                   f"them as Episode.screenshots with local indices")
         step_start, shot_start = self.reservations.reserve(S, n_new)
         self._lease.record(steps=[step_start, step_start + S], shots=[shot_start, shot_start + n_new])
         global_refs = refs
@@ -211,7 +216,7 @@ class RingBuffer:
                   "oldest_ref": oldest_ref, "refs_width": int(refs.shape[1]),
                   "task_id": ep.task_id, "group_id": ep.group_id,
                   "min_version": ep.min_version, "max_version": ep.max_version,
-                  "reward": float(ep.per_step["reward"][-1]), "time": time.time(),
+                  "reward": ep.reward, "time": time.time(),
                   "writer": self._lease.writer_id, "info": ep.info}
         self.log.publish(record)
         self.commit_seconds.append(time.perf_counter() - t0)
@@ -299,11 +304,11 @@ class RingBuffer:
         if group_size is not None:   # a member overwritten or corrupt leaves a group that can never complete
             by_group: dict = {}
             for episode in episodes:
-                by_group.setdefault(episode["group_id"], []).append(episode)
+                by_group.setdefault(episode.group_id, []).append(episode)
             groups = [members for members in by_group.values() if len(members) >= group_size]
             stats["incomplete"] += sum(len(m) for m in by_group.values() if len(m) < group_size)
-            whole = {members[0]["group_id"] for members in groups}
-            episodes = [episode for episode in episodes if episode["group_id"] in whole]
+            whole = {members[0].group_id for members in groups}
+            episodes = [episode for episode in episodes if episode.group_id in whole]
         stats["returned"] = len(episodes)
         self.stats.update({k: v for k, v in stats.items() if k != "pending"})
         self.stats["pending"] = stats["pending"]
@@ -352,9 +357,12 @@ class RingBuffer:
             elif status == integrity.OVERWRITTEN or not shots_ok:
                 stats["overwritten"] += 1
             else:
-                episodes.append(from_rows(rows, rec))
+                try:
+                    episodes.append(from_rows(rows, rec))
+                except EpisodeError:   # rows that pass their checksums but disagree with each other: damage
+                    corrupt.append(int(rec["episode_id"]))
         if corrupt:
             stats["corrupt"] += len(corrupt)
             log.warning("ring buffer %s: %d committed episodes have damaged step rows (checksum mismatch or "
-                        "unreadable chunk) and are dropped: episode ids %s", self.where, len(corrupt), corrupt[:8])
+                        "unreadable chunk, or rows that disagree) and are dropped: episode ids %s", self.where, len(corrupt), corrupt[:8])
         return episodes

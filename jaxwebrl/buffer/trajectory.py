@@ -2,7 +2,7 @@
 the prompt excerpt, the model's response, the memory, the action, the feedback and the reward; per episode
 the outcome and, when it did not succeed, why.
 
-    view = episode_view(episode)                      # episode as RingBuffer.read returns it
+    view = episode_view(episode)                      # an Episode as RingBuffer.read returns it
     image = buffer.screenshots.get(view.steps[0].screenshot_ref)   # uint8 [H, W, 3]
 
 The texts come from the worker's `info["steps"]` (`jaxwebrl.rollout.worker`); an episode recorded without them
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
+from jaxwebrl.buffer.episode import Episode
 
 SUCCESS, FAILURE, ENV_FAILED = "success", "failure", "env_failed"
 OUTCOMES = (SUCCESS, FAILURE, ENV_FAILED)
@@ -43,44 +43,39 @@ class EpisodeView:
     steps: list[StepView]
 
 
-def episode_view(episode: dict) -> EpisodeView:
-    """The view of one episode (see module docstring); `episode` has [S] per-step arrays and `screenshot_refs`
-    [S, K] int64 (-1 padded, the current screenshot last)."""
-    info = episode.get("info") or {}
+def episode_view(episode: Episode) -> EpisodeView:
+    """The view of one episode (see module docstring); each step's refs are -1 padded, the current screenshot
+    last."""
+    info = episode.info
     texts = info.get("steps") or []
     invalid = info.get("invalid_actions") or []
-    refs = np.asarray(episode["screenshot_refs"]).reshape(len(episode["input_ids"]), -1)
-    rewards = np.asarray(episode["reward"], np.float64).reshape(-1)
     steps = []
-    for j in range(len(refs)):
-        valid = refs[j][refs[j] >= 0]
+    for j, step in enumerate(episode.steps):
+        valid = step.screenshot_refs[step.screenshot_refs >= 0]
         step_texts = texts[j] if j < len(texts) and isinstance(texts[j], dict) else {}
         steps.append(StepView(
             index=j, screenshot_ref=int(valid[-1]) if valid.size else -1,
             prompt=str(step_texts.get("prompt", "")), response=str(step_texts.get("response", "")),
             memory=str(step_texts.get("memory", "")), action=str(step_texts.get("action", "")),
             feedback=str(step_texts.get("feedback", "")),
-            reward=float(rewards[-1]) if j == len(refs) - 1 and rewards.size else None,
+            reward=episode.reward if j == episode.num_steps - 1 else None,
             invalid=bool(invalid[j]) if j < len(invalid) else False))
-    reward = float(rewards[-1]) if rewards.size else 0.0
-    env_failed = bool(np.asarray(episode.get("env_failed", False)).any())
-    outcome = ENV_FAILED if env_failed else (SUCCESS if reward > 0 else FAILURE)
-    return EpisodeView(episode_id=int(episode.get("episode_id", -1)), task_id=str(episode["task_id"]),
-                       seed=info.get("instance_seed"), reward=reward, outcome=outcome,
-                       failure_reason=failure_reason(episode, outcome, steps), steps=steps)
+    outcome = ENV_FAILED if episode.env_failed else (SUCCESS if episode.reward > 0 else FAILURE)
+    return EpisodeView(episode_id=-1 if episode.episode_id is None else episode.episode_id,
+                       task_id=episode.task_id, seed=info.get("instance_seed"), reward=episode.reward,
+                       outcome=outcome, failure_reason=failure_reason(episode, outcome, steps), steps=steps)
 
 
-def failure_reason(episode: dict, outcome: str, steps: list[StepView]) -> str:
+def failure_reason(episode: Episode, outcome: str, steps: list[StepView]) -> str:
     """Why an episode did not succeed, in one line ("" for a success)."""
     if outcome == SUCCESS:
         return ""
-    info = episode.get("info") or {}
     if outcome == ENV_FAILED:
-        return f"environment failed: {info.get('env_failure') or 'unknown error'}"
+        return f"environment failed: {episode.info.get('env_failure') or 'unknown error'}"
     last = steps[-1] if steps else None
     if last is not None and last.invalid:
         return f"last action invalid: {last.feedback or last.action}"
-    if bool(np.asarray(episode.get("truncated", False)).reshape(-1)[-1]):
+    if episode.truncated:
         return f"no success within {len(steps)} steps (step budget reached)"
-    return f"episode ended with reward {float(np.asarray(episode['reward']).reshape(-1)[-1]):g}" + (
+    return f"episode ended with reward {episode.reward:g}" + (
         f" after {last.action}" if last is not None and last.action else "")

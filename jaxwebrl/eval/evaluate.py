@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 
+from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.from_config import create_sized
 from jaxwebrl.env.registry import env_specs
 from jaxwebrl.eval import report as report_lib
@@ -90,7 +91,7 @@ class Players:
             self._workers[worker_id] = RolloutWorker(self._wconfig, client, self.buffer, worker_id=worker_id)
         return self._workers[worker_id]
 
-    def play(self, jobs: list[tuple[str, int]]) -> list[dict]:
+    def play(self, jobs: list[tuple[str, int]]) -> list[Episode]:
         """Play every (task, seed) job `episodes_per_seed` times; returns this round's episodes, read back."""
         todo: queue.Queue = queue.Queue()
         for index, job in enumerate(jobs):
@@ -143,7 +144,7 @@ class Players:
 
 
 def play(config, policy, jobs: list[tuple[str, int]], buffer, *, episodes_per_seed: int, num_workers: int,
-         temperature: float | None, version: int = 0, make_handler=None) -> list[dict]:
+         temperature: float | None, version: int = 0, make_handler=None) -> list[Episode]:
     """Play every (task, seed) job `episodes_per_seed` times with a fresh `Players`; returns the episodes read back
     from `buffer`."""
     with Players(config, policy, buffer, episodes_per_seed=episodes_per_seed, num_workers=num_workers,

@@ -1,6 +1,6 @@
 """Evaluation episodes -> success by task and by difficulty split, steps, invalid actions, memory; JSON and Markdown.
 
-    report = summarize(episodes)        # episodes as RingBuffer.read returns them
+    report = summarize(episodes)        # Episodes as RingBuffer.read returns them
     text = markdown(report, title=...)
 
 Success is reward > 0 (binary MiniWoB++ reward, exact toy verifier). Env-failed episodes are counted, never
@@ -14,18 +14,18 @@ import math
 
 import numpy as np
 
+from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.env.tasks.miniwob_tasks import task_split
 
 SPLIT_ORDER = ("easy", "medium", "hard", "other")
 TOY_PATTERNS = "ABCD"
 
 
-def task_label(episode: dict) -> str:
+def task_label(episode: Episode) -> str:
     """Per-task row name: the env's task_id, with the toy's instruction (instance seed % 4) appended."""
-    task = str(episode["task_id"])
-    if task == "toy":
-        return f"toy/{TOY_PATTERNS[int(episode['info']['instance_seed']) % len(TOY_PATTERNS)]}"
-    return task
+    if episode.task_id == "toy":
+        return f"toy/{TOY_PATTERNS[int(episode.info['instance_seed']) % len(TOY_PATTERNS)]}"
+    return episode.task_id
 
 
 def task_difficulty(label: str, difficulty: str | None = None) -> str:
@@ -38,25 +38,22 @@ def task_difficulty(label: str, difficulty: str | None = None) -> str:
     return "other"
 
 
-def _scalar(value) -> float:
-    return float(np.asarray(value).reshape(-1)[-1])
-
-
-def episode_row(episode: dict) -> dict:
-    """The few numbers of one episode that the report aggregates (JSON-able)."""
-    info = episode.get("info") or {}
+def episode_row(episode: Episode) -> dict:
+    """The few numbers of one episode that the report aggregates (JSON-able); memory_chars: the memory the agent
+    held after the last step (0 without memory)."""
+    info = episode.info
     invalid = info.get("invalid_actions") or []
-    memory = np.asarray(episode.get("memory_chars", [0]), np.float64).reshape(-1)
+    memory = episode.steps[-1].memory
     label = task_label(episode)
     return {
         "task": label,
         "split": task_difficulty(label, info.get("difficulty")),
         "seed": info.get("instance_seed"),
-        "reward": _scalar(episode["reward"]),
-        "steps": int(len(episode["input_ids"])),
+        "reward": episode.reward,
+        "steps": episode.num_steps,
         "invalid_steps": int(sum(bool(x) for x in invalid)),
-        "memory_chars": float(memory[-1]) if memory.size else 0.0,
-        "env_failed": bool(np.asarray(episode.get("env_failed", False)).any()),
+        "memory_chars": float(memory.chars) if memory is not None else 0.0,
+        "env_failed": episode.env_failed,
     }
 
 
@@ -82,7 +79,7 @@ def aggregate(rows: list[dict]) -> dict:
     }
 
 
-def summarize(episodes: list[dict]) -> dict:
+def summarize(episodes: list[Episode]) -> dict:
     """{"overall", "splits": {split: ...}, "tasks": {task: ... + split}, "episodes": [rows]} (see `aggregate`).
 
     "overall" averages over episodes; "task_mean_success" averages the per-task rates (each task weighs the

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.trajectory import OUTCOMES, EpisodeView, episode_view
 from jaxwebrl.eval.report import task_label
 
@@ -69,7 +70,7 @@ pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: .85em
 """
 
 
-def write_viewer(episodes: list[dict], fetch_image: Callable[[int], np.ndarray], out_dir: str, *,
+def write_viewer(episodes: list[Episode], fetch_image: Callable[[int], np.ndarray], out_dir: str, *,
                  title: str = "evaluation") -> str:
     """Write `out_dir`/index.html and the steps' screenshots (`out_dir`/shots/<ref>.png); returns the page's
     path. `episodes` as `RingBuffer.read` returns them; `fetch_image(ref)` -> uint8 [H, W, 3]."""

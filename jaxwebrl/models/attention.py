@@ -55,7 +55,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, scale:
 
     impl="fused" on the no-cache causal forward (`mask.prefix_causal`) calls `jax.nn.dot_product_attention`
     (JAX picks the kernel: cuDNN flash attention on a GPU, XLA elsewhere) with a causal mask and each row's
-    valid length, which is exact for right-padded rows (real tokens first, as `buffer.batching.pad_batch` lays
+    valid length, which is exact for right-padded rows (real tokens first, as `buffer.batching.pad_steps` lays
     them out): a real query never sees a key after it. Other masks (KV-cache prefill, vision) use the XLA path.
     """
     t = q.shape[1]

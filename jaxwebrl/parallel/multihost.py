@@ -202,7 +202,7 @@ def _unpack(header) -> tuple[int, int, int, int]:
 
 
 def _episode_ids(episodes: list) -> np.ndarray:
-    return np.asarray([np.asarray(e["episode_id"]).reshape(-1)[0] for e in episodes], np.int64)
+    return np.asarray([e.episode_id for e in episodes], np.int64)
 
 
 def _crc(ids: np.ndarray) -> int:

@@ -166,15 +166,6 @@ def _step_advantages(rewards, episode_ids, group_ids, *, const_length, std_unbia
     return _step_values(r_hat, table, ep_index, const_length)
 
 
-def dynamic_sampling_mask(rewards, group_ids):
-    """DAPO dynamic sampling: [R] bool, True on rows whose group has non-constant rewards."""
-    rewards = jnp.asarray(rewards, jnp.float32)
-    index, n = segments.dense_ids(jnp.asarray(segments.host_dense_ids(segments.as_arrays(group_ids))))
-    gmax = segments.segment_max(rewards, index, n)[index]
-    gmin = segments.segment_min(rewards, index, n)[index]
-    return gmax > gmin
-
-
 # -------------------------------------------------------------------- 4. placement and KL reward
 
 

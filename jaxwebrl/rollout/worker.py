@@ -1,10 +1,11 @@
-"""The everlasting rollout worker: play episodes without pause and append each whole one to the ring buffer.
+"""The everlasting rollout worker: the loop agent <-> policy server <-> environment, each whole episode appended to
+the ring buffer.
 
-One step: screenshot -> ``buffer.screenshots.put`` (pixels travel once) -> prompt with refs -> policy server
--> memory + action parsed from the reply -> ``env.step`` -> ... until terminated/truncated; then the episode
-dict of docs/interfaces.md goes to ``buffer.append`` in one call. G episodes of one task instance (same
-task, same reset seed) share a ``group_id``. The worker never restarts between policy versions: it just
-keeps asking the server, whose replies carry the version of every token.
+One step: screenshot -> ``buffer.screenshots.put`` (pixels travel once) -> the agent (``rollout/agent.py``: prompt
+with refs -> policy server -> memory + action parsed from the reply) -> ``env.step`` -> a ``Step`` -> ... until
+terminated/truncated; then one ``Episode`` (``jaxwebrl.buffer.episode``) goes to ``buffer.append`` in one call.
+G episodes of one task instance (same task, same reset seed) share a ``group_id``. The worker never restarts
+between policy versions: it just keeps asking the server, whose replies carry the version of every token.
 
 Failures:
 - The environment breaks (``EnvFailure`` from reset/step, or a call that outlives ``step_timeout_s``): the
@@ -42,14 +43,13 @@ import numpy as np
 
 from jaxwebrl.buffer.schema import BufferWriteError
 
-from jaxwebrl.buffer.episodes import EpisodeError
-from jaxwebrl.env.agent.actions import parse_action
+from jaxwebrl.buffer.episode import Episode, EpisodeError, MemoryStats, Step
+from jaxwebrl.env.agent.memory import MemoryTracker
+from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import make_env
-from jaxwebrl.env.agent.memory import MemoryTracker, format_memory, split_memory
-from jaxwebrl.env.agent.prompt import (PromptConfig, StepRecord, build_prompt, cut_text, prompt_excerpt,
-                                  summarize_action)
+from jaxwebrl.rollout.agent import Agent, step_texts
 from jaxwebrl.rollout.env_host import EnvHost, task_name
 from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportRequestRefused
 
@@ -161,6 +161,16 @@ class WorkerStats:
         del self.recent_steps[:-RECENT_STEPS]
 
 
+@dataclasses.dataclass(frozen=True)
+class _PlayedStep:
+    """One played step: the Step the buffer stores, the env's result, and what the episode's info keeps of it."""
+
+    step: Step
+    result: Any                 # env.base.StepResult
+    invalid: bool
+    texts: dict
+
+
 class _EpisodeDropped(Exception):
     """The episode cannot be finished for a reason outside the env (stop requested, policy server down)."""
 
@@ -169,7 +179,7 @@ class RolloutWorker:
     """Plays groups of episodes forever (``run``) or one at a time (``run_group``).
 
     client: has ``generate(messages, image_refs, *, max_new_tokens, temperature, top_p) -> Generation``.
-    buffer: has ``screenshots.put(image) -> ref`` and ``append(episode) -> episode_id`` (a RingBuffer).
+    buffer: has ``screenshots.put(image) -> ref`` and ``append(episode: Episode) -> episode_id`` (a RingBuffer).
     env_factory: spec -> Env (default ``make_env`` with ``config.env_options``).
     """
 
@@ -178,6 +188,8 @@ class RolloutWorker:
         self.config = config
         self.prompt_config = PromptConfig.from_dict(config.prompt)
         self.client = client
+        self.agent = Agent(client, self.prompt_config, max_new_tokens=config.max_new_tokens,
+                           temperature=config.temperature, top_p=config.top_p)
         self.buffer = buffer
         self.worker_id = int(worker_id)
         self.stats = WorkerStats()
@@ -255,13 +267,14 @@ class RolloutWorker:
         return episode_ids
 
     # ------------------------------------------------------------------ one episode
-    def run_episode(self, task: Any, seed: int, group_id: int, slot: int = 0) -> dict | None:
-        """One episode as a buffer episode dict (not yet appended); None when the env broke before step 0.
+    def run_episode(self, task: Any, seed: int, group_id: int, slot: int = 0) -> Episode | None:
+        """One Episode (not yet appended); None when the env broke before step 0.
         `slot`: its place in the group (0..G-1), part of its sampling seeds under `config.step_seeds`.
 
-        Raises _EpisodeDropped when stopped or when the policy server failed.
+        Raises _EpisodeDropped when stopped or when the policy server failed, EpisodeError when the episode breaks
+        an invariant (a policy server bug: counted like a buffer refusal).
         """
-        steps: list[dict] = []
+        steps: list[_PlayedStep] = []
         history: list[StepRecord] = []
         tracker = MemoryTracker()
         reward, terminated, truncated, env_failed = 0.0, False, False, False
@@ -275,12 +288,12 @@ class RolloutWorker:
                     raise _EpisodeDropped("stop requested")
                 sample_seed = (step_seed(self.config.seed, task_name(task), seed, slot, len(steps))
                                if self.config.step_seeds else None)
-                step = self._play_step(env, obs, previous, history, tracker, group_id, sample_seed)
-                if step is None:  # the step does not fit the buffer: the episode ends before it
+                played = self._play_step(env, obs, previous, history, tracker, group_id, sample_seed)
+                if played is None:  # the step does not fit the buffer: the episode ends before it
                     truncated = True
                     break
-                steps.append(step)
-                result = step.pop("result")
+                steps.append(played)
+                result = played.result
                 previous = obs.screenshot
                 if result.terminated or result.truncated or len(steps) >= env.max_steps:
                     reward, terminated = float(result.reward), bool(result.terminated)
@@ -298,25 +311,19 @@ class RolloutWorker:
         self.stats.steps += len(steps)
         if not env_failed:
             self.stats.successes += int(reward > 0)
-        episode = self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed,
-                                 failure)
         difficulty = getattr(getattr(env, "spec", None), "difficulty", None)   # a JSON task's own split
-        if isinstance(difficulty, str):
-            episode["info"]["difficulty"] = difficulty
-        return episode
+        return self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed,
+                              failure, difficulty if isinstance(difficulty, str) else None)
 
-    def _play_step(self, env, obs, previous, history, tracker, group_id: int, sample_seed: int | None) -> dict | None:
+    def _play_step(self, env, obs, previous, history, tracker, group_id: int,
+                   sample_seed: int | None) -> _PlayedStep | None:
         """One step; None when its tokens would not fit the buffer's max_seq_len (the action is not taken)."""
         t0 = time.perf_counter()
         ref = int(self.buffer.screenshots.put(obs.screenshot))
         t1 = time.perf_counter()
-        prompt = build_prompt(obs.goal, history, ref, tracker.memory, self.prompt_config, max_steps=env.max_steps)
-        t_prompt = time.perf_counter()
         try:
-            generation = self.client.generate(prompt.messages, prompt.image_refs,
-                                              max_new_tokens=self.config.max_new_tokens,
-                                              temperature=self.config.temperature, top_p=self.config.top_p,
-                                              seed=sample_seed, group=(self.worker_id, group_id))
+            turn = self.agent.act(obs.goal, history, tracker, ref, max_steps=env.max_steps, seed=sample_seed,
+                                  group=(self.worker_id, group_id))
         except (TransportAuthError, TransportRequestRefused):   # retrying cannot help: the worker stops
             raise
         except TransportError as exc:
@@ -325,7 +332,7 @@ class RolloutWorker:
                         self.worker_id, exc, self.config.server_retry_s)
             self._stop.wait(self.config.server_retry_s)
             raise _EpisodeDropped(str(exc)) from exc
-        t2 = time.perf_counter()
+        generation = turn.generation
         if self._max_seq_len is not None and len(generation.input_ids) > self._max_seq_len:
             self.stats.overlong_steps += 1
             if not history:
@@ -335,61 +342,36 @@ class RolloutWorker:
             log.warning("worker %d: step of %d tokens exceeds max_seq_len=%d; episode truncated before it",
                         self.worker_id, len(generation.input_ids), self._max_seq_len)
             return None
-        memory_stats = tracker.update(generation.text)
-        _, action_text = split_memory(generation.text)
-        action = parse_action(action_text)
         t_env = time.perf_counter()
-        result = self._env_call(lambda: env.step(action), "step")
+        result = self._env_call(lambda: env.step(turn.action), "step")
         t3 = time.perf_counter()
-        invalid = (not action.is_valid) or bool(result.info.get("invalid_action", False))
-        error = action.error if not action.is_valid else result.info.get("action_error")
-        self.stats.invalid_actions += int(invalid)
-        feedback = None
-        if invalid:
-            feedback = f"invalid action: {error}"
-        elif error:
-            feedback = str(error)
-        history.append(StepRecord(ref, generation.text, summarize_action(action), feedback))
+        feedback = self.agent.observe(turn, result.info, history, ref)
+        self.stats.invalid_actions += int(feedback.invalid)
         self.stats.buffer_s += t1 - t0
-        self.stats.generate_s += t2 - t_prompt
-        self.stats.record_step(dict(generation.timing or {}, screenshot_put_s=t1 - t0, prompt_s=t_prompt - t1,
-                                    generate_s=t2 - t_prompt, env_step_s=t3 - t_env))
-        texts = {"prompt": prompt_excerpt(prompt), "response": cut_text(generation.text, STEP_TEXT_CHARS),
-                 "action": summarize_action(action), "feedback": cut_text(feedback or "", STEP_TEXT_CHARS),
-                 "memory": cut_text(format_memory(tracker.memory), STEP_TEXT_CHARS)}
-        return {"generation": generation, "image_refs": prompt.image_refs,
-                "changed": previous is None or not np.array_equal(previous, obs.screenshot),
-                "memory": memory_stats, "invalid": invalid, "result": result, "texts": texts}
+        self.stats.generate_s += turn.generate_s
+        self.stats.record_step(dict(generation.timing or {}, screenshot_put_s=t1 - t0, prompt_s=turn.prompt_s,
+                                    generate_s=turn.generate_s, env_step_s=t3 - t_env))
+        refs = np.full(self.prompt_config.max_images, -1, np.int64)
+        refs[:len(turn.prompt.image_refs)] = turn.prompt.image_refs
+        memory = turn.memory
+        step = Step(input_ids=generation.input_ids, loss_mask=generation.loss_mask,
+                    behave_logprobs=generation.behave_logprobs, versions=generation.versions, screenshot_refs=refs,
+                    screenshot_changed=previous is None or not np.array_equal(previous, obs.screenshot),
+                    memory=MemoryStats(memory.chars, memory.keys, memory.generic_frac))
+        return _PlayedStep(step=step, result=result, invalid=feedback.invalid,
+                           texts=step_texts(turn, feedback, tracker, STEP_TEXT_CHARS))
 
-    def _assemble(self, task_id, seed, group_id, steps, reward, terminated, truncated, env_failed, failure) -> dict:
-        S, K = len(steps), self.prompt_config.max_images
-        refs = np.full((S, K), -1, np.int64)
-        for j, step in enumerate(steps):
-            refs[j, : len(step["image_refs"])] = step["image_refs"]
-        generations = [s["generation"] for s in steps]
+    def _assemble(self, task_id, seed, group_id, steps: list[_PlayedStep], reward, terminated, truncated,
+                  env_failed, failure, difficulty: str | None) -> Episode:
         info = {"worker_id": self.worker_id, "instance_seed": int(seed),
-                "invalid_actions": [bool(s["invalid"]) for s in steps], "env_failure": failure,
-                "steps": [s["texts"] for s in steps]}
-        return {
-            "input_ids": [g.input_ids for g in generations],
-            "loss_mask": [g.loss_mask for g in generations],
-            "behave_logprobs": [g.behave_logprobs for g in generations],
-            "versions": [g.versions for g in generations],
-            "screenshot_refs": refs,
-            "screenshot_changed": np.array([s["changed"] for s in steps], bool),
-            "step_index": np.arange(S, dtype=np.int32),
-            "num_steps": np.full(S, S, np.int32),
-            "group_id": np.int64(group_id),
-            "task_id": task_id,
-            "reward": np.float32(0.0 if env_failed else reward),
-            "terminated": bool(terminated and not env_failed),
-            "truncated": bool(truncated or env_failed),
-            "env_failed": bool(env_failed),
-            "memory_chars": np.array([s["memory"].chars for s in steps], np.int32),
-            "memory_keys": np.array([s["memory"].keys for s in steps], np.int32),
-            "memory_generic_frac": np.array([s["memory"].generic_frac for s in steps], np.float32),
-            "info": json.loads(json.dumps(info)),
-        }
+                "invalid_actions": [bool(s.invalid) for s in steps], "env_failure": failure,
+                "steps": [s.texts for s in steps]}
+        if difficulty is not None:
+            info["difficulty"] = difficulty
+        return Episode(steps=tuple(s.step for s in steps), task_id=task_id, group_id=int(group_id),
+                       reward=0.0 if env_failed else float(reward), terminated=bool(terminated and not env_failed),
+                       truncated=bool(truncated or env_failed), env_failed=bool(env_failed),
+                       info=json.loads(json.dumps(info)))
 
     def _buffer_failed(self, exc: Exception) -> None:
         """The buffer refused or could not write an episode: count, log one line, pause; give up after too many."""
@@ -404,7 +386,7 @@ class RolloutWorker:
                     self.worker_id, n, limit, exc, pause)
         self._stop.wait(pause)
 
-    def _append(self, episode: dict) -> int:
+    def _append(self, episode: Episode) -> int:
         t0 = time.perf_counter()
         episode_id = int(self.buffer.append(episode))
         self.stats.buffer_s += time.perf_counter() - t0

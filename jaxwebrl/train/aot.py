@@ -46,7 +46,7 @@ from jaxwebrl.parallel import cost, partition
 from jaxwebrl.parallel.mesh import batch_divisor, batch_spec
 from jaxwebrl.parallel.topology import Chip
 from jaxwebrl.train.rl_config import optimizer_settings, update_settings
-from jaxwebrl.train.update import _compiled, make_optimizer
+from jaxwebrl.train.update import Minibatch, _compiled, make_optimizer
 
 PROGRAMS = ("train_step", "proximal_logprobs", "prefill", "decode", "logprob_path")
 
@@ -169,17 +169,17 @@ class Programs:
         return self.param_count * 2 * (param_b + moment_b) / (self.mesh.shape["fsdp"] * self.mesh.shape["tensor"])
 
     # ------------------------------------------------------------------ inputs
-    def minibatch(self, *, train: bool) -> tuple[dict, tuple]:
+    def minibatch(self, *, train: bool) -> tuple[Minibatch, tuple]:
         s, mesh = self.shapes, self.mesh
         rows, t = s.rows, s.seq_len
-        mb = {"input_ids": _batch(mesh, (rows, t), jnp.int32), "attention_mask": _batch(mesh, (rows, t), jnp.int32),
-              "loss_mask": _batch(mesh, (rows, t), jnp.int32), "behave_logprobs": _batch(mesh, (rows, t), jnp.float32),
-              "loss_positions": _batch(mesh, (rows, s.positions), jnp.int32)}
-        if train:
-            mb["advantages"] = _batch(mesh, (rows, t), jnp.float32)
-            mb["prox_logprobs"] = _batch(mesh, (rows, t), jnp.float32)
         patches = rows * s.images_per_row * int(np.prod(s.grid))
-        mb["pixel_values"] = _batch(mesh, (patches, self.model_config.vision.patch_dim), jnp.float32)
+        mb = Minibatch(input_ids=_batch(mesh, (rows, t), jnp.int32), attention_mask=_batch(mesh, (rows, t), jnp.int32),
+                       loss_mask=_batch(mesh, (rows, t), jnp.int32),
+                       behave_logprobs=_batch(mesh, (rows, t), jnp.float32),
+                       advantages=_batch(mesh, (rows, t), jnp.float32) if train else None,
+                       loss_positions=_batch(mesh, (rows, s.positions), jnp.int32),
+                       prox_logprobs=_batch(mesh, (rows, t), jnp.float32) if train else None,
+                       pixel_values=_batch(mesh, (patches, self.model_config.vision.patch_dim), jnp.float32))
         grid = tuple([s.grid] * (rows * s.images_per_row))
         return mb, grid
 

@@ -1,6 +1,6 @@
 """Episodes from the ring buffer -> one `UpdateBatch` of padded step rows with their images.
 
-The episode becomes step rows once, here (`batching.episodes_to_rows`, then `pad_batch` pads them); screenshots
+The Episodes' steps become padded rows once, here (`batching.pad_steps`, straight from `Episode.steps`); screenshots
 are fetched by reference once per distinct image and run through the policy's image processor, so the trainer
 sees exactly the pixels the policy server saw. Row count and length are rounded up to a few buckets so the jitted
 update compiles a handful of shapes, not one per batch. Episode and group ids of any width are ranked densely
@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxwebrl.buffer import batching
+from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.parallel.buckets import bucket
 from jaxwebrl.rl.segments import host_dense_ids
@@ -75,7 +76,7 @@ LENGTH_MULTIPLE = 16   # row lengths pad to a multiple of this (a few programs, 
 
 def length_bucket(longest: int, max_seq_len: int) -> int:
     """Tokens T of the padded batch: `bucket(longest, LENGTH_MULTIPLE)`, at most `max_seq_len` (a longer row is
-    refused by `pad_batch`). Quarter octaves like the row count: the tiny default's rows of 234-378 tokens pad to
+    refused by `pad_steps`). Quarter octaves like the row count: the tiny default's rows of 234-378 tokens pad to
     384, not 512, and its update (attention quadratic in T) ran 1.7x faster for it (docs/live_loop.md)."""
     return min(bucket(longest, LENGTH_MULTIPLE), int(max_seq_len))
 
@@ -115,18 +116,18 @@ def balanced_minibatches(policy_tokens: np.ndarray, n_minibatches: int) -> np.nd
     return np.stack([np.sort(np.asarray(m, np.int64)) for m in members])
 
 
-def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatches: int, max_seq_len: int,
-             pad_id: int = 0, constraint: TokenConstraint | None = None) -> tuple[UpdateBatch, list[dict]]:
-    """(UpdateBatch, rows) for `episodes`; rows are the buffer's step-row dicts, in batch order.
+def assemble(episodes: list[Episode], *, screenshots, image_processor, n_minibatches: int, max_seq_len: int,
+             pad_id: int = 0, constraint: TokenConstraint | None = None) -> UpdateBatch:
+    """The UpdateBatch of `episodes` (read from the buffer): one row per step, episodes in order, steps in order.
     `constraint`: the action automaton the policy decoded under, if any (sets `decision_mask`)."""
-    rows = batching.episodes_to_rows(episodes)
-    if not rows:
-        raise ValueError("assemble needs at least one episode with at least one step")
-    seq_len = length_bucket(max(len(r["input_ids"]) for r in rows), max_seq_len)
-    B = row_bucket(len(rows), n_minibatches)
-    padded = batching.pad_batch(rows, seq_len=seq_len, batch_size=B, pad_id=pad_id)
+    if not episodes:
+        raise ValueError("assemble needs at least one episode")
+    n_rows = sum(ep.num_steps for ep in episodes)
+    seq_len = length_bucket(max(step.num_tokens for ep in episodes for step in ep.steps), max_seq_len)
+    B = row_bucket(n_rows, n_minibatches)
+    padded = batching.pad_steps(episodes, seq_len=seq_len, batch_size=B, pad_id=pad_id)
     attention = padded["attention_mask"].astype(np.int32)
-    attention[len(rows):, 0] = 1  # padding rows attend to one token: finite logits, no NaN through the mask
+    attention[n_rows:, 0] = 1  # padding rows attend to one token: finite logits, no NaN through the mask
 
     pixel_values = grid = images_per_row = None
     refs = padded["screenshot_refs"]
@@ -142,19 +143,19 @@ def assemble(episodes: list[dict], *, screenshots, image_processor, n_minibatche
     if constraint is not None:
         states, admitted = constraint.replay(padded["input_ids"], loss_mask)
         decisions = constraint.decision_mask(states, loss_mask, admitted)
-        outside = int((~admitted[:len(rows)]).sum())
+        outside = int((~admitted[:n_rows]).sum())
         if outside:
             log.warning("%d of %d step rows hold responses outside the action grammar (not decoded under it); "
-                        "they are trained on the unrestricted softmax", outside, len(rows))
+                        "they are trained on the unrestricted softmax", outside, n_rows)
     batch = UpdateBatch(
         input_ids=padded["input_ids"].astype(np.int32),
         attention_mask=attention,
         loss_mask=loss_mask,
         behave_logprobs=padded["behave_logprobs"].astype(np.float32),
-        rewards=padded["reward"][:len(rows)].astype(np.float32),
-        episode_ids=host_dense_ids(padded["episode_id"][:len(rows)]),
-        group_ids=host_dense_ids(padded["group_id"][:len(rows)]),
-        num_real_rows=len(rows),
+        rewards=padded["reward"][:n_rows].astype(np.float32),
+        episode_ids=host_dense_ids(padded["episode_id"][:n_rows]),
+        group_ids=host_dense_ids(padded["group_id"][:n_rows]),
+        num_real_rows=n_rows,
         pixel_values=pixel_values, image_grid_thw=grid, images_per_row=images_per_row,
         constraint_states=states, decision_mask=decisions)
-    return batch, rows
+    return batch

@@ -13,8 +13,7 @@ groups and, when a batch is asked for, decides per group:
   carries no advantage signal and is dropped (counted);
 - the rest are handed out, whole groups only, once at least `consumer_batch_size` trajectories are accepted.
 
-Episodes are dicts as `RingBuffer.read` returns them (docs/interfaces.md): per-step lists of arrays plus
-`episode_id`, `group_id`, `min_version`, `reward`, `env_failed` (scalars or [S]).
+Episodes are `jaxwebrl.buffer.episode.Episode`s as `RingBuffer.read` returns them (episode_id set).
 """
 
 from __future__ import annotations
@@ -22,18 +21,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-import numpy as np
+from jaxwebrl.buffer.episode import Episode
 
 
-def episode_scalar(episode: dict, key: str):
-    """A per-episode field stored as a scalar or repeated per step ([S]): its single value."""
-    value = np.asarray(episode[key])
-    return value.reshape(-1)[0].item() if value.ndim else value.item()
-
-
-def staleness(episode: dict, current_version: int) -> int:
+def staleness(episode: Episode, current_version: int) -> int:
     """Policy versions between `current_version` and the oldest policy token of `episode`."""
-    return int(current_version) - int(episode["min_version"])
+    return int(current_version) - episode.min_version
 
 
 @dataclasses.dataclass
@@ -56,14 +49,14 @@ class BatchGatherer:
         self.max_head_offpolicyness = max_head_offpolicyness
         self.dynamic_sampling = dynamic_sampling
         self.counts = GatherCounts()
-        self._ready: collections.deque[list[dict]] = collections.deque()   # whole groups, arrival order
+        self._ready: collections.deque[list[Episode]] = collections.deque()   # whole groups, arrival order
 
-    def add_groups(self, groups: list[list[dict]]) -> None:
+    def add_groups(self, groups: list[list[Episode]]) -> None:
         """Queue whole groups (as `RingBuffer.read(group_size=G)` returns them)."""
         for group in groups:
             for episode in group:
                 self.counts.episodes_seen += 1
-                if not bool(episode_scalar(episode, "env_failed")) and float(episode_scalar(episode, "reward")) > 0:
+                if not episode.env_failed and episode.reward > 0:
                     self.counts.successes_seen += 1
             self._ready.append(list(group))
 
@@ -72,11 +65,11 @@ class BatchGatherer:
 
     def pending_episode_ids(self) -> list[int]:
         """Episodes read but not yet trained or dropped, ascending."""
-        return sorted(int(episode_scalar(e, "episode_id")) for group in self._ready for e in group)
+        return sorted(e.episode_id for group in self._ready for e in group)
 
-    def pop_batch(self, current_version: int) -> list[dict] | None:
+    def pop_batch(self, current_version: int) -> list[Episode] | None:
         """Whole filtered groups totalling >= consumer_batch_size trajectories, or None while too few are ready."""
-        accepted: list[list[dict]] = []
+        accepted: list[list[Episode]] = []
         total = 0
         while self._ready and total < self.consumer_batch_size:
             group = self._filter(self._ready.popleft(), current_version)
@@ -90,10 +83,10 @@ class BatchGatherer:
         self.counts.groups_accepted += len(accepted)
         return [episode for group in accepted for episode in group]
 
-    def _filter(self, group: list[dict], current_version: int) -> list[dict]:
+    def _filter(self, group: list[Episode], current_version: int) -> list[Episode]:
         kept = []
         for episode in group:
-            if bool(episode_scalar(episode, "env_failed")):
+            if episode.env_failed:
                 self.counts.env_failed += 1
             elif staleness(episode, current_version) > self.max_head_offpolicyness:
                 self.counts.dropped_stale += 1
@@ -101,7 +94,7 @@ class BatchGatherer:
                 kept.append(episode)
         if not kept:
             return []
-        rewards = {float(episode_scalar(e, "reward")) for e in kept}
+        rewards = {e.reward for e in kept}
         if self.dynamic_sampling and (len(rewards) == 1 or len(kept) == 1):
             self.counts.dropped_uniform_groups += 1
             return []

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import collections
 
-from jaxwebrl.train.gatherer import episode_scalar
+from jaxwebrl.buffer.episode import Episode
 
 
-def _id(episode: dict) -> int:
-    return int(episode_scalar(episode, "episode_id"))
+def _id(episode: Episode) -> int:
+    return episode.episode_id
 
 
 class ReadLedger:
@@ -24,7 +24,7 @@ class ReadLedger:
         self._reads: collections.deque = collections.deque()   # (cursor before read, [episode ids])
         self._skip = set(consumed or ())             # consumed before a restart: ignore when re-read
 
-    def record(self, cursor_before, cursor_after, groups: list[list[dict]]) -> list[list[dict]]:
+    def record(self, cursor_before, cursor_after, groups: list[list[Episode]]) -> list[list[Episode]]:
         """Note one read of whole groups; returns them minus the episodes a previous run already consumed
         (a group left empty is dropped)."""
         fresh = [kept for kept in ([e for e in group if _id(e) not in self._skip] for group in groups) if kept]

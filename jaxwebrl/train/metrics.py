@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.screenshots import ScreenshotCorrupt, ScreenshotOverwritten
 from jaxwebrl.buffer.trajectory import OUTCOMES, EpisodeView, episode_view
 from jaxwebrl.errors import WorkdirError, one_line
@@ -106,7 +107,7 @@ class MetricsWriter:
                                              "reason": reason}) + "\n")
         self._skipped_file.flush()
 
-    def write_samples(self, step: int, episodes: list[dict], fetch_image, count: int) -> None:
+    def write_samples(self, step: int, episodes: list[Episode], fetch_image, count: int) -> None:
         """Up to `count` of `episodes` (outcomes mixed: see `pick_samples`) to TensorBoard as image + text;
         `fetch_image(ref)` -> uint8 [H, W, 3]. A screenshot the ring has overwritten leaves the text alone."""
         if self._tb is None or count <= 0:

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
 from jaxwebrl.checkpoint.resume import restore_or_init
@@ -42,7 +43,7 @@ from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.train import console, rl_config, run_config
 from jaxwebrl.train.assembly import assemble
-from jaxwebrl.train.gatherer import BatchGatherer, episode_scalar, staleness
+from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter
 from jaxwebrl.train.update import Updater, UpdateInterrupted
@@ -215,7 +216,7 @@ class Trainer:
                          self.config.train.consumer_batch_size, self.state.step + 1, console.duration(waited_s),
                          c.episodes_seen, c.dropped_uniform_groups, c.dropped_stale, c.env_failed)
 
-    def train_step(self, episodes: list[dict], should_stop=None) -> tuple[dict, dict] | None:
+    def train_step(self, episodes: list[Episode], should_stop=None) -> tuple[dict, dict] | None:
         """One optimizer step on `episodes`; publishes version v+1; returns the step's (scalars, histograms), or
         None when the batch was skipped (no usable episode, an image gone, or a non-finite update rolled back)."""
         episodes = self._in_vocabulary(episodes)
@@ -227,10 +228,10 @@ class Trainer:
         try:
             lags = [staleness(e, self.state.version) for e in episodes]
             try:
-                batch, _ = assemble(episodes, screenshots=self.buffer.screenshots,
-                                       image_processor=self.policy.processor.image_processor,
-                                       n_minibatches=self.settings.n_minibatches,
-                                       max_seq_len=self.config.buffer.max_seq_len, constraint=self.constraint)
+                batch = assemble(episodes, screenshots=self.buffer.screenshots,
+                                 image_processor=self.policy.processor.image_processor,
+                                 n_minibatches=self.settings.n_minibatches,
+                                 max_seq_len=self.config.buffer.max_seq_len, constraint=self.constraint)
             except ScreenshotOverwritten as err:   # also ScreenshotCorrupt
                 return self._skip(episodes, f"an image of the batch is unavailable: {err}")
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
@@ -268,7 +269,7 @@ class Trainer:
             if sync and hasattr(self.sink, "resume"):
                 self.sink.resume()
         self._trained_trajectories += len(episodes)
-        self.trained_episode_ids.extend(int(episode_scalar(e, "episode_id")) for e in episodes)
+        self.trained_episode_ids.extend(e.episode_id for e in episodes)
         return self._step_metrics(episodes, batch, stats, lags, lr)
 
     def _mesh_context(self):
@@ -276,23 +277,23 @@ class Trainer:
         device. The update's activations then stay split over the batch axes, as in the AOT compile report."""
         return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
 
-    def _in_vocabulary(self, episodes: list[dict]) -> list[dict]:
+    def _in_vocabulary(self, episodes: list[Episode]) -> list[Episode]:
         """`episodes` without those holding token ids outside [0, vocab_size) (they would gather NaN logits in
         jit); the dropped ones are counted and logged."""
         kept, dropped = [], []
         for episode in episodes:
-            ids = np.concatenate([np.asarray(x).reshape(-1) for x in episode["input_ids"]])
-            (kept if ids.size == 0 or (ids.min() >= 0 and ids.max() < self.vocab_size) else dropped).append(episode)
+            ids = np.concatenate([step.input_ids for step in episode.steps])
+            (kept if ids.min() >= 0 and ids.max() < self.vocab_size else dropped).append(episode)
         if dropped:
             self.dropped_invalid_episodes += len(dropped)
             log.warning("dropped %d episodes whose token ids lie outside the policy's vocabulary of %d (episode ids "
                         "%s): a different tokenizer or a damaged sequence wrote them", len(dropped), self.vocab_size,
-                        [int(episode_scalar(e, "episode_id")) for e in dropped][:8])
+                        [e.episode_id for e in dropped][:8])
         return kept
 
-    def _skip(self, episodes: list[dict], reason: str) -> None:
+    def _skip(self, episodes: list[Episode], reason: str) -> None:
         """Skip a batch: count it, log and record it (its episodes are consumed: the ledger moves past them)."""
-        ids = [int(episode_scalar(e, "episode_id")) for e in episodes]
+        ids = [e.episode_id for e in episodes]
         self.skipped_batches += 1
         self._skipped_in_a_row += 1
         log.warning("train step %d skipped (%s); its %d episodes are dropped (ids %s%s), weights stay at version %d",
@@ -383,11 +384,12 @@ class Trainer:
         return (won - last_won) / (seen - last_seen) if seen > last_seen else float("nan")
 
     def _step_metrics(self, episodes, batch, stats, lags, lr):
-        rewards = np.array([float(episode_scalar(e, "reward")) for e in episodes])
-        steps = np.array([len(e["input_ids"]) for e in episodes])
+        rewards = np.array([e.reward for e in episodes])
+        steps = np.array([e.num_steps for e in episodes])
         success = rewards > 0
         elapsed = max(time.monotonic() - self._t0, 1e-9)
-        memory = [float(np.mean(e["memory_chars"])) for e in episodes if "memory_chars" in e]
+        memory = [float(np.mean(chars)) for chars in
+                  ([s.memory.chars for s in e.steps if s.memory is not None] for e in episodes) if chars]
         counts = self.gatherer.counts
         rollout = self.rollout_stats()
         loss_stats = {k.split("/", 1)[1]: v for k, v in stats.items() if k.startswith("loss_stats/")}

@@ -17,6 +17,9 @@ gradient would still move the weights through Adam's moments and weight decay.
 Log-probs (proximal and current) replay the sampler's transformation exactly (`token_logprobs`): the action
 constraint, the temperature, and top-k / top-p truncation, so they are log-probs of the same distribution the
 behaviour log-probs were recorded under. Log-probs, ratios and the loss are fp32 whatever the compute dtype.
+
+The jitted functions take one `Minibatch` (a NamedTuple, so a pytree: its None fields are empty subtrees and
+change only the static structure) and the static image grid.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +42,28 @@ from jaxwebrl.rl import losses
 from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
 
 log = logging.getLogger(__name__)
+
+
+class Minibatch(NamedTuple):
+    """What one jitted forward / update reads: device arrays of R rows, T tokens.
+
+    input_ids, attention_mask, loss_mask (the objective's tokens) [R, T] int32; behave_logprobs [R, T] float32;
+    advantages [R, T] float32 (update only); loss_positions [R, P] int32 (`lm_head.loss_positions`; None: every
+    position); prox_logprobs [R, T] float32 (update only); constraint_states [R, T] int32 and allowed_table
+    [S, V] bool (decoded under an action constraint only); pixel_values [N_patches, D] float32 (rows with images
+    only). An absent field is None.
+    """
+
+    input_ids: jax.Array
+    attention_mask: jax.Array
+    loss_mask: jax.Array
+    behave_logprobs: jax.Array
+    advantages: jax.Array | None = None
+    loss_positions: jax.Array | None = None
+    prox_logprobs: jax.Array | None = None
+    constraint_states: jax.Array | None = None
+    allowed_table: jax.Array | None = None
+    pixel_values: jax.Array | None = None
 
 
 class UpdateInterrupted(RuntimeError):
@@ -126,15 +151,15 @@ def _policy_token_means(token_rewards, advantages, loss_mask):
     return _masked_mean(token_rewards, loss_mask), _masked_mean(advantages, loss_mask)
 
 
-def _forward_logprobs(module, settings: "UpdateSettings", params, mb, grid):
-    """(logprobs, entropy) [B, T] of minibatch `mb` under `params` (see token_logprobs)."""
-    hidden, _ = module.apply({"params": params}, mb["input_ids"], attention_mask=mb["attention_mask"],
-                             pixel_values=mb.get("pixel_values"),
+def _forward_logprobs(module, settings: "UpdateSettings", params, mb: Minibatch, grid):
+    """(logprobs, entropy) [R, T] of minibatch `mb` under `params` (see token_logprobs)."""
+    hidden, _ = module.apply({"params": params}, mb.input_ids, attention_mask=mb.attention_mask,
+                             pixel_values=mb.pixel_values,
                              image_grid_thw=None if grid is None else np.asarray(grid, np.int64), head="none")
-    return token_logprobs(hidden, params, module.config, mb["input_ids"], settings.temperature,
+    return token_logprobs(hidden, params, module.config, mb.input_ids, settings.temperature,
                           top_k=settings.top_k, top_p=settings.top_p,
-                          states=mb.get("constraint_states"), allowed_table=mb.get("allowed_table"),
-                          positions=mb.get("loss_positions"))
+                          states=mb.constraint_states, allowed_table=mb.allowed_table,
+                          positions=mb.loss_positions)
 
 
 @functools.lru_cache(maxsize=None)
@@ -144,16 +169,16 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
     loss_fn = losses.get_loss(settings.loss)
     loss_kwargs = dict(settings.loss_kwargs)
 
-    def logprobs_fn(params, mb, grid):
+    def logprobs_fn(params, mb: Minibatch, grid):
         return _forward_logprobs(module, settings, params, mb, grid)[0]
 
-    def step_fn(params, opt_state, mb, grid):
-        mask = mb["loss_mask"]
-        behave = mb["behave_logprobs"] if settings.use_decoupled_loss else mb["prox_logprobs"]
+    def step_fn(params, opt_state, mb: Minibatch, grid):
+        mask = mb.loss_mask
+        behave = mb.behave_logprobs if settings.use_decoupled_loss else mb.prox_logprobs
 
         def objective(p):
             logprobs, entropy = _forward_logprobs(module, settings, p, mb, grid)
-            loss, stats = loss_fn(logprobs, mb["prox_logprobs"], behave, mb["advantages"], mask, **loss_kwargs)
+            loss, stats = loss_fn(logprobs, mb.prox_logprobs, behave, mb.advantages, mask, **loss_kwargs)
             return loss, (dict(stats, entropy=_masked_mean(entropy, mask)), logprobs)
 
         (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(params)
@@ -163,8 +188,8 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
         logprobs = jax.lax.stop_gradient(logprobs)
         out = {f"loss_stats/{k}": jnp.asarray(v, jnp.float32).mean() for k, v in stats.items()}
         out.update(actor_loss=loss.astype(jnp.float32), grad_norm=grad_norm,
-                   approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb["prox_logprobs"]), mask),
-                   behave_approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb["behave_logprobs"]), mask),
+                   approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb.prox_logprobs), mask),
+                   behave_approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb.behave_logprobs), mask),
                    policy_tokens=mask.sum().astype(jnp.float32))
         return params, opt_state, out
 
@@ -205,13 +230,13 @@ class Updater:
 
         minibatches = [m for m in self._split(batch, advantages) if m.policy_tokens > 0]
         for m in minibatches:  # proximal log-probs, all before the first update of this step
-            m.arrays["prox_logprobs"] = self._logprobs(params, m.arrays, m.grid)
+            m.minibatch = m.minibatch._replace(prox_logprobs=self._logprobs(params, m.minibatch, m.grid))
         per_update: list[dict[str, Any]] = []
         for _ in range(s.n_epochs):
             for m in minibatches:
                 if should_stop is not None and should_stop():
                     raise UpdateInterrupted("train step abandoned on request")
-                params, opt_state, stats = self._step(params, opt_state, m.arrays, m.grid)
+                params, opt_state, stats = self._step(params, opt_state, m.minibatch, m.grid)
                 per_update.append(stats)
         if per_update:
             stats = {k: float(np.mean([float(u[k]) for u in per_update])) for k in per_update[0]}
@@ -228,10 +253,10 @@ class Updater:
         """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them), rows in batch order."""
         out = np.zeros(batch.input_ids.shape, np.float32)
         for m in self._split(batch, None):
-            out[m.rows] = np.asarray(self._logprobs(params, m.arrays, m.grid))
+            out[m.rows] = np.asarray(self._logprobs(params, m.minibatch, m.grid))
         return out
 
-    def _split(self, batch: UpdateBatch, advantages) -> list["Minibatch"]:
+    def _split(self, batch: UpdateBatch, advantages) -> list["Split"]:
         """`n_minibatches` minibatches of equal row count, balanced by policy tokens, each with its rows' images."""
         s = self.settings
         rows = batch.input_ids.shape[0]
@@ -246,31 +271,31 @@ class Updater:
         images = _RowImages(batch) if batch.pixel_values is not None else None
         out = []
         for index in balanced_minibatches(tokens, s.n_minibatches):
-            mb = {"input_ids": jnp.asarray(batch.input_ids[index], jnp.int32),
-                  "attention_mask": jnp.asarray(batch.attention_mask[index], jnp.int32),
-                  "loss_mask": jnp.asarray(objective[index], jnp.int32),
-                  "behave_logprobs": jnp.asarray(batch.behave_logprobs[index], jnp.float32)}
-            if advantages is not None:   # [B, T] on the device: gathered there
-                mb["advantages"] = advantages[jnp.asarray(index)]
-            mb["loss_positions"] = jnp.asarray(lm_head.loss_positions(objective[index]))  # LM-head bucket
-            if batch.constraint_states is not None:
-                mb["constraint_states"] = jnp.asarray(batch.constraint_states[index], jnp.int32)
-                mb["allowed_table"] = self.allowed_table
-            grid = None
+            grid = pixels = None
             if images is not None:
                 pixels, grid = images.of_rows(index)
-                if pixels is not None:
-                    mb["pixel_values"] = jnp.asarray(pixels)
-            out.append(Minibatch(rows=index, arrays=mb, grid=grid, policy_tokens=int(tokens[index].sum())))
+            constrained = batch.constraint_states is not None
+            mb = Minibatch(
+                input_ids=jnp.asarray(batch.input_ids[index], jnp.int32),
+                attention_mask=jnp.asarray(batch.attention_mask[index], jnp.int32),
+                loss_mask=jnp.asarray(objective[index], jnp.int32),
+                behave_logprobs=jnp.asarray(batch.behave_logprobs[index], jnp.float32),
+                advantages=None if advantages is None else advantages[jnp.asarray(index)],   # gathered on the device
+                loss_positions=jnp.asarray(lm_head.loss_positions(objective[index])),        # LM-head bucket
+                constraint_states=jnp.asarray(batch.constraint_states[index], jnp.int32) if constrained else None,
+                allowed_table=self.allowed_table if constrained else None,
+                pixel_values=None if pixels is None else jnp.asarray(pixels))
+            out.append(Split(rows=index, minibatch=mb, grid=grid, policy_tokens=int(tokens[index].sum())))
         return out
 
 
 @dataclasses.dataclass
-class Minibatch:
-    """One minibatch: `rows` [R] indices into the batch, the jitted step's arrays, its static image grid."""
+class Split:
+    """One minibatch of a train step: `rows` [R] indices into the batch, the jitted functions' Minibatch, its
+    static image grid, its policy-token count."""
 
     rows: np.ndarray
-    arrays: dict
+    minibatch: Minibatch
     grid: tuple | None
     policy_tokens: int
 

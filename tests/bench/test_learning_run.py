@@ -166,5 +166,5 @@ def test_two_seeds_of_the_toy_recipe_are_two_different_rl_runs(tmp_path):
     played = []
     for s in (0, 1):
         episodes, _ = RingBuffer.open(str(out / f"rl_seed{s}" / "buffer")).read()
-        played.append({int(e["info"]["instance_seed"]) for e in episodes})
+        played.append({int(e.info["instance_seed"]) for e in episodes})
     assert played[0] and played[1] and not played[0] & played[1]

@@ -41,7 +41,7 @@ def test_audit_finds_twice_trained_and_unknown_episodes(tmp_path):
                                screenshot_shape=(64, 64, 3), max_images_per_step=1)
     play_toy(buffer, groups=2, group_size=2, epsilon=0.5, seed=1)
     episodes, _ = buffer.read(None)
-    ids = [int(np.asarray(e["episode_id"]).reshape(-1)[0]) for e in episodes]
+    ids = [e.episode_id for e in episodes]
     log = tmp_path / "trained_episodes.jsonl"
     log.write_text(json.dumps({"step": 1, "episode_ids": ids[:2]}) + "\n" +
                    json.dumps({"step": 2, "episode_ids": ids[2:]}) + "\n")

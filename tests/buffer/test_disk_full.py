@@ -31,13 +31,13 @@ def test_append_on_a_full_disk_is_one_line_leaves_nothing_and_recovers(tmp_path)
             assert "\n" not in str(err.value)
         with pytest.raises(BufferWriteError, match="No space left"):
             buf.screenshots.put(np.zeros(SHAPE, np.uint8) + 9)
-        assert [e["episode_id"] for e in RingBuffer.open(path).read().episodes] == [first]
+        assert [e.episode_id for e in RingBuffer.open(path).read().episodes] == [first]
         temp = [n for root, _, names in os.walk(path) for n in names if ".__tmp" in n]
         assert not temp, temp                                  # failed writes leave no temp files
         assert buf.reservations.heads()["steps"] >= heads["steps"]
         os.unlink(os.path.join(disk, "filler"))
         again = buf.append(make_episode(5, num_steps=2))     # space is back: the buffer works as before
-        assert [e["episode_id"] for e in RingBuffer.open(path).read().episodes] == [first, again]
+        assert [e.episode_id for e in RingBuffer.open(path).read().episodes] == [first, again]
 
 
 def test_workers_on_a_full_disk_drop_count_and_stop_instead_of_crash_looping(tmp_path, capfd):

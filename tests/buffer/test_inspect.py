@@ -25,7 +25,7 @@ def test_summary_numbers(tmp_path):
     live = sent[-2:]  # 17 steps reserved in a ring of 10: only the last two episodes are intact
     assert s["committed_episodes"] == 2 and s["committed_steps"] == 6
     assert s["versions"] == {"min": 3, "max": 5}
-    assert np.isclose(s["reward_mean"], np.mean([float(ep["reward"]) for ep in live]))
+    assert np.isclose(s["reward_mean"], np.mean([ep.reward for ep in live]))
     assert s["cursor_range"] == {"oldest": 3, "next": 5}
     assert s["reserved"] == {"steps": 17, "shots": buf.reservations.heads()["shots"]}
     assert s["orphaned_steps"] == 2 and s["in_flight_steps"] == 0

@@ -2,6 +2,7 @@
 (no silent wrap), records carry checksums that reads and `buffer.inspect` verify, and a partial group whose
 writer was killed is counted as incomplete at once instead of waiting forever."""
 
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -13,14 +14,14 @@ import sys
 import numpy as np
 import pytest
 
-from jaxwebrl.buffer.episodes import EpisodeError
+from jaxwebrl.buffer.episode import EpisodeError
 
 from jaxwebrl.buffer.ring import RingBuffer
 
 from jaxwebrl.buffer.screenshots import ScreenshotCorrupt
 from jaxwebrl.buffer.inspect import summarize
 from tests.buffer import workers
-from tests.buffer.factory import SHAPE, assert_same_episode, make_episode
+from tests.buffer.factory import SHAPE, assert_same_episode, make_episode, with_steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,9 +35,9 @@ def create(path, **kw):
 
 def _with(key, step, index, value, dtype):
     def mutate(ep):
-        arr = np.asarray(ep[key][step]).astype(dtype)
+        arr = getattr(ep.steps[step], key).astype(dtype)
         arr[index] = value
-        ep[key][step] = arr
+        return with_steps(ep, step, **{key: arr})
     return mutate
 
 
@@ -46,8 +47,8 @@ WRAPPING = {   # each of these became a different, valid-looking value once cast
     "id 2**40 (wraps to 0)": (_with("input_ids", 0, 2, 2**40, np.int64), "input_ids must be in"),
     "version 2**40 (wraps to 0)": (_with("versions", 0, -1, 2**40, np.int64), "versions must be in"),
     "loss_mask 257 (wraps to 1)": (_with("loss_mask", 0, -1, 257, np.int64), "loss_mask must be in"),
-    "group id 2**64-1": (lambda ep: ep.__setitem__("group_id", np.uint64(2**64 - 1)), "group_id must be in"),
-    "ref 2**64-1 (wraps to -1)": (lambda ep: ep.__setitem__("screenshot_refs", ep["screenshot_refs"].astype(
+    "group id 2**64-1": (lambda ep: dataclasses.replace(ep, group_id=np.uint64(2**64 - 1)), "group_id must be in"),
+    "ref 2**64-1 (wraps to -1)": (lambda ep: with_steps(ep, 0, screenshot_refs=ep.steps[0].screenshot_refs.astype(
         np.uint64) * 0 + np.uint64(2**64 - 1)), "screenshot_refs must be in"),
 }
 
@@ -56,11 +57,9 @@ WRAPPING = {   # each of these became a different, valid-looking value once cast
 def test_out_of_range_ids_are_refused_not_wrapped(tmp_path, name):
     buf = create(tmp_path / "buf", vocab_size=1000)
     mutate, message = WRAPPING[name]
-    episode = make_episode(7, num_steps=2)
-    mutate(episode)
     heads = buf.reservations.heads()
-    with pytest.raises(EpisodeError, match=message):
-        buf.append(episode)
+    with pytest.raises(EpisodeError, match=message):   # the constructor or the buffer (the vocabulary) refuses it
+        buf.append(mutate(make_episode(7, num_steps=2)))
     assert buf.reservations.heads() == heads and buf.read().episodes == []
 
 
@@ -69,7 +68,7 @@ def test_vocab_size_is_stored_and_enforced_by_every_writer(tmp_path):
     writer = RingBuffer.open(tmp_path / "buf")   # a worker process opens the buffer the trainer created
     assert writer.config.vocab_size == 500
     with pytest.raises(EpisodeError, match="step 0: input_ids must be in \\[0, 499\\]"):
-        writer.append(_with("input_ids", 0, 0, 700, np.int32)(episode := make_episode(3, num_steps=1)) or episode)
+        writer.append(_with("input_ids", 0, 0, 700, np.int32)(make_episode(3, num_steps=1)))
 
 
 def _chunk(path, sub, slot):
@@ -84,11 +83,11 @@ def test_random_bytes_over_rows_are_counted_corrupt_logged_and_not_inspected_as_
     victim.write_bytes(os.urandom(victim.stat().st_size))        # same size: only a checksum can tell
     with caplog.at_level(logging.WARNING, logger="jaxwebrl.buffer"):
         result = RingBuffer.open(path).read()
-    assert [e["episode_id"] for e in result.episodes] == [ids[0], ids[1], ids[3]]
+    assert [e.episode_id for e in result.episodes] == [ids[0], ids[1], ids[3]]
     assert result.stats["corrupt"] == 1 and result.stats["overwritten"] == 0
     assert any("damaged step rows" in r.getMessage() and str(ids[2]) in r.getMessage() for r in caplog.records)
     for got in result.episodes:
-        assert_same_episode(got, make_episode(got["info"]["seed"], num_steps=2), buf.screenshots)
+        assert_same_episode(got, make_episode(got.info["seed"], num_steps=2), buf.screenshots)
     summary = summarize(RingBuffer.open(path))
     assert summary["committed_episodes"] == 3 and summary["corrupt_episodes"] == 1
     assert summary["corrupt_episode_ids"] == [ids[2]]
@@ -101,7 +100,7 @@ def test_random_bytes_over_a_screenshot_raise_corrupt_and_inspect_reports_it(tmp
     path = tmp_path / "buf"
     buf = create(path)
     buf.append(make_episode(1, num_steps=2))
-    ref = int(buf.read().episodes[0]["screenshot_refs"][1, 0])
+    ref = int(buf.read().episodes[0].steps[1].screenshot_refs[0])
     victim = _chunk(path, "screenshots", ref)
     raw = bytearray(victim.read_bytes())
     raw[16 + 5] ^= 0xFF                                          # one pixel byte flipped, header intact
@@ -162,5 +161,5 @@ def test_a_group_with_a_corrupt_member_is_never_returned_in_part(tmp_path):
     victim = _chunk(path, "rows", ids[3])
     victim.write_bytes(os.urandom(victim.stat().st_size))
     result = buf.read(None, group_size=2)
-    assert [e["episode_id"] for e in result.episodes] == ids[:2]
+    assert [e.episode_id for e in result.episodes] == ids[:2]
     assert result.stats["corrupt"] == 1 and result.stats["incomplete"] == 1 and result.cursor["pending"] == []

@@ -41,14 +41,14 @@ def test_concurrent_writers_with_live_reader(tmp_path, direct_file_io):
     while len(seen) < 36 and time.time() < deadline:
         episodes, cursor = reader.read(since=cursor if cursor else 0)
         for ep in episodes:  # every episode the reader sees mid-flight is whole
-            assert_same_episode(ep, make_episode(ep["info"]["seed"], num_steps=3, group_id=ep["info"]["seed"]),
+            assert_same_episode(ep, make_episode(ep.info["seed"], num_steps=3, group_id=ep.info["seed"]),
                                 reader.screenshots)
-        seen += [ep["info"]["seed"] for ep in episodes]
+        seen += [ep.info["seed"] for ep in episodes]
         time.sleep(0.01)
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    seen += [ep["info"]["seed"] for ep in reader.read(since=cursor).episodes]
+    seen += [ep.info["seed"] for ep in reader.read(since=cursor).episodes]
     assert sorted(seen) == sorted(sum(seed_sets, []))  # exactly once each
     for seeds in seed_sets:  # each writer's episodes in its own commit order
         mine = [s for s in seen if s in seeds]
@@ -84,14 +84,14 @@ def test_sigkill_during_append_leaves_nothing_partial(tmp_path):
         proc.join(30)
         assert proc.exitcode == -signal.SIGKILL
         episodes, cursor = reader.read(since=cursor)
-        seeds = [ep["info"]["seed"] for ep in episodes]
+        seeds = [ep.info["seed"] for ep in episodes]
         # the appends that returned are visible; at most one more (killed after its commit record)
         assert seeds[:committed.value] == list(range(first_seed, first_seed + committed.value))
         assert len(seeds) - committed.value in (0, 1)
         assert seeds == list(range(first_seed, first_seed + len(seeds)))
         for ep in episodes:
-            assert_same_episode(ep, make_episode(ep["info"]["seed"], num_steps=4, shape=workers.KILL_SHAPE,
-                                                 group_id=ep["info"]["seed"]), reader.screenshots)
+            assert_same_episode(ep, make_episode(ep.info["seed"], num_steps=4, shape=workers.KILL_SHAPE,
+                                                 group_id=ep.info["seed"]), reader.screenshots)
     after_kills = inspect_json(path)
     orphans_after_kills = after_kills["orphaned_steps"]
     assert after_kills["temp_files"] <= len(kill_points)  # at most one half-written file per killed writer
@@ -100,7 +100,7 @@ def test_sigkill_during_append_leaves_nothing_partial(tmp_path):
     for seed in range(70):
         writer.append(make_episode(seed, num_steps=4, shape=workers.KILL_SHAPE, group_id=seed))
     episodes, cursor = reader.read(since=cursor)
-    assert [ep["info"]["seed"] for ep in episodes][-60:] == list(range(10, 70))
+    assert [ep.info["seed"] for ep in episodes][-60:] == list(range(10, 70))
     summary = inspect_json(path)
     assert summary["orphaned_steps"] == 0 and summary["committed_episodes"] == 64
     assert orphans_after_kills > 0  # killed mid-append: reserved, never committed, reported
@@ -124,7 +124,7 @@ def test_reader_under_wrap_around_never_sees_a_mix(tmp_path):
         done = all(not p.is_alive() for p in procs)
         episodes, cursor = reader.read(since=cursor)
         for ep in episodes:
-            sent = make_episode(ep["info"]["seed"], num_steps=3, group_id=ep["info"]["seed"])
+            sent = make_episode(ep.info["seed"], num_steps=3, group_id=ep.info["seed"])
             try:
                 assert_same_episode(ep, sent, reader.screenshots)
             except ScreenshotOverwritten:  # pixels lapped after the read (rows were checked before)

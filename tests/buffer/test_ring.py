@@ -1,5 +1,6 @@
 """RingBuffer on real TensorStore files (and the memory driver): round trip, ring, filters, cursor, errors."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -7,12 +8,12 @@ import pytest
 
 from jaxwebrl.buffer.schema import BufferFormatError
 
-from jaxwebrl.buffer.episodes import EpisodeError
+from jaxwebrl.buffer.episode import EpisodeError
 
 from jaxwebrl.buffer.ring import RingBuffer
 
 from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
-from tests.buffer.factory import SHAPE, assert_same_episode, make_episode
+from tests.buffer.factory import SHAPE, assert_same_episode, make_episode, with_steps
 
 
 def create(path, **kw):
@@ -28,11 +29,11 @@ def test_round_trip_every_field(tmp_path, backend):
     buf = create(path, fsync=backend == "file_fsync", direct_file_io=backend != "file_tensorstore")
     sent = [make_episode(seed) for seed in range(6)]
     sent.append(make_episode(99, with_memory=False, num_steps=3))
-    sent.append(make_episode(98, with_memory=("memory_chars",), num_steps=1))
+    sent.append(make_episode(98, num_steps=1, env_failed=True, terminated=False, truncated=True, reward=0.0))
     ids = [buf.append(ep) for ep in sent]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     episodes, cursor = RingBuffer.open(path).read()
-    assert [e["episode_id"] for e in episodes] == ids
+    assert [e.episode_id for e in episodes] == ids
     for got, ep in zip(episodes, sent):
         assert_same_episode(got, ep, buf.screenshots)
     assert json.loads(json.dumps(cursor)) == cursor
@@ -44,7 +45,7 @@ def test_screenshot_dedup_within_episode(tmp_path):
     buf.append(ep)
     assert buf.reservations.heads()["shots"] == 3  # images 1(=2), 3, 4
     got = buf.read().episodes[0]
-    refs = got["screenshot_refs"]
+    refs = got.screenshot_refs
     assert refs[0, 0] == refs[1, 0] == refs[2, 1]  # image 1 and its unchanged repeat 2 share a slot
     assert len(np.unique(refs[refs >= 0])) == 3
     # put(): an unchanged screenshot put again during an episode returns the same ref
@@ -59,44 +60,34 @@ def test_screenshot_dedup_within_episode(tmp_path):
 def test_put_refs_then_append(tmp_path):
     """The worker path: pixels put during the episode, the episode carries only global refs."""
     buf = create(tmp_path / "buf")
-    ep = make_episode(11, num_steps=3)
-    images = ep.pop("screenshots")
-    put_refs = np.array([buf.screenshots.put(im) for im in images])
-    local = ep["screenshot_refs"]
-    ep["screenshot_refs"] = np.where(local >= 0, put_refs[np.maximum(local, 0)], -1)
+    local = make_episode(11, num_steps=3)
+    put_refs = np.array([buf.screenshots.put(im) for im in local.screenshots])
+    steps = tuple(dataclasses.replace(s, screenshot_refs=np.where(s.screenshot_refs >= 0,
+                                                                  put_refs[np.maximum(s.screenshot_refs, 0)], -1))
+                  for s in local.steps)
+    ep = dataclasses.replace(local, steps=steps, screenshots=None)
     buf.append(ep)
     got = RingBuffer.open(tmp_path / "buf").read().episodes[0]
-    np.testing.assert_array_equal(got["screenshot_refs"], ep["screenshot_refs"])
-    ep["screenshots"], ep["screenshot_refs"] = images, local
-    assert_same_episode(got, ep, buf.screenshots)
-    ep2 = make_episode(12, num_steps=1)
-    ep2.pop("screenshots")
-    ep2["screenshot_refs"] = np.array([[10_000, -1]])
+    assert got == dataclasses.replace(ep, episode_id=got.episode_id)   # written and read back: the same Episode
+    assert_same_episode(got, local, buf.screenshots)
+    ep2 = with_steps(make_episode(12, num_steps=1, screenshots=None, images_per_step=1), 0,
+                     screenshot_refs=np.array([10_000]))
     with pytest.raises(EpisodeError, match="not live"):
         buf.append(ep2)
 
 
-def _bad(mutate):
-    ep = make_episode(5, num_steps=3)
-    mutate(ep)
-    return ep
+def _long_step(ep):
+    return with_steps(ep, 0, **{k: np.concatenate([getattr(ep.steps[0], k)] * 9)
+                                for k in ("input_ids", "loss_mask", "behave_logprobs", "versions")})
 
 
+# what only the buffer can judge (Episode.check_fits); tests/buffer/test_episode.py has the constructor's rules
 BAD_EPISODES = {
-    "step gap": (lambda ep: ep.__setitem__("step_index", np.array([0, 2, 3])), "step_index"),
-    "after terminal": (lambda ep: ep.__setitem__("terminated", np.array([False, True, False])), "terminal"),
-    "logprob count": (lambda ep: ep["behave_logprobs"][1].__setitem__(0, -0.5), "step 1: .*prompt tokens"),
-    "missing logprob": (lambda ep: ep["behave_logprobs"][0].__setitem__(-1, np.nan), "step 0: .*finite"),
-    "missing version": (lambda ep: ep["versions"][2].__setitem__(-1, -1), "step 2: .*policy version"),
-    "ragged step": (lambda ep: ep["loss_mask"].__setitem__(0, ep["loss_mask"][0][:-1]), "one length"),
-    "too long": (lambda ep: [ep[k].__setitem__(0, np.concatenate([ep[k][0]] * 9)) for k in
-                             ("input_ids", "loss_mask", "behave_logprobs", "versions")], "max_seq_len"),
-    "no action": (lambda ep: ep["loss_mask"].__setitem__(1, np.zeros_like(ep["loss_mask"][1])), "step 1: no policy"),
-    "num_steps": (lambda ep: ep.__setitem__("num_steps", np.array([3, 3, 4])), "num_steps"),
-    "unknown key": (lambda ep: ep.__setitem__("actions", ["click"]), "unknown keys"),
-    "image shape": (lambda ep: ep.__setitem__("screenshots", ep["screenshots"][:, :4]), "screenshots must be"),
-    "missing key": (lambda ep: ep.pop("versions"), "missing keys"),
-    "info not json": (lambda ep: ep.__setitem__("info", {"array": np.zeros(2)}), "JSON-serialisable"),
+    "too long": (lambda: _long_step(make_episode(5, num_steps=3)), "step 0: .*max_seq_len"),
+    "image shape": (lambda: make_episode(5, num_steps=3, shape=(12, 4, 3)), "screenshots must be"),
+    "too many images": (lambda: make_episode(5, num_steps=3, images_per_step=3), "max_images_per_step"),
+    "too many steps": (lambda: make_episode(5, num_steps=65, max_len=9), "capacity_steps"),
+    "not an Episode": (lambda: {"input_ids": [np.zeros(3, np.int32)]}, "expected a jaxwebrl.buffer.episode.Episode"),
 }
 
 
@@ -105,9 +96,9 @@ def test_bad_episode_refused_and_nothing_written(tmp_path, name):
     buf = create(tmp_path / "buf")
     buf.append(make_episode(1))
     heads = buf.reservations.heads()
-    mutate, message = BAD_EPISODES[name]
+    make, message = BAD_EPISODES[name]
     with pytest.raises(EpisodeError, match=message):
-        buf.append(_bad(mutate))
+        buf.append(make())
     assert buf.reservations.heads() == heads
     assert len(buf.read().episodes) == 1
 
@@ -116,7 +107,7 @@ def test_wrap_around_and_overwrite_detection(tmp_path):
     buf = create(tmp_path / "buf", capacity_steps=12, capacity_screenshots=16)
     first = make_episode(0, num_steps=4)
     buf.append(first)
-    old_ref = int(buf.read().episodes[0]["screenshot_refs"][0, 0])
+    old_ref = int(buf.read().episodes[0].steps[0].screenshot_refs[0])
     cursor = buf.latest_cursor()
     for seed in range(1, 9):  # 32 more steps: the ring of 12 wraps several times
         buf.append(make_episode(seed, num_steps=4))
@@ -125,7 +116,7 @@ def test_wrap_around_and_overwrite_detection(tmp_path):
     kept = result.episodes
     assert 1 <= len(kept) <= 3
     for got in kept:  # what survives is whole and exactly what its writer sent
-        assert_same_episode(got, make_episode(got["info"]["seed"], num_steps=4), buf.screenshots)
+        assert_same_episode(got, make_episode(got.info["seed"], num_steps=4), buf.screenshots)
     with pytest.raises(ScreenshotOverwritten, match="gone"):
         buf.screenshots.get(old_ref)
     assert len(buf.read(since=cursor).episodes) == len(kept)
@@ -138,9 +129,9 @@ def test_late_writer_clobber_is_detected_not_mixed(tmp_path):
     victim = buf.read().episodes[0]
     from jaxwebrl.buffer.schema import row_checksums, row_dtype
     row = np.zeros(1, row_dtype(buf.config))
-    row["stamp"] = victim["episode_id"] + 1 + buf.config.capacity_steps
+    row["stamp"] = victim.episode_id + 1 + buf.config.capacity_steps
     row["checksum"] = row_checksums(row)   # a whole, valid row of a later lap: overwritten, not corrupt
-    buf._rows.array[victim["episode_id"] + 1].write(row.view(np.uint8)).result()
+    buf._rows.array[victim.episode_id + 1].write(row.view(np.uint8)).result()
     result = buf.read(since=0)
     assert result.episodes == [] and result.stats["overwritten"] == 1 and result.stats["corrupt"] == 0
 
@@ -152,11 +143,11 @@ def test_read_gives_each_episodes_oldest_policy_token_version(tmp_path):
         buf.append(make_episode(seed, version=version, num_steps=2))
     result = buf.read(since=0)
     # make_episode gives versions version, version+1: oldest token version is `version`
-    oldest = [min(int(v[m > 0].min()) for v, m in zip(e["versions"], e["loss_mask"])) for e in result.episodes]
-    assert [e["min_version"] for e in result.episodes] == oldest == [1, 4, 2, 7, 5]
+    oldest = [min(int(s.versions[s.loss_mask > 0].min()) for s in e.steps) for e in result.episodes]
+    assert [e.min_version for e in result.episodes] == oldest == [1, 4, 2, 7, 5]
     assert result.groups is None and result.cursor["next"] == 5
-    again = dict(result.episodes[0])
-    assert buf.append(again) > 0   # read-back fields (episode_id, min_version) are taken back as they are
+    again = result.episodes[0]
+    assert buf.append(again) > again.episode_id   # a read-back episode appends again (as a new one)
 
 
 def test_group_completeness_filter(tmp_path):
@@ -164,13 +155,13 @@ def test_group_completeness_filter(tmp_path):
     for seed, gid in [(0, 1), (1, 2), (2, 1)]:
         buf.append(make_episode(seed, group_id=gid, num_steps=1))
     r = buf.read(since=0, group_size=2)
-    assert [e["group_id"] for e in r.episodes] == [1, 1] and r.stats["pending"] == 1
+    assert [e.group_id for e in r.episodes] == [1, 1] and r.stats["pending"] == 1
     assert len(r.cursor["pending"]) == 1
     buf.append(make_episode(3, group_id=3, num_steps=1))
     buf.append(make_episode(4, group_id=2, num_steps=1))
     r = buf.read(since=json.loads(json.dumps(r.cursor)), group_size=2)
-    assert [e["info"]["seed"] for e in r.episodes] == [1, 4]
-    assert [[e["info"]["seed"] for e in group] for group in r.groups] == [[1, 4]]   # the one grouping of episodes
+    assert [e.info["seed"] for e in r.episodes] == [1, 4]
+    assert [[e.info["seed"] for e in group] for group in r.groups] == [[1, 4]]   # the one grouping of episodes
     assert r.cursor["pending"] == [3]
     for seed in range(5, 9):
         buf.append(make_episode(seed, group_id=100 + seed, num_steps=1))
@@ -190,7 +181,7 @@ def test_cursor_resume_across_reopen(tmp_path):
     for seed in range(4, 7):
         writer.append(make_episode(seed, num_steps=2))
     rest, cursor = RingBuffer.open(path).read(since=json.loads(saved))
-    seeds = [e["info"]["seed"] for e in seen + rest]
+    seeds = [e.info["seed"] for e in seen + rest]
     assert seeds == list(range(7))
     assert RingBuffer.open(path).read(since=cursor).episodes == []
 
@@ -248,4 +239,4 @@ def test_put_from_threads_gives_unique_live_refs(tmp_path):
 def test_same_buffer_through_path_url_and_spec(tmp_path):
     create(f"file://{tmp_path}/buf").append(make_episode(4))
     for location in (tmp_path / "buf", str(tmp_path / "buf"), {"driver": "file", "path": str(tmp_path / "buf")}):
-        assert [e["info"]["seed"] for e in RingBuffer.open(location).read().episodes] == [4]
+        assert [e.info["seed"] for e in RingBuffer.open(location).read().episodes] == [4]

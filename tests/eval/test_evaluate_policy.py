@@ -52,8 +52,8 @@ def test_a_sampled_eval_replays_the_same_episodes_whatever_the_batching(tmp_path
         by_instance: dict = {}
         for episode in play(config, policy, jobs, buffer, episodes_per_seed=2, num_workers=num_workers,
                             temperature=None):
-            steps = [np.asarray(ids).tolist() for ids in episode["input_ids"]]
-            by_instance.setdefault((task_label(episode), episode["info"]["instance_seed"]), []).append(steps)
+            steps = [step.input_ids.tolist() for step in episode.steps]
+            by_instance.setdefault((task_label(episode), episode.info["instance_seed"]), []).append(steps)
         return by_instance
 
     alone, batched = responses(1), responses(3)

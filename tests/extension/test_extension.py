@@ -90,6 +90,6 @@ def test_a_run_of_the_extension_config_trains_with_all_three(tmp_path):
     assert record["step"] == 1 and np.isfinite(record["ppo_actor/update/actor_loss/avg"])
     assert "ppo_actor/update/capped_fraction/avg" in record          # a stat only the extension's loss returns
     episodes, _ = RingBuffer.open(str(workdir / "buffer")).read(None)
-    assert episodes and {e["task_id"] for e in episodes} == {"two_presses"}   # played in the registered env
+    assert episodes and {e.task_id for e in episodes} == {"two_presses"}   # played in the registered env
     with open(workdir / "trained_episodes.jsonl") as f:
         assert len(json.loads(f.readline())["episode_ids"]) >= 4

@@ -19,7 +19,7 @@ def _joined_episodes(path) -> int:
         episodes, _ = RingBuffer.open(path).read()
     except Exception:  # noqa: BLE001 - the buffer may be mid-creation
         return 0
-    return sum(e["info"]["worker_id"] == JOINED_ID for e in episodes)
+    return sum(e.info["worker_id"] == JOINED_ID for e in episodes)
 
 
 def test_a_hand_started_worker_joins_a_running_curve_run(tmp_path):

@@ -207,11 +207,6 @@ def test_turn_unit_path_and_lambda_function_config():
         A.AdvantageConfig(gae_timestep_unit="turn")
 
 
-def test_dynamic_sampling_mask():
-    out = A.dynamic_sampling_mask(np.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), np.array([0, 0, 1, 1, 2, 2]))
-    np.testing.assert_array_equal(out, [False, False, True, True, False, False])
-
-
 def test_gae_lambda_function_per_row_lengths_via_config():
     mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0]])
     cfg = A.AdvantageConfig(estimator="raw", gae_lambda="relative_position", gae_lambda_kwargs=(("q", 0.25),),

@@ -66,14 +66,14 @@ def test_killing_chromium_mid_episode_flags_the_episode_and_the_worker_recovers(
     finally:
         worker.close()
     episodes, _ = RingBuffer.open(str(tmp_path / "buf")).read(group_size=2)
-    assert len(episodes) == 2 and len({e["group_id"] for e in episodes}) == 1
+    assert len(episodes) == 2 and len({e.group_id for e in episodes}) == 1
     failed, healthy = episodes
-    assert failed["env_failed"].all() and len(failed["input_ids"]) == 1 and float(failed["reward"][-1]) == 0.0
-    assert "BrowserCrashed" in failed["info"]["env_failure"] or "EnvTimeout" in failed["info"]["env_failure"]
-    assert not healthy["env_failed"].any() and len(healthy["input_ids"]) == 3 and healthy["truncated"][-1]
+    assert failed.env_failed and failed.num_steps == 1 and failed.reward == 0.0
+    assert "BrowserCrashed" in failed.info["env_failure"] or "EnvTimeout" in failed.info["env_failure"]
+    assert not healthy.env_failed and healthy.num_steps == 3 and healthy.truncated
     assert worker.stats.env_failures == 1 and len(envs) == 2  # a fresh env (browser) after the crash
     for episode in episodes:  # every stored screenshot ref still resolves to real pixels
-        for ref in episode["screenshot_refs"][episode["screenshot_refs"] >= 0]:
+        for ref in episode.screenshot_refs[episode.screenshot_refs >= 0]:
             shot = buffer.screenshots.get(int(ref))
             assert shot.shape == (64, 64, 3) and shot.std() > 0
     time.sleep(0.5)
@@ -112,7 +112,7 @@ def test_sigkilled_pool_worker_takes_no_browser_with_it(tmp_path):
         new_browsers = [p.pid for p in psutil.Process(replacement).children(recursive=True)]
     assert not alive(replacement) and not any(alive(pid) for pid in new_browsers)
     episodes, _ = RingBuffer.open(path).read()
-    assert episodes and all(np.asarray(e["num_steps"])[0] == len(e["input_ids"]) for e in episodes)
+    assert episodes and all(e.num_steps == len(e.info["steps"]) for e in episodes)
 
 
 def test_miniwob_tasks_of_a_worker_share_one_browser(tmp_path):
@@ -135,8 +135,8 @@ def test_miniwob_tasks_of_a_worker_share_one_browser(tmp_path):
     finally:
         worker.close()
     episodes, _ = buffer.read()
-    assert [e["task_id"] for e in episodes] == ["miniwob/click-test", "miniwob/click-button", "miniwob/click-test"]
-    assert all(len(e["input_ids"]) == 2 and not e["env_failed"].any() for e in episodes)
+    assert [e.task_id for e in episodes] == ["miniwob/click-test", "miniwob/click-button", "miniwob/click-test"]
+    assert all(e.num_steps == 2 and not e.env_failed for e in episodes)
     assert pids and not any(alive(pid) for pid in pids)  # worker.close() closed the shared browser
 
 
@@ -168,4 +168,4 @@ def test_fresh_envs_per_group_starts_new_browser_sessions_for_every_group(tmp_pa
         worker.close()
     assert not any(alive(pid) for pid in pids[1])
     episodes, _ = buffer.read()
-    assert len(episodes) == 4 and not any(e["env_failed"].any() for e in episodes)
+    assert len(episodes) == 4 and not any(e.env_failed for e in episodes)

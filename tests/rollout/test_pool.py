@@ -65,11 +65,11 @@ def test_killed_worker_is_replaced_and_close_leaves_no_process(tmp_path):
                  and "resource_tracker" not in " ".join(p.cmdline())]
     assert leftovers == []
     episodes, _ = buffer.read()
-    assert len(episodes) >= 6 and all(len(e["input_ids"]) == 3 for e in episodes)
+    assert len(episodes) >= 6 and all(e.num_steps == 3 for e in episodes)
     per_group = {}
     for e in episodes:
-        per_group.setdefault(e["group_id"], 0)
-        per_group[e["group_id"]] += 1
+        per_group.setdefault(e.group_id, 0)
+        per_group[e.group_id] += 1
     assert max(per_group.values()) <= 2  # a group never gets more than G episodes, even across a kill
 
 

@@ -34,21 +34,19 @@ def make_worker(buffer, responder, *, group_size=4, env_factory=None, client=Non
     return worker, backend
 
 
-def replay(episode):
+def replay(episode, buffer):
     """Decode each step's policy tokens, re-play the parsed actions in a fresh ToyEnv, compare everything."""
     env = toy.ToyEnv()
-    obs = env.reset(episode["info"]["instance_seed"])
-    for j in range(len(episode["input_ids"])):
-        ids, mask = episode["input_ids"][j], episode["loss_mask"][j].astype(bool)
-        text = PROCESSOR.decode(ids[mask], skip_special_tokens=True)
-        np.testing.assert_array_equal(
-            episode["_buffer"].screenshots.get(int(episode["screenshot_refs"][j][(episode["screenshot_refs"][j] >= 0)][-1])),
-            obs.screenshot)
+    obs = env.reset(episode.info["instance_seed"])
+    for step in episode.steps:
+        text = PROCESSOR.decode(step.input_ids[step.loss_mask.astype(bool)], skip_special_tokens=True)
+        refs = step.screenshot_refs
+        np.testing.assert_array_equal(buffer.screenshots.get(int(refs[refs >= 0][-1])), obs.screenshot)
         stats = memory_stats(parse_memory(text))
-        assert (episode["memory_chars"][j], episode["memory_keys"][j]) == (stats.chars, stats.keys)
+        assert (step.memory.chars, step.memory.keys) == (stats.chars, stats.keys)
         result = env.step(parse_action(split_memory(text)[1]))
         obs = result.observation
-    assert result.terminated and float(episode["reward"][-1]) == result.reward
+    assert result.terminated and episode.reward == result.reward
     return result.reward
 
 
@@ -60,22 +58,20 @@ def test_worker_writes_consistent_groups_into_the_ring_buffer(tmp_path):
     assert len(episodes) == 12 and worker.stats.episodes == 12
     groups = {}
     for episode in episodes:
-        groups.setdefault(episode["group_id"], []).append(episode)
-        assert episode["task_id"] == "toy" and not episode["env_failed"].any()
-        assert list(episode["step_index"]) == [0, 1, 2] and set(episode["num_steps"]) == {3}
-        assert episode["terminated"][-1] and not episode["truncated"].any()
-        assert episode["screenshot_changed"].all()  # every toy press changes the picture
-        refs = episode["screenshot_refs"]
+        groups.setdefault(episode.group_id, []).append(episode)
+        assert episode.task_id == "toy" and not episode.env_failed
+        assert episode.num_steps == 3 and episode.terminated and not episode.truncated
+        assert all(step.screenshot_changed for step in episode.steps)  # every toy press changes the picture
+        refs = episode.screenshot_refs
         assert refs.shape == (3, 2) and refs[0, 1] == -1 and (refs[1:] >= 0).all()
         assert refs[1, 0] == refs[0, 0] and refs[2, 0] == refs[1, 1]  # the window slides over step refs
-        for versions, mask in zip(episode["versions"], episode["loss_mask"]):
-            assert set(versions[mask == 1]) == {3} and set(versions[mask == 0]) == {-1}
-        episode["_buffer"] = buffer
-        assert replay(episode) == float(episode["reward"][-1])
+        for step in episode.steps:
+            assert set(step.versions[step.loss_mask == 1]) == {3} and set(step.versions[step.loss_mask == 0]) == {-1}
+        assert replay(episode, buffer) == episode.reward
     assert len(groups) == 3 and all(len(g) == 4 for g in groups.values())
     for members in groups.values():  # G episodes of one task instance
-        assert len({m["info"]["instance_seed"] for m in members}) == 1
-    rewards = [float(e["reward"][-1]) for e in episodes]
+        assert len({m.info["instance_seed"] for m in members}) == 1
+    rewards = [e.reward for e in episodes]
     assert 0 < sum(rewards) < 12  # epsilon-oracle: some succeed, some fail
     assert worker.stats.successes == sum(rewards) and worker.stats.steps == 36
     s = worker.stats
@@ -93,7 +89,7 @@ def test_the_run_seed_sets_the_instances_a_worker_plays(tmp_path):
                                 seed=worker_fields(config)["seed"])
         worker.run(max_groups=3)
         episodes, _ = buffer.read(group_size=2)
-        return [int(e["info"]["instance_seed"]) for e in episodes]
+        return [int(e.info["instance_seed"]) for e in episodes]
 
     first, again, other = instances(0, "a"), instances(0, "b"), instances(1, "c")
     assert len(first) == 6 and first == again
@@ -106,16 +102,16 @@ def test_invalid_actions_are_counted_and_fed_back(tmp_path):
                             group_size=2)
     worker.run(max_groups=2)
     episodes, _ = buffer.read()
-    flags = [flag for e in episodes for flag in e["info"]["invalid_actions"]]
+    flags = [flag for e in episodes for flag in e.info["invalid_actions"]]
     assert worker.stats.invalid_actions == sum(flags) > 0
     fed_back = 0
     for episode in episodes:
         for j in range(1, 3):
-            if episode["info"]["invalid_actions"][j - 1]:
-                prompt = PROCESSOR.decode(episode["input_ids"][j][episode["loss_mask"][j] == 0])
+            if episode.info["invalid_actions"][j - 1]:
+                prompt = PROCESSOR.decode(episode.steps[j].input_ids[episode.steps[j].loss_mask == 0])
                 assert "Feedback: invalid action: no action found" in prompt
                 fed_back += 1
-        assert float(episode["reward"][-1]) == 0.0 or not any(episode["info"]["invalid_actions"])
+        assert episode.reward == 0.0 or not any(episode.info["invalid_actions"])
     assert fed_back > 0
 
 
@@ -152,16 +148,16 @@ def test_env_failure_is_flagged_env_restarted_and_the_group_stays_whole(tmp_path
                             env_factory=lambda spec: FlakyToy(fail_on=5, mode=mode))
     worker.run(max_groups=1)
     episodes, _ = buffer.read(group_size=3)
-    assert len(episodes) == 3 and len({e["group_id"] for e in episodes}) == 1
-    failed = [e for e in episodes if e["env_failed"].any()]
+    assert len(episodes) == 3 and len({e.group_id for e in episodes}) == 1
+    failed = [e for e in episodes if e.env_failed]
     assert len(failed) == 1 and worker.stats.env_failures == 1
     bad = failed[0]
-    assert len(bad["input_ids"]) == 1  # step 1 of episode 2 ran, its step 2 broke (and is not kept)
-    assert bad["truncated"][-1] and not bad["terminated"].any() and float(bad["reward"][-1]) == 0.0
-    assert ("BrowserCrashed" if mode == "crash" else "EnvTimeout") in bad["info"]["env_failure"]
+    assert bad.num_steps == 1  # step 1 of episode 2 ran, its step 2 broke (and is not kept)
+    assert bad.truncated and not bad.terminated and bad.reward == 0.0
+    assert ("BrowserCrashed" if mode == "crash" else "EnvTimeout") in bad.info["env_failure"]
     assert FlakyToy.created == 2  # a fresh env after the failure
-    healthy = [e for e in episodes if not e["env_failed"].any()]
-    assert all(float(e["reward"][-1]) == 1.0 for e in healthy)  # the oracle solves every healthy one
+    healthy = [e for e in episodes if not e.env_failed]
+    assert all(e.reward == 1.0 for e in healthy)  # the oracle solves every healthy one
 
 
 def test_an_env_that_breaks_at_reset_is_replayed_then_given_up(tmp_path):
@@ -196,7 +192,7 @@ def test_policy_server_failures_drop_the_partial_episode_and_retry(tmp_path):
     worker.run(max_groups=1)
     episodes, _ = buffer.read()
     assert len(episodes) == 2 and worker.stats.server_errors == 2
-    assert all(len(e["input_ids"]) == 3 and float(e["reward"][-1]) == 1.0 for e in episodes)
+    assert all(e.num_steps == 3 and e.reward == 1.0 for e in episodes)
 
 
 def test_stop_ends_run_between_steps_without_appending_a_partial_episode(tmp_path):
@@ -210,7 +206,7 @@ def test_stop_ends_run_between_steps_without_appending_a_partial_episode(tmp_pat
     thread.join(timeout=10)
     assert not thread.is_alive()
     episodes, _ = buffer.read()
-    assert all(len(e["input_ids"]) == 3 for e in episodes)
+    assert all(e.num_steps == 3 for e in episodes)
     worker.close()
 
 
@@ -226,7 +222,7 @@ def test_bad_worker_config_is_refused():
 def test_a_step_longer_than_max_seq_len_truncates_the_episode_before_it(tmp_path):
     probe = make_buffer(tmp_path / "probe")
     make_worker(probe, toy_oracle_responder(), group_size=1)[0].run(max_groups=1)
-    first_len = len(probe.read().episodes[0]["input_ids"][0])
+    first_len = probe.read().episodes[0].steps[0].num_tokens
     buffer = RingBuffer.create(str(tmp_path / "short"), capacity_steps=64, max_seq_len=first_len + 5,
                                screenshot_shape=(64, 64, 3), max_images_per_step=2)
     worker, _ = make_worker(buffer, toy_oracle_responder(), group_size=2)
@@ -234,8 +230,8 @@ def test_a_step_longer_than_max_seq_len_truncates_the_episode_before_it(tmp_path
     episodes = buffer.read().episodes
     assert len(episodes) == 2 and worker.stats.overlong_steps == 2
     for e in episodes:
-        assert len(e["input_ids"]) == 1 and e["truncated"][-1] and not e["terminated"].any()
-        assert float(e["reward"][-1]) == 0.0 and not e["env_failed"].any()
+        assert e.num_steps == 1 and e.truncated and not e.terminated
+        assert e.reward == 0.0 and not e.env_failed
     tiny = RingBuffer.create(str(tmp_path / "tiny"), capacity_steps=64, max_seq_len=16,
                              screenshot_shape=(64, 64, 3), max_images_per_step=2)
     with pytest.raises(ValueError, match="larger max_seq_len"):
@@ -259,7 +255,7 @@ def test_the_worker_lives_across_policy_versions_without_rebuilding_its_env(tmp_
     backend.set_version(4)  # a publish between groups
     worker.run(max_groups=1)
     episodes = buffer.read().episodes
-    seen = [sorted({int(v) for versions in e["versions"] for v in versions if v >= 0}) for e in episodes]
+    seen = [sorted({int(v) for step in e.steps for v in step.versions if v >= 0}) for e in episodes]
     assert seen == [[3], [3], [4], [4]] and len(created) == 1
 
 
@@ -282,5 +278,5 @@ def test_worker_in_the_web_latency_regime_waits_on_every_env_call(tmp_path):
                             env_options={"latency": latency})
     worker.run(max_groups=1)
     episodes, _ = buffer.read(group_size=2)
-    assert len(episodes) == 2 and all(float(e["reward"][-1]) == 1.0 for e in episodes)   # the task is unchanged
+    assert len(episodes) == 2 and all(e.reward == 1.0 for e in episodes)   # the task is unchanged
     assert worker.stats.env_s >= 2 * 4 * 0.05

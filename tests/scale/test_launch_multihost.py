@@ -39,7 +39,7 @@ def recorded_buffer(path: str) -> list[int]:
     for episode in train_steps.synthetic_episodes(seed=0, groups=STEPS * BATCH // GROUP, group_size=GROUP):
         buffer.append(episode)
     episodes, _ = buffer.read(None, group_size=GROUP)
-    return [int(np.asarray(e["episode_id"]).reshape(-1)[0]) for e in episodes]
+    return [e.episode_id for e in episodes]
 
 
 def launch(workdir: str, devices: int, *flags: str, log_name: str = "log.txt"):

@@ -68,8 +68,8 @@ def test_hand_started_workers_fill_the_buffer_and_stop_on_sigterm(launcher, tmp_
     assert proc.returncode == 0, output[-3000:]
     episodes, _ = RingBuffer.open(path).read()
     assert len(episodes) >= config.env.group_size
-    assert {e["info"]["worker_id"] for e in episodes} == {7}
-    assert all(v == 2 for e in episodes for step in e["versions"] for v in step[step >= 0])
+    assert {e.info["worker_id"] for e in episodes} == {7}
+    assert all(v == 2 for e in episodes for step in (s.versions for s in e.steps) for v in step[step >= 0])
 
 
 def test_wrong_token_exits_fatal(tmp_path):
@@ -123,8 +123,8 @@ def test_a_hand_started_worker_joins_a_run_from_its_published_files(curve, tmp_p
         output = play_then_stop(proc, path, 2)
     assert proc.returncode == 0, output[-3000:]
     episodes, _ = RingBuffer.open(path).read()
-    assert len(episodes) >= 2 and {e["info"]["worker_id"] for e in episodes} == {5}
-    assert all(v == 3 for e in episodes for step in e["versions"] for v in step[step >= 0])
+    assert len(episodes) >= 2 and {e.info["worker_id"] for e in episodes} == {5}
+    assert all(v == 3 for e in episodes for step in (s.versions for s in e.steps) for v in step[step >= 0])
 
 
 def test_a_wrong_token_file_is_refused_and_a_missing_or_open_one_is_one_line(tmp_path):

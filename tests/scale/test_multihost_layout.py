@@ -117,7 +117,7 @@ def test_other_processes_read_the_same_log_range_as_process_0(tmp_path):
         buffer.append(episode)
     sent = []
     leader = multihost.LockstepBuffer(buffer, primary=True, broadcast=lambda header: sent.append(header) or header)
-    ids = lambda result: [int(np.asarray(e["episode_id"]).reshape(-1)[0]) for e in result.episodes]
+    ids = lambda result: [e.episode_id for e in result.episodes]
     first = leader.read(None, group_size=2)
     assert len(first.episodes) == 4 and first.cursor["pending"]
     buffer.append(episodes[5])     # committed after process 0's read: the others must not see it yet

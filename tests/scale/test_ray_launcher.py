@@ -63,15 +63,15 @@ def test_ray_workers_play_real_episodes_over_the_transport(tmp_path, local_ray):
     episodes, _ = RingBuffer.open(buffer_path).read()
     assert len(episodes) >= 2 * GROUP
     for episode in episodes:
-        assert len(episode["input_ids"]) == 3  # the toy task has three turns
-        for ids, mask, versions in zip(episode["input_ids"], episode["loss_mask"], episode["versions"]):
+        assert episode.num_steps == 3  # the toy task has three turns
+        for ids, mask, versions in ((s.input_ids, s.loss_mask, s.versions) for s in episode.steps):
             assert mask.sum() > 0 and np.all(versions[mask == 1] == 5) and np.all(versions[mask == 0] == -1)
             assert len(ids) == len(mask)
     groups = {}
     for episode in episodes:
-        groups.setdefault(episode["group_id"], []).append(episode)
+        groups.setdefault(episode.group_id, []).append(episode)
     assert all(len(members) <= GROUP for members in groups.values())
-    assert {e["info"]["worker_id"] for e in episodes} <= {0, 1}
+    assert {e.info["worker_id"] for e in episodes} <= {0, 1}
     wait_for(lambda: ray.available_resources().get("CPU", 0) == 2, 30, "the actors' CPUs to be released")
 
 

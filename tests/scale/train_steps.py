@@ -12,13 +12,14 @@ import sys
 
 import numpy as np
 
+from jaxwebrl.buffer.episode import Episode, Step
 from jaxwebrl.parallel import distributed
 
 STEPS = 2
 
 
-def synthetic_episodes(seed: int = 0, groups: int = 2, group_size: int = 2) -> list[dict]:
-    """Buffer-format episodes (text only): random prompt + policy tokens, mixed rewards per group."""
+def synthetic_episodes(seed: int = 0, groups: int = 2, group_size: int = 2) -> list:
+    """Episodes as the buffer reads them (text only): random prompt + policy tokens, mixed rewards per group."""
     rng = np.random.default_rng(seed)
     episodes, episode_id = [], 0
     for group in range(groups):
@@ -31,13 +32,10 @@ def synthetic_episodes(seed: int = 0, groups: int = 2, group_size: int = 2) -> l
                 ids.append(rng.integers(3, 200, size=int(length)).astype(np.int32))
                 masks.append(np.r_[np.zeros(prompt, np.int8), np.ones(int(length) - prompt, np.int8)])
                 logps.append(np.where(masks[-1] == 1, rng.uniform(-6, -4, int(length)), 0).astype(np.float32))
-            episodes.append({
-                "input_ids": ids, "loss_mask": masks, "behave_logprobs": logps,
-                "versions": [np.where(m == 1, 0, -1).astype(np.int32) for m in masks],
-                "screenshot_refs": np.full((steps, 1), -1, np.int64),
-                "step_index": np.arange(steps, dtype=np.int32), "num_steps": np.full(steps, steps, np.int32),
-                "group_id": group, "episode_id": episode_id, "task_id": "toy",
-                "reward": np.float32(member % 2), "terminated": True, "truncated": False, "env_failed": False})
+            episodes.append(Episode(
+                steps=tuple(Step(input_ids=i, loss_mask=m, behave_logprobs=lp, versions=np.where(m == 1, 0, -1),
+                                 screenshot_refs=np.full(1, -1, np.int64)) for i, m, lp in zip(ids, masks, logps)),
+                group_id=group, episode_id=episode_id, task_id="toy", reward=float(member % 2), terminated=True))
             episode_id += 1
     return episodes
 
@@ -60,8 +58,8 @@ def train(mesh, steps: int = STEPS):
 
     policy = tiny_policy(seed=0)
     params = distributed.shard_from_host(policy.params, param_shardings(policy.params, mesh))
-    batch, _ = assemble(synthetic_episodes(), screenshots=None, image_processor=None, n_minibatches=2,
-                        max_seq_len=64)
+    batch = assemble(synthetic_episodes(), screenshots=None, image_processor=None, n_minibatches=2,
+                     max_seq_len=64)
     updater = Updater(policy.module, UpdateSettings(n_minibatches=2, n_epochs=1),
                       OptimizerConfig(lr=1e-2, total_steps=steps, updates_per_step=2))
     opt_state = jax.jit(updater.optimizer.init)(params)

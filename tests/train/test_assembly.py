@@ -10,7 +10,8 @@ from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
-from jaxwebrl.buffer.batching import pad_batch
+from jaxwebrl.buffer.batching import pad_steps
+from jaxwebrl.buffer.episode import Episode, Step
 from jaxwebrl.train.assembly import (LENGTH_MULTIPLE, assemble, balanced_minibatches, length_bucket, row_bucket,
                                      rows_bucket)
 
@@ -44,8 +45,12 @@ def test_length_buckets_step_by_at_most_a_quarter_and_stop_at_the_buffer_width()
 
 
 def test_a_row_longer_than_the_buffer_width_is_refused_by_name():
+    mask = np.r_[np.zeros(500), 1].astype(np.int8)
+    step = Step(input_ids=np.ones(501, np.int32), loss_mask=mask, behave_logprobs=-mask.astype(np.float32),
+                versions=np.where(mask > 0, 0, -1))
+    long = Episode(steps=(step,), task_id="toy", group_id=0, reward=0.0, episode_id=0)
     with pytest.raises(ValueError, match="does not fit seq_len=500"):
-        pad_batch([{"input_ids": np.ones(501, np.int32)}], seq_len=length_bucket(501, 500))
+        pad_steps([long], seq_len=length_bucket(501, 500))
 
 
 def test_balanced_minibatches_fix_the_issue_cases():
@@ -94,17 +99,19 @@ def test_assemble_rows_tokens_and_pixels(tmp_path):
                            InProcessClient(backend), buf)
     worker.run(max_groups=2)
     episodes, _ = buf.read(None, group_size=2)
-    batch, rows = assemble(episodes, screenshots=buf.screenshots, image_processor=processor.image_processor,
-                           n_minibatches=2, max_seq_len=1024, pad_id=0)
-    n = sum(len(e["input_ids"]) for e in episodes)
-    assert batch.num_real_rows == len(rows) == n
+    batch = assemble(episodes, screenshots=buf.screenshots, image_processor=processor.image_processor,
+                     n_minibatches=2, max_seq_len=1024, pad_id=0)
+    steps = [step for e in episodes for step in e.steps]     # the rows: episodes in order, their steps in order
+    n = sum(e.num_steps for e in episodes)
+    assert batch.num_real_rows == len(steps) == n
     B, T = batch.input_ids.shape
-    longest = max(len(r["input_ids"]) for r in rows)
+    longest = max(step.num_tokens for step in steps)
     assert B == row_bucket(n, 2) and T == length_bucket(longest, 1024) and longest <= T < 1.25 * longest + 16
-    for i, row in enumerate(rows):
-        L = len(row["input_ids"])
-        np.testing.assert_array_equal(batch.input_ids[i, :L], row["input_ids"])
-        np.testing.assert_array_equal(batch.loss_mask[i, :L], row["loss_mask"])
+    np.testing.assert_array_equal(batch.rewards, [e.reward for e in episodes for _ in e.steps])
+    for i, step in enumerate(steps):
+        L = step.num_tokens
+        np.testing.assert_array_equal(batch.input_ids[i, :L], step.input_ids)
+        np.testing.assert_array_equal(batch.loss_mask[i, :L], step.loss_mask)
         assert batch.attention_mask[i, :L].all() and not batch.attention_mask[i, L:].any()
     assert not batch.loss_mask[n:].any() and (batch.attention_mask[n:, 0] == 1).all()
     # one screenshot per row (window 0); pixels and grids follow the rows, and the prompt's image tokens match
@@ -112,6 +119,6 @@ def test_assemble_rows_tokens_and_pixels(tmp_path):
     merged = np.prod(batch.image_grid_thw, axis=-1) // 4
     assert [(batch.input_ids[i] == IMAGE_TOKEN).sum() for i in range(n)] == merged.tolist()
     assert batch.pixel_values.shape[0] == np.prod(batch.image_grid_thw, axis=-1).sum()
-    first = buf.screenshots.get(int(rows[0]["screenshot_refs"][0]))
+    first = buf.screenshots.get(int(steps[0].screenshot_refs[0]))
     expected, _ = processor.image_processor([first])
     np.testing.assert_allclose(batch.pixel_values[:len(expected)], expected)

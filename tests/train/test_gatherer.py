@@ -2,17 +2,17 @@
 
 import numpy as np
 
+from jaxwebrl.buffer.episode import Episode, Step
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 
 
 def episode(episode_id, group_id, reward, *, version=1, env_failed=False, steps=2):
-    """A buffer episode as `RingBuffer.read` returns it (`min_version`: its oldest policy-token version)."""
-    return {
-        "episode_id": episode_id, "group_id": np.int64(group_id), "reward": np.float32(reward),
-        "env_failed": np.full(steps, env_failed), "min_version": version,
-        "loss_mask": [np.array([0, 0, 1, 1], np.int8)] * steps,
-        "versions": [np.array([-1, -1, version, version + 1], np.int32)] * steps,
-    }
+    """An Episode as `RingBuffer.read` returns it (episode_id set; `min_version`: its oldest policy-token version)."""
+    step = Step(input_ids=np.arange(4), loss_mask=np.array([0, 0, 1, 1]),
+                behave_logprobs=np.array([0, 0, -0.5, -0.5], np.float32),
+                versions=np.array([-1, -1, version, version + 1]))
+    return Episode(steps=(step,) * steps, task_id="toy", group_id=group_id, reward=reward, env_failed=env_failed,
+                   episode_id=episode_id)
 
 
 def test_staleness_is_versions_behind_the_oldest_policy_token():
@@ -27,7 +27,7 @@ def test_groups_filtered_and_batched_whole():
                   [episode(12 + i, 13, r, version=5) for i, r in enumerate([0, 1, 0, 1])]])
     assert g.pending_episode_ids() == list(range(16)) and g.counts.episodes_seen == 16
     batch = g.pop_batch(current_version=2)          # group 12 (oldest version 0 < 2 - 1) is stale: dropped
-    assert sorted(e["episode_id"] for e in batch) == [0, 1, 3, 12, 13, 14, 15]
+    assert sorted(e.episode_id for e in batch) == [0, 1, 3, 12, 13, 14, 15]
     c = g.counts
     assert (c.env_failed, c.dropped_uniform_groups, c.dropped_stale, c.groups_accepted) == (1, 1, 4, 2)
     assert c.successes_seen == 1 + 4 + 2 + 2        # env-failed successes never count
@@ -39,4 +39,4 @@ def test_too_few_keeps_groups_for_next_time():
     g.add_groups([[episode(0, 1, 1), episode(1, 1, 1)]])
     assert g.pop_batch(0) is None and g.ready_trajectories() == 2
     g.add_groups([[episode(2, 2, 0), episode(3, 2, 0)]])
-    assert [e["episode_id"] for e in g.pop_batch(0)] == [0, 1, 2, 3]
+    assert [e.episode_id for e in g.pop_batch(0)] == [0, 1, 2, 3]

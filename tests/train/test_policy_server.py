@@ -52,13 +52,13 @@ def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy
     episodes, _ = toy_buffer.read(None, group_size=2)
     assert len(episodes) == 4
     for e in episodes:
-        for versions, mask in zip(e["versions"], e["loss_mask"]):
+        for versions, mask in ((s.versions, s.loss_mask) for s in e.steps):
             assert (versions[mask == 1] == 0).all() and (versions[mask == 0] == -1).all()
 
     # the trainer replays the grammar: the same restricted log-probs, forced tokens at exactly 0, and the one
     # choice of a toy response (button 0 or 1) the only token that carries loss
     constraint = action_constraint(policy.processor, action_texts(["toy"]), policy.config.text.vocab_size)
-    batch, _ = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
+    batch = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
                         n_minibatches=1, max_seq_len=512, constraint=constraint)
     updater = Updater(policy.module, UpdateSettings(n_minibatches=1, n_epochs=1), OptimizerConfig(lr=1e-3, total_steps=1),
                       allowed_table=constraint.allowed)

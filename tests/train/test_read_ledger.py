@@ -11,7 +11,7 @@ from jaxwebrl.train.ledger import ReadLedger
 
 
 def ids(episodes):
-    return [int(e["episode_id"]) for e in episodes]
+    return [e.episode_id for e in episodes]
 
 
 def test_resume_point_skips_consumed_and_rereads_pending(tmp_path):
@@ -43,4 +43,4 @@ def test_resume_point_skips_consumed_and_rereads_pending(tmp_path):
     fresh = [e for group in restarted.record(point["cursor"], None, again.groups) for e in group]
     assert sorted(ids(fresh)) == sorted(pending)
     assert not set(ids(fresh)) & set(ids(trained))
-    assert np.all([e["input_ids"][0].size > 0 for e in fresh])
+    assert np.all([e.steps[0].num_tokens > 0 for e in fresh])

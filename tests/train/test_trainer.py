@@ -75,7 +75,7 @@ def test_steps_publish_versions_log_dashboard_and_checkpoint(policy, filled_buff
     assert len(set(trainer.trained_episode_ids)) == len(trainer.trained_episode_ids)
     # the first step read the whole buffer: its seen-success is every episode's, before dynamic sampling
     episodes, _ = filled_buffer.read(None, group_size=2)
-    won = np.mean([float(e["reward"][-1]) > 0 for e in episodes])
+    won = np.mean([e.reward > 0 for e in episodes])
     assert records[0]["rollout/success_rate_seen"] == pytest.approx(won)
 
 

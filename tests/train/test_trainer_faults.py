@@ -4,6 +4,7 @@ episodes never reach jit, 64-bit ids do not wrap, and what the buffer lost is a 
 
 Every batch here is the same two played groups (copies under new group ids), so the update compiles once."""
 
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -42,19 +43,21 @@ def two_groups(toy_buffer):
     play_toy(toy_buffer, groups=2, group_size=2, epsilon=0.6, seed=11)
     groups = {}
     for e in toy_buffer.read(None, group_size=2).episodes:
-        groups.setdefault(e["group_id"], []).append(e)
+        groups.setdefault(e.group_id, []).append(e)
     return toy_buffer, list(groups.values())
 
 
-def append_group(buffer, members, group_id, edit=lambda e: None) -> list[int]:
-    """Appends copies of `members` as group `group_id` (edited by `edit`); returns their episode ids."""
-    ids = []
-    for e in members:
-        e = {k: v for k, v in e.items() if k != "episode_id"}
-        e["group_id"] = group_id
-        edit(e)
-        ids.append(buffer.append(e))
-    return ids
+def append_group(buffer, members, group_id, edit=lambda e: e) -> list[int]:
+    """Appends copies of `members` as group `group_id` (each made by `edit(episode) -> Episode`); returns their
+    episode ids."""
+    return [buffer.append(edit(dataclasses.replace(e, episode_id=None, group_id=group_id))) for e in members]
+
+
+def absurd_logprobs(e):
+    """`e` with behaviour log-probs finite and <= 0, so the buffer takes it, but the importance weights overflow."""
+    return dataclasses.replace(e, steps=tuple(
+        dataclasses.replace(s, behave_logprobs=np.where(s.loss_mask > 0, -3e38, 0).astype(np.float32))
+        for s in e.steps))
 
 
 def run(max_steps, workdir, policy, buffer):
@@ -71,10 +74,6 @@ def trained_ids(workdir):
 
 def test_non_finite_update_is_rolled_back_skipped_and_not_met_again_on_resume(policy, two_groups, tmp_path, caplog):
     buffer, (a, b) = two_groups
-
-    def absurd_logprobs(e):   # finite and <= 0, so the buffer takes it; the importance weights overflow
-        e["behave_logprobs"] = [np.where(m > 0, -3e38, 0).astype(np.float32) for m in e["loss_mask"]]
-
     bad_ids = append_group(buffer, a, 1, absurd_logprobs) + append_group(buffer, b, 2)   # batch 2: skipped
     append_group(buffer, a, 3), append_group(buffer, b, 4)
     with caplog.at_level(logging.WARNING, logger="jaxwebrl.train"):
@@ -103,10 +102,6 @@ def test_without_the_rollback_copy_a_non_finite_step_stops_the_run_and_publishes
     batch ends the run with TrainingDiverged in one message naming the knob; the NaN weights reach neither the
     policy server nor a checkpoint, and the resumed run starts from the last good step."""
     buffer, (a, b) = two_groups
-
-    def absurd_logprobs(e):
-        e["behave_logprobs"] = [np.where(m > 0, -3e38, 0).astype(np.float32) for m in e["loss_mask"]]
-
     append_group(buffer, a, 1, absurd_logprobs), append_group(buffer, b, 2)   # batch 2 diverges
     config = toy_config(2)
     config.train.rollback_non_finite = False
@@ -126,7 +121,7 @@ def test_out_of_vocabulary_episode_never_reaches_jit_and_64_bit_group_ids_do_not
     vocab = policy.config.text.vocab_size
 
     def step(name, group_ids, extra=()):
-        batch = [dict(e, group_id=g) for e, g in zip(a + b, group_ids)] + list(extra)
+        batch = [dataclasses.replace(e, group_id=g) for e, g in zip(a + b, group_ids)] + list(extra)
         sink = FiniteSink()
         trainer = Trainer(toy_config(1), str(tmp_path / name), policy=policy, buffer=buffer, weight_sink=sink)
         scalars, _ = trainer.train_step(batch)
@@ -138,8 +133,10 @@ def test_out_of_vocabulary_episode_never_reaches_jit_and_64_bit_group_ids_do_not
     for key in ("ppo_actor/update/actor_loss/avg", "ppo_actor/advantages/avg", "ppo_actor/update/grad_norm"):
         assert wide[key] == pytest.approx(plain[key]), key
 
-    oov = dict(a[0], group_id=9, input_ids=[np.array(x) for x in a[0]["input_ids"]])
-    oov["input_ids"][0][-1] = vocab + 2**20                    # a buffer without vocab_size took it
+    ids = a[0].steps[0].input_ids.copy()
+    ids[-1] = vocab + 2**20                                    # a buffer without vocab_size took it
+    oov = dataclasses.replace(a[0], group_id=9, steps=(dataclasses.replace(a[0].steps[0], input_ids=ids),)
+                              + a[0].steps[1:])
     trainer, sink, scalars = step("oov", [5, 5, 7, 7], [oov])
     assert trainer.dropped_invalid_episodes == 1 and scalars["ppo_actor/trajectories"] == 4
     assert sink.published == [(0, True), (1, True)]
@@ -183,7 +180,7 @@ def test_buffer_losses_are_metrics_and_a_killed_writers_partial_group_is_counted
     assert record["buffer/corrupt"] == 1 and record["buffer/incomplete"] == 2
     assert resumed.ledger.cursor["pending"] == []
     assert any("can never complete" in r.getMessage() for r in caplog.records)
-    assert sorted(trained_ids(tmp_path / "run")) == sorted([e["episode_id"] for e in a + b] + later)
+    assert sorted(trained_ids(tmp_path / "run")) == sorted([e.episode_id for e in a + b] + later)
 
 
 def test_a_full_disk_at_checkpoint_time_stops_the_run_at_that_step_with_the_previous_checkpoint_intact(

@@ -38,10 +38,10 @@ def updater_for(policy, config):
 def test_update_moves_success_up_and_failure_down(policy, updater, toy_buffer):
     play_toy(toy_buffer, groups=2, group_size=4, epsilon=0.6, seed=3)
     episodes, _ = toy_buffer.read(None, group_size=4)
-    rewards = [float(e["reward"][-1]) for e in episodes]
+    rewards = [e.reward for e in episodes]
     assert 0 < sum(rewards) < len(rewards)  # mixed outcomes, so advantages are not all zero
-    batch, rows = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
-                           n_minibatches=2, max_seq_len=512)
+    batch = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
+                     n_minibatches=2, max_seq_len=512)
     updater, tx = updater
     params = jax.tree.map(lambda x: x.copy(), policy.params)
     before = updater.proximal_logprobs(params, batch)
@@ -64,7 +64,7 @@ def test_update_moves_success_up_and_failure_down(policy, updater, toy_buffer):
     n = batch.num_real_rows
     mask = batch.loss_mask[:n].astype(bool)
     delta = (after - before)[:n]
-    won = np.array([r["reward"] > 0 for r in rows])
+    won = np.array([e.reward > 0 for e in episodes for _ in e.steps])   # per row: rows are the steps in order
     success_shift = delta[won][mask[won]].mean()
     failure_shift = delta[~won][mask[~won]].mean()
     assert success_shift > failure_shift, (success_shift, failure_shift)
@@ -73,7 +73,7 @@ def test_update_moves_success_up_and_failure_down(policy, updater, toy_buffer):
 def test_update_is_deterministic(policy, updater, toy_buffer):
     play_toy(toy_buffer, groups=2, group_size=4, epsilon=0.6, seed=3)
     episodes, _ = toy_buffer.read(None, group_size=4)
-    batch, _ = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
+    batch = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
                         n_minibatches=2, max_seq_len=512)
     updater, tx = updater
     outs = []
@@ -162,7 +162,7 @@ def test_minibatches_are_balanced_by_policy_tokens(policy, updater, toy_buffer):
     row's (the greedy bound), every row exactly once, the images following their rows."""
     play_toy(toy_buffer, groups=2, group_size=4, epsilon=0.6, seed=4)
     episodes, _ = toy_buffer.read(None, group_size=4)
-    batch, _ = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
+    batch = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
                         n_minibatches=2, max_seq_len=512)
     updater, _ = updater
     minibatches = updater._split(batch, None)
@@ -171,9 +171,9 @@ def test_minibatches_are_balanced_by_policy_tokens(policy, updater, toy_buffer):
     assert max(tokens) - min(tokens) <= batch.loss_mask.sum(axis=1).max()
     np.testing.assert_array_equal(np.sort(np.concatenate([m.rows for m in minibatches])), np.arange(len(batch.input_ids)))
     for m in minibatches:
-        np.testing.assert_array_equal(np.asarray(m.arrays["input_ids"]), batch.input_ids[m.rows])
+        np.testing.assert_array_equal(np.asarray(m.minibatch.input_ids), batch.input_ids[m.rows])
         n_images = int(batch.images_per_row[m.rows].sum())
-        assert len(m.grid) == n_images and m.arrays["pixel_values"].shape[0] == sum(np.prod(g) for g in m.grid)
+        assert len(m.grid) == n_images and m.minibatch.pixel_values.shape[0] == sum(np.prod(g) for g in m.grid)
 
 
 def test_a_minibatch_without_policy_tokens_takes_no_step(policy, updater, toy_buffer):
@@ -182,7 +182,7 @@ def test_a_minibatch_without_policy_tokens_takes_no_step(policy, updater, toy_bu
     minibatch holding every row."""
     play_toy(toy_buffer, groups=1, group_size=4, epsilon=0.6, seed=3)
     episodes, _ = toy_buffer.read(None, group_size=4)
-    batch, _ = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
+    batch = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
                         n_minibatches=2, max_seq_len=512)
     only = np.zeros_like(batch.loss_mask)
     only[0] = batch.loss_mask[0]
@@ -239,7 +239,7 @@ def test_batches_of_one_row_bucket_share_one_compiled_program(policy, toy_buffer
     opt_state = tx.init(params)
     counts = []
     for n in (13, 11):   # 39 and 33 real rows (3 turns each): one bucket of 40 rows
-        batch, _ = assemble(episodes[:n], screenshots=toy_buffer.screenshots,
+        batch = assemble(episodes[:n], screenshots=toy_buffer.screenshots,
                             image_processor=policy.processor.image_processor, n_minibatches=1, max_seq_len=512)
         assert batch.input_ids.shape[0] == 40 and batch.num_real_rows == 3 * n
         params, opt_state, stats = updater(params, opt_state, batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from jaxwebrl.buffer.ring import RingBuffer
@@ -12,9 +13,6 @@ def append_half_a_group(path: str, group_id: int, done) -> None:
     be killed: a worker that died mid-group."""
     buf = RingBuffer.open(path)
     episode = buf.read(None).episodes[0]
-    for key in ("episode_id",):
-        episode.pop(key)
-    episode["group_id"] = group_id
-    buf.append(episode)
+    buf.append(dataclasses.replace(episode, episode_id=None, group_id=group_id))
     done.set()
     time.sleep(600)
