@@ -8,10 +8,10 @@
   dynamic sampling a group whose kept episodes share one reward (or only one is kept) dropped; a batch once at
   least B trajectories are accepted, otherwise the accepted groups go back, in order.
 
-A faithful port, not an import: `Admission` blocks a thread and `BatchGatherer` wants episode dicts of arrays,
-while the model is single-threaded over light records. tests/plan/test_rules.py drives the real classes and these
-side by side on random states; if the rules move there, that test fails (the lead may extract both as shared
-pure functions later).
+A faithful port, not an import: `Admission` blocks a thread and `BatchGatherer` sits in train/ (a sibling at
+layer 4), while the model is single-threaded over light records. tests/plan/test_rules.py drives the real classes
+and these side by side on random states; if the rules move there, that test fails (both are pure enough to be
+extracted as shared functions later).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from jaxwebrl.buffer.episode import Episode, Step
 from jaxwebrl.plan import rules
 from jaxwebrl.rollout.admission import Admission
 from jaxwebrl.train.gatherer import BatchGatherer
@@ -27,7 +28,9 @@ def test_admission_port_agrees_with_the_gate():
 
 
 def _episode(i, group, version, reward, failed=False):
-    return {"episode_id": i, "group_id": group, "min_version": version, "reward": reward, "env_failed": failed}
+    """A real one-step Episode whose only policy token has `version` (so min_version == version), as read."""
+    step = Step(input_ids=[1, 2], loss_mask=[0, 1], behave_logprobs=[0.0, -0.5], versions=[-1, version])
+    return Episode(steps=(step,), task_id="toy", group_id=group, reward=reward, env_failed=failed, episode_id=i)
 
 
 def test_gatherer_port_agrees_with_the_batch_gatherer():
@@ -46,14 +49,14 @@ def test_gatherer_port_agrees_with_the_batch_gatherer():
                                   bool(rng.random() < 0.05)) for k in range(size)]
                 next_id += size
                 real.add_groups([group])
-                port.add_group([rules.Episode(e["group_id"], e["min_version"], e["reward"], 1, e["env_failed"])
+                port.add_group([rules.Episode(e.group_id, e.min_version, e.reward, 1, e.env_failed)
                                 for e in group])
             else:
                 got, ported = real.pop_batch(version), port.pop_batch(version)
                 assert (got is None) == (ported is None)
                 if got is not None:
-                    assert [e["min_version"] for e in got] == [e.min_version for e in ported]
-                    assert [e["reward"] for e in got] == [e.reward for e in ported]
+                    assert [e.min_version for e in got] == [e.min_version for e in ported]
+                    assert [e.reward for e in got] == [e.reward for e in ported]
                     version += 1
                     batches += 1
             assert real.ready_trajectories() == port.ready_trajectories()
