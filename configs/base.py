@@ -203,6 +203,9 @@ SCHEMA = {
         # A run stopped on these seeds (EVAL_SEED_START + 0..n-1) is selected on them: report held-out success on
         # other seeds (launch/eval.py --seed_start).
         "greedy_check_seeds": Field(4, "instances per task of the greedy check"),
+        "stop_after_unusable_episodes": Field(64, "stop the run, naming the cause, once this many episodes in a row "
+                                                  "were all cut (a step > buffer.max_seq_len) or all env-failed "
+                                                  "(0: never)", at_least(0, "must be >= 0 episodes (0 = never)")),
     },
     "actor": {
         "loss": Field("ppo", "name in the jaxwebrl.rl.losses registry"),
