@@ -34,7 +34,7 @@ from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rollout.budget import check_first_step_fits
 from jaxwebrl.rollout.ray_launcher import pool_for
 from jaxwebrl.rollout.serving import PolicyService
-from jaxwebrl.rollout.spec import worker_spec
+from jaxwebrl.rollout.spec import run_fingerprint, worker_spec
 from jaxwebrl.train import console, run_config
 from jaxwebrl.train.trainer import Trainer
 from jaxwebrl.train.workdir import RUN_UMASK, check_workdir, workdir_lock
@@ -159,7 +159,8 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
         if primary:
             service.start()
             log.info("policy server up at %s (policy version %d)", service.address, trainer.state.version)
-            service.publish(workdir)   # WORKDIR/transport.json + transport.token: launch/rollout.py --workdir joins
+            # WORKDIR/transport.json + transport.token: launch/rollout.py --workdir joins if its fingerprint matches
+            service.publish(workdir, run_fingerprint(config))
             spec = worker_spec(config, buffer_path=run_buffer.path_for(config, workdir), address=service.address,
                                token=service.token, stats_dir=os.path.join(workdir, "rollout_stats"),
                                server_key=service.server_key)
