@@ -49,7 +49,7 @@ from jaxwebrl.buffer.schema import BufferWriteError
 from jaxwebrl.buffer.episode import Episode, EpisodeError, MemoryStats, Step
 from jaxwebrl.env.agent.memory import MemoryTracker
 from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord
-from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.base import EnvFailure, browser_is_the_cause
 from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.agent import Agent, step_texts
@@ -431,10 +431,11 @@ def step_seed(seed: int, task: str, instance_seed: int, slot: int, step: int) ->
 
 
 def given_up_message(task: str, failures: int, cause: BaseException | None) -> str:
-    """One line: what kept failing, and where to look. A browser failure (EnvFailure) points at the browser
-    installation; anything else (the task's page, evaluator or spec raised) at the task itself."""
+    """One line: what kept failing, and where to look. Only a failure of the browser itself (BrowserCrashed,
+    EnvTimeout) points at the browser installation; a page fault, a task-spec fault or anything else the task
+    raised points at the task."""
     what = "" if cause is None else f" (last: {type(cause).__name__}: {' '.join(str(cause).split())[:300]})"
-    if cause is None or isinstance(cause, EnvFailure):
+    if cause is None or browser_is_the_cause(cause):
         hint = "check the browser installation (python -m jaxwebrl.env.check)"
     else:
         hint = "the task itself fails before its first step: fix its spec, page or evaluator (docs/env.md)"
