@@ -217,3 +217,15 @@ def test_a_run_whose_episodes_are_all_cut_stops_naming_the_cause_and_the_knob(po
         trainer.run()
     assert "train.stop_after_unusable_episodes=6" in str(err.value) and "\n" not in str(err.value)
     assert trainer.state.step == 0 and trainer.gatherer.counts.episodes_seen == 6
+
+
+def test_cut_episodes_are_not_trained_and_counted_in_metrics_jsonl(policy, two_groups, tmp_path):  # noqa: F811
+    """A cut episode (a step outgrew max_seq_len) is excluded like an env-failed one and counted, never a 0."""
+    buffer, (a, b) = two_groups
+    cut = append_group(buffer, a, 1, lambda e: dataclasses.replace(e, cut=True, reward=0.0))   # batch 2 meets it
+    append_group(buffer, a, 2), append_group(buffer, b, 3)
+    run(2, tmp_path / "run", policy, buffer)
+    first, record = read_metrics(str(tmp_path / "run"))
+    assert first["rollout/cut_episodes"] == 0 and record["rollout/cut_episodes"] == len(cut) == 2
+    assert record["rollout/cut_steps"] == sum(e.num_steps for e in a)
+    assert not set(trained_ids(tmp_path / "run")) & set(cut)
