@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.base import BrowserCrashed, PageFault, TaskSpecFault, browser_is_the_cause
 from jaxwebrl.env.browser.browser import Browser
@@ -15,7 +16,10 @@ from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.browser.navigation import MAX_POPUPS
 from jaxwebrl.env.browser.probes import serve_directory
 from jaxwebrl.env.registry import make_env
-from jaxwebrl.rollout.worker import given_up_message
+from jaxwebrl.models.processor import tiny_processor
+from jaxwebrl.rollout.client import InProcessClient
+from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder
+from jaxwebrl.rollout.worker import EnvGivenUp, RolloutWorker, WorkerConfig, given_up_message
 
 pytestmark = pytest.mark.browser
 VIEWPORT = (200, 200)
@@ -130,3 +134,26 @@ def test_only_a_failure_of_the_browser_itself_points_at_its_installation():
     for fault in (PageFault("the page opened 9 windows"), TaskSpecFault("task spec x.json: its js evaluator")):
         line = given_up_message("t", 4, fault)
         assert "check the browser installation" not in line and "fix its spec, page or evaluator" in line
+
+
+def test_a_worker_whose_start_page_does_not_load_gives_up_naming_the_url_not_the_browser(tmp_path):
+    """Issue 32.2: such a spec was played as a normal task (269 episodes of reward 0); now every reset is a
+    PageFault and the worker gives up on it with one line that names the URL and points at the task."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/index.html"
+    buffer = RingBuffer.create(str(tmp_path / "buf"), capacity_steps=64, max_seq_len=1024,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    backend = ScriptedBackend(random_choice_responder(["wait(0)"]), processor=tiny_processor(),
+                              fetch_image=buffer.screenshots.get)
+    config = WorkerConfig(tasks=(spec_file(tmp_path, dead),), group_size=1, max_env_retries=1, prompt={"window": 0},
+                          env_options={"screenshot_size": [64, 64]})
+    worker = RolloutWorker(config, InProcessClient(backend), buffer)
+    try:
+        with pytest.raises(EnvGivenUp) as err:
+            worker.run(max_groups=1)
+    finally:
+        worker.close()
+    line = str(err.value)
+    assert f"PageFault: the page {dead} did not load" in line and "fix its spec, page or evaluator" in line
+    assert "check the browser installation" not in line and worker.stats.env_failures == 2
