@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from jaxwebrl.buffer.episode import Episode, Step
 from jaxwebrl.plan import rules
 from jaxwebrl.rollout.admission import Admission
 from jaxwebrl.train.gatherer import BatchGatherer
@@ -27,7 +28,10 @@ def test_admission_port_agrees_with_the_gate():
 
 
 def _episode(i, group, version, reward, failed=False):
-    return {"episode_id": i, "group_id": group, "min_version": version, "reward": reward, "env_failed": failed}
+    """A one-step Episode as the buffer reads it back (episode_id set; `min_version` = `version`)."""
+    step = Step(input_ids=np.arange(3), loss_mask=np.array([0, 1, 1]),
+                behave_logprobs=np.array([0, -0.5, -0.5], np.float32), versions=np.array([-1, version, version]))
+    return Episode(steps=(step,), task_id="toy", group_id=group, reward=reward, env_failed=failed, episode_id=i)
 
 
 def test_gatherer_port_agrees_with_the_batch_gatherer():
@@ -46,14 +50,13 @@ def test_gatherer_port_agrees_with_the_batch_gatherer():
                                   bool(rng.random() < 0.05)) for k in range(size)]
                 next_id += size
                 real.add_groups([group])
-                port.add_group([rules.Episode(e["group_id"], e["min_version"], e["reward"], 1, e["env_failed"])
-                                for e in group])
+                port.add_group([rules.Episode(e.group_id, e.min_version, e.reward, 1, e.env_failed) for e in group])
             else:
                 got, ported = real.pop_batch(version), port.pop_batch(version)
                 assert (got is None) == (ported is None)
                 if got is not None:
-                    assert [e["min_version"] for e in got] == [e.min_version for e in ported]
-                    assert [e["reward"] for e in got] == [e.reward for e in ported]
+                    assert [e.min_version for e in got] == [e.min_version for e in ported]
+                    assert [e.reward for e in got] == [e.reward for e in ported]
                     version += 1
                     batches += 1
             assert real.ready_trajectories() == port.ready_trajectories()
