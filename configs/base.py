@@ -111,7 +111,8 @@ SCHEMA = {
                                                      "paths"),
         "group_size": Field(4, "G: episodes per task instance",
                             at_least(1, "must be >= 1 episode per task instance")),
-        "max_episode_steps": Field(5, "horizon per episode (1..jaxwebrl.env.tasks.task_spec.MAX_STEPS)"),
+        "max_episode_steps": Field(5, "horizon cap: a task plays min(its own horizon, this) steps "
+                                      "(1..jaxwebrl.env.tasks.task_spec.MAX_STEPS; docs/env.md)"),
         "screenshot_height": Field(64, "screenshot height in pixels",
                                    at_least(8, "screenshots must be at least 8×8")),
         "screenshot_width": Field(64, "screenshot width in pixels", at_least(8, "screenshots must be at least 8×8")),
@@ -202,6 +203,9 @@ SCHEMA = {
         # A run stopped on these seeds (EVAL_SEED_START + 0..n-1) is selected on them: report held-out success on
         # other seeds (launch/eval.py --seed_start).
         "greedy_check_seeds": Field(4, "instances per task of the greedy check"),
+        "stop_after_unusable_episodes": Field(64, "stop the run, naming the cause, once this many episodes in a row "
+                                                  "were all cut (a step > buffer.max_seq_len) or all env-failed "
+                                                  "(0: never)", at_least(0, "must be >= 0 episodes (0 = never)")),
     },
     "actor": {
         "loss": Field("ppo", "name in the jaxwebrl.rl.losses registry"),

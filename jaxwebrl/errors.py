@@ -32,6 +32,11 @@ class RolloutFailed(RunError):
     """The rollout workers or the policy server stopped for good (wrong token, bad configuration, a dead thread)."""
 
 
+class CannotTrain(RunError):
+    """The run can never train as configured: its first step outgrows the buffer, or every episode is cut or fails
+    in the environment."""
+
+
 class TrainingDiverged(RunError):
     """Train steps keep giving non-finite loss, gradients or weights from finite weights."""
 

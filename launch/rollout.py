@@ -8,7 +8,9 @@ r"""Start rollout workers by hand on a (remote) CPU node, against a running poli
 
 `--workdir` joins a running training run: its policy server's address, CurveZMQ public key and token come from
 WORKDIR/transport.json and WORKDIR/transport.token (mode 0600, written when the run starts), its buffer is the
-run's; --server, --token_file/$JAXWEBRL_TOKEN and --buffer override them.
+run's; --server, --token_file/$JAXWEBRL_TOKEN and --buffer override them. The run publishes there what its workers
+must agree on (`rollout.spec.run_fingerprint`: variant, group size, screenshot shape, action grammar, vocabulary,
+horizon cap); a host whose own config differs is refused in one line naming the keys.
 
 Worker settings (tasks, group size, screenshot size, prompt, sampling) come from the same recipe as the trainer's
 (`--config.a.b=v` overrides apply), so both sides agree by construction; `--server` and `--buffer` say where the
@@ -34,7 +36,7 @@ from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.pool import WorkerPool
 from jaxwebrl.rollout.ray_launcher import RayWorkerPool
 from jaxwebrl.rollout.serving import read_published
-from jaxwebrl.rollout.spec import worker_spec
+from jaxwebrl.rollout.spec import mismatched_keys, run_fingerprint, worker_spec
 from jaxwebrl.rollout.transport import curve_key
 from jaxwebrl.rollout.worker_process import EXIT_FATAL
 
@@ -74,6 +76,8 @@ def build_spec(config) -> tuple[dict, int]:
             published = read_published(_WORKDIR.value)
         except ValueError as err:
             cli.exit_with(f"rollout error: --workdir={_WORKDIR.value}: {err}")
+    if published.get("fingerprint") is not None:
+        check_fingerprint(published["fingerprint"], config)
     server = _SERVER.value or published.get("address")
     if not server or not server.startswith("tcp://") or server.rpartition(":")[2] in ("", "0"):
         cli.exit_with(f"rollout error: --server={server!r}: give the policy server's address, "
@@ -101,6 +105,16 @@ def build_spec(config) -> tuple[dict, int]:
     if num_workers < 1:
         cli.exit_with(f"rollout error: --num_workers={num_workers}: need at least 1")
     return spec, num_workers
+
+
+def check_fingerprint(published: dict, config) -> None:
+    """Exits with one line naming every key where this host's config differs from the run it joins."""
+    own = run_fingerprint(config)
+    keys = mismatched_keys(published, own)
+    if keys:
+        diffs = "; ".join(f"{k}: run {published.get(k)!r}, this host {own.get(k)!r}" for k in keys)
+        cli.exit_with(f"rollout error: --workdir={_WORKDIR.value}: this host's config does not match the run it "
+                      f"joins ({diffs}): start it with the run's recipe and overrides (WORKDIR/config.json)")
 
 
 def make_pool(spec: dict, num_workers: int):

@@ -168,7 +168,8 @@ class Episode:
     task instance. reward: the episode's reward (one per episode, finite; stored as float32, and rounded to it
     here so a read-back episode equals the written one). terminated / truncated: how the last step ended it
     (nothing follows a terminal step: there is no earlier one to mark). env_failed: the environment broke (the
-    trainer excludes such episodes, never scores them). info: JSON-able metadata (kept in the commit record).
+    trainer excludes such episodes, never scores them). cut: a step outgrew the buffer's max_seq_len and the episode
+    ended before it (the trainer excludes and counts it like env_failed; it is no failure of the agent). info: JSON-able metadata (kept in the commit record).
     screenshots: uint8 [N, H, W, 3] when the episode carries its own pixels (the steps' refs then index it), None
     when its refs are global (put during the episode). episode_id: set by the buffer on read (None before).
     Derived once: num_steps, min_version / max_version (oldest / newest policy-token version).
@@ -181,6 +182,7 @@ class Episode:
     terminated: bool = False
     truncated: bool = False
     env_failed: bool = False
+    cut: bool = False
     info: dict = dataclasses.field(default_factory=dict)
     screenshots: np.ndarray | None = None
     episode_id: int | None = None
@@ -210,7 +212,7 @@ class Episode:
             reward = float("nan")
         if not np.isfinite(reward) or np.ndim(self.reward):
             _fail(f"reward must be one finite number per episode, got {self.reward!r}")
-        for name in ("terminated", "truncated", "env_failed"):
+        for name in ("terminated", "truncated", "env_failed", "cut"):
             if np.ndim(getattr(self, name)):
                 _fail(f"{name} must be one bool per episode (the last step's), got {getattr(self, name)!r}")
         try:
@@ -229,7 +231,7 @@ class Episode:
         if self.episode_id is not None and not isinstance(self.episode_id, (int, np.integer)):
             _fail(f"episode_id is set by the buffer (an int), got {self.episode_id!r}")
         values = dict(steps=steps, group_id=int(self.group_id), reward=reward, terminated=bool(self.terminated),
-                      truncated=bool(self.truncated), env_failed=bool(self.env_failed), screenshots=screenshots,
+                      truncated=bool(self.truncated), env_failed=bool(self.env_failed), cut=bool(self.cut), screenshots=screenshots,
                       episode_id=None if self.episode_id is None else int(self.episode_id),
                       num_steps=len(steps), min_version=min_version, max_version=max_version)
         for name, value in values.items():

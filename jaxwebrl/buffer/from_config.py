@@ -38,9 +38,11 @@ def open_or_create(config, workdir: str, vocab_size: int = 0) -> RingBuffer:
                              **shapes(config))
 
 
-def create_sized(config, path: str, episodes: int) -> RingBuffer:
-    """A new buffer at `path` that holds `episodes` whole episodes of at most `env.max_episode_steps` steps
-    (at least 3, the toy's horizon) without overwriting any."""
-    steps = episodes * max(int(config.env.max_episode_steps), 3) + 16
+def create_sized(config, path: str, episodes: int, horizon: int | None = None) -> RingBuffer:
+    """A new buffer at `path` that holds `episodes` whole episodes of at most `horizon` steps (the longest of the
+    run's tasks, `jaxwebrl.env.registry.run_horizon`; None: `env.max_episode_steps`, the cap; at least 3, the toy's
+    horizon) without overwriting any."""
+    horizon = int(config.env.max_episode_steps) if horizon is None else int(horizon)
+    steps = episodes * max(horizon, 3) + 16
     return RingBuffer.create(path, capacity_steps=steps, capacity_screenshots=steps,
                              log_capacity=max(64, 2 * episodes), **shapes(config))

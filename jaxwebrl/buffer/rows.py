@@ -1,8 +1,8 @@
 """The on-disk step-row codec: an Episode -> structured step rows, and rows + commit record -> an Episode.
 
 The row format (schema.row_dtype) is unchanged since format 1: one row per step with the episode's reward and
-env_failed flag repeated on every row, terminated / truncated on the last one, memory stats and their
-FLAG_HAS_MEMORY bits. `from_rows` checks that the repeated values agree (a row that disagrees is damage) and
+env_failed and cut flags repeated on every row, terminated / truncated on the last one, memory stats and their
+FLAG_HAS_MEMORY bits (FLAG_CUT is a bit earlier writers never set: their episodes read back with cut=False). `from_rows` checks that the repeated values agree (a row that disagrees is damage) and
 builds the Episode, whose constructor checks the rest.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxwebrl.buffer.episode import TOKEN_FIELDS, Episode, EpisodeError, MemoryStats, Step
-from jaxwebrl.buffer.schema import (FLAG_ENV_FAILED, FLAG_HAS_MEMORY, FLAG_SCREENSHOT_CHANGED, FLAG_TERMINATED,
+from jaxwebrl.buffer.schema import (FLAG_CUT, FLAG_ENV_FAILED, FLAG_HAS_MEMORY, FLAG_SCREENSHOT_CHANGED, FLAG_TERMINATED,
                                     FLAG_TRUNCATED, BufferConfig, row_checksums, row_dtype)
 
 MEMORY_FLAGS = sum(FLAG_HAS_MEMORY.values())
@@ -32,7 +32,7 @@ def to_rows(ep: Episode, config: BufferConfig, first_seq: int, global_refs: np.n
     changed = np.array([s.screenshot_changed for s in ep.steps])
     has_memory = np.array([s.memory is not None for s in ep.steps])
     rows["flags"] = (last * ep.terminated * FLAG_TERMINATED | last * ep.truncated * FLAG_TRUNCATED
-                     | ep.env_failed * FLAG_ENV_FAILED | changed * FLAG_SCREENSHOT_CHANGED
+                     | ep.env_failed * FLAG_ENV_FAILED | ep.cut * FLAG_CUT | changed * FLAG_SCREENSHOT_CHANGED
                      | has_memory * MEMORY_FLAGS)
     rows["reward"] = ep.reward
     for j, step in enumerate(ep.steps):
@@ -72,6 +72,9 @@ def from_rows(rows: np.ndarray, record: dict) -> Episode:
     env_failed = (flags & FLAG_ENV_FAILED) > 0
     if env_failed.any() != env_failed.all():
         _corrupt(record, "env_failed is set on some of its rows only")
+    cut = (flags & FLAG_CUT) > 0
+    if cut.any() != cut.all():
+        _corrupt(record, "cut is set on some of its rows only")
     ended = (flags & (FLAG_TERMINATED | FLAG_TRUNCATED)) > 0
     if ended[:-1].any():
         _corrupt(record, f"step {int(np.argmax(ended))} is terminal but steps follow it")
@@ -87,5 +90,5 @@ def from_rows(rows: np.ndarray, record: dict) -> Episode:
                           screenshot_changed=bool(flags[j] & FLAG_SCREENSHOT_CHANGED), memory=memory))
     return Episode(steps=tuple(steps), task_id=record["task_id"], group_id=int(record["group_id"]),
                    reward=float(reward[0]), terminated=bool(flags[-1] & FLAG_TERMINATED),
-                   truncated=bool(flags[-1] & FLAG_TRUNCATED), env_failed=bool(env_failed[-1]),
+                   truncated=bool(flags[-1] & FLAG_TRUNCATED), env_failed=bool(env_failed[-1]), cut=bool(cut[-1]),
                    info=record.get("info", {}), episode_id=int(record["episode_id"]))

@@ -49,6 +49,10 @@ FLAG_TRUNCATED = 2
 FLAG_ENV_FAILED = 4
 FLAG_SCREENSHOT_CHANGED = 8
 FLAG_HAS_MEMORY = {"memory_chars": 16, "memory_keys": 32, "memory_generic_frac": 64}  # key was given
+# The episode was cut: a step outgrew max_seq_len (on every row, like env_failed). A bit no earlier writer set, so
+# format 1 and 2 buffers read back with cut=False unchanged and the format version stays 2; a reader older than
+# this bit ignores it (it then sees a cut episode as the truncated failure it used to be stored as).
+FLAG_CUT = 128
 
 
 class BufferFormatError(ValueError):

@@ -72,6 +72,10 @@ def failure_reason(episode: Episode, outcome: str, steps: list[StepView]) -> str
         return ""
     if outcome == ENV_FAILED:
         return f"environment failed: {episode.info.get('env_failure') or 'unknown error'}"
+    if episode.cut:
+        cut = episode.info.get("cut") or {}
+        return (f"cut before step {cut.get('step')}: {cut.get('tokens')} tokens > buffer.max_seq_len="
+                f"{cut.get('max_seq_len')} (not trained)")
     last = steps[-1] if steps else None
     if last is not None and last.invalid:
         return f"last action invalid: {last.feedback or last.action}"

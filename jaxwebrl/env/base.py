@@ -11,6 +11,10 @@ Failure contract (the rollout worker's recovery is built on it):
 - A broken environment (browser crashed, hung, or its driver died) raises `EnvFailure` (subclasses
   `BrowserCrashed`, `EnvTimeout`) from `reset` or `step`. The episode must be marked `env_failed`. The same
   env object stays usable: its next `reset(seed)` starts a fresh browser. `close()` never raises.
+- A fault of the task, not of the browser, is an `EnvFailure` too (the episode is env-failed, never scored) that
+  names its real cause: `PageFault` (the page did not load, opened windows without end, left its allowed origin,
+  hit the memory limit; `PageScriptError` when script run in it threw) and `TaskSpecFault` (the spec's own
+  evaluator raised). Only `BrowserCrashed` and `EnvTimeout` point at the browser installation.
 """
 
 from __future__ import annotations
@@ -33,6 +37,25 @@ class BrowserCrashed(EnvFailure):
 
 class EnvTimeout(EnvFailure):
     """The browser did not answer within the per-call timeout (a hung page or renderer)."""
+
+
+class PageFault(EnvFailure):
+    """The task's page, not the browser, failed or misbehaved (did not load, opened windows without end, left
+    its allowed origin, hit its memory limit): the episode ends env-failed with this reason."""
+
+
+class PageScriptError(PageFault):
+    """JavaScript run in the page threw (the browser is fine)."""
+
+
+class TaskSpecFault(EnvFailure):
+    """The task spec itself is at fault (its evaluator raised): the message names the spec, the evaluator and the
+    error; fix the spec."""
+
+
+def browser_is_the_cause(failure: BaseException | None) -> bool:
+    """Whether `failure` points at the browser (crashed, hung, driver gone) rather than at the task or its page."""
+    return isinstance(failure, EnvFailure) and not isinstance(failure, (PageFault, TaskSpecFault))
 
 
 @dataclasses.dataclass(frozen=True)

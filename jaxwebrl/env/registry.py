@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 from jaxwebrl.env.base import Env
 from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
 from jaxwebrl.env.tasks import toy
-from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
+from jaxwebrl.env.tasks.miniwob_tasks import available_tasks, horizon
 from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
 
 MINIWOB_PREFIX = "miniwob/"
@@ -176,13 +176,33 @@ def make_env(spec: Any, *, latency: Mapping | None = None, **options) -> Env:
     latency: a run's `env.latency` as a dict (`jaxwebrl.env.latency.LatencyConfig`; None or regime "local": off).
         In the "web" regime the env is wrapped in a `LatencyEnv` (a page delay after every reset and step) and
         a MiniWoB++ or JSON web task gets Chromium's network conditions.
-    options: passed to the environment's constructor: `screenshot_size` (W, H), `max_steps` (left out for an env
-    with a fixed horizon), `browser` (a shared Browser, MiniWoB++ and JSON web tasks only).
+    options: passed to the environment's constructor: `screenshot_size` (W, H), `max_steps` (a cap: the env plays
+    `task_horizon(spec, max_steps)`; left out for an env with a fixed horizon), `browser` (a shared Browser,
+    MiniWoB++ and JSON web tasks only).
     """
     checked = check_env_spec(spec)
     regime = LatencyConfig.from_dict(latency)
+    if options.get("max_steps") is not None:
+        options["max_steps"] = task_horizon(checked, options["max_steps"])
     env = _make_checked(checked, regime.network, options)
     return LatencyEnv(env, regime) if regime.enabled else env
+
+
+def task_horizon(spec: Any, cap: int) -> int:
+    """The steps an episode of `spec` may take under the run's `env.max_episode_steps` = `cap`: the task's own
+    horizon (a JSON spec's `max_steps`, a MiniWoB++ task's split horizon) when it is shorter, else `cap`; an env
+    without one of its own (registered) plays `cap` (docs/env.md, "horizon")."""
+    checked = spec if isinstance(spec, WebTaskSpec) else check_env_spec(spec)
+    if isinstance(checked, WebTaskSpec):
+        return min(int(cap), checked.max_steps)
+    if isinstance(checked, str) and checked.startswith(MINIWOB_PREFIX):
+        return min(int(cap), horizon(checked[len(MINIWOB_PREFIX):]))
+    return int(cap)
+
+
+def run_horizon(specs: list, cap: int) -> int:
+    """The longest horizon of a run's tasks (`task_horizon` of each): what a buffer sized per episode must hold."""
+    return max(task_horizon(spec, cap) for spec in specs)
 
 
 def _make_checked(checked: Any, network, options: dict) -> Env:

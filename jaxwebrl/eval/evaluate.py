@@ -25,7 +25,7 @@ import time
 
 from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.from_config import create_sized
-from jaxwebrl.env.registry import env_specs
+from jaxwebrl.env.registry import env_specs, run_horizon
 from jaxwebrl.eval import report as report_lib
 from jaxwebrl.eval.seeds import EVAL_SEED_START
 from jaxwebrl.eval.viewer import write_viewer
@@ -174,7 +174,8 @@ def evaluate(config, policy, *, tasks=None, seeds=None, episodes_per_seed: int =
     info = dict(policy_info or {})
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jaxwebrl-eval-") as scratch:
-        buffer = create_sized(config, os.path.join(scratch, "buffer"), len(jobs) * episodes_per_seed)
+        buffer = create_sized(config, os.path.join(scratch, "buffer"), len(jobs) * episodes_per_seed,
+                              run_horizon(tasks, config.env.max_episode_steps))
         episodes = play(config, policy, jobs, buffer, episodes_per_seed=episodes_per_seed,
                         num_workers=num_workers, temperature=temperature,
                         version=int(info.get("policy_version") or 0), make_handler=make_handler)

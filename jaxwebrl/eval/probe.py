@@ -21,6 +21,7 @@ import tempfile
 import threading
 
 from jaxwebrl.buffer.from_config import create_sized
+from jaxwebrl.env.registry import run_horizon
 from jaxwebrl.eval import report as report_lib
 from jaxwebrl.eval.evaluate import Players, eval_config
 from jaxwebrl.eval.seeds import EVAL_SEED_START
@@ -37,7 +38,8 @@ class SuccessProbe:
         self.jobs = [(task, seed) for task in tasks for seed in range(EVAL_SEED_START, EVAL_SEED_START + num_seeds)]
         self._scratch = tempfile.mkdtemp(prefix="jaxwebrl-probe-")
         try:
-            buffer = create_sized(config, os.path.join(self._scratch, "buffer"), len(self.jobs))
+            buffer = create_sized(config, os.path.join(self._scratch, "buffer"), len(self.jobs),
+                                  run_horizon(tasks, config.env.max_episode_steps))
             self.players = Players(config, policy, buffer, episodes_per_seed=1, num_workers=num_workers,
                                    temperature=0.0)
         except BaseException:

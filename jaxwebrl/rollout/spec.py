@@ -3,6 +3,8 @@
     spec = worker_spec(config, buffer_path=DIR, address="tcp://...", token=TOKEN, stats_dir=DIR)
     WorkerPool(spec, num_workers)                           # or RayWorkerPool, or launch/rollout.py on a node
     fields = worker_fields(config)                          # the WorkerConfig fields alone (evaluation, SFT)
+    fingerprint = run_fingerprint(config)                   # what a joining host must agree on (published)
+    mismatched_keys(published, fingerprint)                 # [] when they agree
 
 The trainer, the evaluator, the supervised warm start and hand-started nodes all derive the workers' settings
 (tasks, group size, screenshot size, horizon, latency regime, prompt, sampling) from the same recipe here, so they
@@ -12,6 +14,10 @@ environments.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
+from jaxwebrl.env.agent.action_space import config_action_texts
 from jaxwebrl.env.registry import env_specs
 from jaxwebrl.extensions import extension_names
 
@@ -48,6 +54,24 @@ def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir
             "stats_dir": stats_dir,
             "placement": placement(config),
             "extensions": list(extension_names(config.get("extensions")))}
+
+
+def run_fingerprint(config) -> dict:
+    """What every rollout host of a run must agree on (JSON-able; the run publishes it with its transport files,
+    launch/rollout.py compares its own): the variant (the scale recipe), G, the screenshot shape, the action
+    grammar (a digest of the constrained action texts; None when unconstrained), the vocabulary (the model's
+    tokenizer family: model.name and model.preset) and the horizon cap."""
+    e, m = config.env, config.model
+    texts = config_action_texts(config)
+    grammar = None if texts is None else hashlib.sha256(json.dumps(list(texts)).encode()).hexdigest()[:16]
+    return {"variant": str(config.variant), "group_size": int(e.group_size),
+            "screenshot_shape": [int(e.screenshot_height), int(e.screenshot_width)], "grammar": grammar,
+            "vocabulary": f"{m.name}/{m.preset}", "max_steps": int(e.max_episode_steps)}
+
+
+def mismatched_keys(published: dict, own: dict) -> list[str]:
+    """The fingerprint keys whose values differ (a key only one side has counts), sorted."""
+    return sorted(k for k in set(published) | set(own) if published.get(k) != own.get(k))
 
 
 def placement(config) -> dict:

@@ -17,6 +17,9 @@ Failures:
   fault, no data) and the worker retries after a pause; a wrong token (``TransportAuthError``) or a request the server refuses as malformed
   (``TransportRequestRefused``) is fatal.
 - Malformed model output is an invalid action: counted, fed back in the next prompt, never a crash.
+- A step whose prompt + response outgrows the buffer's ``max_seq_len`` is not taken: the episode ends before it,
+  flagged ``cut`` (``info["cut"]`` names the step and its tokens), and is appended in its slot; the trainer excludes
+  and counts it like an env-failed one (never a failure scored 0) and stops a run whose episodes all get cut.
 - The buffer refuses the episode (``EpisodeError``) or cannot write it (``BufferWriteError``: disk full,
   read-only): the episode is dropped, counted (``buffer_failures``) and logged in one line, and its slot is
   replayed after a growing pause; ``max_buffer_failures`` in a row end the worker with ``BufferUnusable``
@@ -46,7 +49,7 @@ from jaxwebrl.buffer.schema import BufferWriteError
 from jaxwebrl.buffer.episode import Episode, EpisodeError, MemoryStats, Step
 from jaxwebrl.env.agent.memory import MemoryTracker
 from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord
-from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.base import EnvFailure, browser_is_the_cause
 from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.agent import Agent, step_texts
@@ -145,7 +148,8 @@ class WorkerStats:
     invalid_actions: int = 0
     server_errors: int = 0
     buffer_failures: int = 0  # episodes the buffer refused or could not write (disk full): dropped, replayed
-    overlong_steps: int = 0  # prompt + response longer than the buffer's max_seq_len: episode truncated there
+    overlong_steps: int = 0  # prompt + response longer than the buffer's max_seq_len: the episode is cut there
+    cut_episodes: int = 0    # episodes ended by an overlong step (flagged cut: excluded, never scored)
     env_s: float = 0.0
     generate_s: float = 0.0
     buffer_s: float = 0.0
@@ -278,7 +282,7 @@ class RolloutWorker:
         history: list[StepRecord] = []
         tracker = MemoryTracker()
         reward, terminated, truncated, env_failed = 0.0, False, False, False
-        failure = None
+        failure = cut = None
         try:
             env = self._envs.get(task)
             obs = self._env_call(lambda: env.reset(seed), "reset")
@@ -289,8 +293,9 @@ class RolloutWorker:
                 sample_seed = (step_seed(self.config.seed, task_name(task), seed, slot, len(steps))
                                if self.config.step_seeds else None)
                 played = self._play_step(env, obs, previous, history, tracker, group_id, sample_seed)
-                if played is None:  # the step does not fit the buffer: the episode ends before it
-                    truncated = True
+                if isinstance(played, dict):  # the step does not fit the buffer: the episode is cut before it
+                    truncated, cut = True, played
+                    self.stats.cut_episodes += 1
                     break
                 steps.append(played)
                 result = played.result
@@ -309,15 +314,16 @@ class RolloutWorker:
         if not steps:
             return None
         self.stats.steps += len(steps)
-        if not env_failed:
+        if not env_failed and cut is None:
             self.stats.successes += int(reward > 0)
         difficulty = getattr(getattr(env, "spec", None), "difficulty", None)   # a JSON task's own split
         return self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed,
-                              failure, difficulty if isinstance(difficulty, str) else None)
+                              failure, difficulty if isinstance(difficulty, str) else None, cut)
 
     def _play_step(self, env, obs, previous, history, tracker, group_id: int,
-                   sample_seed: int | None) -> _PlayedStep | None:
-        """One step; None when its tokens would not fit the buffer's max_seq_len (the action is not taken)."""
+                   sample_seed: int | None) -> _PlayedStep | dict:
+        """One step; when its tokens would not fit the buffer's max_seq_len (the action is not taken), the cut's
+        record {"step", "tokens", "max_seq_len"} instead."""
         t0 = time.perf_counter()
         ref = int(self.buffer.screenshots.put(obs.screenshot))
         t1 = time.perf_counter()
@@ -339,9 +345,10 @@ class RolloutWorker:
                 raise ValueError(f"the first prompt + response of {env.task_id} is "
                                  f"{len(generation.input_ids)} tokens, more than the buffer's max_seq_len="
                                  f"{self._max_seq_len}: create the buffer with a larger max_seq_len")
-            log.warning("worker %d: step of %d tokens exceeds max_seq_len=%d; episode truncated before it",
-                        self.worker_id, len(generation.input_ids), self._max_seq_len)
-            return None
+            log.warning("worker %d: step %d of %s is %d tokens, more than buffer.max_seq_len=%d: the episode is cut "
+                        "before it (excluded from training, counted as rollout/cut_episodes)", self.worker_id,
+                        len(history), env.task_id, len(generation.input_ids), self._max_seq_len)
+            return {"step": len(history), "tokens": len(generation.input_ids), "max_seq_len": self._max_seq_len}
         t_env = time.perf_counter()
         result = self._env_call(lambda: env.step(turn.action), "step")
         t3 = time.perf_counter()
@@ -362,15 +369,18 @@ class RolloutWorker:
                            texts=step_texts(turn, feedback, tracker, STEP_TEXT_CHARS))
 
     def _assemble(self, task_id, seed, group_id, steps: list[_PlayedStep], reward, terminated, truncated,
-                  env_failed, failure, difficulty: str | None) -> Episode:
+                  env_failed, failure, difficulty: str | None, cut: dict | None = None) -> Episode:
         info = {"worker_id": self.worker_id, "instance_seed": int(seed),
                 "invalid_actions": [bool(s.invalid) for s in steps], "env_failure": failure,
                 "steps": [s.texts for s in steps]}
         if difficulty is not None:
             info["difficulty"] = difficulty
+        if cut is not None:
+            info["cut"] = cut
+        unscored = env_failed or cut is not None   # reward 0.0 is a placeholder: the trainer never scores these
         return Episode(steps=tuple(s.step for s in steps), task_id=task_id, group_id=int(group_id),
-                       reward=0.0 if env_failed else float(reward), terminated=bool(terminated and not env_failed),
-                       truncated=bool(truncated or env_failed), env_failed=bool(env_failed),
+                       reward=0.0 if unscored else float(reward), terminated=bool(terminated and not unscored),
+                       truncated=bool(truncated or unscored), env_failed=bool(env_failed), cut=cut is not None,
                        info=json.loads(json.dumps(info)))
 
     def _buffer_failed(self, exc: Exception) -> None:
@@ -421,10 +431,11 @@ def step_seed(seed: int, task: str, instance_seed: int, slot: int, step: int) ->
 
 
 def given_up_message(task: str, failures: int, cause: BaseException | None) -> str:
-    """One line: what kept failing, and where to look. A browser failure (EnvFailure) points at the browser
-    installation; anything else (the task's page, evaluator or spec raised) at the task itself."""
+    """One line: what kept failing, and where to look. Only a failure of the browser itself (BrowserCrashed,
+    EnvTimeout) points at the browser installation; a page fault, a task-spec fault or anything else the task
+    raised points at the task."""
     what = "" if cause is None else f" (last: {type(cause).__name__}: {' '.join(str(cause).split())[:300]})"
-    if cause is None or isinstance(cause, EnvFailure):
+    if cause is None or browser_is_the_cause(cause):
         hint = "check the browser installation (python -m jaxwebrl.env.check)"
     else:
         hint = "the task itself fails before its first step: fix its spec, page or evaluator (docs/env.md)"

@@ -4,7 +4,8 @@ The ring buffer does the grouping (`RingBuffer.read(group_size=G)` hands out onl
 task instance, same `group_id`, and counts the groups that can never complete). `BatchGatherer` queues those
 groups and, when a batch is asked for, decides per group:
 
-- env-failed episodes (the browser broke, not the agent) are excluded and counted; never scored 0;
+- env-failed episodes (the browser broke, not the agent) and cut ones (a step outgrew `buffer.max_seq_len`) are
+  excluded and counted; never scored 0;
 - stale episodes (a policy token older than `current_version − max_head_offpolicyness`) are dropped and counted;
   staleness is judged at that moment, against the version the batch will train, so a group that waited too long
   is dropped too. It is the only staleness filter; it reads the episode's `min_version`, which the buffer
@@ -12,6 +13,9 @@ groups and, when a batch is asked for, decides per group:
 - with dynamic sampling, a group whose remaining episodes all got the same reward (all success / all failure)
   carries no advantage signal and is dropped (counted);
 - the rest are handed out, whole groups only, once at least `consumer_batch_size` trajectories are accepted.
+
+`unusable_run(n)` says why the run cannot train when the last `n` episodes read were all cut or env-failed (the
+trainer's stop rule, `train.stop_after_unusable_episodes`).
 
 Episodes are `jaxwebrl.buffer.episode.Episode`s as `RingBuffer.read` returns them (episode_id set).
 """
@@ -34,8 +38,10 @@ class GatherCounts:
     """Running totals since the trainer started (logged as rollout/*)."""
 
     episodes_seen: int = 0
-    successes_seen: int = 0            # of episodes_seen (env-failed ones never count as successes)
+    successes_seen: int = 0            # of episodes_seen (env-failed and cut ones never count as successes)
     env_failed: int = 0
+    cut_episodes: int = 0              # excluded: a step outgrew buffer.max_seq_len
+    cut_steps: int = 0                 # the steps those cut episodes played (not trained)
     dropped_stale: int = 0
     dropped_uniform_groups: int = 0
     groups_accepted: int = 0
@@ -50,15 +56,32 @@ class BatchGatherer:
         self.dynamic_sampling = dynamic_sampling
         self.counts = GatherCounts()
         self._ready: collections.deque[list[Episode]] = collections.deque()   # whole groups, arrival order
+        # unusable (cut or env-failed) episodes read in a row: (how many, how many of them cut, the last env
+        # failure's and the last cut's details with the task)
+        self._unusable: tuple[int, int, dict] = (0, 0, {})
 
     def add_groups(self, groups: list[list[Episode]]) -> None:
         """Queue whole groups (as `RingBuffer.read(group_size=G)` returns them)."""
         for group in groups:
             for episode in group:
                 self.counts.episodes_seen += 1
-                if not episode.env_failed and episode.reward > 0:
+                unusable = episode.env_failed or episode.cut
+                if not unusable and episode.reward > 0:
                     self.counts.successes_seen += 1
+                self._note_usable(episode, unusable)
             self._ready.append(list(group))
+
+    def _note_usable(self, episode: Episode, unusable: bool) -> None:
+        if not unusable:
+            self._unusable = (0, 0, {})
+            return
+        streak, cut, last = self._unusable
+        last = dict(last, task_id=episode.task_id)
+        if episode.cut:
+            last["cut"] = episode.info.get("cut")
+        else:
+            last["env_failure"] = episode.info.get("env_failure")
+        self._unusable = (streak + 1, cut + int(episode.cut), last)
 
     def ready_trajectories(self) -> int:
         return sum(len(group) for group in self._ready)
@@ -83,10 +106,32 @@ class BatchGatherer:
         self.counts.groups_accepted += len(accepted)
         return [episode for group in accepted for episode in group]
 
+    def unusable_run(self, n: int) -> str:
+        """Why the run cannot train ("" when it can, or `n` is 0): the last `n` episodes read were all cut, or all
+        env-failed (a mix of the two says both); one line naming the cause, the last one's details and the knob."""
+        streak, cut, last = self._unusable
+        if n <= 0 or streak < n:
+            return ""
+        knob = f"train.stop_after_unusable_episodes={n} stops a run whose last {n} episodes are all unusable"
+        if cut == streak:
+            where = last.get("cut") or {}
+            return (f"the last {streak} episodes were all cut: a step of {last['task_id']} outgrew the buffer (step "
+                    f"{where.get('step')}: {where.get('tokens')} tokens > buffer.max_seq_len="
+                    f"{where.get('max_seq_len')}): raise --config.buffer.max_seq_len, or shorten the prompt "
+                    f"(env.prompt_window, env.screenshot_*, model.max_new_tokens); {knob}")
+        mix = f" or were cut ({cut} cut)" if cut else ""
+        failure = " ".join(str(last.get("env_failure") or "unknown").split())[:300]
+        return (f"the last {streak} episodes all failed in the environment{mix}; last failure on "
+                f"{last['task_id']}: {failure}: fix that cause (python -m jaxwebrl.env.check checks the browser); "
+                f"{knob}")
+
     def _filter(self, group: list[Episode], current_version: int) -> list[Episode]:
         kept = []
         for episode in group:
-            if episode.env_failed:
+            if episode.cut:
+                self.counts.cut_episodes += 1
+                self.counts.cut_steps += episode.num_steps
+            elif episode.env_failed:
                 self.counts.env_failed += 1
             elif staleness(episode, current_version) > self.max_head_offpolicyness:
                 self.counts.dropped_stale += 1

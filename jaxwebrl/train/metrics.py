@@ -52,6 +52,8 @@ DASHBOARD_KEYS = (
     "rollout/steps_failure/avg",
     "rollout/memory_chars/avg",
     "rollout/env_failed",
+    "rollout/cut_episodes",                # a step outgrew buffer.max_seq_len: excluded, running totals
+    "rollout/cut_steps",                   # the steps those episodes played (not trained)
     "rollout/dropped_stale",
     "rollout/dropped_uniform_groups",
     "buffer/overwritten",                  # episodes lost before training, running totals (ring buffer read stats)

@@ -31,9 +31,10 @@ from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.errors import RolloutFailed, RunError, one_line
 from jaxwebrl.parallel import distributed, multihost
+from jaxwebrl.rollout.budget import check_first_step_fits
 from jaxwebrl.rollout.ray_launcher import pool_for
 from jaxwebrl.rollout.serving import PolicyService
-from jaxwebrl.rollout.spec import worker_spec
+from jaxwebrl.rollout.spec import run_fingerprint, worker_spec
 from jaxwebrl.train import console, run_config
 from jaxwebrl.train.trainer import Trainer
 from jaxwebrl.train.workdir import RUN_UMASK, check_workdir, workdir_lock
@@ -121,6 +122,7 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
                  jax.process_count(), jax.local_device_count(), jax.device_count(), dict(layout.mesh.shape))
     with console.phase(f"building the policy (model.name={config.model.name})"):
         policy = recipe_policy(config)   # the trainer starts it from a checkpoint or a warm start (resume.py)
+    check_first_step_fits(config, policy.processor)   # before any browser: a run whose first step cannot fit stops
     vocab_size = policy.config.text.vocab_size
     # process 0 creates the buffer, the others open it once it exists
     with console.phase(f"opening the ring buffer {run_buffer.path_for(config, workdir)}"):
@@ -157,7 +159,8 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
         if primary:
             service.start()
             log.info("policy server up at %s (policy version %d)", service.address, trainer.state.version)
-            service.publish(workdir)   # WORKDIR/transport.json + transport.token: launch/rollout.py --workdir joins
+            # WORKDIR/transport.json + transport.token: launch/rollout.py --workdir joins if its fingerprint matches
+            service.publish(workdir, run_fingerprint(config))
             spec = worker_spec(config, buffer_path=run_buffer.path_for(config, workdir), address=service.address,
                                token=service.token, stats_dir=os.path.join(workdir, "rollout_stats"),
                                server_key=service.server_key)

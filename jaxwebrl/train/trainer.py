@@ -37,7 +37,7 @@ from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
 from jaxwebrl.checkpoint.resume import restore_or_init
 from jaxwebrl.env.agent.action_space import config_action_texts
-from jaxwebrl.errors import TrainingDiverged
+from jaxwebrl.errors import CannotTrain, TrainingDiverged
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import action_constraint
@@ -190,6 +190,9 @@ class Trainer:
             while not stop():
                 self.poll()
                 self._say_first_episodes()
+                cannot = self.gatherer.unusable_run(int(self.config.train.stop_after_unusable_episodes))
+                if cannot:
+                    raise CannotTrain(f"{cannot}; stopped at train step {self.state.step}")
                 if self._held is None:
                     self._held = self.gatherer.pop_batch(self.state.version)
                 if distributed.all_processes(self._held is not None):
@@ -212,9 +215,9 @@ class Trainer:
     def _say_waiting(self, waited_s: float) -> None:
         c = self.gatherer.counts
         console.log.info("waiting for episodes: %d/%d trajectories ready for step %d (%s so far; read %d, dropped "
-                         "%d uniform groups, %d stale, %d env-failed)", self.gatherer.ready_trajectories(),
+                         "%d uniform groups, %d stale, %d env-failed, %d cut)", self.gatherer.ready_trajectories(),
                          self.config.train.consumer_batch_size, self.state.step + 1, console.duration(waited_s),
-                         c.episodes_seen, c.dropped_uniform_groups, c.dropped_stale, c.env_failed)
+                         c.episodes_seen, c.dropped_uniform_groups, c.dropped_stale, c.env_failed, c.cut_episodes)
 
     def train_step(self, episodes: list[Episode], should_stop=None) -> tuple[dict, dict] | None:
         """One optimizer step on `episodes`; publishes version v+1; returns the step's (scalars, histograms), or
@@ -400,6 +403,8 @@ class Trainer:
             "rollout/steps_failure/avg": float(steps[~success].mean()) if (~success).any() else float("nan"),
             "rollout/memory_chars/avg": float(np.mean(memory)) if memory else float("nan"),
             "rollout/env_failed": counts.env_failed,
+            "rollout/cut_episodes": counts.cut_episodes,
+            "rollout/cut_steps": counts.cut_steps,
             "rollout/dropped_stale": counts.dropped_stale,
             "rollout/dropped_uniform_groups": counts.dropped_uniform_groups,
             **{f"buffer/{k}": n for k, n in self.buffer_losses.items()},

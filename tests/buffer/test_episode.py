@@ -84,19 +84,19 @@ def test_the_constructor_normalises_dtypes_and_derives_the_versions():
     assert ep == make_episode(2, num_steps=3, version=7) and ep != make_episode(3, num_steps=3, version=7)
 
 
-@pytest.mark.parametrize("memory", [True, False])
-def test_a_written_and_read_back_episode_is_equal(tmp_path, memory):
+@pytest.mark.parametrize("memory, cut", [(True, False), (False, False), (True, True)])
+def test_a_written_and_read_back_episode_is_equal(tmp_path, memory, cut):
     buf = RingBuffer.create(tmp_path / "buf", capacity_steps=32, max_seq_len=48, screenshot_shape=SHAPE,
                             max_images_per_step=2)
     local = make_episode(7, num_steps=3, with_memory=memory)
     refs = np.array([buf.screenshots.put(image) for image in local.screenshots])
-    sent = dataclasses.replace(local, screenshots=None, steps=tuple(
+    sent = dataclasses.replace(local, screenshots=None, cut=cut, steps=tuple(
         dataclasses.replace(s, screenshot_refs=np.where(s.screenshot_refs >= 0, refs[s.screenshot_refs], -1))
         for s in local.steps))
     episode_id = buf.append(sent)
     got = RingBuffer.open(tmp_path / "buf").read().episodes[0]
     assert got.episode_id == episode_id and got == dataclasses.replace(sent, episode_id=episode_id)
-    assert got.min_version == sent.min_version and got.num_steps == 3
+    assert got.min_version == sent.min_version and got.num_steps == 3 and got.cut == cut
 
 
 def test_rows_that_disagree_on_the_reward_are_counted_corrupt(tmp_path, caplog):
@@ -135,6 +135,7 @@ def test_the_committed_format_2_buffer_reads_as_episodes(tmp_path):
         assert [ep.reward] * ep.num_steps == pytest.approx(old["reward"])
         assert (ep.terminated, ep.truncated, ep.env_failed) == (old["terminated"][-1], old["truncated"][-1],
                                                                old["env_failed"][-1])
+        assert not ep.cut   # FLAG_CUT is a bit no format-2 writer set before it existed: the format stays 2
         for j, step in enumerate(ep.steps):
             for key in ("input_ids", "loss_mask", "behave_logprobs", "versions"):
                 np.testing.assert_array_equal(getattr(step, key), old[key][j], err_msg=key)

@@ -64,6 +64,19 @@ def test_summary_is_bounded():
     assert len(lines) == 6 and all(len(line) <= 20 for line in lines[3:]) and lines[4].endswith("...")
 
 
+@pytest.mark.parametrize("older", [0, 1, 15, 16, 20, 29, 30, 31, 45])
+def test_the_summary_window_keeps_the_last_max_summary_steps_older_steps(older):
+    """Rule: the last max_summary_steps steps before the screenshot window, one line each; the rest counted only
+    (it once kept 30 - n lines for 15 < n < 30: 20 older steps showed 10, 29 showed 1)."""
+    config = PromptConfig(window=1, max_summary_steps=30)
+    text = all_text(build_prompt("g", history(older + 1), 5, {}, config, max_steps=50).messages)
+    shown = [i for i in range(older) if f"Step {i + 1}: click({i}, 7)" in text]
+    assert shown == list(range(max(0, older - 30), older))
+    assert ("earlier steps not shown" in text) == (older > 30)
+    if older > 30:
+        assert f"({older - 30} earlier steps not shown)" in text
+
+
 def test_action_summaries_and_styles():
     assert summarize_action(parse_action("click(250, 500)")) == "click(250, 500)"
     assert summarize_action(parse_action('type(text="bob")')) == "type('bob')"

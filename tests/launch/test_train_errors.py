@@ -84,3 +84,10 @@ def test_unreadable_checkpoints_are_one_line_and_run_files_are_private(tmp_path)
     assert any(p.name == "buffer.json" for p in made) and any(p.name == "train.lock" for p in made)
     exposed = [f"{p} {oct(stat.S_IMODE(p.stat().st_mode))}" for p in made if p.stat().st_mode & 0o077]
     assert not exposed, exposed                       # files 0600, directories 0700 (the buffer's included)
+
+
+def test_a_first_step_longer_than_the_buffer_row_is_one_line_before_any_worker_starts(tmp_path):
+    """Issue 32.3: a run that cannot fit its first step says so and stops, naming the knob."""
+    line = the_error(launch(tmp_path / "run", "--config.buffer.max_seq_len=100"))
+    assert "the first step of toy needs" in line and "--config.buffer.max_seq_len=" in line
+    assert not os.path.exists(tmp_path / "run" / "rollout_stats")   # no worker was started

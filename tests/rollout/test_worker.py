@@ -219,7 +219,7 @@ def test_bad_worker_config_is_refused():
         WorkerConfig(tasks=())
 
 
-def test_a_step_longer_than_max_seq_len_truncates_the_episode_before_it(tmp_path):
+def test_a_step_longer_than_max_seq_len_cuts_the_episode_before_it_flagged_and_stored(tmp_path):
     probe = make_buffer(tmp_path / "probe")
     make_worker(probe, toy_oracle_responder(), group_size=1)[0].run(max_groups=1)
     first_len = probe.read().episodes[0].steps[0].num_tokens
@@ -228,10 +228,14 @@ def test_a_step_longer_than_max_seq_len_truncates_the_episode_before_it(tmp_path
     worker, _ = make_worker(buffer, toy_oracle_responder(), group_size=2)
     worker.run(max_groups=1)
     episodes = buffer.read().episodes
-    assert len(episodes) == 2 and worker.stats.overlong_steps == 2
-    for e in episodes:
-        assert e.num_steps == 1 and e.truncated and not e.terminated
+    assert len(episodes) == 2 and worker.stats.overlong_steps == 2 and worker.stats.cut_episodes == 2
+    for e in episodes:   # read back from the ring: the cut flag is stored
+        assert e.num_steps == 1 and e.truncated and not e.terminated and e.cut
         assert e.reward == 0.0 and not e.env_failed
+        assert e.info["cut"]["step"] == 1 and e.info["cut"]["max_seq_len"] == first_len + 5
+        assert e.info["cut"]["tokens"] > first_len + 5
+    whole = probe.read().episodes[0]
+    assert not whole.cut and whole.num_steps == 3
     tiny = RingBuffer.create(str(tmp_path / "tiny"), capacity_steps=64, max_seq_len=16,
                              screenshot_shape=(64, 64, 3), max_images_per_step=2)
     with pytest.raises(ValueError, match="larger max_seq_len"):

@@ -15,7 +15,8 @@ import pytest
 from configs.constT10 import get_config
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
-from jaxwebrl.rollout.serving import PolicyService
+from jaxwebrl.rollout.serving import PolicyService, read_published
+from jaxwebrl.rollout.spec import run_fingerprint
 from jaxwebrl.rollout.transport import TransportServer, new_token
 from jaxwebrl.buffer.from_config import open_or_create
 
@@ -114,7 +115,7 @@ def test_a_hand_started_worker_joins_a_run_from_its_published_files(curve, tmp_p
     path = os.path.join(str(tmp_path), "buffer")
     with _published_service(tmp_path, curve=curve) as service:
         service.start()
-        service.publish(str(tmp_path))
+        service.publish(str(tmp_path), run_fingerprint(get_config("toy")))   # the same recipe joins
         assert stat.S_IMODE(os.stat(tmp_path / "transport.token").st_mode) == 0o600
         published = json.loads((tmp_path / "transport.json").read_text())
         assert published["address"] == service.address and (published["server_key"] is not None) == curve
@@ -149,3 +150,25 @@ def test_a_wrong_token_file_is_refused_and_a_missing_or_open_one_is_one_line(tmp
         output = proc.communicate(timeout=120)[0]
         assert proc.returncode == 1 and expected in output, output
         assert output.strip().splitlines()[-1].startswith(f"rollout error: --workdir={workdir}: ")
+
+
+def test_a_joining_host_whose_config_differs_from_the_run_is_refused_naming_the_keys(tmp_path):
+    """Issue 32.5: a host with group_size=2 ran 60 s unnoticed (its episodes never trained); another died on a
+    screenshot shape. The run publishes its fingerprint; a host that differs stops in one line naming the keys."""
+    with _published_service(tmp_path, curve=False) as service:
+        service.start()
+        service.publish(str(tmp_path), run_fingerprint(get_config("toy")))
+        assert read_published(str(tmp_path))["fingerprint"]["group_size"] == get_config("toy").env.group_size
+        proc = launch(f"--workdir={tmp_path}", "--num_workers=1", "--config.env.group_size=3",
+                      "--config.env.screenshot_height=48")
+        try:
+            output = proc.communicate(timeout=120)[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 1, output[-3000:]
+    line = output.strip().splitlines()[-1]
+    assert line.startswith(f"rollout error: --workdir={tmp_path}: this host's config does not match the run")
+    assert "group_size: run 4, this host 3" in line and "screenshot_shape: run [64, 64], this host [48, 64]" in line
+    assert "variant" not in line and "grammar" not in line
+    assert count_episodes(os.path.join(str(tmp_path), "buffer")) == 0

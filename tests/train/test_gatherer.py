@@ -6,13 +6,13 @@ from jaxwebrl.buffer.episode import Episode, Step
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 
 
-def episode(episode_id, group_id, reward, *, version=1, env_failed=False, steps=2):
+def episode(episode_id, group_id, reward, *, version=1, env_failed=False, steps=2, cut=False, info=None):
     """An Episode as `RingBuffer.read` returns it (episode_id set; `min_version`: its oldest policy-token version)."""
     step = Step(input_ids=np.arange(4), loss_mask=np.array([0, 0, 1, 1]),
                 behave_logprobs=np.array([0, 0, -0.5, -0.5], np.float32),
                 versions=np.array([-1, -1, version, version + 1]))
     return Episode(steps=(step,) * steps, task_id="toy", group_id=group_id, reward=reward, env_failed=env_failed,
-                   episode_id=episode_id)
+                   cut=cut, info=info or {}, episode_id=episode_id)
 
 
 def test_staleness_is_versions_behind_the_oldest_policy_token():
@@ -40,3 +40,35 @@ def test_too_few_keeps_groups_for_next_time():
     assert g.pop_batch(0) is None and g.ready_trajectories() == 2
     g.add_groups([[episode(2, 2, 0), episode(3, 2, 0)]])
     assert [e.episode_id for e in g.pop_batch(0)] == [0, 1, 2, 3]
+
+
+CUT = {"cut": {"step": 2, "tokens": 207, "max_seq_len": 190}}
+
+
+def test_cut_episodes_are_excluded_and_counted_never_scored():
+    g = BatchGatherer(consumer_batch_size=2, max_head_offpolicyness=1)
+    g.add_groups([[episode(0, 1, 1), episode(1, 1, 0), episode(2, 1, 1, cut=True, steps=3, info=CUT)]])
+    batch = g.pop_batch(current_version=1)
+    assert [e.episode_id for e in batch] == [0, 1]
+    assert (g.counts.cut_episodes, g.counts.cut_steps, g.counts.env_failed) == (1, 3, 0)
+    assert g.counts.successes_seen == 1
+    g.add_groups([[episode(3, 2, 0, cut=True, info=CUT), episode(4, 2, 1)]])   # the cut failure would have made a pair
+    assert g.pop_batch(current_version=1) is None and g.counts.dropped_uniform_groups == 1
+
+
+def test_a_run_whose_last_n_episodes_are_all_cut_or_all_env_failed_is_told_why():
+    g = BatchGatherer(consumer_batch_size=2, max_head_offpolicyness=1)
+    g.add_groups([[episode(i, 1, 0, cut=True, info=CUT) for i in range(3)]])
+    assert g.unusable_run(4) == "" and g.unusable_run(0) == ""
+    g.add_groups([[episode(3, 2, 0, cut=True, info=CUT)]])
+    why = g.unusable_run(4)
+    assert why.startswith("the last 4 episodes were all cut") and "207 tokens > buffer.max_seq_len=190" in why
+    assert "--config.buffer.max_seq_len" in why and "train.stop_after_unusable_episodes=4" in why
+    g.add_groups([[episode(4, 3, 1)]])                   # one usable episode starts the count again
+    assert g.unusable_run(1) == ""
+    failed = {"env_failure": "EnvFailure: start page http://127.0.0.1:9/ did not load"}
+    g.add_groups([[episode(5 + i, 4, 0, env_failed=True, info=failed) for i in range(2)]])
+    why = g.unusable_run(2)
+    assert why.startswith("the last 2 episodes all failed in the environment") and "did not load" in why
+    g.add_groups([[episode(7, 5, 0, cut=True, info=CUT)]])
+    assert "(1 cut)" in g.unusable_run(3)

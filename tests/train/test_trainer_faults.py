@@ -17,7 +17,7 @@ import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
-from jaxwebrl.errors import CheckpointError, TrainingDiverged
+from jaxwebrl.errors import CannotTrain, CheckpointError, TrainingDiverged
 from jaxwebrl.train.metrics import read_metrics
 from jaxwebrl.train.trainer import Trainer
 from tests.disks import tmpfs
@@ -198,3 +198,34 @@ def test_a_full_disk_at_checkpoint_time_stops_the_run_at_that_step_with_the_prev
         with open(os.path.join(checkpoints, "1", "meta", "metadata")) as f:
             assert json.load(f)["step"] == 1
         assert Checkpointer(checkpoints, async_save=False).all_steps() == [1]
+
+
+def test_a_run_whose_episodes_are_all_cut_stops_naming_the_cause_and_the_knob(policy, tmp_path):  # noqa: F811
+    """Issue 32.2: max_seq_len below the toy's later steps cut every episode, scored 0, and the run spun forever;
+    now the cut episodes are excluded and the trainer stops, in one line, before any train step."""
+    probe = RingBuffer.create(str(tmp_path / "probe"), capacity_steps=64, max_seq_len=512,
+                              screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    play_toy(probe, groups=1, group_size=1)
+    first = probe.read().episodes[0].steps[0].num_tokens
+    short = RingBuffer.create(str(tmp_path / "short"), capacity_steps=256, max_seq_len=first + 5,
+                              screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    play_toy(short, groups=3, group_size=2)   # every episode cut before its second step
+    config = toy_config(4)
+    config.train.stop_after_unusable_episodes = 6
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=short, weight_sink=FiniteSink())
+    with pytest.raises(CannotTrain, match=r"the last 6 episodes were all cut: .*buffer.max_seq_len=") as err:
+        trainer.run()
+    assert "train.stop_after_unusable_episodes=6" in str(err.value) and "\n" not in str(err.value)
+    assert trainer.state.step == 0 and trainer.gatherer.counts.episodes_seen == 6
+
+
+def test_cut_episodes_are_not_trained_and_counted_in_metrics_jsonl(policy, two_groups, tmp_path):  # noqa: F811
+    """A cut episode (a step outgrew max_seq_len) is excluded like an env-failed one and counted, never a 0."""
+    buffer, (a, b) = two_groups
+    cut = append_group(buffer, a, 1, lambda e: dataclasses.replace(e, cut=True, reward=0.0))   # batch 2 meets it
+    append_group(buffer, a, 2), append_group(buffer, b, 3)
+    run(2, tmp_path / "run", policy, buffer)
+    first, record = read_metrics(str(tmp_path / "run"))
+    assert first["rollout/cut_episodes"] == 0 and record["rollout/cut_episodes"] == len(cut) == 2
+    assert record["rollout/cut_steps"] == sum(e.num_steps for e in a)
+    assert not set(trained_ids(tmp_path / "run")) & set(cut)

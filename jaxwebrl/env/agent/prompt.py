@@ -42,7 +42,9 @@ _STEP_TEXT = re.compile(r"Step (\d+) of at most (\d+)\.")
 @dataclasses.dataclass(frozen=True)
 class PromptConfig:
     """window: past rounds kept with their screenshots (the prompt has up to window + 1 images).
-    max_summary_steps: older steps listed as one text line each (the oldest beyond this are counted only).
+    max_summary_steps: the summary window: the last this-many older steps (those before the screenshot window)
+        are listed as one text line each, every older step before them is counted only ("(N earlier steps not
+        shown)"); 0 lists none.
     max_summary_chars: each summary line is cut to this many characters.
     action_style: "call" (``click(250, 500)``, short, for tiny policies) or "tool_call" (Qwen3-VL style).
     system_prompt: replaces the default system text when set (``{actions}`` is filled in if present)."""
@@ -175,7 +177,8 @@ def read_goal_and_step(messages: list[dict]) -> tuple[str, int]:
 
 
 def _summary(older: list[StepRecord], config: PromptConfig) -> str:
-    shown = older[len(older) - config.max_summary_steps:] if config.max_summary_steps else []
+    """The summary window: the last `max_summary_steps` older steps one line each, the ones before counted only."""
+    shown = older[max(0, len(older) - config.max_summary_steps):] if config.max_summary_steps else []
     lines = ["Earlier steps:"]
     if len(shown) < len(older):
         lines.append(f"({len(older) - len(shown)} earlier steps not shown)")

@@ -11,6 +11,7 @@ Hardening (see `BrowserConfig`):
 - when this process is root, Chromium runs as an unprivileged user (`nobody`) with its own sandbox on; task
   files that user cannot read are copied into the browser's private directory (`expose_directory`); if the
   sandbox cannot start on this machine, it falls back to --no-sandbox and says why (`sandbox_note`);
+- bounded memory: every Chromium process starts under RLIMIT_DATA = `memory_limit_mb` (the launcher wrapper);
 - no orphans: chromedriver gets PR_SET_PDEATHSIG (`set_parent_death_signal`, which follows the creating *thread*)
   and Chromium is exec'd under `setpriv --pdeathsig KILL`; the profile dir carries its owner's pid so a pool can
   delete those of dead owners (PROFILE_DIR_PREFIX).
@@ -81,6 +82,12 @@ class BrowserConfig:
         allowlist-checking SOCKS5 proxy (egress_proxy.py). Without it a page's WebSocket leaves the allowlist.
     unthrottled_frames: lift the 60 fps frame cap (--disable-frame-rate-limit): screenshots of static pages such as
         MiniWoB++ come about twice as fast, but a page with a running animation then spins a whole CPU core.
+    memory_limit_mb: each Chromium process's data memory (RLIMIT_DATA: heap and anonymous mappings, JS heap and
+        ArrayBuffers alike), set by the launcher and inherited by every renderer; None: unbounded. Chosen over a
+        V8 flag (bounds the JS heap only), RLIMIT_AS (V8 reserves far more address space than it uses and would
+        not start) and a cgroup (needs delegation this process rarely has in a container). A page that hits it
+        crashes its own tab (a PageFault naming the limit) or sees its allocation fail; the browser tree stays
+        bounded by processes x limit (one page: 4.8 GB unbounded before).
     kill_with_parent: chromedriver and Chromium get SIGKILL when the thread that created the browser exits
         (Linux PR_SET_PDEATHSIG follows the creating thread, not the process), so a crashed worker leaves no
         orphan browser. Create the browser on a thread that lives as long as the browser should.
@@ -99,6 +106,7 @@ class BrowserConfig:
     egress_proxy: bool = True
     unthrottled_frames: bool = False
     extra_flags: tuple[str, ...] = ()
+    memory_limit_mb: int | None = 4096
 
 
 def check_installation(config: BrowserConfig) -> None:
@@ -247,13 +255,18 @@ class ChromiumProcess:
         self.driver.set_script_timeout(self.config.command_timeout_s)
 
     def _chromium_launcher(self) -> str:
-        """A tiny exec wrapper so Chromium dies with chromedriver (setpriv --pdeathsig), when available."""
-        setpriv = shutil.which("setpriv")
-        if not (self.config.kill_with_parent and setpriv):
+        """A tiny exec wrapper that bounds every Chromium process's data memory (`memory_limit_mb`: RLIMIT_DATA,
+        inherited by the renderers) and makes Chromium die with chromedriver (setpriv --pdeathsig, when
+        available)."""
+        setpriv = shutil.which("setpriv") if self.config.kill_with_parent else None
+        limit = self.config.memory_limit_mb
+        if not setpriv and not limit:
             return self.config.chromium_path
         path = os.path.join(self.tmpdir, "chromium-launcher.sh")
+        command = f'{setpriv} --pdeathsig KILL {self.config.chromium_path}' if setpriv else self.config.chromium_path
         with open(path, "w") as f:
-            f.write(f'#!/bin/sh\nexec {setpriv} --pdeathsig KILL {self.config.chromium_path} "$@"\n')
+            f.write("#!/bin/sh\n" + (f"ulimit -d {int(limit) * 1024}\n" if limit else "")
+                    + f'exec {command} "$@"\n')
         os.chmod(path, 0o755)
         return path
 

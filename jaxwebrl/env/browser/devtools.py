@@ -3,7 +3,9 @@
 Screenshots use CDP `Page.captureScreenshot` (clipped, no WebDriver round trip for the element), input uses CDP
 `Input.dispatchMouseEvent` / `Input.insertText` / `Input.dispatchKeyEvent`; coordinates are CSS pixels of the
 viewport the browser pinned. Every WebDriver/CDP failure surfaces as `BrowserCrashed` or `EnvTimeout` (both
-`EnvFailure`) and marks the browser broken (its `restart()`, or the env's next reset, starts a fresh one).
+`EnvFailure`) and marks the browser broken (its `restart()`, or the env's next reset, starts a fresh one), except
+what the page caused: script that threw is a `PageScriptError` (the browser stays up), and a tab that crashed under
+the renderer memory limit (`BrowserConfig.memory_limit_mb`) a `PageFault` naming the limit.
 
 The mixin uses the Browser's `driver`, `broken`, `busy_s` (seconds inside browser calls) and `network` (the
 emulated network conditions, kept across restarts), and its `close_popups()` (navigation.py) before a capture.
@@ -19,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from jaxwebrl.env.base import BrowserCrashed, EnvTimeout
+from jaxwebrl.env.base import BrowserCrashed, EnvTimeout, PageFault, PageScriptError
 from jaxwebrl.env.browser.keys import key_events
 
 # After an input action: two animation frames (wheel scrolls and layout land), at most 150 ms where frames stall.
@@ -38,7 +40,8 @@ class DevToolsIO:
         """Run a WebDriver call; map every driver/browser failure to EnvFailure and mark the browser broken."""
         if self.driver is None or self.broken:
             raise BrowserCrashed(f"browser is not running (call restart()) before {what}")
-        from selenium.common.exceptions import TimeoutException, WebDriverException  # deferred: Selenium is heavy
+        from selenium.common.exceptions import (JavascriptException, TimeoutException,  # deferred: Selenium is heavy
+                                                WebDriverException)
 
         t0 = time.perf_counter()
         try:
@@ -46,8 +49,17 @@ class DevToolsIO:
         except TimeoutException as exc:
             self.broken = True
             raise EnvTimeout(f"{what}: browser timed out ({_first_line(exc)})") from exc
+        except JavascriptException as exc:   # the page's script threw: the browser is fine
+            raise PageScriptError(f"{what}: the page's script threw: {_first_line(exc)}") from exc
         except WebDriverException as exc:
+            if "net::ERR_" in _first_line(exc):   # a page that did not load (refused, unknown host): not a crash
+                raise PageFault(f"{what}: {_first_line(exc)} (the page did not load)") from exc
             self.broken = True
+            limit = getattr(getattr(self, "config", None), "memory_limit_mb", None)
+            if limit and "tab crashed" in _first_line(exc):
+                raise PageFault(f"{what}: the page's tab crashed, most likely at the renderer memory limit of "
+                                f"{limit} MB a Chromium process (BrowserConfig.memory_limit_mb; "
+                                f"{_first_line(exc)})") from exc
             raise BrowserCrashed(f"{what}: {_first_line(exc)}") from exc
         except Exception as exc:  # urllib3/socket errors: chromedriver is gone or hung
             self.broken = True

@@ -5,6 +5,10 @@
   the last allowed page (`enforce_allowlist`; the refused URL is reported as `info["navigation_blocked"]`);
 - agents see one tab: popups are closed, and one whose URL the allowlist allows is loaded in the task's tab
   (`follow_popup`). With the request guard (request_guard.py) this costs nothing unless it saw a new tab.
+- what only a faulty page does ends its episode as a `PageFault` (env-failed, naming the reason): a page that
+  opens more than MAX_POPUPS windows between two looks (window.open without end), one that leaves its allowed
+  origin before any allowed page held (the start page navigates away at once: there is nothing to return to but
+  about:blank), and a start page that does not load (`check_loaded`: a network error page or an HTTP error).
 
 Every request of every tab is also checked in the browser (`RequestGuard`) and every TCP connection by the egress
 proxy (egress_proxy.py); this module is the page-level policy on top. The mixin uses the Browser's `allowlist`,
@@ -17,11 +21,15 @@ import logging
 import time
 from typing import Any
 
+from jaxwebrl.env.base import PageFault
 from jaxwebrl.env.browser.allowlist import ALWAYS_ALLOWED_URLS, UrlAllowlist
 
 log = logging.getLogger(__name__)
 
 POPUP_URL_WAIT_S = 3.0  # a new tab reports about:blank until its navigation commits (seconds on a loaded machine)
+MAX_POPUPS = 8          # windows a page may open between two looks (each action's, each screenshot's)
+LOAD_CHECK_JS = ("var n = performance.getEntriesByType('navigation')[0];"
+                 "return [location.href, n && n.responseStatus ? n.responseStatus : 0];")
 
 
 class NavigationBlocked(ValueError):
@@ -42,13 +50,20 @@ class NavigationPolicy:
         self._popups_handled = 0
 
     def set_allowlist(self, allowlist: UrlAllowlist) -> None:
+        """The allowlist of the next pages (a task's; its episode starts): an earlier task's page is no place to
+        return to."""
         self.allowlist = allowlist
+        self._last_allowed_url = "about:blank"
 
     def navigate(self, url: str) -> None:
         """Load `url` and wait for it; NavigationBlocked if it is outside the allowlist."""
         if not self.allowlist.allows(url):
             raise NavigationBlocked(f"navigation to {url!r} is outside the task allowlist {list(self.allowlist.patterns)}")
-        self._guard("navigate", self.driver.get, url)
+        try:
+            self._guard("navigate", self.driver.get, url)
+        except PageFault as exc:
+            reason = str(exc).partition(": ")[2].removesuffix(" (the page did not load)")
+            raise PageFault(f"the page {url} did not load ({reason}); start its server or fix the URL") from exc
         self.enforce_allowlist()
 
     def enforce_allowlist(self, url: str | None = None) -> str | None:
@@ -58,29 +73,60 @@ class NavigationPolicy:
         if self.allowlist.allows(url):
             self._last_allowed_url = url
             return None
+        if self._last_allowed_url in ALWAYS_ALLOWED_URLS:
+            raise PageFault(f"the page left its allowed origin for {url} before any allowed page held (only "
+                            f"about:blank to return to): its task cannot be played; fix the task's page")
         log.info("blocked navigation to %s; returning to %s", url, self._last_allowed_url)
         self._guard("navigate", self.driver.get, self._last_allowed_url)
         return url
 
     def close_popups(self) -> list[str]:
-        """Close every tab but the task's own (agents see one tab); returns the closed tabs' URLs.
+        """Close every tab but the task's own (agents see one tab); returns the closed tabs' URLs (each once its
+        first navigation committed, bounded by POPUP_URL_WAIT_S). Through CDP targets: WebDriver's window switch
+        blocks on a page that keeps opening windows. More than MAX_POPUPS since the last look is a PageFault.
 
-        With the request guard this costs nothing unless it saw a new tab; without it, one WebDriver call.
+        With the request guard this costs nothing unless it saw a new tab; without it, one CDP call.
         """
         guard = self.request_guard
         if guard is not None and guard.popups_opened == self._popups_handled:
             return []
+        opened = 0
         if guard is not None:
-            self._popups_handled = guard.popups_opened
-        urls = []
-        for handle in self._guard("window_handles", lambda: self.driver.window_handles):
-            if handle != self._main_window:
-                self._guard("switch_to.window", self.driver.switch_to.window, handle)
-                urls.append(self._committed_url())
-                self._guard("close", self.driver.close)
-        if urls:
-            self._guard("switch_to.window", self.driver.switch_to.window, self._main_window)
-        return urls
+            opened, self._popups_handled = guard.popups_opened - self._popups_handled, guard.popups_opened
+        popups = self._popup_urls()
+        opened = max(opened, len(popups))
+        if opened > MAX_POPUPS:
+            self.broken = True   # its windows keep coming: the next episode starts a fresh browser
+            raise PageFault(f"the page opened {opened} windows since the last look (at most {MAX_POPUPS}): a page "
+                            f"that opens windows without end ends its episode")
+        deadline = time.monotonic() + POPUP_URL_WAIT_S
+        while any(url in ("", "about:blank") for url in popups.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)   # a new tab reports about:blank until its navigation commits
+            popups.update({k: v for k, v in self._popup_urls().items() if k in popups})
+        for target in popups:
+            self._guard("Target.closeTarget", _close_target, self.driver, target)
+        return list(popups.values())
+
+    def _popup_urls(self) -> dict[str, str]:
+        """{CDP target id (= WebDriver window handle): URL} of every page tab but the task's own."""
+        targets = self._guard("Target.getTargets", self.driver.execute_cdp_cmd, "Target.getTargets", {})
+        return {t["targetId"]: t.get("url", "") for t in targets.get("targetInfos", [])
+                if t.get("type") == "page" and t["targetId"] != self._main_window}
+
+    def check_loaded(self, url: str) -> None:
+        """PageFault naming `url` when the page just navigated to did not load: Chromium's network error page
+        (connection refused, unknown host, missing file) or an HTTP status >= 400."""
+        href, status = self._guard("execute_script", self.driver.execute_script, LOAD_CHECK_JS)
+        if str(href).startswith("chrome-error:"):
+            history = self._cdp("Page.getNavigationHistory")   # its entry names the URL whose load failed
+            failed = history["entries"][history["currentIndex"]]["url"]
+            if failed != url and not self.allowlist.allows(failed):
+                raise PageFault(f"the page {url} left its allowed origin for {failed} at once (blocked, nothing "
+                                f"to play): fix the task's page")
+            raise PageFault(f"the page {url} did not load (a network error: nothing answered there); start its "
+                            f"server or fix the URL")
+        if int(status or 0) >= 400:
+            raise PageFault(f"the page {url} did not load (HTTP status {int(status)}); fix the URL or its server")
 
     def follow_popup(self) -> str | None:
         """Single-tab semantics: a page the action opened in a new tab is closed and, when the allowlist allows
@@ -96,11 +142,11 @@ class NavigationPolicy:
                 refused = url
         return refused
 
-    def _committed_url(self) -> str:
-        """The current tab's URL once its first navigation has committed (bounded by POPUP_URL_WAIT_S): a popup
-        read while still about:blank would be closed without being followed."""
-        url, deadline = self.current_url(), time.monotonic() + POPUP_URL_WAIT_S
-        while url in ("", "about:blank") and time.monotonic() < deadline:
-            time.sleep(0.05)
-            url = self.current_url()
-        return url
+
+def _close_target(driver, target: str) -> None:
+    """CDP Target.closeTarget; a tab that already closed itself is no error."""
+    try:
+        driver.execute_cdp_cmd("Target.closeTarget", {"targetId": target})
+    except Exception as exc:  # noqa: BLE001 - re-raised unless the tab is simply gone (the guard maps it)
+        if "no target" not in str(exc).lower():
+            raise

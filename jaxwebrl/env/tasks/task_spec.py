@@ -75,6 +75,7 @@ class WebTaskSpec:
     difficulty: str = "medium"
     allowlist: tuple[str, ...] = ()
     viewport: tuple[int, int] = DEFAULT_VIEWPORT
+    source: str | None = dataclasses.field(default=None, compare=False)   # the file (or FILE.jsonl:N) it came from
 
     @classmethod
     def from_dict(cls, spec: Any, base_dir: str | None = None, source: str | None = None) -> "WebTaskSpec":
@@ -130,7 +131,8 @@ class WebTaskSpec:
         except ValueError as err:
             raise TaskSpecError(f"task spec {where}: 'evaluator': {err}") from None
         return cls(task_id=spec["task_id"], start_url=start_url, goal=spec["goal"], evaluator=evaluator,
-                   max_steps=max_steps, difficulty=difficulty, allowlist=tuple(allowlist), viewport=tuple(viewport))
+                   max_steps=max_steps, difficulty=difficulty, allowlist=tuple(allowlist), viewport=tuple(viewport),
+                   source=source)
 
 
 def load_spec_file(path: str) -> WebTaskSpec:

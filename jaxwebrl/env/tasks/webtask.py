@@ -26,7 +26,7 @@ import urllib.parse
 from typing import Any, Callable
 
 from jaxwebrl.env.agent.actions import Action
-from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.base import EnvFailure, PageScriptError, TaskSpecFault
 from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
@@ -89,6 +89,7 @@ class WebTaskEnv(BrowserEnv):
         """Load the start page (web tasks are deterministic; `seed` only names the episode)."""
         browser.set_allowlist(self._allowlist(browser))
         browser.navigate(self._start_url)
+        browser.check_loaded(self._start_url)   # a start page that does not load is a PageFault naming it
         return self.spec.goal
 
     def _judge(self, action: Action, last_step: bool) -> tuple[float, bool, dict]:
@@ -106,7 +107,10 @@ class WebTaskEnv(BrowserEnv):
         kind, case = ev["type"], bool(ev.get("case_sensitive", False))
         browser = self.browser
         if kind == "js":
-            return float(bool(browser.run_js(f"return !!({ev['expression']});")))
+            try:
+                return float(bool(browser.run_js(f"return !!({ev['expression']});")))
+            except PageScriptError as exc:
+                raise self._evaluator_fault(f"js evaluator {ev['expression']!r}", exc) from exc
         if kind == "url_match":
             url, pattern, mode = browser.current_url(), ev["pattern"], ev.get("mode", "exact")
             ok = {"exact": lambda: url == pattern, "prefix": lambda: url.startswith(pattern),
@@ -123,7 +127,15 @@ class WebTaskEnv(BrowserEnv):
                           args=dict(ev.get("args", {})))
         try:
             return float(self._python_eval(ctx))
-        except EnvFailure:
-            raise
+        except EnvFailure as exc:
+            if not isinstance(exc, PageScriptError):   # the browser broke under it
+                raise
+            raise self._evaluator_fault(f"python evaluator {ev['function']!r}", exc) from exc
         except Exception as exc:
-            raise RuntimeError(f"{self.task_id}: python evaluator {ev['function']!r} failed: {exc}") from exc
+            raise self._evaluator_fault(f"python evaluator {ev['function']!r}", exc) from exc
+
+    def _evaluator_fault(self, evaluator: str, exc: BaseException) -> TaskSpecFault:
+        """The one-line TaskSpecFault of an evaluator that raised: the spec (its file), the evaluator, the error."""
+        message = " ".join(str(exc).split())[:300]
+        return TaskSpecFault(f"task spec {self.spec.source or self.task_id}: its {evaluator} raised "
+                             f"{type(exc).__name__}: {message}: fix the evaluator")
