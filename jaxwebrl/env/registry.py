@@ -6,7 +6,8 @@
     a task set          in `env.tasks`: a .jsonl file (one task spec per line: line N is the spec "FILE.jsonl:N")
                         or a directory of .json / .jsonl spec files (sorted by name, not recursive)
     a registered name   a Python environment class registered with `register_env` (an extension module, see
-                        `jaxwebrl.extensions`), e.g. "counter"
+                        `jaxwebrl.extensions`), e.g. "counter"; one registered with `options` also takes them
+                        after a "?": "chain/hard?trap=1" (the `chain` family, `jaxwebrl.env.tasks.chain_tasks`)
 
     specs = env_specs("toy,miniwob/click-test,tasks/shop.jsonl")   # env.tasks as a list of specs
     check_env_spec(spec)                             # validated only: no browser starts, no evaluator is imported
@@ -21,7 +22,10 @@ Registering an environment (from outside the package):
 (`task_id`, `max_steps`, `reset(seed) -> Observation`, `step(action) -> StepResult`, `close()`); `action_texts`
 is what a policy decoding under the action grammar may emit in it (`jaxwebrl.env.agent.action_space`; None: the click
 grid of a browser page); `needs_browser=True` makes config validation check that Chromium is installed;
-`takes_max_steps=False` for an env with a fixed horizon of its own (`make_env` then leaves `max_steps` out).
+`takes_max_steps=False` for an env with a fixed horizon of its own (`make_env` then leaves `max_steps` out);
+`takes_browser=True` for a browser env that can share a `browser=` (otherwise `make_env` leaves it out);
+`options(query) -> dict` turns a spec's text after "?" into keyword options for the factory (ValueError naming the
+problem; called by `check_env_spec` too, so a bad option fails before anything starts).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any, Callable, Mapping
 
 from jaxwebrl.env.base import Env
 from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
-from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.tasks import chain_tasks, toy
 from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
 from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
 
@@ -52,25 +56,30 @@ class EnvEntry:
     action_texts: tuple[str, ...] | None = None
     needs_browser: bool = False
     takes_max_steps: bool = True
+    takes_browser: bool = False
+    options: Callable[[str], dict] | None = None
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
 
 
 def register_env(name: str, factory: Callable[..., Env], *, action_texts=None, needs_browser: bool = False,
-                 takes_max_steps: bool = True) -> None:
+                 takes_max_steps: bool = True, takes_browser: bool = False,
+                 options: Callable[[str], dict] | None = None) -> None:
     """Make `name` an env spec every run config can list in `env.tasks` (see the module docstring). Registering
     the same factory again is a no-op; another factory under a taken name is a ValueError."""
-    if not isinstance(name, str) or not name.strip() or name != name.strip() or "," in name:
-        raise ValueError(f"env name {name!r}: give a non-empty name without commas or surrounding spaces")
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or "," in name or "?" in name:
+        raise ValueError(f"env name {name!r}: give a non-empty name without commas, '?' or surrounding spaces")
     if (name == ALL_MINIWOB or name.startswith(MINIWOB_PREFIX) or name.endswith((".json", JSONL_SUFFIX))
             or name.startswith("{")):
         raise ValueError(f"env name {name!r} looks like a MiniWoB++ task or a JSON task spec: choose another name")
     if not callable(factory):
         raise TypeError(f"register_env({name!r}, ...): the factory must be callable (an Env class), "
                         f"got {type(factory).__name__}")
+    if options is not None and not callable(options):
+        raise TypeError(f"register_env({name!r}, ...): options must be callable (query text -> dict) or None")
     entry = EnvEntry(factory, None if action_texts is None else tuple(action_texts), bool(needs_browser),
-                     bool(takes_max_steps))
+                     bool(takes_max_steps), bool(takes_browser), options)
     if entry.action_texts is not None and (not entry.action_texts
                                            or not all(isinstance(t, str) and t for t in entry.action_texts)):
         raise ValueError(f"register_env({name!r}, ...): action_texts must be non-empty strings (or None)")
@@ -80,8 +89,18 @@ def register_env(name: str, factory: Callable[..., Env], *, action_texts=None, n
 
 
 def registered_entry(spec: Any) -> EnvEntry | None:
-    """The registry entry of `spec` when it names a registered env, else None."""
-    return _REGISTRY.get(spec.strip()) if isinstance(spec, str) else None
+    """The registry entry of `spec` when it names a registered env (options after "?" aside), else None."""
+    return _REGISTRY.get(spec.strip().partition("?")[0]) if isinstance(spec, str) else None
+
+
+def _spec_options(spec: str, entry: EnvEntry) -> dict:
+    """The keyword options of a registered spec's "?..." part ({} without one); ValueError naming the problem."""
+    name, mark, query = spec.strip().partition("?")
+    if not mark:
+        return {}
+    if entry.options is None:
+        raise ValueError(f"env spec {spec!r}: {name!r} takes no options: drop the '?{query}'")
+    return dict(entry.options(query))
 
 
 def registered_names() -> list[str]:
@@ -89,6 +108,9 @@ def registered_names() -> list[str]:
 
 
 register_env("toy", toy.ToyEnv, action_texts=toy.ACTION_TEXTS, takes_max_steps=False)
+for _name in chain_tasks.chain_names():
+    register_env(_name, chain_tasks.ChainFactory(_name), needs_browser=True, takes_max_steps=False,
+                 takes_browser=True, options=chain_tasks.ChainOptions(_name))
 
 
 def env_specs(tasks: str) -> list[str]:
@@ -99,7 +121,7 @@ def env_specs(tasks: str) -> list[str]:
     for spec in (s.strip() for s in str(tasks).split(",")):
         if spec == ALL_MINIWOB:
             out.extend(MINIWOB_PREFIX + name for name in available_tasks())
-        elif spec in _REGISTRY or spec.startswith(MINIWOB_PREFIX) or spec.startswith("{"):
+        elif registered_entry(spec) is not None or spec.startswith(MINIWOB_PREFIX) or spec.startswith("{"):
             out.append(spec)
         elif spec.endswith(JSONL_SUFFIX):
             out.extend(f"{spec}:{number}" for number in spec_lines(spec))
@@ -141,7 +163,9 @@ def check_env_spec(spec: Any) -> Any:
     """
     if isinstance(spec, str):
         text = spec.strip()
-        if text in _REGISTRY:
+        entry = registered_entry(text)
+        if entry is not None:
+            _spec_options(text, entry)
             return text
         if text.startswith(MINIWOB_PREFIX):
             if text[len(MINIWOB_PREFIX):] not in available_tasks():
@@ -189,10 +213,11 @@ def _make_checked(checked: Any, network, options: dict) -> Env:
     """The env of a checked spec; `network`: Chromium's emulated network conditions for a browser env, or None."""
     entry = registered_entry(checked)
     if entry is not None:
-        options.pop("browser", None)
+        if not entry.takes_browser:
+            options.pop("browser", None)
         if not entry.takes_max_steps:
             options.pop("max_steps", None)
-        return entry.factory(**options)
+        return entry.factory(**options, **_spec_options(checked, entry))
     if network is not None:
         options["network"] = network
     if isinstance(checked, str):
