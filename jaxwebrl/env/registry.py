@@ -1,7 +1,8 @@
 """Env specs: the names a run config's `env.tasks` lists, checked before anything starts and built in a worker.
 
     "toy"               the browser-free toy task (`jaxwebrl.env.tasks.toy`)
-    "miniwob/<task>"    a bundled MiniWoB++ task in headless Chromium; "miniwob" alone in `env.tasks`: all of them
+    "miniwob/<task>"    a bundled MiniWoB++ task in headless Chromium; "miniwob" alone in `env.tasks`: all of them;
+                        "miniwob/<task>?reward=strict" wins only on a perfect answer (`miniwob_tasks.REWARDS`)
     a JSON task spec    a dict, JSON text or a path to a .json file (`jaxwebrl.env.tasks.task_spec`)
     a task set          in `env.tasks`: a .jsonl file (one task spec per line: line N is the spec "FILE.jsonl:N")
                         or a directory of .json / .jsonl spec files (sorted by name, not recursive)
@@ -39,7 +40,7 @@ from typing import Any, Callable, Mapping
 from jaxwebrl.env.base import Env
 from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
 from jaxwebrl.env.tasks import chain_tasks, toy
-from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
+from jaxwebrl.env.tasks.miniwob_tasks import available_tasks, click_grid, miniwob_options
 from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
 
 MINIWOB_PREFIX = "miniwob/"
@@ -168,8 +169,10 @@ def check_env_spec(spec: Any) -> Any:
             _spec_options(text, entry)
             return text
         if text.startswith(MINIWOB_PREFIX):
-            if text[len(MINIWOB_PREFIX):] not in available_tasks():
+            task, _, query = text[len(MINIWOB_PREFIX):].partition("?")
+            if task not in available_tasks():
                 raise ValueError(f"unknown MiniWoB++ task {text!r}: see the miniwob package's html/miniwob/*.html")
+            miniwob_options(query)
             return text
         if text.startswith("{"):
             try:
@@ -223,7 +226,16 @@ def _make_checked(checked: Any, network, options: dict) -> Env:
     if isinstance(checked, str):
         from jaxwebrl.env.tasks.miniwob import MiniWobEnv  # deferred (heavy): a browser env imports Selenium
 
-        return MiniWobEnv(checked[len(MINIWOB_PREFIX):], **options)
+        task, _, query = checked[len(MINIWOB_PREFIX):].partition("?")
+        return MiniWobEnv(task, **options, **miniwob_options(query))
     from jaxwebrl.env.tasks.webtask import WebTaskEnv  # deferred (heavy), as above
 
     return WebTaskEnv(checked, **options)
+
+
+def click_grid_size(spec: Any) -> tuple[int, int] | None:
+    """(columns, rows) of the click grid an env spec declares (a MiniWoB++ task's `miniwob_tasks.CLICK_GRIDS`),
+    None for the default grid (`jaxwebrl.env.agent.action_space.CLICK_GRID`)."""
+    if isinstance(spec, str) and spec.strip().startswith(MINIWOB_PREFIX):
+        return click_grid(spec.strip()[len(MINIWOB_PREFIX):].partition("?")[0])
+    return None

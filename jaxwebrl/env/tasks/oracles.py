@@ -92,7 +92,9 @@ def _goal_match(env: MiniWobEnv, pattern: str) -> re.Match:
 
 
 def _click(env: MiniWobEnv, element) -> Action:
-    point = env.element_point(element)
+    """A click on the element: on a point of the task's declared click grid when it has one (what a policy
+    decoding under that grid can emit), else at its visible centre."""
+    point = env.element_point(element) if env.click_grid is None else env.grid_point(element, env.click_grid)
     if point is None:
         raise OracleError(f"{env.task}: element {element!r} is not on the page")
     return Action("click", x=point[0], y=point[1])
@@ -273,6 +275,44 @@ def guess_number(env: MiniWobEnv) -> Action:
         point = env.element_point("#tt", x_fraction=0.2)  # the caret lands after the one-digit value
         return Action("click", x=point[0], y=point[1])
     return Action("key", keys=("Backspace",))  # clear the last guess, then type the next one
+
+
+@register("click-checkboxes-large")
+def click_checkboxes_large(env: MiniWobEnv) -> Action:
+    """Toggle each label whose box disagrees with the goal (labels hold their inputs #ch0...), then Submit."""
+    names = _goal_match(env, r"^Select (.*) and click Submit\.").group(1)
+    wanted = set() if names == "nothing" else set(names.split(", "))
+    labels = env.run_js("return Array.from(document.querySelectorAll('#area label')).map("
+                        "  function (l) { return [l.textContent.trim(), l.querySelector('input').checked]; });")
+    for index, (name, checked) in enumerate(labels):
+        if (name in wanted) != checked:
+            return _click(env, env.run_js("return document.querySelectorAll('#area label')[arguments[0]];", index))
+    return _click(env, "#subbtn")
+
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+
+@register("choose-date")
+def choose_date(env: MiniWobEnv) -> Action:
+    """Open the datepicker, page with Prev/Next to the goal's month, click its day, then Submit. Waits (in
+    Python, not a step) for the picker's fade to end, so a click never lands on a half-shown calendar."""
+    month, day, year = (int(v) for v in _goal_match(env, r"Select (\d\d)/(\d\d)/(\d{4}) ").groups())
+    deadline = time.monotonic() + 2.0
+    while env.run_js("return $('#ui-datepicker-div').is(':animated');") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    value, shown, title = env.run_js(
+        "var d = $('#ui-datepicker-div'); return [$('#datepicker').val(), d.is(':visible'),"
+        " [d.find('.ui-datepicker-month').text(), d.find('.ui-datepicker-year').text()]];")
+    if value == f"{month:02d}/{day:02d}/{year}":
+        return _click(env, "#subbtn")
+    if not shown:
+        return _click(env, "#datepicker")
+    at = (int(title[1]), _MONTHS.index(title[0]) + 1)
+    if at != (year, month):
+        return _click(env, ".ui-datepicker-prev" if at > (year, month) else ".ui-datepicker-next")
+    return _click(env, _find(env, "#ui-datepicker-div .ui-datepicker-calendar a", str(day)))
 
 
 # ---- the chain family -----------------------------------------------------------------------------------
