@@ -1,6 +1,6 @@
 """The `chain` task family in real Chromium: a local page (pages/chain.html, file://) redrawn every step.
 
-    env = make_env("chain/medium-recall?trap=1", screenshot_size=(64, 64))   # or ChainEnv("chain/medium-recall", trap=1)
+    env = make_env("chain/medium-recall?trap=1", screenshot_size=(64, 64))   # = ChainEnv("chain/medium-recall", trap=1)
     obs = env.reset(seed=3)           # obs.goal = "Press red, blue, ...", the 160 x 160 page
     res = env.step("click(450, 250)")  # a real click; the page reports what it hit, `ChainEpisode` judges it
 

@@ -10,10 +10,15 @@ resets the progress to 0 (a loop), a trap ends the episode as a failure, a click
 
 Specs: "chain/<split>[-<variant>][?trap=N&horizon=N]":
 
-    split    presses  horizon        variant   the page's progress strip
-    easy     3        10             (none)    one dark cell per press made
-    medium   5        20             cue       the same, and the next cell in the colour to press
-    hard     7        30             recall    nothing: the agent must remember how far it got
+    split    presses (the oracle's success length)   horizon
+    easy     3                                        10
+    medium   5                                        20
+    hard     7                                        30
+
+    variant  the page's progress strip
+    (none)   one dark cell per press made
+    cue      the same, and the next cell in the colour to press
+    recall   nothing: the agent must remember how far it got
 
 Held-out instances: a goal sequence is held out when `held_out_sequence` says so (about a quarter of them);
 seeds in [HELD_OUT_START, HELD_OUT_END) (the evaluation range of `jaxwebrl.eval.seeds`) draw only held-out goals,
@@ -47,6 +52,7 @@ SLOTS = tuple((cx - 130, cy - 140, cx + 130, cy + 140) for cy in (250, 650) for 
 STRIP = (20, 20, 980, 90)    # the progress strip (x0, y0, x1, y1)
 BACK_LINK = (20, 890, 380, 1000)   # "back to start"; its centre row 950 holds grid points (50..350, 950)
 PAGE_SIZE = (160, 160)       # CSS px of the task area
+_LAYOUT_STREAM = 7           # the layouts' random stream: default_rng([seed, _LAYOUT_STREAM, page])
 
 
 def slot_centre(slot: int) -> tuple[int, int]:
@@ -119,7 +125,8 @@ def chain_spec(name: str, trap: int = 0, horizon: int | None = None) -> ChainSpe
     if not presses <= horizon <= MAX_HORIZON:
         raise ValueError(f"chain spec {name}: horizon={horizon}: must be in {presses}..{MAX_HORIZON} "
                          f"(at least the {presses} presses a success needs)")
-    extra = {k: v for k, v in (("trap", int(trap)), ("horizon", horizon)) if v != (0 if k == "trap" else default_horizon)}
+    extra = {key: value for key, value, default in (("trap", int(trap), 0), ("horizon", horizon, default_horizon))
+             if value != default}
     full = name + ("?" + urllib.parse.urlencode(extra) if extra else "")
     return ChainSpec(full, split, variant, presses, horizon, int(trap))
 
@@ -182,7 +189,7 @@ class ChainEpisode:
 
     def layout(self) -> tuple[str | None, ...]:
         """What each of the six slots holds on the current page: a colour, "trap" or None."""
-        order = np.random.default_rng([self.seed, 7, self.page]).permutation(len(SLOTS))
+        order = np.random.default_rng([self.seed, _LAYOUT_STREAM, self.page]).permutation(len(SLOTS))
         content: list[str | None] = [None] * len(SLOTS)
         for item, slot in zip(list(COLOURS) + ["trap"] * self.spec.traps, order):
             content[int(slot)] = item
