@@ -4,6 +4,7 @@
 import pytest
 
 from jaxwebrl.env.agent.action_space import CLICK_GRID, action_texts, click_grid
+from jaxwebrl.env import registry
 from jaxwebrl.env.registry import check_env_spec, needs_browser, registered_entry
 from jaxwebrl.env.tasks import chain_tasks
 from jaxwebrl.env.tasks.chain_tasks import (COLOUR_RGB, COLOURS, DONE_RGB, SLOTS, TODO_RGB, ChainEpisode,
@@ -110,3 +111,27 @@ def test_the_recall_strip_shows_no_progress_the_cue_strip_names_the_next_colour(
     assert strips[""] == [DONE_RGB, TODO_RGB, TODO_RGB]
     assert strips["-cue"] == [DONE_RGB, next_rgb, TODO_RGB]
     assert strips["-recall"] == [TODO_RGB] * 3
+
+
+def test_a_registered_env_gets_the_options_its_spec_names():
+    class Fake:
+        def __init__(self, **options):
+            self.options = options
+
+    def parse(query):
+        key, _, value = query.partition("=")
+        if key != "level" or not value.isdigit():
+            raise ValueError(f"bad option {query!r}: use level=N")
+        return {"level": int(value)}
+
+    registry.register_env("test-options", Fake, options=parse)
+    try:
+        env = registry.make_env("test-options?level=3", max_steps=4, browser=object())
+        assert env.options == {"max_steps": 4, "level": 3}   # no browser: the entry does not take one
+        assert registry.make_env("test-options", max_steps=4).options == {"max_steps": 4}
+        with pytest.raises(ValueError, match="bad option 'lvl=3': use level=N"):
+            check_env_spec("test-options?lvl=3")
+    finally:
+        registry._REGISTRY.pop("test-options")
+    with pytest.raises(ValueError, match="without commas, '\\?'"):
+        registry.register_env("bad?name", Fake)
