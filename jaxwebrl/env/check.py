@@ -1,11 +1,12 @@
 """Doctor: `python -m jaxwebrl.env.check` starts Chromium, checks that the navigation allowlist holds (a loopback
 task page whose images, WebSockets, WebRTC and the agent's navigate try to leave it), lets the scripted oracles
-play MiniWoB++ tasks, and prints one JSON object (versions, sandbox state, allowlist result, success rate per
+play MiniWoB++ tasks and the chain family (`chain/...` specs), and prints one JSON object (versions, sandbox state, allowlist result, success rate per
 task, timings per reset/screenshot/action). Exits 1 when the browser cannot start, the allowlist leaks, or the
 overall success rate is below --threshold.
 
     python -m jaxwebrl.env.check                          # every task with an oracle, 3 episodes each
     python -m jaxwebrl.env.check --tasks click-test,login-user --episodes 5
+    python -m jaxwebrl.env.check --tasks chain/hard-recall?trap=1,choose-date --episodes 20
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.browser.probes import UdpProbe, WebSocketProbe, serve_directory
+from jaxwebrl.env.registry import check_env_spec, make_env
+from jaxwebrl.env.tasks.chain_tasks import PREFIX as CHAIN_PREFIX, chain_names
 from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
 from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
 from jaxwebrl.env.tasks.oracles import oracle_tasks, run_episode
@@ -154,7 +157,8 @@ def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] 
             if not browser.alive:
                 browser.restart()
         for task in tasks:
-            env = MiniWobEnv(task, browser=browser, screenshot_size=screenshot_size)
+            env = (make_env(task, browser=browser, screenshot_size=screenshot_size) if task.startswith(CHAIN_PREFIX)
+                   else MiniWobEnv(task, browser=browser, screenshot_size=screenshot_size))
             results = []
             for seed in range(episodes):
                 try:
@@ -178,20 +182,33 @@ def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] 
     return report
 
 
+def _chain_spec(task: str) -> bool:
+    """Whether `task` is a valid chain spec ("chain/hard-recall?trap=1")."""
+    if not task.startswith(CHAIN_PREFIX):
+        return False
+    try:
+        check_env_spec(task)
+    except ValueError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxwebrl.env.check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", default="", help="comma-separated MiniWoB++ tasks (default: all with oracles)")
+    parser.add_argument("--tasks", default="", help="comma-separated MiniWoB++ tasks and chain specs (default: "
+                                                    "every MiniWoB++ task with an oracle and every chain spec)")
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per task")
     parser.add_argument("--threshold", type=float, default=0.9, help="minimum overall success rate")
     parser.add_argument("--screenshot-size", default="", help="resize screenshots to WxH, e.g. 320x420")
     args = parser.parse_args(argv)
 
-    tasks = [t for t in args.tasks.split(",") if t] or oracle_tasks()
-    unknown = [t for t in tasks if t not in oracle_tasks()]
+    tasks = [t for t in args.tasks.split(",") if t] or oracle_tasks() + chain_names()
+    unknown = [t for t in tasks if t not in oracle_tasks() and not _chain_spec(t)]
     if unknown:
         known = "not a MiniWoB++ task" if any(t not in available_tasks() for t in unknown) else "no oracle"
-        parser.error(f"{unknown}: {known}; tasks with oracles: {','.join(oracle_tasks())}")
+        parser.error(f"{unknown}: {known}; tasks with oracles: {','.join(oracle_tasks())}, and chain specs "
+                     f"({','.join(chain_names())}, options ?trap=N&horizon=N)")
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
     size = None

@@ -1,12 +1,14 @@
 """Env specs: the names a run config's `env.tasks` lists, checked before anything starts and built in a worker.
 
     "toy"               the browser-free toy task (`jaxwebrl.env.tasks.toy`)
-    "miniwob/<task>"    a bundled MiniWoB++ task in headless Chromium; "miniwob" alone in `env.tasks`: all of them
+    "miniwob/<task>"    a bundled MiniWoB++ task in headless Chromium; "miniwob" alone in `env.tasks`: all of them;
+                        "miniwob/<task>?reward=strict" wins only on a perfect answer (`miniwob_tasks.REWARDS`)
     a JSON task spec    a dict, JSON text or a path to a .json file (`jaxwebrl.env.tasks.task_spec`)
     a task set          in `env.tasks`: a .jsonl file (one task spec per line: line N is the spec "FILE.jsonl:N")
                         or a directory of .json / .jsonl spec files (sorted by name, not recursive)
     a registered name   a Python environment class registered with `register_env` (an extension module, see
-                        `jaxwebrl.extensions`), e.g. "counter"
+                        `jaxwebrl.extensions`), e.g. "counter"; one registered with `options` also takes them
+                        after a "?": "chain/hard?trap=1" (the `chain` family, `jaxwebrl.env.tasks.chain_tasks`)
 
     specs = env_specs("toy,miniwob/click-test,tasks/shop.jsonl")   # env.tasks as a list of specs
     check_env_spec(spec)                             # validated only: no browser starts, no evaluator is imported
@@ -21,7 +23,11 @@ Registering an environment (from outside the package):
 (`task_id`, `max_steps`, `reset(seed) -> Observation`, `step(action) -> StepResult`, `close()`); `action_texts`
 is what a policy decoding under the action grammar may emit in it (`jaxwebrl.env.agent.action_space`; None: the click
 grid of a browser page); `needs_browser=True` makes config validation check that Chromium is installed;
-`takes_max_steps=False` for an env with a fixed horizon of its own (`make_env` then leaves `max_steps` out).
+`takes_max_steps=False` for an env with a fixed horizon of its own (`make_env` then leaves `max_steps` out);
+`takes_browser=True` for a browser env that can share a `browser=` (otherwise `make_env` leaves it out);
+`options(query) -> dict` turns a spec's text after "?" into keyword options for the factory (ValueError naming the
+problem; called by `check_env_spec` too, so a bad option fails before anything starts); `horizon(query) -> int`
+gives a fixed-horizon env's own horizon for a spec (`task_horizon`: what a buffer is sized for).
 """
 
 from __future__ import annotations
@@ -34,8 +40,8 @@ from typing import Any, Callable, Mapping
 
 from jaxwebrl.env.base import Env
 from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
-from jaxwebrl.env.tasks import toy
-from jaxwebrl.env.tasks.miniwob_tasks import available_tasks, horizon
+from jaxwebrl.env.tasks import chain_tasks, toy
+from jaxwebrl.env.tasks.miniwob_tasks import available_tasks, click_grid, horizon, miniwob_options
 from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
 
 MINIWOB_PREFIX = "miniwob/"
@@ -52,25 +58,34 @@ class EnvEntry:
     action_texts: tuple[str, ...] | None = None
     needs_browser: bool = False
     takes_max_steps: bool = True
+    takes_browser: bool = False
+    options: Callable[[str], dict] | None = None
+    horizon: Callable[[str], int] | None = None
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
 
 
 def register_env(name: str, factory: Callable[..., Env], *, action_texts=None, needs_browser: bool = False,
-                 takes_max_steps: bool = True) -> None:
+                 takes_max_steps: bool = True, takes_browser: bool = False,
+                 options: Callable[[str], dict] | None = None,
+                 horizon: Callable[[str], int] | None = None) -> None:
     """Make `name` an env spec every run config can list in `env.tasks` (see the module docstring). Registering
     the same factory again is a no-op; another factory under a taken name is a ValueError."""
-    if not isinstance(name, str) or not name.strip() or name != name.strip() or "," in name:
-        raise ValueError(f"env name {name!r}: give a non-empty name without commas or surrounding spaces")
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or "," in name or "?" in name:
+        raise ValueError(f"env name {name!r}: give a non-empty name without commas, '?' or surrounding spaces")
     if (name == ALL_MINIWOB or name.startswith(MINIWOB_PREFIX) or name.endswith((".json", JSONL_SUFFIX))
             or name.startswith("{")):
         raise ValueError(f"env name {name!r} looks like a MiniWoB++ task or a JSON task spec: choose another name")
     if not callable(factory):
         raise TypeError(f"register_env({name!r}, ...): the factory must be callable (an Env class), "
                         f"got {type(factory).__name__}")
+    if options is not None and not callable(options):
+        raise TypeError(f"register_env({name!r}, ...): options must be callable (query text -> dict) or None")
+    if horizon is not None and not callable(horizon):
+        raise TypeError(f"register_env({name!r}, ...): horizon must be callable (query text -> int) or None")
     entry = EnvEntry(factory, None if action_texts is None else tuple(action_texts), bool(needs_browser),
-                     bool(takes_max_steps))
+                     bool(takes_max_steps), bool(takes_browser), options, horizon)
     if entry.action_texts is not None and (not entry.action_texts
                                            or not all(isinstance(t, str) and t for t in entry.action_texts)):
         raise ValueError(f"register_env({name!r}, ...): action_texts must be non-empty strings (or None)")
@@ -80,15 +95,29 @@ def register_env(name: str, factory: Callable[..., Env], *, action_texts=None, n
 
 
 def registered_entry(spec: Any) -> EnvEntry | None:
-    """The registry entry of `spec` when it names a registered env, else None."""
-    return _REGISTRY.get(spec.strip()) if isinstance(spec, str) else None
+    """The registry entry of `spec` when it names a registered env (options after "?" aside), else None."""
+    return _REGISTRY.get(spec.strip().partition("?")[0]) if isinstance(spec, str) else None
+
+
+def _spec_options(spec: str, entry: EnvEntry) -> dict:
+    """The keyword options of a registered spec's "?..." part ({} without one); ValueError naming the problem."""
+    name, mark, query = spec.strip().partition("?")
+    if not mark:
+        return {}
+    if entry.options is None:
+        raise ValueError(f"env spec {spec!r}: {name!r} takes no options: drop the '?{query}'")
+    return dict(entry.options(query))
 
 
 def registered_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-register_env("toy", toy.ToyEnv, action_texts=toy.ACTION_TEXTS, takes_max_steps=False)
+register_env("toy", toy.ToyEnv, action_texts=toy.ACTION_TEXTS, takes_max_steps=False,
+             horizon=lambda query: toy.NUM_TURNS)
+for _name in chain_tasks.chain_names():
+    register_env(_name, chain_tasks.ChainFactory(_name), needs_browser=True, takes_max_steps=False,
+                 takes_browser=True, options=chain_tasks.ChainOptions(_name), horizon=chain_tasks.ChainHorizon(_name))
 
 
 def env_specs(tasks: str) -> list[str]:
@@ -99,7 +128,7 @@ def env_specs(tasks: str) -> list[str]:
     for spec in (s.strip() for s in str(tasks).split(",")):
         if spec == ALL_MINIWOB:
             out.extend(MINIWOB_PREFIX + name for name in available_tasks())
-        elif spec in _REGISTRY or spec.startswith(MINIWOB_PREFIX) or spec.startswith("{"):
+        elif registered_entry(spec) is not None or spec.startswith(MINIWOB_PREFIX) or spec.startswith("{"):
             out.append(spec)
         elif spec.endswith(JSONL_SUFFIX):
             out.extend(f"{spec}:{number}" for number in spec_lines(spec))
@@ -141,11 +170,15 @@ def check_env_spec(spec: Any) -> Any:
     """
     if isinstance(spec, str):
         text = spec.strip()
-        if text in _REGISTRY:
+        entry = registered_entry(text)
+        if entry is not None:
+            _spec_options(text, entry)
             return text
         if text.startswith(MINIWOB_PREFIX):
-            if text[len(MINIWOB_PREFIX):] not in available_tasks():
+            task, _, query = text[len(MINIWOB_PREFIX):].partition("?")
+            if task not in available_tasks():
                 raise ValueError(f"unknown MiniWoB++ task {text!r}: see the miniwob package's html/miniwob/*.html")
+            miniwob_options(query)
             return text
         if text.startswith("{"):
             try:
@@ -190,13 +223,20 @@ def make_env(spec: Any, *, latency: Mapping | None = None, **options) -> Env:
 
 def task_horizon(spec: Any, cap: int) -> int:
     """The steps an episode of `spec` may take under the run's `env.max_episode_steps` = `cap`: the task's own
-    horizon (a JSON spec's `max_steps`, a MiniWoB++ task's split horizon) when it is shorter, else `cap`; an env
-    without one of its own (registered) plays `cap` (docs/env.md, "horizon")."""
+    horizon (a JSON spec's `max_steps`, a MiniWoB++ task's split horizon) when it is shorter, else `cap`; a
+    registered env with a fixed horizon (`takes_max_steps=False`: toy, chain) plays its own whatever the cap, and one
+    without a horizon of its own plays `cap` (docs/env.md, "horizon")."""
     checked = spec if isinstance(spec, WebTaskSpec) else check_env_spec(spec)
     if isinstance(checked, WebTaskSpec):
         return min(int(cap), checked.max_steps)
+    entry = registered_entry(checked)
+    if entry is not None:
+        if entry.horizon is None:
+            return int(cap)
+        own = int(entry.horizon(checked.strip().partition("?")[2]))
+        return own if not entry.takes_max_steps else min(int(cap), own)
     if isinstance(checked, str) and checked.startswith(MINIWOB_PREFIX):
-        return min(int(cap), horizon(checked[len(MINIWOB_PREFIX):]))
+        return min(int(cap), horizon(checked[len(MINIWOB_PREFIX):].partition("?")[0]))
     return int(cap)
 
 
@@ -209,16 +249,26 @@ def _make_checked(checked: Any, network, options: dict) -> Env:
     """The env of a checked spec; `network`: Chromium's emulated network conditions for a browser env, or None."""
     entry = registered_entry(checked)
     if entry is not None:
-        options.pop("browser", None)
+        if not entry.takes_browser:
+            options.pop("browser", None)
         if not entry.takes_max_steps:
             options.pop("max_steps", None)
-        return entry.factory(**options)
+        return entry.factory(**options, **_spec_options(checked, entry))
     if network is not None:
         options["network"] = network
     if isinstance(checked, str):
         from jaxwebrl.env.tasks.miniwob import MiniWobEnv  # deferred (heavy): a browser env imports Selenium
 
-        return MiniWobEnv(checked[len(MINIWOB_PREFIX):], **options)
+        task, _, query = checked[len(MINIWOB_PREFIX):].partition("?")
+        return MiniWobEnv(task, **options, **miniwob_options(query))
     from jaxwebrl.env.tasks.webtask import WebTaskEnv  # deferred (heavy), as above
 
     return WebTaskEnv(checked, **options)
+
+
+def click_grid_size(spec: Any) -> tuple[int, int] | None:
+    """(columns, rows) of the click grid an env spec declares (a MiniWoB++ task's `miniwob_tasks.CLICK_GRIDS`),
+    None for the default grid (`jaxwebrl.env.agent.action_space.CLICK_GRID`)."""
+    if isinstance(spec, str) and spec.strip().startswith(MINIWOB_PREFIX):
+        return click_grid(spec.strip()[len(MINIWOB_PREFIX):].partition("?")[0])
+    return None

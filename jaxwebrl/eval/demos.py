@@ -6,7 +6,8 @@ recorded exactly as a rollout worker builds it, and the oracle's action becomes 
 
 Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (short call text such as
 `click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. Only
-episodes the oracle wins are kept. MiniWoB++ tasks need an oracle (`jaxwebrl.env.tasks.oracles.oracle_tasks()`).
+episodes the oracle wins are kept. The chain family's oracle reads only the goal and the screenshots (plus, in
+its recall variant, its own press count); MiniWoB++ tasks need an oracle (`jaxwebrl.env.tasks.oracles.oracle_tasks()`).
 
 `action_texts` (a constrained policy's action space, `jaxwebrl.env.agent.action_space.config_action_texts`) snaps
 every oracle click to the nearest allowed click, and that snapped click is what is played and recorded, so the
@@ -54,13 +55,13 @@ def _oracle(task_id: str):
     """env -> Action for the env's current state."""
     if task_id == "toy":
         return lambda env, obs, step: parse_action(toy.oracle_action_text(obs.goal, step))
-    if task_id.startswith("miniwob/"):
+    if task_id.startswith(("miniwob/", "chain/")):
         from jaxwebrl.env.tasks.oracles import get_oracle  # deferred: the oracles import Selenium (heavy)
 
-        oracle = get_oracle(task_id.split("/", 1)[1])
+        oracle = get_oracle(task_id.split("/", 1)[1].partition("?")[0] if task_id.startswith("miniwob/") else task_id)
         return lambda env, obs, step: oracle(env)
-    raise ValueError(f"no scripted oracle for {task_id!r}: demonstrations need 'toy' or a MiniWoB++ task with "
-                     f"an oracle (jaxwebrl.env.tasks.oracles.oracle_tasks())")
+    raise ValueError(f"no scripted oracle for {task_id!r}: demonstrations need 'toy', a chain spec or a MiniWoB++ "
+                     f"task with an oracle (jaxwebrl.env.tasks.oracles.oracle_tasks())")
 
 
 def play_demonstration(env, seed: int, prompt: PromptConfig, action_texts=None) -> tuple[list[dict], float]:

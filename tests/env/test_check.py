@@ -29,8 +29,29 @@ def test_doctor_fails_below_threshold(capsys):
     assert json.loads(capsys.readouterr().out)["ok"] is False
 
 
+@pytest.mark.browser
+def test_doctor_plays_the_chain_family_and_the_long_miniwob_tasks(capsys):
+    rc = check.main(["--tasks", "chain/easy-recall,chain/medium?trap=1,choose-date", "--episodes", "2",
+                     "--screenshot-size", "64x64"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["ok"], report
+    assert report["tasks"]["chain/easy-recall"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 3.0}
+    assert report["tasks"]["chain/medium?trap=1"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 5.0}
+    assert report["tasks"]["choose-date"]["success_rate"] == 1.0
+
+
+def test_doctor_checks_every_new_task_by_default(monkeypatch, capsys):
+    seen = {}
+    monkeypatch.setattr(check, "run_check", lambda tasks, episodes, size: seen.update(tasks=tasks) or
+                        {"errors": [], "success_rate": 1.0})
+    assert check.main([]) == 0
+    capsys.readouterr()
+    assert {"click-checkboxes-large", "choose-date", "chain/easy", "chain/medium-cue",
+            "chain/hard-recall"} <= set(seen["tasks"])
+
+
 @pytest.mark.parametrize("argv", [["--tasks", "book-flight"], ["--tasks", "no-such-task"], ["--episodes", "0"],
-                                  ["--screenshot-size", "big"]])
+                                  ["--screenshot-size", "big"], ["--tasks", "chain/easy?trap=9"]])
 def test_doctor_rejects_bad_arguments(argv):
     with pytest.raises(SystemExit) as exit_info:
         check.main(argv)

@@ -1,7 +1,9 @@
-"""Scripted oracle policies for MiniWoB++ tasks: they read the goal and the DOM and emit model-style text.
+"""Scripted oracle policies for MiniWoB++ tasks and the chain family: they emit model-style text.
 
 An oracle is a function `oracle(env) -> Action` that looks at the current page of a `MiniWobEnv` (through
-`env.goal`, `env.run_js` and `env.element_point`) and returns the next action. `oracle_text` formats it with
+`env.goal`, `env.run_js` and `env.element_point`) and returns the next action. The chain oracle (`get_oracle`
+of any "chain/..." spec) reads only what the agent has: the goal, the screenshot it saw (the variant's progress
+strip, the buttons' colours) and, in the recall variant, how many presses it made. `oracle_text` formats it with
 `format_action`, so driving the env through oracles also exercises the action parser end to end; the same text
 serves as supervised demonstrations.
 
@@ -14,7 +16,10 @@ import re
 import time
 from typing import Callable
 
+import numpy as np
+
 from jaxwebrl.env.agent.actions import Action, format_action
+from jaxwebrl.env.tasks import chain_tasks
 from jaxwebrl.env.tasks.miniwob import MiniWobEnv
 
 Oracle = Callable[[MiniWobEnv], Action]
@@ -39,6 +44,9 @@ def oracle_tasks() -> list[str]:
 
 
 def get_oracle(task: str) -> Oracle:
+    """The oracle of a MiniWoB++ task name or of a chain spec ("chain/hard-recall?trap=1")."""
+    if task.startswith(chain_tasks.PREFIX):
+        return chain_oracle
     if task not in ORACLES:
         raise KeyError(f"no oracle for MiniWoB++ task {task!r}; oracles exist for {oracle_tasks()}")
     return ORACLES[task]
@@ -84,7 +92,9 @@ def _goal_match(env: MiniWobEnv, pattern: str) -> re.Match:
 
 
 def _click(env: MiniWobEnv, element) -> Action:
-    point = env.element_point(element)
+    """A click on the element: on a point of the task's declared click grid when it has one (what a policy
+    decoding under that grid can emit), else at its visible centre."""
+    point = env.element_point(element) if env.click_grid is None else env.grid_point(element, env.click_grid)
     if point is None:
         raise OracleError(f"{env.task}: element {element!r} is not on the page")
     return Action("click", x=point[0], y=point[1])
@@ -265,3 +275,76 @@ def guess_number(env: MiniWobEnv) -> Action:
         point = env.element_point("#tt", x_fraction=0.2)  # the caret lands after the one-digit value
         return Action("click", x=point[0], y=point[1])
     return Action("key", keys=("Backspace",))  # clear the last guess, then type the next one
+
+
+@register("click-checkboxes-large")
+def click_checkboxes_large(env: MiniWobEnv) -> Action:
+    """Toggle each label whose box disagrees with the goal (labels hold their inputs #ch0...), then Submit."""
+    names = _goal_match(env, r"^Select (.*) and click Submit\.").group(1)
+    wanted = set() if names == "nothing" else set(names.split(", "))
+    labels = env.run_js("return Array.from(document.querySelectorAll('#area label')).map("
+                        "  function (l) { return [l.textContent.trim(), l.querySelector('input').checked]; });")
+    for index, (name, checked) in enumerate(labels):
+        if (name in wanted) != checked:
+            return _click(env, env.run_js("return document.querySelectorAll('#area label')[arguments[0]];", index))
+    return _click(env, "#subbtn")
+
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+
+@register("choose-date")
+def choose_date(env: MiniWobEnv) -> Action:
+    """Open the datepicker, page with Prev/Next to the goal's month, click its day, then Submit. Waits (in
+    Python, not a step) for the picker's fade to end, so a click never lands on a half-shown calendar."""
+    month, day, year = (int(v) for v in _goal_match(env, r"Select (\d\d)/(\d\d)/(\d{4}) ").groups())
+    deadline = time.monotonic() + 2.0
+    while env.run_js("return $('#ui-datepicker-div').is(':animated');") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    value, shown, title = env.run_js(
+        "var d = $('#ui-datepicker-div'); return [$('#datepicker').val(), d.is(':visible'),"
+        " [d.find('.ui-datepicker-month').text(), d.find('.ui-datepicker-year').text()]];")
+    if value == f"{month:02d}/{day:02d}/{year}":
+        return _click(env, "#subbtn")
+    if not shown:
+        return _click(env, "#datepicker")
+    at = (int(title[1]), _MONTHS.index(title[0]) + 1)
+    if at != (year, month):
+        return _click(env, ".ui-datepicker-prev" if at > (year, month) else ".ui-datepicker-next")
+    return _click(env, _find(env, "#ui-datepicker-div .ui-datepicker-calendar a", str(day)))
+
+
+# ---- the chain family -----------------------------------------------------------------------------------
+_PALETTE = {**chain_tasks.COLOUR_RGB, "done": chain_tasks.DONE_RGB, "todo": chain_tasks.TODO_RGB,
+            "page": (244, 244, 244)}
+
+
+def _colour_at(shot: np.ndarray, point: tuple[int, int]) -> str:
+    """The palette name nearest the screenshot's pixel at a 0..1000 point (any screenshot size)."""
+    height, width = shot.shape[:2]
+    x = min(int(point[0] / 1000 * width), width - 1)
+    y = min(int(point[1] / 1000 * height), height - 1)
+    pixel = shot[y, x].astype(int)
+    return min(_PALETTE, key=lambda name: int(((pixel - np.array(_PALETTE[name])) ** 2).sum()))
+
+
+def chain_oracle(env) -> Action:
+    """Press the goal's next colour: how far it got comes from the progress strip (plain), the strip's cue cell
+    names the colour itself (cue), or its own count of presses, all correct (recall)."""
+    spec, shot = env.spec, env.last_screenshot
+    names = re.findall(r"[a-z]+", env.goal.removeprefix("Press "))
+    if shot is None or not names or any(n not in chain_tasks.COLOURS for n in names):
+        raise OracleError(f"{env.task_id}: no screenshot yet or a goal {env.goal!r} that names no colours")
+    cells = [_colour_at(shot, ((x0 + x1) // 2, (y0 + y1) // 2))
+             for x0, y0, x1, y1 in chain_tasks.strip_cells(spec.presses)]
+    if spec.variant == "cue":
+        wanted = next((c for c in cells if c in chain_tasks.COLOURS), None)
+    else:
+        progress = env.steps_taken if spec.variant == "recall" else cells.count("done")
+        wanted = names[progress] if progress < len(names) else None
+    slots = [_colour_at(shot, chain_tasks.slot_centre(s)) for s in range(len(chain_tasks.SLOTS))]
+    if wanted not in slots:
+        raise OracleError(f"{env.task_id}: the colour to press ({wanted}) is not on the page ({slots})")
+    x, y = chain_tasks.slot_centre(slots.index(wanted))
+    return Action("click", x=x, y=y)
