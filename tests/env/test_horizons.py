@@ -17,7 +17,10 @@ def test_a_specs_own_max_steps_wins_below_the_cap_and_the_cap_bounds_it():
     assert task_horizon("miniwob/click-tab", 30) == 5          # easy split
     assert task_horizon("miniwob/book-flight", 30) == 20       # hard split
     assert task_horizon("miniwob/book-flight", 7) == 7
-    assert task_horizon("toy", 4) == 4                          # a registered env has none of its own: the cap
+    assert task_horizon("toy", 4) == 3                          # a fixed-horizon registered env plays its own
+    assert task_horizon("chain/hard-recall", 5) == 30           # ... whatever the cap (it takes none)
+    assert task_horizon("chain/medium?trap=1&horizon=25", 30) == 25
+    assert task_horizon("miniwob/click-checkboxes-large?reward=strict", 30) == 20   # the query keeps its split
     assert run_horizon([spec(3), "miniwob/book-flight", spec(12)], 30) == 20
 
 
