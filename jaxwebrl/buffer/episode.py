@@ -231,7 +231,8 @@ class Episode:
         if self.episode_id is not None and not isinstance(self.episode_id, (int, np.integer)):
             _fail(f"episode_id is set by the buffer (an int), got {self.episode_id!r}")
         values = dict(steps=steps, group_id=int(self.group_id), reward=reward, terminated=bool(self.terminated),
-                      truncated=bool(self.truncated), env_failed=bool(self.env_failed), cut=bool(self.cut), screenshots=screenshots,
+                      truncated=bool(self.truncated), env_failed=bool(self.env_failed), cut=bool(self.cut),
+                      screenshots=screenshots,
                       episode_id=None if self.episode_id is None else int(self.episode_id),
                       num_steps=len(steps), min_version=min_version, max_version=max_version)
         for name, value in values.items():

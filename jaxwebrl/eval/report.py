@@ -54,6 +54,7 @@ def episode_row(episode: Episode) -> dict:
         "invalid_steps": int(sum(bool(x) for x in invalid)),
         "memory_chars": float(memory.chars) if memory is not None else 0.0,
         "env_failed": episode.env_failed,
+        "cut": episode.cut,
     }
 
 
@@ -62,14 +63,16 @@ def _mean(values) -> float | None:
 
 
 def aggregate(rows: list[dict]) -> dict:
-    """Success rate, reward, steps of successes vs failures, invalid-action rate, memory over episode rows."""
-    scored = [r for r in rows if not r["env_failed"]]
+    """Success rate, reward, steps of successes vs failures, invalid-action rate, memory over episode rows.
+    Env-failed and cut episodes (a step outgrew the buffer's max_seq_len) are counted apart, never scored."""
+    scored = [r for r in rows if not r["env_failed"] and not r.get("cut")]
     success = [r for r in scored if r["reward"] > 0]
     failure = [r for r in scored if r["reward"] <= 0]
     steps = sum(r["steps"] for r in scored)
     return {
         "episodes": len(scored),
-        "env_failed": len(rows) - len(scored),
+        "env_failed": sum(bool(r["env_failed"]) for r in rows),
+        "cut": sum(bool(r.get("cut")) and not r["env_failed"] for r in rows),
         "success_rate": _mean([float(r["reward"] > 0) for r in scored]),
         "mean_reward": _mean([r["reward"] for r in scored]),
         "steps_success": _mean([r["steps"] for r in success]),
@@ -110,10 +113,10 @@ def markdown(report: dict, title: str = "policy") -> str:
              f"| {title} | " + " | ".join(_fmt(report["splits"][s]["success_rate"], True) for s in splits)
              + f" | {_fmt(report['overall']['success_rate'], True)} |", ""]
     lines += ["| Task | Split | Episodes | Success | Steps (success) | Steps (failure) | Invalid actions | "
-              "Memory chars | Env failed |", "|---|---|---|---|---|---|---|---|---|"]
+              "Memory chars | Env failed | Cut |", "|---|---|---|---|---|---|---|---|---|---|"]
     rows = list(report["tasks"].items()) + [("**all**", dict(report["overall"], split="–"))]
     for name, t in rows:
         lines.append(f"| {name} | {t['split']} | {t['episodes']} | {_fmt(t['success_rate'], True)} | "
                      f"{_fmt(t['steps_success'])} | {_fmt(t['steps_failure'])} | "
-                     f"{_fmt(t['invalid_action_rate'], True)} | {_fmt(t['memory_chars'])} | {t['env_failed']} |")
+                     f"{_fmt(t['invalid_action_rate'], True)} | {_fmt(t['memory_chars'])} | {t['env_failed']} | {t['cut']} |")
     return "\n".join(lines) + "\n"
