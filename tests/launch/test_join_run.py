@@ -36,7 +36,8 @@ def test_a_hand_started_worker_joins_a_running_curve_run(tmp_path):
         env = {k: v for k, v in os.environ.items() if k != "JAXWEBRL_TOKEN"}
         env["PYTHONPATH"] = REPO
         rollout = subprocess.Popen(
-            [sys.executable, os.path.join(REPO, "launch", "rollout.py"), *TOY, f"--workdir={workdir}",
+            # the run's recipe and overrides: a host with another group size is refused (its fingerprint differs)
+            [sys.executable, os.path.join(REPO, "launch", "rollout.py"), *TOY, *SMALL, f"--workdir={workdir}",
              "--num_workers=1", f"--first_worker_id={JOINED_ID}"],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wait_for(lambda: _joined_episodes(os.path.join(workdir, "buffer")) >= 2, 600, rollout,
