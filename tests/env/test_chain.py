@@ -17,6 +17,7 @@ from jaxwebrl.eval.seeds import EVAL_SEED_START
 
 pytestmark = pytest.mark.browser
 HELD_OUT = range(EVAL_SEED_START, EVAL_SEED_START + 24)
+SLOW_HELD_OUT = HELD_OUT[:12]   # the 20- and 30-step variants (the doctor in .ci/run plays every spec again)
 FAST = ("chain/easy", "chain/easy-cue", "chain/easy-recall", "chain/medium-recall?trap=1")
 
 
@@ -34,7 +35,7 @@ def _env(spec, browser, size=(64, 64)):
                                   for s in chain_names() + ["chain/medium-recall?trap=1", "chain/hard-recall?trap=2"]])
 def test_the_oracle_solves_every_variant_on_held_out_seeds(browser, spec):
     env = _env(spec, browser)
-    results = [run_episode(env, seed) for seed in HELD_OUT]
+    results = [run_episode(env, seed) for seed in (HELD_OUT if spec in FAST else SLOW_HELD_OUT)]
     wins = [r for r in results if r["success"]]
     assert len(wins) >= 0.95 * len(results), [(r["success"], r["steps"]) for r in results]
     assert {r["steps"] for r in wins} == {env.spec.presses} and all(r["invalid_actions"] == 0 for r in results)
