@@ -14,6 +14,7 @@ from typing import Any
 
 from jaxwebrl.env.agent.actions import Action, parse_action
 from jaxwebrl.env.base import Observation, StepResult
+from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 
@@ -126,3 +127,23 @@ class BrowserEnv:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class LocalPageEnv(BrowserEnv):
+    """A BrowserEnv whose task is one local page (MiniWoB++, chain): loaded once per browser from an exposed
+    directory the tab is confined to, then reset in place by the page's own JS; the observation's url is that page."""
+
+    _url: str | None = None   # the page this env loaded into its browser (None until then, or after a failed load)
+
+    def _page_url(self) -> str:
+        return self._url or ""
+
+    def _open_local_page(self, browser: Browser, directory: str, page: str) -> None:
+        """Expose `directory`, confine the tab to it, and load `page` (a path inside it) unless the tab shows it."""
+        root = browser.expose_directory(directory)
+        browser.set_allowlist(UrlAllowlist.for_directory(root))
+        url = f"file://{root}/{page}"
+        if self._url != url or browser.current_url().split("#")[0] != url:
+            self._url = None
+            browser.navigate(url)
+            self._url = url

@@ -19,10 +19,10 @@ import numpy as np
 
 from jaxwebrl.env.agent.actions import Action
 from jaxwebrl.env.base import Observation
-from jaxwebrl.env.browser.allowlist import UrlAllowlist, blocked_message
+from jaxwebrl.env.browser.allowlist import blocked_message
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
-from jaxwebrl.env.tasks.browser_env import BrowserEnv
+from jaxwebrl.env.tasks.browser_env import LocalPageEnv
 from jaxwebrl.env.tasks.chain_tasks import (BACK_LINK, COLOUR_RGB, PAGE_SIZE, SLOTS, ChainEpisode, chain_spec,
                                             strip_cells)
 from jaxwebrl.env.tasks.miniwob import VIEWPORT
@@ -32,7 +32,7 @@ PAGE_NAME = "chain.html"
 _HITS_JS = "var hits = window.chainHits || []; window.chainHits = []; return [hits, location.href];"
 
 
-class ChainEnv(BrowserEnv):
+class ChainEnv(LocalPageEnv):
     """One chain spec in one browser (owned, or shared via `browser=`; a shared one is not closed).
 
     name: a registered chain name ("chain/easy", "chain/hard-recall", ...); trap, horizon: its options.
@@ -52,23 +52,13 @@ class ChainEnv(BrowserEnv):
         self.task_id = self.task = self.spec.name
         self.episode: ChainEpisode | None = None
         self.last_screenshot: np.ndarray | None = None
-        self._url: str | None = None
 
     @property
     def steps_taken(self) -> int:
         return self._steps
 
-    def _page_url(self) -> str:
-        return self._url or ""
-
     def _start_episode(self, browser: Browser, seed: int) -> str:
-        root = browser.expose_directory(PAGES_DIR)
-        browser.set_allowlist(UrlAllowlist.for_directory(root))
-        url = f"file://{root}/{PAGE_NAME}"
-        if self._url != url or browser.current_url().split("#")[0] != url:
-            self._url = None
-            browser.navigate(url)
-            self._url = url
+        self._open_local_page(browser, PAGES_DIR, PAGE_NAME)
         self.episode = ChainEpisode(self.spec, seed)
         self._render()
         return self.episode.goal

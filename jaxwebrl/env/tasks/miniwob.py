@@ -22,10 +22,10 @@ from typing import Any
 
 from jaxwebrl.env.agent.actions import Action, from_viewport
 from jaxwebrl.env.base import EnvTimeout
-from jaxwebrl.env.browser.allowlist import UrlAllowlist, blocked_message
+from jaxwebrl.env.browser.allowlist import blocked_message
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
-from jaxwebrl.env.tasks.browser_env import BrowserEnv
+from jaxwebrl.env.tasks.browser_env import LocalPageEnv
 from jaxwebrl.env.tasks.miniwob_tasks import REWARDS, available_tasks, click_grid, horizon, html_dir, task_split
 
 TASK_AREA = (0, 0, 160, 210)  # x, y, width, height of #wrap in CSS pixels
@@ -89,7 +89,7 @@ class MiniWobSpec:
     difficulty: str
 
 
-class MiniWobEnv(BrowserEnv):
+class MiniWobEnv(LocalPageEnv):
     """One MiniWoB++ task in one browser (owned, or shared via `browser=`; a shared one is not closed).
 
     screenshot_size: (W, H) to resize the 160 x 210 task area to, or None for native pixels.
@@ -121,20 +121,10 @@ class MiniWobEnv(BrowserEnv):
         self.click_grid = click_grid(task)
         self.spec = MiniWobSpec(task, reward, task_split(task) or "other")
         self.ready_timeout_s = ready_timeout_s
-        self._url: str | None = None
-
-    def _page_url(self) -> str:
-        return self._url or ""
 
     def _start_episode(self, browser: Browser, seed: int) -> str:
         """Load the page once per browser, then reset by the page's own JS (same seed -> same instance)."""
-        root = browser.expose_directory(html_dir())
-        browser.set_allowlist(UrlAllowlist.for_directory(root))
-        url = f"file://{root}/miniwob/{self.task}.html"
-        if self._url != url or browser.current_url().split("#")[0] != url:
-            self._url = None
-            browser.navigate(url)
-            self._url = url
+        self._open_local_page(browser, html_dir(), f"miniwob/{self.task}.html")
         ready, utterance = browser.run_js(_START_JS, str(seed), MAX_EPISODE_TIME_MS)
         deadline = time.monotonic() + self.ready_timeout_s
         while not ready:
