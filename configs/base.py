@@ -14,6 +14,8 @@ Scales (the variant names every recipe takes):
 
   tiny          (default) tiny random Qwen3-VL policy on the CPU, bundled MiniWoB++ tasks in headless Chromium
   toy           tiny policy on the browser-free toy environment (~4.5 s an update; grpo solves it in ~20 updates)
+  long          the paper's regime at CPU scale: the tiny policy on the chain family (10/20/30-step horizons, held-out
+                goals) writing a free, bounded memory every step (`--config=configs/constT10.py:long`)
   qwen3vl_8b    the paper's scale: Qwen3-VL-8B from a local HF directory (--config.model.checkpoint=DIR)
   qwen3vl_2b    the same on Qwen3-VL-2B; qwen2_5vl_7b: on Qwen2.5-VL-7B
   rehearsal     CPU rehearsal at real width: Qwen3-VL-2B widths and vocabulary (random weights, real Qwen
@@ -121,6 +123,16 @@ SCHEMA = {
         "action_style": Field("call", "'call': click(x, y); 'tool_call': Qwen3-VL tool calls",
                               one_of(("call", "tool_call"), "use 'call' or 'tool_call'")),
         "system_prompt": Field(None, "None: the default agent prompt listing the actions", type=str),
+        "summary_steps": Field(30, "the prompt's summary window: older steps listed one line each (the ones "
+                                   "before are only counted)", at_least(0, "must be >= 0 summary lines")),
+        # The constrained policy's memory section (jaxwebrl/env/agent/action_space.py): "empty" forces
+        # 'Memory: {}'; "free" lets it write a bounded JSON object every step (keys from content and generic
+        # words, short values), so memory can grow or shrink under RL. model.max_new_tokens must cover it.
+        "memory": Field("empty", "'empty': Memory: {}; 'free': the policy writes a bounded memory every step",
+                        one_of(("empty", "free"))),
+        "memory_max_keys": Field(3, "free memory: at most this many entries", between(1, 8, "must be in 1..8")),
+        "memory_value_chars": Field(6, "free memory: a value's at most this many [a-z0-9] characters",
+                                    between(1, 16, "must be in 1..16")),
         "step_timeout_s": Field(30.0, "seconds an env reset or step may take before the worker gives up on it",
                                 above(0, "must be > 0 seconds")),
         "chromium": Field("chromium", "Chromium binary name or path"),
@@ -332,6 +344,23 @@ def tiny(c: config_dict.ConfigDict) -> None:
     c.model.attention_chunk = 128
 
 
+LONG_TASKS = "chain/easy,chain/medium,chain/hard"
+
+
+def long(c: config_dict.ConfigDict) -> None:
+    """The paper's regime at CPU scale: the tiny policy on the long-horizon chain family (horizons 10/20/30 around
+    k = 10, failures that run to the horizon, held-out goals) writing a free, bounded memory every step."""
+    tiny(c)
+    c.variant = "long"
+    c.env.tasks = LONG_TASKS                   # traps off: failures run long ("?trap=1" each: failures stop early)
+    c.env.max_episode_steps = 30               # the cap; each chain split plays its own horizon (10/20/30)
+    c.env.memory = "free"                      # at most 3 entries of 6-character values: <= 69 characters
+    c.env.summary_steps = 4                    # the last 4 older steps listed, earlier ones only counted: the
+                                               # memory is what carries progress past them
+    c.model.max_new_tokens = 112               # 'Memory: {<= 69 chars}\nAction: click(x, y)' + the end token
+    c.buffer.max_seq_len = 640
+
+
 def paper_scale(c: config_dict.ConfigDict, preset: str) -> None:
     """The paper's scale on the model `preset` names, from a local HF checkpoint (--config.model.checkpoint=DIR)."""
     c.variant = preset
@@ -399,7 +428,7 @@ def rehearsal(c: config_dict.ConfigDict) -> None:
     c.checkpoint.async_save = False
 
 
-SCALES = {"tiny": tiny, "toy": toy,
+SCALES = {"tiny": tiny, "toy": toy, "long": long,
       "qwen3vl_8b": functools.partial(paper_scale, preset="qwen3vl_8b"),
       "qwen3vl_2b": functools.partial(paper_scale, preset="qwen3vl_2b"),
       "qwen2_5vl_7b": functools.partial(paper_scale, preset="qwen2_5vl_7b"),

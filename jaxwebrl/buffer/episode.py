@@ -243,6 +243,15 @@ class Episode:
         """[S, K] int64, the steps' refs stacked (-1 padded)."""
         return np.stack([s.screenshot_refs for s in self.steps])
 
+    def memory_per_step(self) -> tuple[float, float, float] | None:
+        """(chars, keys, generic_frac) of the memory the agent held after each step, averaged over the steps that
+        recorded one; None when none did."""
+        stats = [s.memory for s in self.steps if s.memory is not None]
+        if not stats:
+            return None
+        return (float(np.mean([m.chars for m in stats])), float(np.mean([m.keys for m in stats])),
+                float(np.mean([m.generic_frac for m in stats])))
+
     def check_fits(self, config: BufferConfig) -> None:
         """Raises EpisodeError when the episode does not fit a buffer of `config` (lengths, vocabulary, capacity,
         screenshot shape, images per step)."""

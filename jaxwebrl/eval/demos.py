@@ -5,8 +5,10 @@ recorded exactly as a rollout worker builds it, and the oracle's action becomes 
     steps[0] == {"task", "seed", "step", "messages", "images": [uint8 [H, W, 3]], "response": str}
 
 Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (short call text such as
-`click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. Only
-episodes the oracle wins are kept. The chain family's oracle reads only the goal and the screenshots (plus, in
+`click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. With a
+free memory grammar (`memory=`, env.memory "free") the oracle writes the memory it keeps, `{"done": "<n>"}`
+after its n-th action (the progress a recall page does not show), and the agent's next prompt carries it, as a
+rollout worker's does. Only episodes the oracle wins are kept. The chain family's oracle reads only the goal and the screenshots (plus, in
 its recall variant, its own press count); MiniWoB++ tasks need an oracle (`jaxwebrl.env.tasks.oracles.oracle_tasks()`).
 
 `action_texts` (a constrained policy's action space, `jaxwebrl.env.agent.action_space.config_action_texts`) snaps
@@ -22,18 +24,23 @@ from typing import Iterable
 import numpy as np
 
 from jaxwebrl.env.tasks import toy
-from jaxwebrl.env.agent.action_space import RESPONSE_PREFIX
+from jaxwebrl.env.agent import action_space
 from jaxwebrl.env.agent.actions import Action, format_action, format_call, parse_action
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
 
 
-def response_text(action: Action, action_style: str) -> str:
-    """The demonstration's response: the minimal memory, then the action in the prompt's style."""
+def response_text(action: Action, action_style: str, memory: dict | None = None) -> str:
+    """The demonstration's response: the memory (`{}` when None), then the action in the prompt's style."""
     text = format_call(action) if action_style == "call" else format_action(action)
     if parse_action(text).kind != action.kind:
         raise ValueError(f"{text!r} does not parse back to a {action.kind} action")
-    return RESPONSE_PREFIX + text
+    return action_space.response_text(text, memory)
+
+
+def oracle_memory(actions_taken: int) -> dict:
+    """What the oracle remembers after its `actions_taken`-th action: how many it has made."""
+    return {"done": str(actions_taken)}
 
 
 def snap_click(action: Action, action_texts, task_id: str = "") -> Action:
@@ -64,21 +71,28 @@ def _oracle(task_id: str):
                      f"task with an oracle (jaxwebrl.env.tasks.oracles.oracle_tasks())")
 
 
-def play_demonstration(env, seed: int, prompt: PromptConfig, action_texts=None) -> tuple[list[dict], float]:
-    """One oracle episode on `env` (clicks snapped to `action_texts` when given): its steps (see module
-    docstring) and the final reward."""
+def play_demonstration(env, seed: int, prompt: PromptConfig, action_texts=None,
+                       memory: action_space.MemoryGrammar | None = None) -> tuple[list[dict], float]:
+    """One oracle episode on `env` (clicks snapped to `action_texts` when given; the oracle's memory written
+    when `memory` is given): its steps (see module docstring) and the final reward."""
     oracle = _oracle(env.task_id)
     obs = env.reset(seed)
     images: list[np.ndarray] = []
     history: list[StepRecord] = []
     steps: list[dict] = []
+    kept: dict = {}   # the memory the oracle wrote last (the next prompt shows it)
     while True:
         images.append(np.asarray(obs.screenshot, np.uint8).copy())
-        p = build_prompt(obs.goal, history, len(images) - 1, {}, prompt, max_steps=env.max_steps)
+        p = build_prompt(obs.goal, history, len(images) - 1, kept, prompt, max_steps=env.max_steps)
         action = oracle(env, obs, len(steps))
         if action_texts is not None:
             action = snap_click(action, action_texts, env.task_id)
-        response = response_text(action, prompt.action_style)
+        if memory is not None:
+            kept = oracle_memory(len(steps) + 1)
+            if not memory.admits(kept):
+                raise ValueError(f"the oracle's memory {kept} is outside the memory grammar {memory}: widen "
+                                 f"env.memory_value_chars")
+        response = response_text(action, prompt.action_style, kept)
         steps.append({"task": env.task_id, "seed": int(seed), "step": len(steps), "messages": p.messages,
                       "images": [images[r] for r in p.image_refs], "response": response})
         result = env.step(action)
@@ -90,7 +104,8 @@ def play_demonstration(env, seed: int, prompt: PromptConfig, action_texts=None) 
 
 
 def oracle_demonstrations(tasks: Iterable[str], seeds: Iterable[int], *, prompt: PromptConfig | None = None,
-                          env_options: dict | None = None, action_texts=None) -> list[dict]:
+                          env_options: dict | None = None, action_texts=None,
+                          memory: action_space.MemoryGrammar | None = None) -> list[dict]:
     """Steps of the oracle's winning episodes on every (task, seed); see the module docstring."""
     prompt = prompt or PromptConfig()
     out: list[dict] = []
@@ -98,7 +113,7 @@ def oracle_demonstrations(tasks: Iterable[str], seeds: Iterable[int], *, prompt:
         env = make_env(task, **(env_options or {}))
         try:
             for seed in seeds:
-                steps, reward = play_demonstration(env, int(seed), prompt, action_texts)
+                steps, reward = play_demonstration(env, int(seed), prompt, action_texts, memory)
                 if reward > 0:
                     out.extend(steps)
         finally:

@@ -39,11 +39,12 @@ def task_difficulty(label: str, difficulty: str | None = None) -> str:
 
 
 def episode_row(episode: Episode) -> dict:
-    """The few numbers of one episode that the report aggregates (JSON-able); memory_chars: the memory the agent
-    held after the last step (0 without memory)."""
+    """The few numbers of one episode that the report aggregates (JSON-able); memory_chars, memory_keys,
+    memory_generic_frac: the memory the agent held after each step, averaged over its steps
+    (`Episode.memory_per_step`; 0 without memory)."""
     info = episode.info
     invalid = info.get("invalid_actions") or []
-    memory = episode.steps[-1].memory
+    memory = episode.memory_per_step() or (0.0, 0.0, 0.0)
     label = task_label(episode)
     return {
         "task": label,
@@ -52,10 +53,15 @@ def episode_row(episode: Episode) -> dict:
         "reward": episode.reward,
         "steps": episode.num_steps,
         "invalid_steps": int(sum(bool(x) for x in invalid)),
-        "memory_chars": float(memory.chars) if memory is not None else 0.0,
+        "memory_chars": memory[0],
+        "memory_keys": memory[1],
+        "memory_generic_frac": memory[2],
         "env_failed": episode.env_failed,
         "cut": episode.cut,
     }
+
+
+MEMORY_FIELDS = ("memory_chars", "memory_keys", "memory_generic_frac")   # per step, of scored / won / lost episodes
 
 
 def _mean(values) -> float | None:
@@ -78,7 +84,8 @@ def aggregate(rows: list[dict]) -> dict:
         "steps_success": _mean([r["steps"] for r in success]),
         "steps_failure": _mean([r["steps"] for r in failure]),
         "invalid_action_rate": (sum(r["invalid_steps"] for r in scored) / steps) if steps else None,
-        "memory_chars": _mean([r["memory_chars"] for r in scored]),
+        **{f"{name}{kind}": _mean([r[name] for r in rs if name in r])
+           for name in MEMORY_FIELDS for kind, rs in (("", scored), ("_success", success), ("_failure", failure))},
     }
 
 
@@ -113,10 +120,14 @@ def markdown(report: dict, title: str = "policy") -> str:
              f"| {title} | " + " | ".join(_fmt(report["splits"][s]["success_rate"], True) for s in splits)
              + f" | {_fmt(report['overall']['success_rate'], True)} |", ""]
     lines += ["| Task | Split | Episodes | Success | Steps (success) | Steps (failure) | Invalid actions | "
-              "Memory chars | Env failed | Cut |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "Memory chars a step (success / failure) | Memory keys | Generic keys | Env failed | Cut |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = list(report["tasks"].items()) + [("**all**", dict(report["overall"], split="–"))]
     for name, t in rows:
         lines.append(f"| {name} | {t['split']} | {t['episodes']} | {_fmt(t['success_rate'], True)} | "
                      f"{_fmt(t['steps_success'])} | {_fmt(t['steps_failure'])} | "
-                     f"{_fmt(t['invalid_action_rate'], True)} | {_fmt(t['memory_chars'])} | {t['env_failed']} | {t['cut']} |")
+                     f"{_fmt(t['invalid_action_rate'], True)} | {_fmt(t['memory_chars'])} "
+                     f"({_fmt(t['memory_chars_success'])} / {_fmt(t['memory_chars_failure'])}) | "
+                     f"{_fmt(t['memory_keys'])} | {_fmt(t['memory_generic_frac'], True)} | {t['env_failed']} | "
+                     f"{t['cut']} |")
     return "\n".join(lines) + "\n"

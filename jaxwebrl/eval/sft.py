@@ -27,11 +27,11 @@ import optax
 
 from jaxwebrl.checkpoint.layout import save_params
 from jaxwebrl.checkpoint.policies import initial_policy
-from jaxwebrl.env.agent.action_space import config_action_texts
+from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar
 from jaxwebrl.env.agent.prompt import PromptConfig
 from jaxwebrl.env.registry import env_specs
 from jaxwebrl.eval.demos import oracle_demonstrations
-from jaxwebrl.rollout.action_grammar import action_constraint
+from jaxwebrl.rollout.action_grammar import config_constraint
 from jaxwebrl.rollout.spec import worker_fields
 
 
@@ -133,12 +133,13 @@ def warm_start(config, out_dir: str, *, seeds, steps: int, batch_size: int = 8, 
     workers = worker_fields(config)       # the prompt and env options the recipe's rollout workers use
     start = time.monotonic()
     demos = oracle_demonstrations(tasks, seeds, prompt=PromptConfig.from_dict(workers["prompt"]),
-                                  env_options=dict(workers["env_options"]), action_texts=texts)
+                                  env_options=dict(workers["env_options"]), action_texts=texts,
+                                  memory=None if texts is None else config_memory_grammar(config))
     demo_s = time.monotonic() - start
     policy = initial_policy(config)
     rows = demo_rows(demos, policy.processor)
     if texts is not None:   # constrained policy: the loss goes where the grammar left a choice, as in RL
-        rows = decision_rows(rows, action_constraint(policy.processor, texts, policy.config.text.vocab_size))
+        rows = decision_rows(rows, config_constraint(config, policy.processor, policy.config.text.vocab_size))
     start = time.monotonic()
     params, losses = sft_train(policy, rows, steps=steps, batch_size=batch_size, lr=lr, seed=config.seed,
                                log_every=log_every)

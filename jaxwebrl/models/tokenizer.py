@@ -204,6 +204,13 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str:
         return self.backend.id_to_token(int(token_id))
 
+    def token_strings(self, size: int | None = None) -> list[str | None]:
+        """Each id's text, None for added (special) tokens and for ids past the vocabulary: `size` entries
+        (default `vocab_size`; a model's embedding may be wider). What `TokenConstraint.from_regex` walks."""
+        size = self.vocab_size if size is None else size
+        added = set(self.backend.get_added_tokens_decoder())
+        return [None if i in added or i >= self.vocab_size else self.backend.decode([i]) for i in range(size)]
+
     @property
     def eos_token_id(self) -> int | None:
         eos = self.special_tokens.get("eos_token")

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxwebrl.env.agent.action_space import config_action_texts
+from jaxwebrl.env.agent.action_space import MemoryGrammar, config_action_texts, config_memory_grammar
 from jaxwebrl.models.sampler import Sampler, SamplingParams
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.admission import Admission
@@ -41,7 +41,8 @@ class PolicyServer:
     """Batched, versioned generation (see module docstring)."""
 
     def __init__(self, policy, buffer, *, max_batch: int = 8, deadline_ms: float = 0.0, decode_chunk: int = 8,
-                 top_k: int = 0, action_texts: tuple[str, ...] | None = None, seed: int = 0, group_size: int = 1):
+                 top_k: int = 0, action_texts: tuple[str, ...] | None = None, memory: MemoryGrammar | None = None,
+                 seed: int = 0, group_size: int = 1):
         self.policy = policy
         self.processor = policy.processor
         self.buffer = buffer
@@ -50,6 +51,7 @@ class PolicyServer:
         self.decode_chunk = int(decode_chunk)
         self.top_k = int(top_k)
         self.action_texts = tuple(action_texts) if action_texts else None
+        self.memory = memory    # the free memory grammar of the constrained responses (None: Memory: {})
         self._weights_lock = threading.Lock()
         self._params, self._version = policy.params, 0
         self._requests: queue.Queue = queue.Queue()
@@ -70,8 +72,8 @@ class PolicyServer:
         r = config.rollout
         texts = config_action_texts(config)
         return cls(policy, buffer, max_batch=r.server_max_batch, deadline_ms=r.server_deadline_ms,
-                   decode_chunk=r.decode_chunk, top_k=config.model.top_k, action_texts=texts, seed=config.seed,
-                   group_size=config.env.group_size)
+                   decode_chunk=r.decode_chunk, top_k=config.model.top_k, action_texts=texts,
+                   memory=config_memory_grammar(config), seed=config.seed, group_size=config.env.group_size)
 
     # ------------------------------------------------------------------ trainer side
     def set_weights(self, params, version: int) -> None:
@@ -204,7 +206,8 @@ class PolicyServer:
         tokenizer = self.processor.tokenizer
         constraint = None
         if self.action_texts:
-            constraint = action_constraint(self.processor, self.action_texts, self.policy.config.text.vocab_size)
+            constraint = action_constraint(self.processor, self.action_texts, self.policy.config.text.vocab_size,
+                                           memory=self.memory)
         return Sampler(self.policy.module, self.policy.config, pad_token_id=tokenizer.pad_token_id or 0,
                        decode_chunk=self.decode_chunk, batch_multiple=min(4, self.max_batch), constraint=constraint)
 

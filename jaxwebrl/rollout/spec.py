@@ -17,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from jaxwebrl.env.agent.action_space import config_action_texts
+import dataclasses
+
+from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar
 from jaxwebrl.env.registry import env_specs
 from jaxwebrl.extensions import extension_names
 
@@ -25,7 +27,7 @@ from jaxwebrl.extensions import extension_names
 def worker_fields(config) -> dict:
     """The `WorkerConfig` fields a run config implies (JSON-able)."""
     e, m = config.env, config.model
-    prompt = {"window": e.prompt_window, "action_style": e.action_style}
+    prompt = {"window": e.prompt_window, "action_style": e.action_style, "max_summary_steps": e.summary_steps}
     if e.system_prompt is not None:
         prompt["system_prompt"] = e.system_prompt
     env_options = {"screenshot_size": [e.screenshot_width, e.screenshot_height],   # (W, H)
@@ -59,11 +61,14 @@ def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir
 def run_fingerprint(config) -> dict:
     """What every rollout host of a run must agree on (JSON-able; the run publishes it with its transport files,
     launch/rollout.py compares its own): the variant (the scale recipe), G, the screenshot shape, the action
-    grammar (a digest of the constrained action texts; None when unconstrained), the vocabulary (the model's
-    tokenizer family: model.name and model.preset) and the horizon cap."""
+    grammar (a digest of the constrained action texts and of the free memory's bounds; None when unconstrained),
+    the vocabulary (the model's tokenizer family: model.name and model.preset) and the horizon cap."""
     e, m = config.env, config.model
-    texts = config_action_texts(config)
-    grammar = None if texts is None else hashlib.sha256(json.dumps(list(texts)).encode()).hexdigest()[:16]
+    texts, memory = config_action_texts(config), config_memory_grammar(config)
+    grammar = None
+    if texts is not None:
+        described = list(texts) if memory is None else [list(texts), dataclasses.asdict(memory)]
+        grammar = hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
     return {"variant": str(config.variant), "group_size": int(e.group_size),
             "screenshot_shape": [int(e.screenshot_height), int(e.screenshot_width)], "grammar": grammar,
             "vocabulary": f"{m.name}/{m.preset}", "max_steps": int(e.max_episode_steps)}

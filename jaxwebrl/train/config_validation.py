@@ -19,6 +19,7 @@ from ml_collections import config_dict
 
 from configs.base import FIELDS
 from jaxwebrl.checkpoint.layout import holds_params
+from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar, response_text
 from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import check_env_spec, env_specs, needs_browser
 from jaxwebrl.env.tasks.task_spec import MAX_STEPS, TaskSpecError
@@ -171,12 +172,29 @@ def _check_env(c) -> None:
             raise ConfigError(f"env.tasks={spec!r}: {_one_line(err)}") from None
     if not 1 <= e.max_episode_steps <= MAX_STEPS:
         _fail("env.max_episode_steps", e.max_episode_steps, f"must be in 1..{MAX_STEPS}")
+    _check_memory(c)
     _check_latency(e)
     if needs_browser(specs):
         if _which(e.chromium) is None:
             _fail("env.chromium", e.chromium, "Chromium not found: apt-get install -y chromium (or set the path)")
         if _which(e.chromedriver) is None:
             _fail("env.chromedriver", e.chromedriver, "chromedriver not found: apt-get install -y chromium-driver")
+
+
+def _check_memory(c) -> None:
+    """A free memory shapes the constrained grammar, and its longest response must fit model.max_new_tokens
+    (counted in characters: no token of a tokenizer is shorter than one)."""
+    texts, memory = config_action_texts(c), config_memory_grammar(c)
+    if memory is None:
+        return
+    if texts is None:
+        _fail("env.memory", c.env.memory, "a free memory grammar needs model.constrained_actions=True (an "
+                                          "unconstrained policy writes any memory): set env.memory='empty'")
+    longest = len(response_text(max(texts, key=len), {})) - 2 + memory.max_chars + 1   # + the end token
+    if c.model.max_new_tokens < longest:
+        _fail("model.max_new_tokens", c.model.max_new_tokens,
+              f"the free memory's longest response takes up to {longest} tokens: set "
+              f"--config.model.max_new_tokens={longest} (or shrink env.memory_max_keys / env.memory_value_chars)")
 
 
 def _check_latency(e) -> None:

@@ -163,6 +163,22 @@ class MetricsWriter:
             self._wandb.finish()
 
 
+MEMORY_METRICS = ("chars", "keys", "generic_frac")
+
+
+def memory_metrics(episodes: list[Episode], success: np.ndarray) -> dict[str, float]:
+    """The memory-bloat curves: `rollout/memory_<m>/{avg,success,failure}` for m in chars, keys, generic_frac,
+    each the mean over episodes of the per-step mean (`Episode.memory_per_step`); NaN where no episode of the kind
+    recorded a memory. success: bool [N], one per episode."""
+    per_step = [e.memory_per_step() for e in episodes]
+    out = {}
+    for i, name in enumerate(MEMORY_METRICS):
+        for kind, keep in (("avg", np.ones(len(episodes), bool)), ("success", success), ("failure", ~success)):
+            values = [m[i] for m, k in zip(per_step, keep) if k and m is not None]
+            out[f"rollout/memory_{name}/{kind}"] = float(np.mean(values)) if values else float("nan")
+    return out
+
+
 def pick_samples(views: list[EpisodeView], count: int) -> list[EpisodeView]:
     """`count` views taken in turn from each outcome (success, failure, env failed), in episode order."""
     queues = [[v for v in views if v.outcome == o] for o in OUTCOMES]

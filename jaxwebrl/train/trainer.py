@@ -36,16 +36,15 @@ from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
 from jaxwebrl.checkpoint.resume import restore_or_init
-from jaxwebrl.env.agent.action_space import config_action_texts
 from jaxwebrl.errors import CannotTrain, TrainingDiverged
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
-from jaxwebrl.rollout.action_grammar import action_constraint
+from jaxwebrl.rollout.action_grammar import config_constraint
 from jaxwebrl.train import console, rl_config, run_config
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
-from jaxwebrl.train.metrics import MetricsWriter
+from jaxwebrl.train.metrics import MetricsWriter, memory_metrics
 from jaxwebrl.train.update import Updater, UpdateInterrupted
 
 log = logging.getLogger(__name__)
@@ -93,9 +92,8 @@ class Trainer:
         t = config.train
         optimizer_config = rl_config.optimizer_settings(config)
         self.settings = rl_config.update_settings(config)
-        texts = config_action_texts(config)   # the policy server's grammar: the policy is restricted to it
-        self.constraint = None if texts is None else action_constraint(policy.processor, texts,
-                                                                         policy.config.text.vocab_size)
+        # the policy server's grammar: the policy is restricted to it
+        self.constraint = config_constraint(config, policy.processor, policy.config.text.vocab_size)
         self.updater = Updater(policy.module, self.settings, optimizer_config,
                                allowed_table=None if self.constraint is None else self.constraint.allowed)
         self.optimizer, self.lr_fn = self.updater.optimizer, self.updater.lr_fn
@@ -391,8 +389,6 @@ class Trainer:
         steps = np.array([e.num_steps for e in episodes])
         success = rewards > 0
         elapsed = max(time.monotonic() - self._t0, 1e-9)
-        memory = [float(np.mean(chars)) for chars in
-                  ([s.memory.chars for s in e.steps if s.memory is not None] for e in episodes) if chars]
         counts = self.gatherer.counts
         rollout = self.rollout_stats()
         loss_stats = {k.split("/", 1)[1]: v for k, v in stats.items() if k.startswith("loss_stats/")}
@@ -401,7 +397,7 @@ class Trainer:
             "rollout/success_rate": float(success.mean()),
             "rollout/steps_success/avg": float(steps[success].mean()) if success.any() else float("nan"),
             "rollout/steps_failure/avg": float(steps[~success].mean()) if (~success).any() else float("nan"),
-            "rollout/memory_chars/avg": float(np.mean(memory)) if memory else float("nan"),
+            **memory_metrics(episodes, success),
             "rollout/env_failed": counts.env_failed,
             "rollout/cut_episodes": counts.cut_episodes,
             "rollout/cut_steps": counts.cut_steps,

@@ -127,3 +127,27 @@ def test_demonstrations_of_each_variant_stay_on_the_click_grid():
     assert all(d["response"].startswith(RESPONSE_PREFIX) and d["response"][len(RESPONSE_PREFIX):] in CLICK_GRID
                for d in demos)
     assert {d["task"] for d in demos} == {"chain/easy", "chain/easy-recall?trap=1"}
+
+
+def test_free_memory_demonstrations_write_the_oracle_count_and_the_next_prompt_shows_it():
+    from jaxwebrl.env.agent.action_space import MemoryGrammar
+    from jaxwebrl.eval.sft import decision_rows, demo_rows
+    from jaxwebrl.models.processor import tiny_processor
+    from jaxwebrl.rollout.action_grammar import action_constraint
+
+    grammar = MemoryGrammar()
+    demos = oracle_demonstrations(["chain/easy-recall"], range(2), action_texts=CLICK_GRID, memory=grammar,
+                                  env_options={"screenshot_size": (64, 64)})
+    assert len(demos) == 2 * 3
+    for d in demos:
+        n = d["step"] + 1
+        assert d["response"].startswith(f'Memory: {{"done": "{n}"}}\nAction: ')
+        shown = d["messages"][-1]["content"][-1]["text"]
+        assert shown.endswith("Memory: {}" if n == 1 else f'Memory: {{"done": "{n - 1}"}}')
+    processor = tiny_processor()
+    rows = demo_rows(demos, processor)
+    constraint = action_constraint(processor, CLICK_GRID, processor.tokenizer.vocab_size, memory=grammar)
+    for d, row, decided in zip(demos, rows, decision_rows(rows, constraint)):   # every demo is in the grammar
+        response = processor.decode(row["input_ids"][row["loss_mask"] > 0])
+        chosen = processor.decode(row["input_ids"][decided["loss_mask"] > 0])   # the choices: the key's letters
+        assert str(d["step"] + 1) in chosen and len(chosen) < len(response) // 2   # that differ, the value, ...

@@ -9,7 +9,7 @@ import pytest
 
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.rollout.client import InProcessClient
-from jaxwebrl.env.agent.action_space import action_texts
+from jaxwebrl.env.agent.action_space import MemoryGrammar, action_texts
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS, RolloutWorker, WorkerConfig
@@ -23,11 +23,12 @@ def policy():
     return tiny_policy(seed=1)
 
 
-def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy, toy_buffer):
+@pytest.mark.parametrize("memory", [None, MemoryGrammar(max_keys=2, value_chars=3)], ids=["empty", "free"])
+def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy, toy_buffer, memory):
     server = PolicyServer(policy, toy_buffer, max_batch=4, deadline_ms=50, decode_chunk=8,
-                          action_texts=action_texts(["toy"]))
+                          action_texts=action_texts(["toy"]), memory=memory)
     try:
-        config = WorkerConfig(tasks=("toy",), group_size=2, max_new_tokens=48,
+        config = WorkerConfig(tasks=("toy",), group_size=2, max_new_tokens=48 if memory is None else 80,
                               prompt={"window": 0, "system_prompt": SHORT_SYSTEM_PROMPT})
         workers = [RolloutWorker(config, InProcessClient(server.handle), toy_buffer, worker_id=i) for i in range(2)]
         threads = [threading.Thread(target=w.run, kwargs={"max_groups": 1}) for w in workers]
@@ -56,8 +57,10 @@ def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy
             assert (versions[mask == 1] == 0).all() and (versions[mask == 0] == -1).all()
 
     # the trainer replays the grammar: the same restricted log-probs, forced tokens at exactly 0, and the one
-    # choice of a toy response (button 0 or 1) the only token that carries loss
-    constraint = action_constraint(policy.processor, action_texts(["toy"]), policy.config.text.vocab_size)
+    # choice of a toy response (button 0 or 1) the only token that carries loss; with a free memory, the
+    # memory's characters are choices too, and the memory the policy wrote is what the steps record
+    constraint = action_constraint(policy.processor, action_texts(["toy"]), policy.config.text.vocab_size,
+                                   memory=memory)
     batch = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
                         n_minibatches=1, max_seq_len=512, constraint=constraint)
     updater = Updater(policy.module, UpdateSettings(n_minibatches=1, n_epochs=1), OptimizerConfig(lr=1e-3, total_steps=1),
@@ -66,7 +69,13 @@ def test_workers_get_valid_actions_and_behaviour_logprobs_match_recompute(policy
     mask = batch.loss_mask.astype(bool)
     np.testing.assert_allclose(recomputed[mask], batch.behave_logprobs[mask], atol=1e-4)
     decisions = batch.decision_mask.astype(bool)
-    assert (batch.decision_mask.sum(axis=1)[:batch.num_real_rows] == 1).all()
+    decisions_per_row = batch.decision_mask.sum(axis=1)[:batch.num_real_rows]
+    if memory is None:
+        assert (decisions_per_row == 1).all()
+    else:   # '}' or '"' after 'Memory: {', the button, and every character of a memory the policy wrote
+        chars = [s.memory.chars for e in episodes for s in e.steps]
+        assert (decisions_per_row >= 2).all() and max(chars) > 2   # ({} counts 0)
+        assert sorted(decisions_per_row.tolist()) != [2] * batch.num_real_rows   # some rows wrote an entry
     assert (recomputed[mask & ~decisions] == 0).all()
     assert (recomputed[decisions] < 0).all() and (recomputed[decisions] > np.log(1e-3)).all()
 
