@@ -7,6 +7,21 @@ same held-out instances. Prints one JSON object (and writes OUT/ablation.json).
     python bench/ablation.py --sft=/tmp/lr/sft --out=/tmp/ablation --steps=15 --eval_seeds=40 --seeds=5
     python bench/ablation.py ... --resume --sft_eval=DIR   # the finished runs again, against another SFT eval
 
+The paper's regime (issue 26; `--variant=long`: chain tasks with 10/20/30-step horizons and free memory), traps
+off and on, into README's evidence:
+
+    python bench/learning_run.py --config=configs/constT10.py:long --out=R --stages=sft,eval_sft
+    python bench/ablation.py --variant=long --sft=R/sft --out=R/arms --steps=S --seeds=5 --resume \
+        --json=docs/results/paper_regime/ablation.json
+    python bench/ablation.py --variant=long --sft=R/sft --out=R/arms_trap --steps=S --seeds=3 --resume \
+        --json=docs/results/paper_regime/ablation_trap.json -- \
+        --config.env.tasks=chain/easy?trap=1,chain/medium?trap=1,chain/hard?trap=1
+
+Per seed (`arms[recipe].seeds`): held-out success overall and per difficulty split, mean steps of successes and
+failures and their ratio, the share of failures that ran to the horizon, memory characters a step (by outcome),
+keys and generic share, clipped fraction, seconds an update, memory over training; `split_differences`: each
+split's arm differences ± SE; `horizons`: each task's own horizon.
+
 Seeds: --seeds=N > 1 trains every arm N times from the same warm start with --config.seed=s, s in 0..N-1
 (OUT/<recipe>/rl_seed<s>, eval in OUT/<recipe>/eval_seed<s>); --seeds=1 keeps OUT/<recipe>/{rl,eval} and the
 recipe's own seed. Each arm gets the learning run's `summary` (bench/seed_stats.py) against the SFT eval of
@@ -24,8 +39,12 @@ arms stay comparable when the machine's load changes; each arm's wall time is re
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+
+from jaxwebrl.env.registry import check_env_spec, env_specs, task_horizon
+from jaxwebrl.plan.validation import apply_overrides
 
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
@@ -51,6 +70,8 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true",
                         help="reuse every run already trained to --steps and evaluated (after a crash, or to summarise "
                              "the same runs against another --sft_eval)")
+    parser.add_argument("--json", default=None, help="also write the JSON here (e.g. docs/results/paper_regime/"
+                                                    "ablation.json)")
     parser.add_argument("override", nargs="*", help="--config.a.b=v overrides for every arm (after --)")
     args = parser.parse_args()
     check_seeds(args.seeds, args.override, "ablation")
@@ -82,13 +103,44 @@ def main() -> None:
         arms[recipe] = {"runs": runs, "summary": arm_summary(after_sft, runs)}
         if args.seeds == 1:   # the single-run layout of earlier JSONs
             arms[recipe].update({k: v for k, v in runs[0].items() if k != "seed"})
+    for arm in arms.values():
+        arm["seeds"] = [seed_record(r) for r in arm["runs"] if r["eval"]]
     result = {"sft": sft, "after_sft": after_sft, "steps": args.steps, "variant": args.variant, "seeds": args.seeds,
-              "overrides": args.override, "eval_seeds": [1_000_000, 1_000_000 + args.eval_seeds - 1], "arms": arms,
-              "arm_differences": arm_differences({arm: a["summary"]["rl_success"] for arm, a in arms.items()})}
+              "overrides": args.override, "eval_seeds": [1_000_000, 1_000_000 + args.eval_seeds - 1],
+              "horizons": horizons(recipes[0] if recipes else None, args), "arms": arms,
+              "arm_differences": arm_differences({arm: a["summary"]["rl_success"] for arm, a in arms.items()}),
+              "split_differences": split_differences(arms)}
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "ablation.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    for path in [os.path.join(out, "ablation.json")] + ([args.json] if args.json else []):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
     print(json.dumps(result))
+
+
+def seed_record(run: dict) -> dict:
+    """One seed's headline numbers (the issue's per-seed record): held-out success overall and per difficulty
+    split, mean steps of successes and failures and their ratio, the share of failures that ran to the horizon,
+    memory characters a step (and by outcome, keys, generic share), the clipped fraction and seconds an update."""
+    e, d = run["eval"], run["dynamics"]
+    ratio = (e["steps_failure"] / e["steps_success"]) if e.get("steps_failure") and e.get("steps_success") else None
+    return {"seed": run["seed"], "success": e["success"], "success_by_split": e.get("splits", {}),
+            "mean_steps_success": e.get("steps_success"), "mean_steps_failure": e.get("steps_failure"),
+            "failure_success_length_ratio": ratio, "failures_at_horizon": e.get("failures_at_horizon"),
+            "memory_chars_mean": e.get("memory_chars"), "memory_chars_success": e.get("memory_chars_success"),
+            "memory_chars_failure": e.get("memory_chars_failure"), "memory_keys_mean": e.get("memory_keys"),
+            "memory_generic_frac": e.get("memory_generic_frac"), "clip_mean": d.get("clip_mean"),
+            "s_per_update": d.get("s_per_update"), "train_s": run.get("train_s"),
+            "memory_chars_curve": [row.get("memory_chars") for row in run["curve"]]}
+
+
+def split_differences(arms: dict) -> dict:
+    """Per difficulty split: every pair of arms' difference of mean held-out success ± SE (`arm_differences`)."""
+    splits = sorted({s for a in arms.values() for r in a.get("seeds", []) for s in r["success_by_split"]})
+    return {split: arm_differences({name: [r["success_by_split"][split] for r in a.get("seeds", [])
+                                           if r["success_by_split"].get(split) is not None]
+                                    for name, a in arms.items()})
+            for split in splits}
 
 
 def learning_arm(path: str, args, recipes: list[str], after_sft: dict | None) -> tuple[str, dict]:
@@ -150,6 +202,15 @@ def _memory_chars(eval_dir: str) -> float | None:
         return None
     with open(path, encoding="utf-8") as f:
         return json.load(f)["overall"].get("memory_chars")
+
+
+def horizons(recipe: str | None, args) -> dict:
+    """Each task's own horizon in this variant (env.tasks under the arms' config and overrides)."""
+    if recipe is None:
+        return {}
+    config = apply_overrides(importlib.import_module(f"configs.{recipe}").get_config(args.variant), args.override)
+    return {spec: task_horizon(check_env_spec(spec), config.env.max_episode_steps)
+            for spec in env_specs(config.env.tasks)}
 
 
 if __name__ == "__main__":

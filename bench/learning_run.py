@@ -116,7 +116,14 @@ def eval_summary(out_dir: str) -> dict | None:
             "task_episodes": {task: row.get("episodes") for task, row in report["tasks"].items()},
             "eval_seeds": [min(report["setup"]["seeds"]), max(report["setup"]["seeds"])],
             "steps_success": report["overall"]["steps_success"], "steps_failure": report["overall"]["steps_failure"],
+            "splits": {split: row["success_rate"] for split, row in report.get("splits", {}).items()},
+            **{key: report["overall"].get(key) for key in EVAL_EXTRAS},
             "wall_s": report["setup"]["wall_s"]}
+
+
+# eval.json's overall figures an eval summary carries too (None in reports made before they existed)
+EVAL_EXTRAS = ("failures_at_horizon", "memory_chars", "memory_chars_success", "memory_chars_failure",
+               "memory_keys", "memory_generic_frac")
 
 
 def curve(workdir: str) -> list[dict]:
@@ -133,7 +140,9 @@ def curve(workdir: str) -> list[dict]:
                             "success_seen": _rounded(seen), "staleness": _rounded(row.get("rollout/staleness/mean")),
                             "kl": _rounded(row.get("ppo_actor/update/approx_kl_abs/avg"), 4),   # |new − prox|
                             "behave_kl": _rounded(row.get("ppo_actor/update/behave_approx_kl_abs/avg"), 4),
-                            "clip": _rounded(row.get("ppo_actor/update/clip_ratio/avg"), 4), "time": row.get("time")})
+                            "clip": _rounded(row.get("ppo_actor/update/clip_ratio/avg"), 4),
+                            "memory_chars": _rounded(row.get("rollout/memory_chars/avg"), 2),
+                            "time": row.get("time")})
     return out
 
 

@@ -58,6 +58,7 @@ def episode_row(episode: Episode) -> dict:
         "memory_generic_frac": memory[2],
         "env_failed": episode.env_failed,
         "cut": episode.cut,
+        "at_horizon": bool(episode.truncated and not episode.terminated),   # ran out of steps
     }
 
 
@@ -84,6 +85,7 @@ def aggregate(rows: list[dict]) -> dict:
         "steps_success": _mean([r["steps"] for r in success]),
         "steps_failure": _mean([r["steps"] for r in failure]),
         "invalid_action_rate": (sum(r["invalid_steps"] for r in scored) / steps) if steps else None,
+        "failures_at_horizon": _mean([float(r.get("at_horizon", False)) for r in failure]),
         **{f"{name}{kind}": _mean([r[name] for r in rs if name in r])
            for name in MEMORY_FIELDS for kind, rs in (("", scored), ("_success", success), ("_failure", failure))},
     }

@@ -136,6 +136,44 @@ def test_resume_reuses_finished_runs_and_summarises_them_against_another_sft_eva
     assert proc.returncode != 0   # a run short of --steps is trained again: here from a warm start that is missing
 
 
+def test_the_ablation_json_holds_per_seed_records_split_differences_and_the_variants_horizons(tmp_path):
+    """The paper-regime record (issue 26): per arm a list of per-seed results, success per difficulty split and
+    the arms' differences per split ± SE, the length ratio, failures at the horizon, memory, and each task's own
+    horizon in the variant; --json writes it where README's evidence lives."""
+    for recipe, rates in (("constT10", [0.6, 0.4]), ("grpo", [0.5, 0.3])):
+        for seed, rate in enumerate(rates):
+            workdir = tmp_path / "arms" / recipe / f"rl_seed{seed}"
+            workdir.mkdir(parents=True)
+            rows = [{"step": step, "time": 10.0 * step, "rollout/success_rate": 0.5,
+                     "rollout/memory_chars/avg": 10.0 + step, "ppo_actor/update/clip_ratio/avg": 0.1}
+                    for step in (1, 2)]
+            (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            eval_dir = tmp_path / "arms" / recipe / f"eval_seed{seed}"
+            write_eval(eval_dir, rate)
+            report = json.loads((eval_dir / "eval.json").read_text())
+            report["splits"] = {"easy": {"success_rate": rate + 0.2}, "hard": {"success_rate": rate - 0.2}}
+            report["overall"].update(failures_at_horizon=0.75, memory_chars=12.0, memory_keys=1.0)
+            (eval_dir / "eval.json").write_text(json.dumps(report))
+    write_eval(tmp_path / "sft_eval", 0.4)
+    out_json = tmp_path / "docs" / "ablation.json"
+    proc = bench("ablation.py", f"--sft={tmp_path / 'no_sft'}", f"--out={tmp_path / 'arms'}", "--variant=long",
+                 "--recipes=constT10,grpo", "--steps=2", "--seeds=2", "--resume", f"--sft_eval={tmp_path / 'sft_eval'}",
+                 f"--json={out_json}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out_json.read_text())
+    assert result["variant"] == "long" and result["horizons"] == {"chain/easy": 10, "chain/medium": 20,
+                                                                  "chain/hard": 30}
+    first = result["arms"]["constT10"]["seeds"][0]
+    assert first["seed"] == 0 and first["success"] == 0.6
+    assert first["success_by_split"] == pytest.approx({"easy": 0.8, "hard": 0.4})
+    assert first["mean_steps_success"] == 2.0 and first["mean_steps_failure"] == 5.0
+    assert first["failure_success_length_ratio"] == 2.5 and first["failures_at_horizon"] == 0.75
+    assert first["memory_chars_mean"] == 12.0 and first["memory_chars_curve"] == [11.0, 12.0]
+    assert first["clip_mean"] == pytest.approx(0.1) and first["s_per_update"] == 10.0
+    easy = result["split_differences"]["easy"]["constT10 - grpo"]
+    assert easy["diff_mean"] == pytest.approx(0.1) and easy["diff_se"] == pytest.approx((2 * 0.1 ** 2) ** 0.5)
+
+
 # launch/train_run's small toy settings (tests/launch/test_train_run.py): one update is a few dozen episodes
 SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "--config.train.ppo_n_epochs=1",
          "--config.rollout.server_max_batch=2", "--config.rollout.num_workers=1"]
