@@ -16,7 +16,7 @@ import os
 from absl import app, flags
 
 from jaxwebrl import cli
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 
 _POLICY = flags.DEFINE_string("policy", "initial", "'initial', a workdir, its checkpoints/ dir, a params or HF dir")
 _STEP = flags.DEFINE_integer("step", None, "training step of a checkpoint (default: the latest)")

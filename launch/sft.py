@@ -11,7 +11,7 @@ episodes for --steps and DIR receives a params checkpoint (params/, jaxwebrl_par
     python launch/train.py --config=configs/constT10.py --workdir=RL --config.model.init_params=DIR
     python launch/eval.py --config=configs/constT10.py --policy=DIR --out_dir=DIR/eval
 
-Seed split (`jaxwebrl/eval/seeds.py`): demonstrations use seeds below EVAL_SEED_START = 1_000_000; launch/eval.py
+Seed split (`jaxwebrl/seeds.py`): demonstrations use seeds below EVAL_SEED_START = 1_000_000; launch/eval.py
 holds out 1_000_000 and up, and RL workers draw instance seeds at random from [0, 2**31).
 """
 
@@ -21,7 +21,7 @@ import os
 from absl import app, flags
 
 from jaxwebrl import cli
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 
 _WORKDIR = cli.define_workdir_flag("new directory for the params checkpoint and sft.json")
 _STEPS = flags.DEFINE_integer("steps", 200, "SFT optimizer steps")

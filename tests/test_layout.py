@@ -16,7 +16,7 @@ PACKAGE = os.path.join(REPO, "jaxwebrl")
 
 # docs/architecture.md: a node imports only nodes of a lower rank (or itself).
 RANK = {
-    "errors": 0, "extensions": 0, "files": 0,
+    "errors": 0, "extensions": 0, "files": 0, "seeds": 0,
     "rl": 1, "parallel": 1,
     "env": 2, "buffer": 2, "models": 2,
     "rollout": 3, "checkpoint": 3,

@@ -27,7 +27,7 @@ from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.from_config import create_sized
 from jaxwebrl.env.registry import env_specs, run_horizon
 from jaxwebrl.eval import report as report_lib
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 from jaxwebrl.eval.viewer import write_viewer
 from jaxwebrl.rollout.client import PolicyClient
 from jaxwebrl.rollout.serving import PolicyService

@@ -24,7 +24,7 @@ from jaxwebrl.buffer.from_config import create_sized
 from jaxwebrl.env.registry import run_horizon
 from jaxwebrl.eval import report as report_lib
 from jaxwebrl.eval.evaluate import Players, eval_config
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 
 
 class SuccessProbe:

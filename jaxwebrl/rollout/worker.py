@@ -51,6 +51,7 @@ from jaxwebrl.env.agent.memory import MemoryTracker
 from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord
 from jaxwebrl.env.base import EnvFailure, browser_is_the_cause
 from jaxwebrl.env.latency import LatencyConfig
+from jaxwebrl.seeds import training_seed
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.agent import Agent, step_texts
 from jaxwebrl.rollout.env_host import EnvHost, task_name
@@ -231,7 +232,7 @@ class RolloutWorker:
         groups = 0
         while not self._stop.is_set() and (max_groups is None or groups < max_groups):
             task = self.config.tasks[int(self._rng.integers(len(self.config.tasks)))]
-            self.run_group(task, int(self._rng.integers(2**31 - 1)))
+            self.run_group(task, training_seed(self._rng))   # never an evaluation instance
             groups += 1
         return self.stats
 

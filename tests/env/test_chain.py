@@ -13,7 +13,7 @@ from jaxwebrl.env.tasks.chain_tasks import COLOURS, SLOTS, chain_names, slot_cen
 from jaxwebrl.env.tasks.miniwob import VIEWPORT
 from jaxwebrl.env.tasks.oracles import chain_oracle, run_episode
 from jaxwebrl.eval.demos import oracle_demonstrations
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 
 pytestmark = pytest.mark.browser
 HELD_OUT = range(EVAL_SEED_START, EVAL_SEED_START + 24)

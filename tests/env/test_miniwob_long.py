@@ -12,7 +12,7 @@ from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
 from jaxwebrl.env.tasks.oracles import oracle_text, run_episode
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 
 pytestmark = pytest.mark.browser
 

@@ -14,7 +14,7 @@ from jaxwebrl.env.registry import env_specs
 from jaxwebrl.eval.evaluate import evaluate, play
 from jaxwebrl.eval.probe import SuccessProbe
 from jaxwebrl.eval.report import task_label
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 from jaxwebrl.checkpoint.policies import initial_policy, load_policy
 from tests.eval.trained import toy_config, write_trained_checkpoint
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from jaxwebrl.eval.evaluate import evaluate
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 from jaxwebrl.eval.report import markdown
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder

@@ -12,7 +12,7 @@ import pytest
 from jaxwebrl.buffer.trajectory import EpisodeView, StepView
 from jaxwebrl.env.browser.chromium import BrowserConfig, ChromiumProcess, check_installation
 from jaxwebrl.eval.evaluate import evaluate
-from jaxwebrl.eval.seeds import EVAL_SEED_START
+from jaxwebrl.seeds import EVAL_SEED_START
 from jaxwebrl.eval.viewer import render
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder

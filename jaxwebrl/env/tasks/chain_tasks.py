@@ -21,7 +21,7 @@ Specs: "chain/<split>[-<variant>][?trap=N&horizon=N]":
     recall   nothing: the agent must remember how far it got
 
 Held-out instances: a goal sequence is held out when `held_out_sequence` says so (about a quarter of them);
-seeds in [HELD_OUT_START, HELD_OUT_END) (the evaluation range of `jaxwebrl.eval.seeds`) draw only held-out goals,
+seeds in [EVAL_SEED_START, EVAL_SEED_END) (the evaluation window of `jaxwebrl.seeds`) draw only held-out goals,
 every other seed only the others, so evaluation plays goals that training never shows.
 Geometry is in the 0..1000 action coordinates over the 160 x 160 page; every slot centre is a click-grid point.
 """
@@ -33,6 +33,8 @@ import urllib.parse
 
 import numpy as np
 
+from jaxwebrl.seeds import EVAL_SEED_END, EVAL_SEED_START
+
 PREFIX = "chain/"
 COLOURS = ("red", "green", "blue", "yellow")
 COLOUR_RGB = {"red": (220, 40, 40), "green": (30, 170, 60), "blue": (40, 80, 220), "yellow": (240, 200, 20),
@@ -43,9 +45,6 @@ SPLITS = {"easy": (3, 10), "medium": (5, 20), "hard": (7, 30)}   # split -> (pre
 VARIANTS = ("", "cue", "recall")
 MAX_TRAPS = 2                # six slots: four colours and at most two traps
 MAX_HORIZON = 1000
-# = jaxwebrl.eval.seeds.EVAL_SEED_START (env sits below eval, so it cannot import it; tests/env checks they agree)
-HELD_OUT_START = 1_000_000
-HELD_OUT_END = 2_000_000
 
 # Six slots (x0, y0, x1, y1) in 0..1000 units, centres (150|450|750, 250|650) on the 10 x 10 click grid.
 SLOTS = tuple((cx - 130, cy - 140, cx + 130, cy + 140) for cy in (250, 650) for cx in (150, 450, 750))
@@ -172,7 +171,7 @@ def held_out_sequence(sequence) -> bool:
 
 
 def is_held_out_seed(seed: int) -> bool:
-    return HELD_OUT_START <= int(seed) < HELD_OUT_END
+    return EVAL_SEED_START <= int(seed) < EVAL_SEED_END
 
 
 def goal_sequence(presses: int, seed: int) -> tuple[int, ...]:
