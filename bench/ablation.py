@@ -83,29 +83,48 @@ def main() -> None:
     for recipe in recipes:
         if not os.path.isfile(os.path.join(ROOT, "configs", f"{recipe}.py")):
             raise SystemExit(f"ablation: no recipe configs/{recipe}.py (see configs/)")
-    arms = dict([learning_arm(args.learning, args, recipes, after_sft)]) if args.learning else {}
-    for recipe in recipes:
-        config = f"configs/{recipe}.py:{args.variant}"
-        runs = []
-        for seed, workdir, eval_dir in seed_runs(os.path.join(out, recipe), args.seeds, "eval"):
-            walls = finished_walls(workdir, eval_dir, args.steps) if args.resume else None
-            if walls is None:
-                train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
-                                        override=args.override))
-                eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds,
-                                               eval_workers=args.eval_workers, override=args.override)
-                walls = {"train_s": train_s, "eval_s": run(eval_cmd(eval_args, workdir, eval_dir))}
-                with open(os.path.join(eval_dir, WALLS), "w", encoding="utf-8") as f:
-                    json.dump(walls, f)
-            rl_curve = curve(workdir)
-            runs.append({"seed": seed, "eval": eval_summary(eval_dir), "curve": rl_curve,
-                         "dynamics": run_dynamics(rl_curve), **walls, "memory_chars": _memory_chars(eval_dir)})
-        arms[recipe] = {"runs": runs, "summary": arm_summary(after_sft, runs)}
-        if args.seeds == 1:   # the single-run layout of earlier JSONs
-            arms[recipe].update({k: v for k, v in runs[0].items() if k != "seed"})
+    learned = dict([learning_arm(args.learning, args, recipes, after_sft)]) if args.learning else {}
+    plans = {recipe: seed_runs(os.path.join(out, recipe), args.seeds, "eval") for recipe in recipes}
+    runs: dict[str, list[dict]] = {recipe: [] for recipe in recipes}
+    for i in range(len(plans[recipes[0]]) if recipes else 0):   # seed by seed over the arms: a stopped ablation
+        for recipe in recipes:                                  # leaves them balanced, and its JSON says so
+            runs[recipe].append(train_and_eval(recipe, *plans[recipe][i], sft, args))
+            result = write_result(learned, runs, after_sft, sft, out, args, recipes)
+    if not recipes:
+        result = write_result(learned, runs, after_sft, sft, out, args, recipes)
+    print(json.dumps(result))
+
+
+def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, sft: str, args) -> dict:
+    """One arm's run for one seed: trained to --steps from the warm start and evaluated (reused with --resume
+    when both are done), with its curve, dynamics and wall times."""
+    config = f"configs/{recipe}.py:{args.variant}"
+    walls = finished_walls(workdir, eval_dir, args.steps) if args.resume else None
+    if walls is None:
+        train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
+                                override=args.override))
+        eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds,
+                                       eval_workers=args.eval_workers, override=args.override)
+        walls = {"train_s": train_s, "eval_s": run(eval_cmd(eval_args, workdir, eval_dir))}
+        with open(os.path.join(eval_dir, WALLS), "w", encoding="utf-8") as f:
+            json.dump(walls, f)
+    rl_curve = curve(workdir)
+    return {"seed": seed, "eval": eval_summary(eval_dir), "curve": rl_curve, "dynamics": run_dynamics(rl_curve),
+            **walls, "memory_chars": _memory_chars(eval_dir)}
+
+
+def write_result(learned: dict, runs: dict, after_sft: dict | None, sft: str, out: str, args, recipes) -> dict:
+    """The ablation's JSON from the runs so far (OUT/ablation.json, and --json): `complete` says whether every
+    arm has --seeds runs."""
+    arms = dict(learned)
+    for recipe, done in runs.items():
+        arms[recipe] = {"runs": done, "summary": arm_summary(after_sft, done)}
+        if args.seeds == 1 and done:   # the single-run layout of earlier JSONs
+            arms[recipe].update({k: v for k, v in done[0].items() if k != "seed"})
     for arm in arms.values():
         arm["seeds"] = [seed_record(r) for r in arm["runs"] if r["eval"]]
     result = {"sft": sft, "after_sft": after_sft, "steps": args.steps, "variant": args.variant, "seeds": args.seeds,
+              "complete": all(len(done) == args.seeds for done in runs.values()),
               "overrides": args.override, "eval_seeds": [1_000_000, 1_000_000 + args.eval_seeds - 1],
               "horizons": horizons(recipes[0] if recipes else None, args), "arms": arms,
               "arm_differences": arm_differences({arm: a["summary"]["rl_success"] for arm, a in arms.items()}),
@@ -115,7 +134,7 @@ def main() -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
-    print(json.dumps(result))
+    return result
 
 
 def seed_record(run: dict) -> dict:
