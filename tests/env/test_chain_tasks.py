@@ -134,3 +134,21 @@ def test_a_registered_env_gets_the_options_its_spec_names():
         registry._REGISTRY.pop("test-options")
     with pytest.raises(ValueError, match="without commas, '\\?'"):
         registry.register_env("bad?name", Fake)
+
+
+def test_the_fixed_layout_keeps_every_colour_in_its_place_on_every_page():
+    spec = parse_chain_spec("chain/hard-recall?trap=2&layout=fixed")
+    assert spec.layout == "fixed" and spec.name == "chain/hard-recall?trap=2&layout=fixed"
+    episode = ChainEpisode(spec, seed=5)
+    pages = set()
+    for press in range(6):
+        pages.add(episode.layout())
+        episode.press(press % 4)
+    assert pages == {("red", "green", "blue", "yellow", "trap", "trap")}
+    shuffled, seen = ChainEpisode(parse_chain_spec("chain/hard"), seed=5), set()
+    for _ in range(6):
+        seen.add(shuffled.layout())
+        shuffled.press(None)                         # a miss turns the page
+    assert len(seen) > 1                             # the default draws every page's layout
+    with pytest.raises(ValueError, match="layout='grid': use one of shuffled, fixed"):
+        parse_chain_spec("chain/easy?layout=grid")

@@ -35,7 +35,7 @@ _HITS_JS = "var hits = window.chainHits || []; window.chainHits = []; return [hi
 class ChainEnv(LocalPageEnv):
     """One chain spec in one browser (owned, or shared via `browser=`; a shared one is not closed).
 
-    name: a registered chain name ("chain/easy", "chain/hard-recall", ...); trap, horizon: its options.
+    name: a registered chain name ("chain/easy", "chain/hard-recall", ...); trap, horizon, layout: its options.
     screenshot_size: (W, H) to resize the 160 x 160 page to, or None for native pixels.
     `last_screenshot` is the latest observation's screenshot (what the agent saw; the oracle reads it).
     """
@@ -43,10 +43,10 @@ class ChainEnv(LocalPageEnv):
     area = (0, 0, *PAGE_SIZE)
     judge_checks_url = True
 
-    def __init__(self, name: str, *, trap: int = 0, horizon: int | None = None,
+    def __init__(self, name: str, *, trap: int = 0, horizon: int | None = None, layout: str = "shuffled",
                  screenshot_size: tuple[int, int] | None = None, browser: Browser | None = None,
                  browser_config: BrowserConfig | None = None, network=None):
-        self.spec = chain_spec(name, trap=trap, horizon=horizon)
+        self.spec = chain_spec(name, trap=trap, horizon=horizon, layout=layout)
         super().__init__(max_steps=self.spec.horizon, screenshot_size=screenshot_size, browser=browser,
                          browser_config=browser_config or BrowserConfig(viewport=VIEWPORT), network=network)
         self.task_id = self.task = self.spec.name

@@ -8,7 +8,7 @@ resets the progress to 0 (a loop), a trap ends the episode as a failure, a click
     spec = parse_chain_spec("chain/hard-recall?trap=1")    # ChainSpec(split="hard", variant="recall", traps=1, ...)
     episode = ChainEpisode(spec, seed=3)                   # episode.goal, episode.layout(), episode.press(slot)
 
-Specs: "chain/<split>[-<variant>][?trap=N&horizon=N]":
+Specs: "chain/<split>[-<variant>][?trap=N&horizon=N&layout=fixed]":
 
     split    presses (the oracle's success length)   horizon
     easy     3                                        10
@@ -19,6 +19,12 @@ Specs: "chain/<split>[-<variant>][?trap=N&horizon=N]":
     (none)   one dark cell per press made
     cue      the same, and the next cell in the colour to press
     recall   nothing: the agent must remember how far it got
+
+    layout   where the buttons are
+    shuffled (default) drawn per seed and page: the agent finds each colour on the screenshot
+    fixed    red, green, blue, yellow in the top row and the first bottom slot, traps after them, on every
+             page: the agent maps colour names to places (the tiny CPU policy cannot bind colours to shuffled
+             places: 0% held out after a 400-step warm start, so the CPU regime uses this one)
 
 Held-out instances: a goal sequence is held out when `held_out_sequence` says so (about a quarter of them);
 seeds in [EVAL_SEED_START, EVAL_SEED_END) (the evaluation window of `jaxwebrl.seeds`) draw only held-out goals,
@@ -43,6 +49,7 @@ DONE_RGB = (60, 60, 60)      # a progress cell of a press made
 TODO_RGB = (215, 215, 215)   # a progress cell still to do
 SPLITS = {"easy": (3, 10), "medium": (5, 20), "hard": (7, 30)}   # split -> (presses to succeed, horizon)
 VARIANTS = ("", "cue", "recall")
+LAYOUTS = ("shuffled", "fixed")
 MAX_TRAPS = 2                # six slots: four colours and at most two traps
 MAX_HORIZON = 1000
 
@@ -76,6 +83,7 @@ class ChainSpec:
     presses: int
     horizon: int
     traps: int
+    layout: str = "shuffled"
 
     @property
     def difficulty(self) -> str:
@@ -94,23 +102,29 @@ def parse_chain_spec(text: str) -> ChainSpec:
 
 
 def chain_options(query: str, name: str = "chain/...") -> dict:
-    """The options of a spec's query text ("trap=1&horizon=40") as {"trap": int, "horizon": int} (those given)."""
+    """The options of a spec's query text ("trap=1&horizon=40&layout=fixed") as {"trap": int, "horizon": int,
+    "layout": str} (those given)."""
     options: dict = {}
     try:
         pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
     except ValueError:
         raise ValueError(f"chain spec {name}?{query}: options must look like trap=1&horizon=40") from None
     for key, value in pairs:
-        if key not in ("trap", "horizon"):
-            raise ValueError(f"chain spec {name}?{query}: unknown option {key!r}: use trap=0..{MAX_TRAPS} or "
-                             "horizon=N")
+        if key not in ("trap", "horizon", "layout"):
+            raise ValueError(f"chain spec {name}?{query}: unknown option {key!r}: use trap=0..{MAX_TRAPS}, "
+                             f"horizon=N or layout={'|'.join(LAYOUTS)}")
+        if key == "layout":
+            if value not in LAYOUTS:
+                raise ValueError(f"chain spec {name}?{query}: layout={value!r}: use one of {', '.join(LAYOUTS)}")
+            options[key] = value
+            continue
         if not value.isdigit():
             raise ValueError(f"chain spec {name}?{query}: {key}={value!r} must be a non-negative integer")
         options[key] = int(value)
     return options
 
 
-def chain_spec(name: str, trap: int = 0, horizon: int | None = None) -> ChainSpec:
+def chain_spec(name: str, trap: int = 0, horizon: int | None = None, layout: str = "shuffled") -> ChainSpec:
     """The ChainSpec of a registered chain name and its options (ValueError naming the problem and the fix); its
     `name` is the canonical spec text, options that differ from the defaults included ("chain/hard?trap=1")."""
     if name not in chain_names():
@@ -124,10 +138,13 @@ def chain_spec(name: str, trap: int = 0, horizon: int | None = None) -> ChainSpe
     if not presses <= horizon <= MAX_HORIZON:
         raise ValueError(f"chain spec {name}: horizon={horizon}: must be in {presses}..{MAX_HORIZON} "
                          f"(at least the {presses} presses a success needs)")
-    extra = {key: value for key, value, default in (("trap", int(trap), 0), ("horizon", horizon, default_horizon))
+    if layout not in LAYOUTS:
+        raise ValueError(f"chain spec {name}: layout={layout!r}: use one of {', '.join(LAYOUTS)}")
+    extra = {key: value for key, value, default in (("trap", int(trap), 0), ("horizon", horizon, default_horizon),
+                                                    ("layout", layout, "shuffled"))
              if value != default}
     full = name + ("?" + urllib.parse.urlencode(extra) if extra else "")
-    return ChainSpec(full, split, variant, presses, horizon, int(trap))
+    return ChainSpec(full, split, variant, presses, horizon, int(trap), layout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +216,8 @@ class ChainEpisode:
 
     def layout(self) -> tuple[str | None, ...]:
         """What each of the six slots holds on the current page: a colour, "trap" or None."""
-        order = np.random.default_rng([self.seed, _LAYOUT_STREAM, self.page]).permutation(len(SLOTS))
+        order = (np.arange(len(SLOTS)) if self.spec.layout == "fixed" else
+                 np.random.default_rng([self.seed, _LAYOUT_STREAM, self.page]).permutation(len(SLOTS)))
         content: list[str | None] = [None] * len(SLOTS)
         for item, slot in zip(list(COLOURS) + ["trap"] * self.spec.traps, order):
             content[int(slot)] = item
