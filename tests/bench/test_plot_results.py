@@ -64,3 +64,25 @@ def test_the_ablations_pooled_sft_eval_is_the_sft_bar(tmp_path):
     bars = plot(LEARNING, dict(ABLATION, after_sft=pooled), str(tmp_path / "fig.png"))
     assert bars["SFT"]["mean"] == pytest.approx(0.55) and bars["SFT"]["seeds"] == [0.5, 0.55, 0.6, 0.55]
     assert bars["SFT"]["se"] == pytest.approx(math.sqrt(0.55 * 0.45 / 480))   # over all 480 episodes
+
+
+def _seed(seed, easy, hard, fail_steps, memory):
+    return {"seed": seed, "success": (easy + hard) / 2, "success_by_split": {"easy": easy, "hard": hard},
+            "mean_steps_success": 4.0, "mean_steps_failure": fail_steps, "memory_chars_curve": memory}
+
+
+def test_the_paper_regime_figure_plots_each_split_and_each_outcome_length(tmp_path):
+    from plot_paper_regime import plot as plot_regime
+
+    ablation = {"steps": 2, "arms": {"constT10": {"seeds": [_seed(0, 0.8, 0.2, 25.0, [13.0, 14.0]),
+                                                            _seed(1, 0.6, 0.4, 27.0, [13.0, 12.0])]},
+                                     "grpo": {"seeds": [_seed(0, 0.7, 0.1, 20.0, [13.0, 20.0])]}}}
+    trap = {"steps": 2, "arms": {"constT10": {"seeds": [_seed(0, 0.5, 0.1, 6.0, [13.0])]}}}
+    out = str(tmp_path / "regime.png")
+    numbers = plot_regime(ablation, trap, out)
+    assert _is_png(out)
+    easy = numbers["success_by_split"]["constT10"]["easy"]
+    assert easy["mean"] == pytest.approx(0.7) and easy["se"] == pytest.approx(0.1) and easy["seeds"] == [0.8, 0.6]
+    assert numbers["lengths"]["traps off"]["constT10"]["failure"] == pytest.approx((26.0, 1.0))
+    assert numbers["lengths"]["traps on"]["constT10"]["failure"][0] == 6.0
+    assert "medium" not in numbers["success_by_split"]["grpo"]   # a split no seed played is not drawn
