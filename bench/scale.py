@@ -89,11 +89,13 @@ def buffer_stats(workdir: str, config) -> dict:
 
     model_config = presets.model_config(config.model)
     image_id = model_config.image_token_id
-    episodes, _ = RingBuffer.open(os.path.join(workdir, "buffer")).read(None)
-    prompts, responses, image_tokens = [], [], []
+    buffer = RingBuffer.open(os.path.join(workdir, "buffer"))
+    episodes, _ = buffer.read(None)
+    prompts, responses, image_tokens, max_id = [], [], [], -1
     for e in episodes:
         for ids, mask, refs in ((s.input_ids, s.loss_mask, s.screenshot_refs) for s in e.steps):
             responses.append(int(np.sum(mask)))
+            max_id = max(max_id, int(np.max(ids)))
             prompts.append(int(len(ids) - np.sum(mask)))
             images = int(np.sum(np.asarray(refs) >= 0))
             if images:
@@ -104,7 +106,10 @@ def buffer_stats(workdir: str, config) -> dict:
     def summary(xs):
         return {"min": min(xs), "mean": float(np.mean(xs)), "max": max(xs)} if xs else None
 
+    # the vocabulary the run used: the width its buffer was created for (the policy's embedding rows) and the
+    # largest id its episodes hold (the Qwen special tokens sit above 151,642)
     return {"episodes": len(episodes), "step_rows": len(prompts), "prompt_tokens": summary(prompts),
+            "buffer_vocab_size": int(buffer.config.vocab_size), "max_token_id": max_id,
             "response_tokens": summary(responses), "image_tokens_per_screenshot": summary(image_tokens),
             "image_tokens_per_screenshot_expected": expected, "image_grid_thw": [int(g) for g in grid]}
 
@@ -142,10 +147,12 @@ def rehearsal_config(overrides: list[str]):
 
 def measure(workdir: str, steps: int = 2, overrides: list[str] | None = None, timeout_s: float = 3000,
             max_rss_gib: float = 16.0) -> dict:
+    from jaxwebrl.models import presets
     from jaxwebrl.train.metrics import read_metrics
 
     overrides = list(overrides or [])
     config = rehearsal_config(overrides)
+    model_config = presets.model_config(config.model)
     run = run_loop(workdir, steps, overrides, timeout_s, max_rss_gib)
     out = {"variant": "rehearsal", "steps_requested": steps, "returncode": run["returncode"],
            "peak_rss_bytes": run["peak_rss_bytes"], "peak_rss_gib": run["peak_rss_bytes"] / 2**30,
@@ -160,7 +167,7 @@ def measure(workdir: str, steps: int = 2, overrides: list[str] | None = None, ti
         out.update(buffer_stats(workdir, config))
     out.update(grammar_build_seconds(config))
     out["model"] = {"preset": config.model.preset, "num_layers": config.model.num_layers,
-                    "vision_depth": config.model.vision_depth, "vocab_size": 151936,
+                    "vision_depth": config.model.vision_depth, "vocab_size": model_config.text.vocab_size,
                     "screenshot": [config.env.screenshot_width, config.env.screenshot_height]}
     if run["returncode"] != 0:
         out["output_tail"] = run["output_tail"]

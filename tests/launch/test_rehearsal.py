@@ -24,7 +24,9 @@ def _scale_bench():
 def test_real_width_loop_runs_two_steps(tmp_path):
     result = _scale_bench().measure(str(tmp_path / "run"), steps=2, timeout_s=2400, max_rss_gib=20)
     assert result["returncode"] == 0 and result["steps_done"] == 2, result.get("output_tail")
-    assert result["model"]["vocab_size"] == 151936 and result["model"]["screenshot"] == [1280, 720]
+    # the vocabulary the run used, not the bench's own claim: its buffer's width and the ids its episodes hold
+    assert result["model"]["vocab_size"] == result["buffer_vocab_size"] == 151936
+    assert 151642 < result["max_token_id"] < 151936 and result["model"]["screenshot"] == [1280, 720]
     # a 1280x720 screenshot is resized to 704 x 1280 (multiples of 32) -> 44 x 80 patches -> 880 merged tokens
     assert result["image_grid_thw"] == [1, 44, 80] and result["image_tokens_per_screenshot_expected"] == 880
     assert result["image_tokens_per_screenshot"]["min"] == result["image_tokens_per_screenshot"]["max"] == 880
