@@ -16,7 +16,13 @@ move when the source run goes on training.
 Held frozen (no gradient, no optimizer state) in `actor.ref_dtype` (None: the params' dtype; "bfloat16" halves an
 fp32 reference), and with `actor.ref_offload` in host memory (jax memory kind `pinned_host`): it is then copied to
 the devices only for the reference pass before a train step's minibatch updates, when no gradient or optimizer
-temporaries are live, and freed after it.
+temporaries are live, and freed after it (one host-to-device copy of the reference a train step).
+
+The updater runs the reference through the same jitted log-prob pass as the proximal log-probs (same LM-head
+chunks, same action-constraint replay), so at equal weights the two are bit-identical and the KL is exactly 0.
+The KL in the reward is that of the proximal policy (the weights before the step's updates) to the reference;
+AReaL takes the behaviour log-probs there under its decoupled loss, whose sampler numerics would make it nonzero
+even at equal weights. `ppo_actor/ref_kl` is its mean k3 estimate (>= 0) over the step's policy tokens.
 
     reference = load_reference(config, workdir, recipe_params=policy.params, mesh=mesh)   # None: no KL term
     with reference.on_device() as ref_params: ...   # the updater's reference pass
@@ -156,8 +162,8 @@ def _to_host(params):
         return jax.device_put(params, jax.tree.map(lambda x: x.sharding.with_memory_kind(HOST_MEMORY), params))
     except (ValueError, RuntimeError) as err:
         raise RunError(f"actor.ref_offload=True: this backend cannot hold arrays in {HOST_MEMORY} memory "
-                           f"({one_line(err, 120)}): set it to False (actor.ref_dtype='bfloat16' halves the "
-                           f"reference instead)") from None
+                       f"({one_line(err, 120)}): set it to False (actor.ref_dtype='bfloat16' halves the reference "
+                       f"instead)") from None
 
 
 def _read_record(workdir: str) -> dict | None:
