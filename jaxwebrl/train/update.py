@@ -57,10 +57,9 @@ class Minibatch(NamedTuple):
 
     input_ids, attention_mask, loss_mask (the objective's tokens) [R, T] int32; behave_logprobs [R, T] float32;
     advantages [R, T] float32 (update only); loss_positions [R, P] int32 (`lm_head.loss_positions`; None: every
-    position); prox_logprobs [R, T] float32 (update only); ref_logprobs [R, T] float32 (the
-    reference's: KL runs only); constraint_states [R, T] int32 and allowed_table
-    [S, V] bool (decoded under an action constraint only); pixel_values [N_patches, D] float32 (rows with images
-    only). An absent field is None.
+    position); prox_logprobs [R, T] float32 (update only); ref_logprobs [R, T] float32 (the reference's, for a
+    KL loss term only); constraint_states [R, T] int32 and allowed_table [S, V] bool (decoded under an action
+    constraint only); pixel_values [N_patches, D] float32 (rows with images only). An absent field is None.
     """
 
     input_ids: jax.Array
@@ -201,7 +200,7 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        if settings.skip_non_finite:   # elementwise select on the donated buffers: fused in place, no copy
+        if settings.skip_non_finite:   # select on the donated buffers, no state copy (its cost: docs/scaling.md)
             params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
                                              (new_params, new_opt_state), (params, opt_state))
         else:
