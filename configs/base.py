@@ -412,6 +412,7 @@ def rehearsal(c: config_dict.ConfigDict) -> None:
     c.train.ppo_n_epochs = 1
     c.train.max_steps = 2
     c.train.dynamic_sampling = False
+    c.train.rollback_non_finite = False        # measured without the in-jit guard, whose select adds temporaries
     c.checkpoint.async_save = False
 
 
