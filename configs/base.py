@@ -53,6 +53,7 @@ def variant(arg: str | None) -> str:
 MODEL_NAMES = ("tiny", "pretrained", "random")
 DTYPES = ("float32", "bfloat16")
 NORM_LEVELS = ("group", "batch", None)
+KL_ESTIMATORS = ("k1", "k2", "k3")   # jaxwebrl.rl.kl.KL_ESTIMATORS (configs/ imports nothing from jaxwebrl)
 _RATE = between(0, 1, "must be a success rate in (0, 1], or unset to run to max_steps", low_open=True)
 _COUNT = count("must be an int >= 0 (0 turns the TensorBoard episode samples off)")
 _MESH_SIZE = Check(lambda v: v == -1 or v > 0, "must be a positive size or -1 (all the devices the others leave)")
@@ -189,9 +190,10 @@ SCHEMA = {
         "ppo_n_minibatches": Field(2, "minibatches each train step's batch splits into", at_least(1)),
         "ppo_n_epochs": Field(3, "passes over each train step's batch", at_least(1)),
         "dynamic_sampling": Field(True, "drop groups whose episodes all succeed or all fail"),
-        # The copy costs one train state: at 8B fp32 + AdamW, ~26 GB a chip on v5p-8.
-        "rollback_non_finite": Field(True, "keep a copy of the train state during each step so a NaN/inf step is "
-                                           "rolled back and its batch skipped; False: stop instead"),
+        # Guarded inside the jitted update (jaxwebrl/train/update.py): no copy of the train state is kept.
+        "rollback_non_finite": Field(True, "skip a minibatch update whose loss or gradient norm is NaN/inf inside "
+                                           "the jitted step (weights unchanged; a batch with every update skipped "
+                                           "is skipped); False: a NaN/inf step stops the run"),
         "lr": Field(5e-6, "AdamW learning rate", above(0, "the learning rate must be > 0 (the paper uses 5e-6)")),
         "lr_schedule": Field("constant", "'constant' or 'cosine'", one_of(("constant", "cosine"))),
         "warmup_steps": Field(0, "train steps of linear warm-up", at_least(0)),
@@ -231,7 +233,22 @@ SCHEMA = {
         "c_clip": Field(3.0, "dual clip c > 1 capping the loss at c·|A| for A < 0 (None: off)", type=float),
         "behav_imp_weight_cap": Field(5.0, "drop tokens whose behaviour weight w exceeds this cap > 1 (None: drop "
                                            "none)", type=float),
-        "kl_ctl": Field(0.0, "KL penalty coefficient in the reward", at_least(0)),
+        # The reference policy (jaxwebrl/train/reference.py): actor.ref_checkpoint, else model.init_params, else
+        # the recipe's initial weights; a resume reloads the step WORKDIR/reference.json recorded.
+        "kl_ctl": Field(0.0, "KL-to-reference penalty in the reward (AReaL's kl_ctl; > 0 loads the reference)",
+                        at_least(0)),
+        "kl_estimator": Field("k1", "the reward's KL estimator: 'k1', 'k2' or 'k3' (AReaL's kl_estimator)",
+                              one_of(KL_ESTIMATORS, f"use one of {KL_ESTIMATORS}")),
+        "kl_loss_coef": Field(0.0, "KL-to-reference term in the loss (veRL's use_kl_loss; > 0 loads the reference)",
+                              at_least(0)),
+        "kl_loss_estimator": Field("k3", "the loss term's KL estimator: 'k1', 'k2' or 'k3' (veRL's low_var_kl = k3)",
+                                   one_of(KL_ESTIMATORS, f"use one of {KL_ESTIMATORS}")),
+        "ref_checkpoint": Field(None, "the reference policy: a run's workdir or checkpoints/ dir (its latest step at "
+                                      "the start) or a params dir; None: model.init_params, else the recipe's "
+                                      "initial weights", type=str),
+        "ref_dtype": Field(None, "the reference's weight dtype (None: the params'; 'bfloat16' halves fp32)",
+                           one_of(DTYPES, "use 'float32', 'bfloat16' or None (= the params')"), type=str),
+        "ref_offload": Field(False, "hold the reference in pinned host memory, on the devices only for its pass"),
         "agg_mode": Field(None, "None: the loss's own aggregation (token-mean); else one of "
                                 "jaxwebrl.rl.aggregation.AGG_MODES", type=str),
         "agg_normalizer": Field(None, "Dr.GRPO's constant (seq-mean-token-sum-norm); None: the response-token "
@@ -424,7 +441,7 @@ def rehearsal(c: config_dict.ConfigDict) -> None:
     c.train.ppo_n_epochs = 1
     c.train.max_steps = 2
     c.train.dynamic_sampling = False
-    c.train.rollback_non_finite = False        # the rollback copy is ~3 GB more here: over a 24 GB machine's budget
+    c.train.rollback_non_finite = False        # measured without the in-jit guard, whose select adds temporaries
     c.checkpoint.async_save = False
 
 

@@ -179,6 +179,8 @@ class Programs:
                        advantages=_batch(mesh, (rows, t), jnp.float32) if train else None,
                        loss_positions=_batch(mesh, (rows, s.positions), jnp.int32),
                        prox_logprobs=_batch(mesh, (rows, t), jnp.float32) if train else None,
+                       ref_logprobs=(_batch(mesh, (rows, t), jnp.float32) if train and self.settings.kl_loss_coef
+                                     else None),   # the KL loss term's input (train/reference.py)
                        pixel_values=_batch(mesh, (patches, self.model_config.vision.patch_dim), jnp.float32))
         grid = tuple([s.grid] * (rows * s.images_per_row))
         return mb, grid

@@ -29,7 +29,7 @@ from jaxwebrl.models.layers import REMAT_POLICIES
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rl import aggregation, losses
 from jaxwebrl.rollout.spec import cpu_ids
-from jaxwebrl.train import rl_config
+from jaxwebrl.train import reference, rl_config
 
 # Losses whose objective is built on the plain (coupled) ratio and must not be reweighted by w.
 COUPLED_ONLY_LOSSES = ("sapo",)
@@ -134,6 +134,9 @@ def _check_actor(c) -> None:
         rl_config.advantage_config(a, max_new_tokens=c.model.max_new_tokens)
     except ValueError as err:
         raise ConfigError(f"actor.{_one_line(err)}") from None
+    refused = reference.problem(c)   # a KL term without a reference source, reference knobs without a KL term
+    if refused is not None:
+        _fail(*refused)
     if c.env.group_size < 2 and "group" in (a.reward_norm.mean_level, a.reward_norm.std_level):
         _fail("env.group_size", c.env.group_size, "group reward normalisation needs G >= 2 episodes per group")
 

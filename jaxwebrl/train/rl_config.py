@@ -66,6 +66,7 @@ def advantage_config(actor: config_dict.ConfigDict, *, max_new_tokens: int) -> a
         discount=float(actor.discount),
         gae_lambda=float(actor.gae_lambda),
         kl_ctl=float(actor.kl_ctl),
+        kl_estimator=actor.kl_estimator,
         adv_norm=adv_norm,
     )
 
@@ -133,4 +134,6 @@ def update_settings(config: config_dict.ConfigDict) -> UpdateSettings:
         loss=a.loss, loss_kwargs=loss_kwargs(a, max_new_tokens=m.max_new_tokens),
         use_decoupled_loss=a.use_decoupled_loss, n_minibatches=t.ppo_n_minibatches, n_epochs=t.ppo_n_epochs,
         temperature=m.temperature, top_k=m.top_k, top_p=m.top_p,
-        advantage=advantage_config(a, max_new_tokens=m.max_new_tokens))
+        advantage=advantage_config(a, max_new_tokens=m.max_new_tokens),
+        kl_loss_coef=float(a.kl_loss_coef), kl_loss_estimator=a.kl_loss_estimator,
+        skip_non_finite=bool(t.rollback_non_finite))

@@ -12,11 +12,13 @@ from there and skips the consumed ones, so no episode is trained twice and none 
 Nothing is lost silently and no single bad batch stops the run:
 - the buffer's read losses (overwritten, lost, incomplete, corrupt) are `buffer/*` metrics and a log line;
 - episodes with token ids outside the policy's vocabulary are dropped before they reach jit (counted, logged);
-- a step whose loss, gradient norm or new weights are not finite is rolled back before anything is published:
-  the weights and optimizer state return to their pre-step copy, the batch is skipped (a `trainer/skipped_batches`
-  metric, a log line, a record in WORKDIR/skipped_batches.jsonl) and consumed, so the next checkpoint's cursor is
-  past it and a resume does not meet it again; MAX_SKIPPED_IN_A_ROW skips in a row stop the run (TrainingDiverged).
-  The pre-step copy costs one more train state (params + optimizer state) in device memory during the update.
+- a minibatch update whose loss or gradient norm is not finite is skipped inside the jitted update
+  (`train.rollback_non_finite`, `update.py`'s guard: weights and optimizer state unchanged, no copy of the train
+  state kept anywhere) and counted (`trainer/skipped_updates`, a log line); a batch whose every update was skipped
+  is skipped before anything is published (a `trainer/skipped_batches` metric, a log line, a record in
+  WORKDIR/skipped_batches.jsonl) and consumed, so the next checkpoint's cursor is past it and a resume does not
+  meet it again; MAX_SKIPPED_IN_A_ROW skips in a row stop the run (TrainingDiverged). Weights that are not finite
+  after a step are never published: the run stops (TrainingDiverged) and resumes from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from jaxwebrl.errors import CannotTrain, TrainingDiverged
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
-from jaxwebrl.train import console, rl_config, run_config
+from jaxwebrl.train import console, reference, rl_config, run_config
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
@@ -94,13 +96,16 @@ class Trainer:
         self.settings = rl_config.update_settings(config)
         # the policy server's grammar: the policy is restricted to it
         self.constraint = config_constraint(config, policy.processor, policy.config.text.vocab_size)
+        self.reference = reference.load_reference(config, workdir, recipe_params=policy.params, mesh=mesh)
         self.updater = Updater(policy.module, self.settings, optimizer_config,
-                               allowed_table=None if self.constraint is None else self.constraint.allowed)
+                               allowed_table=None if self.constraint is None else self.constraint.allowed,
+                               reference=self.reference)
         self.optimizer, self.lr_fn = self.updater.optimizer, self.updater.lr_fn
         self.vocab_size = int(policy.config.text.vocab_size)
         self.buffer_losses = collections.Counter({k: 0 for k in BUFFER_LOSSES})   # running totals (metrics)
         self.dropped_invalid_episodes = 0
         self.skipped_batches = 0
+        self.skipped_updates = 0              # minibatch updates the in-jit guard skipped (running total)
         self._skipped_in_a_row = 0
         self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
                                       max_head_offpolicyness=max_offpolicyness(config),
@@ -236,29 +241,29 @@ class Trainer:
             except ScreenshotOverwritten as err:   # also ScreenshotCorrupt
                 return self._skip(episodes, f"an image of the batch is unavailable: {err}")
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))
-            # The update donates the live state; a copy (one whole train state more) lets a non-finite step be
-            # rolled back and its batch skipped. train.rollback_non_finite=False saves that memory: such a step
-            # then stops the run (resume from the last checkpoint).
-            before = _copy((self.state.params, self.state.opt_state)) if self._rollback else None
-            try:
-                with self._mesh_context():   # activation sharding hints (parallel.mesh.constrain_batch) see the mesh
-                    params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch,
-                                                            should_stop)
-            except UpdateInterrupted:
-                if before is not None:
-                    self.state.params, self.state.opt_state = before
-                raise
+            # The update donates the live state (an interrupted one leaves nothing to resume from but the last
+            # checkpoint); with train.rollback_non_finite its jitted guard skips every non-finite minibatch update.
+            with self._mesh_context():   # activation sharding hints (parallel.mesh.constrain_batch) see the mesh
+                params, opt_state, stats = self.updater(self.state.params, self.state.opt_state, batch, should_stop)
+            skipped = stats.get("skipped_updates", 0)
+            self.skipped_updates += skipped
+            if skipped and skipped == stats["optimizer_updates"]:   # every update skipped: the weights are unchanged
+                self.state.params, self.state.opt_state = params, opt_state
+                problem = _non_finite(stats, None) or "a non-finite loss or gradient norm"
+                return self._skip(episodes, f"{problem} in every minibatch update: the jitted update skipped them "
+                                  f"(rolled back in place), nothing published")
+            if skipped:
+                log.warning("train step %d: %d of %d minibatch updates had a non-finite loss or gradient norm and "
+                            "were skipped in the jitted update; the others trained", self.state.step + 1, skipped,
+                            stats["optimizer_updates"])
             problem = _non_finite(stats, params)
-            if problem and before is None:
+            if problem:
+                fix = ("set --config.train.rollback_non_finite=True (the in-jit guard) or lower train.lr"
+                       if not self._rollback else "lower train.lr")
                 raise TrainingDiverged(
                     f"train step {self.state.step + 1}: {problem}; nothing was published and no checkpoint holds "
-                    f"it (train.rollback_non_finite=False keeps no copy to roll back to): lower train.lr (now "
-                    f"{self.config.train.lr}) or set --config.train.rollback_non_finite=True, then rerun to resume "
-                    f"from the last checkpoint")
-            if problem:
-                self.state.params, self.state.opt_state = before
-                return self._skip(episodes, f"{problem}: the update was rolled back, nothing published")
-            del before
+                    f"it (train.rollback_non_finite={self._rollback}): {fix} (now {self.config.train.lr}), then "
+                    f"rerun to resume from the last checkpoint")
             self._skipped_in_a_row = 0
             self.state.params, self.state.opt_state = params, opt_state
             self.state.step += 1
@@ -406,6 +411,7 @@ class Trainer:
             **{f"buffer/{k}": n for k, n in self.buffer_losses.items()},
             "trainer/dropped_invalid_episodes": self.dropped_invalid_episodes,
             "trainer/skipped_batches": self.skipped_batches,
+            "trainer/skipped_updates": self.skipped_updates,
             "rollout/episodes_seen": counts.episodes_seen,
             # every episode read since the last step, before dynamic sampling (which keeps the batch near 50%)
             "rollout/success_rate_seen": self._seen_success_rate(counts),
@@ -420,6 +426,7 @@ class Trainer:
             "ppo_actor/update/clip_ratio/avg": loss_stats.get("clip_ratio", 0.0),
             "ppo_actor/update/dual_clip_ratio/avg": loss_stats.get("dual_clip_ratio", 0.0),
             "ppo_actor/update/grad_norm": stats["grad_norm"],
+            **({"ppo_actor/ref_kl": stats["ref_kl"]} if "ref_kl" in stats else {}),
             "ppo_actor/update/lr": lr,
             "ppo_actor/update/policy_tokens": stats["policy_tokens"],
             "ppo_actor/rows": batch.num_real_rows,
@@ -454,11 +461,11 @@ def _all_finite(tree) -> jax.Array:
 
 
 def _non_finite(stats: dict, params) -> str | None:
-    """What is not finite after an update (loss, gradient norm, weights), or None when all of it is."""
+    """What is not finite after an update (loss, gradient norm, weights unless None), or None when all of it is."""
     for key, name in (("actor_loss", "actor loss"), ("grad_norm", "gradient norm")):
         if not np.isfinite(stats[key]):
             return f"{name} is {stats[key]}"
-    if not bool(_all_finite(params)):
+    if params is not None and not bool(_all_finite(params)):
         return "the updated weights hold NaN/inf"
     return None
 

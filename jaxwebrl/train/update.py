@@ -1,12 +1,19 @@
 """One train step of the policy: proximal log-probs, the advantage path, then minibatch × epoch optax updates.
 
 A train step takes a batch of step rows (padded `[B, T]` arrays, see `UpdateBatch`) and:
-  1. recomputes the proximal log-probs log π_prox with the current params (no gradient) — the decoupled
-     loss's anchor, distinct from the behaviour log-probs the sampler recorded;
-  2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → masked GAE);
-  3. splits the rows into `ppo_n_minibatches` of equal row count balanced by policy tokens
-     (`assembly.balanced_minibatches`) and runs `ppo_n_epochs` passes of AdamW (grad-norm clip, schedule) on the
-     registered loss, each minibatch a jitted update with donated params and optimizer state.
+  1. splits the rows into `ppo_n_minibatches` of equal row count balanced by policy tokens
+     (`assembly.balanced_minibatches`) and recomputes the proximal log-probs log π_prox with the current params
+     (no gradient) — the decoupled loss's anchor, distinct from the behaviour log-probs the sampler recorded —
+     and, in a KL run, the frozen reference's log π_ref in the same pass (`train/reference.py`);
+  2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → KL in the reward → masked GAE);
+  3. runs `ppo_n_epochs` passes of AdamW (grad-norm clip, schedule) over the minibatches on the registered loss
+     (+ `kl_loss_coef` × KL to the reference, `rl.regularizers.actor_objective`), each minibatch a jitted update
+     with donated params and optimizer state.
+
+Non-finite guard (`skip_non_finite`, the config's `train.rollback_non_finite`): a minibatch update whose loss or
+gradient norm is not finite is skipped inside the jitted step (params and optimizer state selected back, bit for
+bit, on the donated buffers: no copy of the train state anywhere), counted in the stats (`skipped_updates`) and
+left out of the logged means.
 
 Normaliser: each minibatch's loss is aggregated over that minibatch alone (token-mean: its sum over its own policy
 tokens / their count, the dropped tokens included), and each minibatch is one AdamW step, as in AReaL. Balancing
@@ -38,7 +45,8 @@ from jaxwebrl.models import lm_head, vision_layout
 from jaxwebrl.models.sampling_transform import LOGPROB_FLOOR  # noqa: F401  (re-exported: the replay floor)
 from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
-from jaxwebrl.rl import losses
+from jaxwebrl.rl import kl as kl_lib
+from jaxwebrl.rl import losses, regularizers
 from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
 
 log = logging.getLogger(__name__)
@@ -49,9 +57,9 @@ class Minibatch(NamedTuple):
 
     input_ids, attention_mask, loss_mask (the objective's tokens) [R, T] int32; behave_logprobs [R, T] float32;
     advantages [R, T] float32 (update only); loss_positions [R, P] int32 (`lm_head.loss_positions`; None: every
-    position); prox_logprobs [R, T] float32 (update only); constraint_states [R, T] int32 and allowed_table
-    [S, V] bool (decoded under an action constraint only); pixel_values [N_patches, D] float32 (rows with images
-    only). An absent field is None.
+    position); prox_logprobs [R, T] float32 (update only); ref_logprobs [R, T] float32 (the reference's, for a
+    KL loss term only); constraint_states [R, T] int32 and allowed_table [S, V] bool (decoded under an action
+    constraint only); pixel_values [N_patches, D] float32 (rows with images only). An absent field is None.
     """
 
     input_ids: jax.Array
@@ -61,6 +69,7 @@ class Minibatch(NamedTuple):
     advantages: jax.Array | None = None
     loss_positions: jax.Array | None = None
     prox_logprobs: jax.Array | None = None
+    ref_logprobs: jax.Array | None = None
     constraint_states: jax.Array | None = None
     allowed_table: jax.Array | None = None
     pixel_values: jax.Array | None = None
@@ -83,6 +92,9 @@ class UpdateSettings:
     top_k: int = 0
     top_p: float = 1.0
     advantage: adv_lib.AdvantageConfig = adv_lib.AdvantageConfig()
+    kl_loss_coef: float = 0.0          # × KL(π || π_ref) added to the loss (veRL's use_kl_loss)
+    kl_loss_estimator: str = "k3"
+    skip_non_finite: bool = True       # the in-jit guard (module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +178,7 @@ def _forward_logprobs(module, settings: "UpdateSettings", params, mb: Minibatch,
 def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfig):
     """(logprobs_fn, step_fn) jitted once per (module, settings, optimizer): every Updater alike shares them."""
     optimizer, _ = make_optimizer(optimizer_config)
-    loss_fn = losses.get_loss(settings.loss)
-    loss_kwargs = dict(settings.loss_kwargs)
+    losses.get_loss(settings.loss)   # an unknown name fails here, not inside the trace
 
     def logprobs_fn(params, mb: Minibatch, grid):
         return _forward_logprobs(module, settings, params, mb, grid)[0]
@@ -178,19 +189,29 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
 
         def objective(p):
             logprobs, entropy = _forward_logprobs(module, settings, p, mb, grid)
-            loss, stats = loss_fn(logprobs, mb.prox_logprobs, behave, mb.advantages, mask, **loss_kwargs)
+            loss, stats = regularizers.actor_objective(
+                settings.loss, logprobs, mb.prox_logprobs, behave, mb.advantages, mask,
+                loss_kwargs=settings.loss_kwargs, ref_logprobs=mb.ref_logprobs, kl_coef=settings.kl_loss_coef,
+                kl_estimator=settings.kl_loss_estimator)
             return loss, (dict(stats, entropy=_masked_mean(entropy, mask)), logprobs)
 
         (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(params)
         grad_norm = optax.global_norm(grads)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
+        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        if settings.skip_non_finite:   # select on the donated buffers, no state copy (its cost: docs/scaling.md)
+            params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
+                                             (new_params, new_opt_state), (params, opt_state))
+        else:
+            params, opt_state = new_params, new_opt_state
         logprobs = jax.lax.stop_gradient(logprobs)
         out = {f"loss_stats/{k}": jnp.asarray(v, jnp.float32).mean() for k, v in stats.items()}
         out.update(actor_loss=loss.astype(jnp.float32), grad_norm=grad_norm,
                    approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb.prox_logprobs), mask),
                    behave_approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb.behave_logprobs), mask),
-                   policy_tokens=mask.sum().astype(jnp.float32))
+                   policy_tokens=mask.sum().astype(jnp.float32),
+                   skipped=(~finite if settings.skip_non_finite else jnp.bool_(False)).astype(jnp.float32))
         return params, opt_state, out
 
     return (jax.jit(logprobs_fn, static_argnames=("grid",)),
@@ -204,10 +225,15 @@ class Updater:
     """
 
     def __init__(self, module, settings: UpdateSettings, optimizer_config: OptimizerConfig,
-                 allowed_table: np.ndarray | None = None):
+                 allowed_table: np.ndarray | None = None, reference=None):
         """allowed_table: [S, V] bool, the action constraint's `allowed` when the policy decodes under one (the
-        batches then carry `constraint_states`)."""
+        batches then carry `constraint_states`). reference: the frozen reference (`train.reference.Reference`),
+        needed when the settings hold a KL term (kl_ctl or kl_loss_coef > 0)."""
+        if (settings.advantage.kl_ctl or settings.kl_loss_coef) and reference is None:
+            raise ValueError("kl_ctl or kl_loss_coef > 0 needs the reference policy: pass reference= "
+                             "(jaxwebrl.train.reference.load_reference)")
         self.module = module
+        self.reference = reference
         self.allowed_table = None if allowed_table is None else jnp.asarray(allowed_table, bool)
         self.settings = settings
         self.optimizer, self.lr_fn = make_optimizer(optimizer_config)
@@ -224,13 +250,25 @@ class Updater:
         s = self.settings
         n_real = batch.num_real_rows
         real_mask = batch.loss_mask[:n_real]
-        trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
-                                 real_mask)
-        advantages = jnp.pad(trace.advantages, ((0, batch.loss_mask.shape[0] - n_real), (0, 0)))   # [B, T]
-
-        minibatches = [m for m in self._split(batch, advantages) if m.policy_tokens > 0]
+        minibatches = [m for m in self._split(batch) if m.policy_tokens > 0]
         for m in minibatches:  # proximal log-probs, all before the first update of this step
             m.minibatch = m.minibatch._replace(prox_logprobs=self._logprobs(params, m.minibatch, m.grid))
+        ref_kl = None
+        kl_inputs = {}
+        if self.reference is not None:   # the reference's, in the same pass and LM-head chunks
+            with self.reference.on_device() as ref_params:
+                for m in minibatches:
+                    m.minibatch = m.minibatch._replace(ref_logprobs=self._logprobs(ref_params, m.minibatch, m.grid))
+            prox, ref, mask = (_rows_of(batch, minibatches, f) for f in ("prox_logprobs", "ref_logprobs", "loss_mask"))
+            ref_kl = float(_ref_kl(prox, ref, mask))
+            if s.advantage.kl_ctl:
+                kl_inputs = dict(logprobs=prox[:n_real], ref_logprobs=ref[:n_real])
+        trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
+                                 real_mask, **kl_inputs)
+        advantages = jnp.pad(trace.advantages, ((0, batch.loss_mask.shape[0] - n_real), (0, 0)))   # [B, T]
+        for m in minibatches:   # gathered on the device; the reference's log-probs stay only for a KL loss
+            m.minibatch = m.minibatch._replace(advantages=advantages[jnp.asarray(m.rows)],
+                                               ref_logprobs=m.minibatch.ref_logprobs if s.kl_loss_coef else None)
         per_update: list[dict[str, Any]] = []
         for _ in range(s.n_epochs):
             for m in minibatches:
@@ -238,8 +276,10 @@ class Updater:
                     raise UpdateInterrupted("train step abandoned on request")
                 params, opt_state, stats = self._step(params, opt_state, m.minibatch, m.grid)
                 per_update.append(stats)
+        per_update = [{k: float(v) for k, v in u.items()} for u in per_update]
+        kept = [u for u in per_update if not u["skipped"]] or per_update   # all skipped: their (non-finite) means
         if per_update:
-            stats = {k: float(np.mean([float(u[k]) for u in per_update])) for k in per_update[0]}
+            stats = {k: float(np.mean([u[k] for u in kept])) for k in per_update[0] if k != "skipped"}
         else:
             log.warning("no policy token carries loss in this batch of %d rows: no optimizer step", n_real)
             stats = dict.fromkeys(("actor_loss", "grad_norm", "approx_kl_abs", "behave_approx_kl_abs",
@@ -247,16 +287,19 @@ class Updater:
         final_reward, mean_advantage = _policy_token_means(trace.token_rewards, trace.advantages, real_mask)
         stats["final_reward"], stats["advantages"] = float(final_reward), float(mean_advantage)
         stats["optimizer_updates"] = len(per_update)
+        stats["skipped_updates"] = int(sum(u["skipped"] for u in per_update))
+        if ref_kl is not None:
+            stats["ref_kl"] = ref_kl
         return params, opt_state, stats
 
     def proximal_logprobs(self, params, batch: UpdateBatch) -> np.ndarray:
         """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them), rows in batch order."""
         out = np.zeros(batch.input_ids.shape, np.float32)
-        for m in self._split(batch, None):
+        for m in self._split(batch):
             out[m.rows] = np.asarray(self._logprobs(params, m.minibatch, m.grid))
         return out
 
-    def _split(self, batch: UpdateBatch, advantages) -> list["Split"]:
+    def _split(self, batch: UpdateBatch) -> list["Split"]:
         """`n_minibatches` minibatches of equal row count, balanced by policy tokens, each with its rows' images."""
         s = self.settings
         rows = batch.input_ids.shape[0]
@@ -280,13 +323,27 @@ class Updater:
                 attention_mask=jnp.asarray(batch.attention_mask[index], jnp.int32),
                 loss_mask=jnp.asarray(objective[index], jnp.int32),
                 behave_logprobs=jnp.asarray(batch.behave_logprobs[index], jnp.float32),
-                advantages=None if advantages is None else advantages[jnp.asarray(index)],   # gathered on the device
                 loss_positions=jnp.asarray(lm_head.loss_positions(objective[index])),        # LM-head bucket
                 constraint_states=jnp.asarray(batch.constraint_states[index], jnp.int32) if constrained else None,
                 allowed_table=self.allowed_table if constrained else None,
                 pixel_values=None if pixels is None else jnp.asarray(pixels))
             out.append(Split(rows=index, minibatch=mb, grid=grid, policy_tokens=int(tokens[index].sum())))
         return out
+
+
+@jax.jit
+def _ref_kl(prox_logprobs, ref_logprobs, loss_mask):
+    """Mean k3 estimate of KL(π || π_ref) over the policy tokens: a scalar (`ref_kl`, >= 0, 0 at equal weights)."""
+    return _masked_mean(kl_lib.kl_estimate(prox_logprobs, ref_logprobs, "k3"), loss_mask)
+
+
+def _rows_of(batch: UpdateBatch, minibatches: list["Split"], field: str) -> jax.Array:
+    """[B, T] device array of the minibatches' `field`, scattered back to batch row order (0 in the rows of no
+    minibatch: they carry no policy token)."""
+    out = jnp.zeros(batch.input_ids.shape, jnp.float32)
+    for m in minibatches:
+        out = out.at[jnp.asarray(m.rows)].set(getattr(m.minibatch, field).astype(jnp.float32))
+    return out
 
 
 @dataclasses.dataclass

@@ -165,7 +165,7 @@ def test_minibatches_are_balanced_by_policy_tokens(policy, updater, toy_buffer):
     batch = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
                         n_minibatches=2, max_seq_len=512)
     updater, _ = updater
-    minibatches = updater._split(batch, None)
+    minibatches = updater._split(batch)
     tokens = [m.policy_tokens for m in minibatches]
     assert len(minibatches) == 2 and min(tokens) > 0
     assert max(tokens) - min(tokens) <= batch.loss_mask.sum(axis=1).max()
