@@ -183,11 +183,21 @@ def test_buffer_losses_are_metrics_and_a_killed_writers_partial_group_is_counted
     assert sorted(trained_ids(tmp_path / "run")) == sorted([e.episode_id for e in a + b] + later)
 
 
+def _kib(path) -> int:
+    """KiB of the files under `path` as a tmpfs counts them (whole 4 KiB pages)."""
+    return sum(-(-os.path.getsize(os.path.join(d, f)) // 4096) * 4 for d, _, files in os.walk(path) for f in files)
+
+
 def test_a_full_disk_at_checkpoint_time_stops_the_run_at_that_step_with_the_previous_checkpoint_intact(
         policy, two_groups, tmp_path):
     buffer, (a, b) = two_groups
     append_group(buffer, a, 3), append_group(buffer, b, 4)
-    with tmpfs(tmp_path / "disk", 3 * 1024) as disk:       # room for one checkpoint of the tiny policy, not two
+    # a checkpoint's size on disk depends on how well its state compresses (zero moments compress well), so the
+    # disk is sized from the same run's first step: its whole workdir and half of one more checkpoint
+    run(1, tmp_path / "probe", policy, buffer)
+    first = _kib(tmp_path / "probe")
+    checkpoint = _kib(tmp_path / "probe" / "checkpoints" / "1")
+    with tmpfs(tmp_path / "disk", first + checkpoint // 2) as disk:   # room for step 1's checkpoint, not step 2's
         workdir = os.path.join(disk, "run")
         with pytest.raises(CheckpointError, match=r"checkpoint of step 2 (not written|could not be written)") as err:
             run(2, workdir, policy, buffer)
