@@ -3,7 +3,8 @@
 A train step takes a batch of step rows (padded `[B, T]` arrays, see `UpdateBatch`) and:
   1. recomputes the proximal log-probs log π_prox with the current params (no gradient) — the decoupled
      loss's anchor, distinct from the behaviour log-probs the sampler recorded;
-  2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → masked GAE);
+  2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → masked GAE; with a value
+     model, `train/critic.py`, GAE reads its values and each actor minibatch update is followed by a critic one);
   3. splits the rows into `ppo_n_minibatches` of equal row count balanced by policy tokens
      (`assembly.balanced_minibatches`) and runs `ppo_n_epochs` passes of AdamW (grad-norm clip, schedule) on the
      registered loss, each minibatch a jitted update with donated params and optimizer state.
@@ -38,6 +39,7 @@ from jaxwebrl.models import lm_head, vision_layout
 from jaxwebrl.models.sampling_transform import LOGPROB_FLOOR  # noqa: F401  (re-exported: the replay floor)
 from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
+from jaxwebrl.rl import gae as gae_lib
 from jaxwebrl.rl import losses
 from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
 
@@ -204,10 +206,12 @@ class Updater:
     """
 
     def __init__(self, module, settings: UpdateSettings, optimizer_config: OptimizerConfig,
-                 allowed_table: np.ndarray | None = None):
+                 allowed_table: np.ndarray | None = None, critic=None):
         """allowed_table: [S, V] bool, the action constraint's `allowed` when the policy decodes under one (the
-        batches then carry `constraint_states`)."""
+        batches then carry `constraint_states`). critic: a `train.critic.ValueModel` (critic PPO) or None; its
+        `state` is updated in place by every call."""
         self.module = module
+        self.critic = critic
         self.allowed_table = None if allowed_table is None else jnp.asarray(allowed_table, bool)
         self.settings = settings
         self.optimizer, self.lr_fn = make_optimizer(optimizer_config)
@@ -221,22 +225,35 @@ class Updater:
 
         The advantages stay on the device: computed once for the batch's real rows, padded with zero rows, and
         gathered per minibatch there; only the two logged means come back to the host."""
-        s = self.settings
+        s, critic = self.settings, self.critic
         n_real = batch.num_real_rows
         real_mask = batch.loss_mask[:n_real]
+        pad = ((0, batch.loss_mask.shape[0] - n_real), (0, 0))
+        minibatches = [m for m in self._split(batch) if m.policy_tokens > 0]
+        extra = {}
+        if s.advantage.gae_timestep_unit == "turn":
+            extra["turn_ids"] = np.asarray(gae_lib.turn_ids_from_mask(real_mask))
+        if critic is not None:   # V before any update: GAE's values and the value clip's anchor
+            values, old_values = critic.batch_values(minibatches, batch.loss_mask.shape)
+            extra["values"] = values[:n_real]
         trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
-                                 real_mask)
-        advantages = jnp.pad(trace.advantages, ((0, batch.loss_mask.shape[0] - n_real), (0, 0)))   # [B, T]
-
-        minibatches = [m for m in self._split(batch, advantages) if m.policy_tokens > 0]
+                                 real_mask, **extra)
+        advantages = jnp.pad(trace.advantages, pad)   # [B, T]
+        if critic is not None:
+            returns, value_mask = jnp.pad(trace.returns, pad), critic.value_mask(batch.loss_mask)
         for m in minibatches:  # proximal log-probs, all before the first update of this step
-            m.minibatch = m.minibatch._replace(prox_logprobs=self._logprobs(params, m.minibatch, m.grid))
+            m.minibatch = m.minibatch._replace(prox_logprobs=self._logprobs(params, m.minibatch, m.grid),
+                                               advantages=advantages[jnp.asarray(m.rows)])   # gathered on the device
         per_update: list[dict[str, Any]] = []
         for _ in range(s.n_epochs):
-            for m in minibatches:
+            for i, m in enumerate(minibatches):
                 if should_stop is not None and should_stop():
                     raise UpdateInterrupted("train step abandoned on request")
                 params, opt_state, stats = self._step(params, opt_state, m.minibatch, m.grid)
+                if critic is not None:
+                    rows = jnp.asarray(m.rows)
+                    stats = {**stats, **critic.update(m.minibatch, m.grid, returns[rows], old_values[i],
+                                                      jnp.asarray(value_mask[m.rows]))}
                 per_update.append(stats)
         if per_update:
             stats = {k: float(np.mean([float(u[k]) for u in per_update])) for k in per_update[0]}
@@ -252,11 +269,11 @@ class Updater:
     def proximal_logprobs(self, params, batch: UpdateBatch) -> np.ndarray:
         """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them), rows in batch order."""
         out = np.zeros(batch.input_ids.shape, np.float32)
-        for m in self._split(batch, None):
+        for m in self._split(batch):
             out[m.rows] = np.asarray(self._logprobs(params, m.minibatch, m.grid))
         return out
 
-    def _split(self, batch: UpdateBatch, advantages) -> list["Split"]:
+    def _split(self, batch: UpdateBatch) -> list["Split"]:
         """`n_minibatches` minibatches of equal row count, balanced by policy tokens, each with its rows' images."""
         s = self.settings
         rows = batch.input_ids.shape[0]
@@ -280,7 +297,6 @@ class Updater:
                 attention_mask=jnp.asarray(batch.attention_mask[index], jnp.int32),
                 loss_mask=jnp.asarray(objective[index], jnp.int32),
                 behave_logprobs=jnp.asarray(batch.behave_logprobs[index], jnp.float32),
-                advantages=None if advantages is None else advantages[jnp.asarray(index)],   # gathered on the device
                 loss_positions=jnp.asarray(lm_head.loss_positions(objective[index])),        # LM-head bucket
                 constraint_states=jnp.asarray(batch.constraint_states[index], jnp.int32) if constrained else None,
                 allowed_table=self.allowed_table if constrained else None,
