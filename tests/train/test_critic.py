@@ -140,3 +140,31 @@ def test_gae_from_the_config_is_rl_gae_called_directly(unit, lam_fn, kwargs):
     np.testing.assert_allclose(np.asarray(trace.advantages), np.asarray(adv), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(np.asarray(trace.returns), np.asarray(ret), rtol=1e-6, atol=1e-6)
     assert np.abs(np.asarray(adv)).sum() > 0
+
+
+def _trainer_config(max_steps):
+    """configs/ppo.py:toy shrunk as tests/train/test_trainer.py shrinks constT10 (2 groups of 2 a step)."""
+    c = get_config("toy")
+    c.train.max_steps, c.train.consumer_batch_size, c.env.group_size = max_steps, 4, 2
+    c.train.ppo_n_epochs, c.train.dynamic_sampling = 1, False
+    c.rollout.max_head_offpolicyness = 100   # the episodes were all made before training starts
+    c.metrics.progress_bar = False
+    return c
+
+
+@pytest.mark.slow   # four trainer steps with a critic: ~1.5 min alone, 6 min on the shared 2-core box
+def test_one_step_resume_one_step_equals_two_with_the_critic(policy, toy_buffer, tmp_path):
+    """The trainer saves the critic in its checkpoints and a resume restores it: 1 + 1 steps = 2 steps, bit for bit
+    (policy, critic params and the critic's optimizer state)."""
+    from tests.train.test_trainer import train   # the same driver as the policy's resume test
+
+    play_toy(toy_buffer, groups=4, group_size=2, epsilon=0.6, seed=11)
+    straight, _ = train(_trainer_config(2), tmp_path / "straight", policy, toy_buffer)
+    fresh = straight.critic.init_state(policy.params)
+    assert float(jnp.abs(straight.critic.state.params["value_head"]["kernel"]).max()) > 0   # it trained
+    first, _ = train(_trainer_config(2), tmp_path / "resumed", policy, toy_buffer, stop_at=1)
+    second, sink = train(_trainer_config(2), tmp_path / "resumed", policy, toy_buffer)
+    assert first.state.step == 1 and second.state.step == 2 and sink.versions[0] == 1
+    _leaves_equal(second.critic.state, straight.critic.state)
+    _leaves_equal(second.state.params, straight.state.params)
+    assert jax.tree.structure(fresh) == jax.tree.structure(second.critic.state)
