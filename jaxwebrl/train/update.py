@@ -273,7 +273,7 @@ class Updater:
             out[m.rows] = np.asarray(self._logprobs(params, m.minibatch, m.grid))
         return out
 
-    def _split(self, batch: UpdateBatch) -> list["Split"]:
+    def _split(self, batch: UpdateBatch, advantages=None) -> list["Split"]:
         """`n_minibatches` minibatches of equal row count, balanced by policy tokens, each with its rows' images."""
         s = self.settings
         rows = batch.input_ids.shape[0]
@@ -297,6 +297,7 @@ class Updater:
                 attention_mask=jnp.asarray(batch.attention_mask[index], jnp.int32),
                 loss_mask=jnp.asarray(objective[index], jnp.int32),
                 behave_logprobs=jnp.asarray(batch.behave_logprobs[index], jnp.float32),
+                advantages=None if advantages is None else advantages[jnp.asarray(index)],   # gathered on the device
                 loss_positions=jnp.asarray(lm_head.loss_positions(objective[index])),        # LM-head bucket
                 constraint_states=jnp.asarray(batch.constraint_states[index], jnp.int32) if constrained else None,
                 allowed_table=self.allowed_table if constrained else None,
