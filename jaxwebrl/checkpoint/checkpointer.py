@@ -189,10 +189,9 @@ class Checkpointer:
     def restore_newest_readable(self, *, params, opt_state, rng: jax.Array, required_meta=(),
                                 set_aside: bool = True, critic=None):
         """`restore` of the newest checkpoint that reads back whole (meta holding `required_meta`, the `critic` when
-        its template is given), or None when
-        there is no checkpoint. Newer unreadable ones are skipped with one log line each and, once an older one
-        restored (so the config does fit), moved to `unreadable/<step>` when `set_aside`. CheckpointError (one
-        line, nothing moved) when none restores."""
+        its template is given), or None when there is no checkpoint. Newer unreadable ones are skipped with one log
+        line each and, once an older one restored (so the config does fit), moved to `unreadable/<step>` when
+        `set_aside`. CheckpointError (one line, nothing moved) when none restores."""
         broken: list[tuple[int, str]] = []
         for step in reversed(self.all_steps()):
             try:

@@ -1,9 +1,9 @@
 """Where a training run's state comes from: one function, big_vision's numbered order (the first that applies wins).
 
   1. This workdir's newest readable checkpoint: params, optimizer state, RNG, step, policy version (and a critic
-     PPO run's value model) and the buffer resume point (cursor + consumed episode ids), so the run continues its data stream exactly once. Newer
-     unreadable checkpoints are skipped with a log line and set aside (`Checkpointer.restore_newest_readable`);
-     none readable at all is a `CheckpointError`.
+     PPO run's value model) and the buffer resume point (cursor + consumed episode ids), so the run continues its
+     data stream exactly once. Newer unreadable checkpoints are skipped with a log line and set aside
+     (`Checkpointer.restore_newest_readable`); none readable at all is a `CheckpointError`.
   2. `checkpoint.restore_from` (another run's checkpoints/ dir): its newest params, optimizer state, RNG, step and
      version; the data stream starts afresh (that run's buffer is not this one's).
   3. `model.init_params` (a params checkpoint such as launch/sft.py writes, or a training checkpoint): the warm-start
