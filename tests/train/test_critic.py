@@ -87,6 +87,26 @@ def test_critic_update_trains_the_value_model_next_to_the_policy(policy, toy_buf
     ck.close()
 
 
+def test_turn_unit_gae_runs_through_the_update(policy, toy_buffer):
+    """gae_timestep_unit='turn' from the config: the Updater numbers each row's turns from its loss mask, GAE reads
+    V at each turn's first token, and the critic's loss is taken there only."""
+    config = _config()
+    config.actor.gae_timestep_unit, config.train.ppo_n_epochs = "turn", 1
+    critic = rl_config.value_model(config, policy)
+    updater = Updater(policy.module, rl_config.update_settings(config), rl_config.optimizer_settings(config),
+                      critic=critic)
+    params = jax.tree.map(lambda x: x.copy(), policy.params)
+    critic.state = critic.init_state(params)
+    batch = _batch(policy, toy_buffer)
+    value_mask = critic.value_mask(batch.loss_mask)
+    with_response = batch.loss_mask.sum(-1) > 0
+    assert (value_mask.sum(-1) == with_response).all()            # one turn a step row: its first token
+    first = np.argmax(batch.loss_mask > 0, axis=-1)
+    assert (value_mask[with_response, first[with_response]] == 1).all()
+    _, _, stats = updater(params, updater.optimizer.init(params), batch)
+    assert stats["optimizer_updates"] == 2 and np.isfinite(stats["actor_loss"]) and stats["critic/value_loss"] > 0
+
+
 def test_a_checkpoint_without_a_critic_restores_for_a_run_without_one(policy, tmp_path):
     params = policy.params
     config = _config()
