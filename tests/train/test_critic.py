@@ -69,6 +69,14 @@ def test_critic_update_trains_the_value_model_next_to_the_policy(policy, toy_buf
     after, _ = critic.batch_values(splits, batch.loss_mask.shape)
     real = batch.loss_mask[:batch.num_real_rows] > 0
     assert float(jnp.abs(after[:batch.num_real_rows][real]).mean()) > 0   # the values moved toward the returns
+    # a non-finite critic step changes nothing (the in-jit guard) and is counted
+    kept = jax.tree.map(lambda x: x.copy(), critic.state)
+    m = splits[0]
+    nan = jnp.full(m.minibatch.input_ids.shape, jnp.nan, jnp.float32)
+    skipped = critic.update(m.minibatch, m.grid, nan, jnp.zeros_like(nan),
+                            jnp.asarray(critic.value_mask(batch.loss_mask)[m.rows]))
+    assert float(skipped["critic/skipped_ratio"]) == 1.0
+    _leaves_equal(critic.state, kept)
     # the policy's own params never see the value head
     assert jax.tree.structure(new_params) == jax.tree.structure(policy.params)
 
