@@ -261,6 +261,15 @@ SCHEMA = {
                                        type=float),
         "discount": Field(1.0, "γ in (0, 1]", between(0, 1, "need 0 < discount <= 1", low_open=True)),
         "gae_lambda": Field(1.0, "GAE λ in [0, 1]", between(0, 1, "need 0 <= gae_lambda <= 1")),
+        "gae_lambda_fn": Field(None, "per-row λ from the row's length instead of gae_lambda: 'vapo_length_adaptive' "
+                                     "or 'relative_position' (jaxwebrl/rl/gae.py)", type=str),
+        "gae_lambda_kwargs": Field("", "gae_lambda_fn's arguments as JSON: '{\"alpha\": 0.05}' (vapo) or "
+                                       "'{\"q\": 0.5}' (relative_position); '': none"),
+        "gae_timestep_unit": Field("token", "GAE's time step: 'token' (each policy token) or 'turn' (each response "
+                                            "of a step row, its tokens share one advantage; V at its first token)",
+                                   one_of(("token", "turn"), "use 'token' or 'turn'")),
+        "max_turns": Field(1, "turns a step row holds at most (turn GAE's static bound; a step row holds one "
+                              "response)", at_least(1, "must be >= 1 turn a row")),
         "reward_bias": Field(0.0, "added to every reward before scaling"),
         "reward_scaling": Field(1.0, "rewards are multiplied by this"),
         "reward_clip": Field(20.0, "rewards are clipped to ± this"),
@@ -268,6 +277,17 @@ SCHEMA = {
         "overlong_penalty_factor": Field(None, "DAPO overlong penalty at the full window", type=float),
         "reward_norm": _norm("group", "group"),
         "adv_norm": _norm(None, None),
+    },
+    # Critic PPO (configs/ppo.py): a value head on a copy of the policy's trunk (jaxwebrl/train/critic.py), trained
+    # with its own AdamW next to the policy and saved in the same checkpoint; actor.estimator 'gae' needs it.
+    "critic": {
+        "enabled": Field(False, "train a value model; GAE reads its values (actor.estimator 'gae', 'ppo' or 'raw')"),
+        "lr": Field(1e-5, "the critic's AdamW learning rate (schedule, betas, decay and clip: train.*'s)",
+                    above(0, "the critic's learning rate must be > 0")),
+        "value_eps_clip": Field(0.2, "AReaL's value clip: V moves at most this far from its value before the step "
+                                     "(None: no clip)", above(0, "must be > 0 (AReaL: 0.2) or None"), type=float),
+        "value_loss_coef": Field(1.0, "scales the value loss (its own AdamW: matters through train.max_grad_norm)",
+                                 above(0, "must be > 0 (e.g. 1.0)")),
     },
     "checkpoint": {
         "save_every_steps": Field(1, "train steps between checkpoints", at_least(1)),

@@ -94,13 +94,14 @@ class Checkpointer:
 
     # ------------------------------------------------------------------ save
     def save(self, step: int, *, params, opt_state, rng: jax.Array, meta: dict[str, Any],
-             metrics: dict[str, float] | None = None) -> None:
-        """Start saving step `step` (returns before the write finishes when async); `meta` must be JSON-able.
-        Raises CheckpointError when this save, or the previous one, cannot be written."""
+             metrics: dict[str, float] | None = None, critic=None) -> None:
+        """Start saving step `step` (returns before the write finishes when async); `meta` must be JSON-able;
+        `critic`: the value model's state (critic PPO) or None. Raises CheckpointError when this save, or the
+        previous one, cannot be written."""
         if self._saving is not None:
             self.wait()   # the save in flight must be whole before its size says how much room this one needs
         self._refuse_without_room(step)
-        state = state_tree(params, opt_state, rng)
+        state = state_tree(params, opt_state, rng, critic)
         best = None
         if metrics is not None and self.best_metric in metrics and np.isfinite(metrics[self.best_metric]):
             best = {self.best_metric: float(metrics[self.best_metric])}
@@ -168,31 +169,33 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
-    def restore(self, *, params, opt_state, rng: jax.Array, step: int | None = None):
+    def restore(self, *, params, opt_state, rng: jax.Array, step: int | None = None, critic=None):
         """Restore step `step` (default: latest) into the structure, dtypes and shardings of the given pytrees.
 
-        Returns `(params, opt_state, rng, meta)`; `rng` comes back as a typed key like the one passed in.
+        Returns `(params, opt_state, rng, meta)`, and the critic's state fifth when a `critic` template is given;
+        `rng` comes back as a typed key like the one passed in.
         """
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint under {self.directory}: nothing to restore")
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_tree(params, opt_state, rng))
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_tree(params, opt_state, rng, critic))
         out = self._manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         state = out["state"]
         restored_rng = jax.random.wrap_key_data(state["rng"], impl=jax.random.key_impl(rng))
-        return state["params"], state["opt_state"], restored_rng, dict(out["meta"])
+        restored = (state["params"], state["opt_state"], restored_rng, dict(out["meta"]))
+        return restored if critic is None else (*restored, state["critic"])
 
     def restore_newest_readable(self, *, params, opt_state, rng: jax.Array, required_meta=(),
-                                set_aside: bool = True):
-        """`restore` of the newest checkpoint that reads back whole (meta holding `required_meta`), or None when
-        there is no checkpoint. Newer unreadable ones are skipped with one log line each and, once an older one
-        restored (so the config does fit), moved to `unreadable/<step>` when `set_aside`. CheckpointError (one
-        line, nothing moved) when none restores."""
+                                set_aside: bool = True, critic=None):
+        """`restore` of the newest checkpoint that reads back whole (meta holding `required_meta`, the `critic` when
+        its template is given), or None when there is no checkpoint. Newer unreadable ones are skipped with one log
+        line each and, once an older one restored (so the config does fit), moved to `unreadable/<step>` when
+        `set_aside`. CheckpointError (one line, nothing moved) when none restores."""
         broken: list[tuple[int, str]] = []
         for step in reversed(self.all_steps()):
             try:
-                out = self.restore(params=params, opt_state=opt_state, rng=rng, step=step)
+                out = self.restore(params=params, opt_state=opt_state, rng=rng, step=step, critic=critic)
                 missing = [k for k in required_meta if k not in out[3]]
                 if missing:
                     raise KeyError(f"its meta lacks {missing}")

@@ -2,7 +2,9 @@
 
 A training checkpoint (written by `Checkpointer`, a run's `WORKDIR/checkpoints/`):
 
-    <dir>/<step>/state     Orbax pytree {"params", "opt_state", "rng": key data}
+    <dir>/<step>/state     Orbax pytree {"params", "opt_state", "rng": key data}, plus "critic" (the value
+                           model's {"params", "opt_state"}) in a critic PPO run; a run without a critic reads
+                           checkpoints without one, as before
     <dir>/<step>/meta      JSON: step, policy_version, buffer_cursor, consumed_episode_ids (no pickle)
 
 A standalone params checkpoint (written by `save_params`: launch/sft.py, launch/export.py --params_out):
@@ -29,9 +31,13 @@ PARAMS_INFO = "jaxwebrl_params.json"    # provenance file inside a standalone pa
 PARAMS_DIR = "params"
 
 
-def state_tree(params, opt_state, rng: jax.Array) -> dict:
-    """The pytree a training checkpoint's `state` item holds (the RNG as key data: Orbax stores plain arrays)."""
-    return {"params": params, "opt_state": opt_state, "rng": jax.random.key_data(rng)}
+def state_tree(params, opt_state, rng: jax.Array, critic=None) -> dict:
+    """The pytree a training checkpoint's `state` item holds (the RNG as key data: Orbax stores plain arrays);
+    `critic` (critic PPO's value model state, a pytree) only when given."""
+    tree = {"params": params, "opt_state": opt_state, "rng": jax.random.key_data(rng)}
+    if critic is not None:
+        tree["critic"] = critic
+    return tree
 
 
 def checkpoint_steps(checkpoint_dir: str) -> list[int]:

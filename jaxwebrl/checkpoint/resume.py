@@ -1,9 +1,9 @@
 """Where a training run's state comes from: one function, big_vision's numbered order (the first that applies wins).
 
-  1. This workdir's newest readable checkpoint: params, optimizer state, RNG, step, policy version and the buffer
-     resume point (cursor + consumed episode ids), so the run continues its data stream exactly once. Newer
-     unreadable checkpoints are skipped with a log line and set aside (`Checkpointer.restore_newest_readable`);
-     none readable at all is a `CheckpointError`.
+  1. This workdir's newest readable checkpoint: params, optimizer state, RNG, step, policy version (and a critic
+     PPO run's value model) and the buffer resume point (cursor + consumed episode ids), so the run continues its
+     data stream exactly once. Newer unreadable checkpoints are skipped with a log line and set aside
+     (`Checkpointer.restore_newest_readable`); none readable at all is a `CheckpointError`.
   2. `checkpoint.restore_from` (another run's checkpoints/ dir): its newest params, optimizer state, RNG, step and
      version; the data stream starts afresh (that run's buffer is not this one's).
   3. `model.init_params` (a params checkpoint such as launch/sft.py writes, or a training checkpoint): the warm-start
@@ -42,38 +42,41 @@ class Start:
     cursor: dict | None
     consumed: list[int]
     source: str
+    critic: object = None   # the value model's restored state (critic PPO, steps 1-2); None: start a fresh one
 
 
 def restore_or_init(config, checkpointer: Checkpointer, *, params, opt_state, rng: jax.Array,
-                    set_aside: bool = True) -> Start:
+                    set_aside: bool = True, critic=None) -> Start:
     """The run's starting state in the module docstring's order.
 
     params, opt_state, rng: the recipe's initial weights (step 4), the optimizer's fresh state for them (it depends on
     the params' shapes only, so it serves step 3 too) and the run's seed key; also the structure, dtypes and
     shardings every restore reads into. set_aside: move unreadable checkpoints of this workdir to
-    `checkpoints/unreadable/` (process 0 only, in a multi-process run).
+    `checkpoints/unreadable/` (process 0 only, in a multi-process run). critic: a critic PPO run's value model
+    state to read the checkpoint's into (steps 1-2; a checkpoint without one is then unreadable); steps 3-4 start
+    without one (`Start.critic` None).
     """
     restored = checkpointer.restore_newest_readable(params=params, opt_state=opt_state, rng=rng,
-                                                    required_meta=RESUME_META, set_aside=set_aside)
+                                                    required_meta=RESUME_META, set_aside=set_aside, critic=critic)
     if restored is not None:                                                            # 1.
-        params, opt_state, rng, meta = restored
+        params, opt_state, rng, meta, *value_model = restored
         log.info("resumed from %s step %d (policy version %d)", checkpointer.directory, meta["step"],
                  meta["policy_version"])
         return Start(params, opt_state, rng, int(meta["step"]), int(meta["policy_version"]), meta["buffer_cursor"],
-                     list(meta["consumed_episode_ids"]), "checkpoint")
+                     list(meta["consumed_episode_ids"]), "checkpoint", *value_model)
     if config.checkpoint.restore_from:                                                  # 2.
         other = Checkpointer(config.checkpoint.restore_from, async_save=False)
         try:
             restored = other.restore_newest_readable(params=params, opt_state=opt_state, rng=rng,
-                                                     required_meta=RESUME_META[:2], set_aside=False)
+                                                     required_meta=RESUME_META[:2], set_aside=False, critic=critic)
         finally:
             other.close()
         if restored is not None:
-            params, opt_state, rng, meta = restored
+            params, opt_state, rng, meta, *value_model = restored
             log.info("started from %s step %d (policy version %d)", other.directory, meta["step"],
                      meta["policy_version"])
             return Start(params, opt_state, rng, int(meta["step"]), int(meta["policy_version"]), None, [],
-                         "restore_from")
+                         "restore_from", *value_model)
     warm = warm_start_params(config, params)                                            # 3.
     if warm is not None:
         log.info("warm start from %s (step 0, fresh optimizer)", config.model.init_params)

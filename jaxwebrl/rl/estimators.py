@@ -4,9 +4,12 @@
     register_estimator("my_estimator", fn, reward_norm=("group", None, False))      # actor.estimator = "my_estimator"
 
 Built in: grpo (group mean and std), drgrpo (group mean), rloo (leave-one-out group mean), liteppo (group mean,
-batch std), batch, raw / ppo (no normalisation), success_filter / fbc / raft (RAFT++: 1 on success, 0 otherwise).
+batch std), batch, raw / ppo (no normalisation), gae (no normalisation; the critic's values are the baseline, in
+GAE), success_filter / fbc / raft (RAFT++: 1 on success, 0 otherwise).
 Each is registered with the `actor.reward_norm` levels it implies, so a run config that names one and writes the
-normalisation the paper's way (`reward_norm.mean_level/std_level/mean_leave1out`) is checked to agree.
+normalisation the paper's way (`reward_norm.mean_level/std_level/mean_leave1out`) is checked to agree, and with
+how it uses a critic's values (`critic_use`: "needed", "optional" or "ignored"), so a value model is configured
+exactly where one is read.
 Pure jnp; `advantages.py` runs the whole path.
 """
 
@@ -50,7 +53,10 @@ def _raw_estimator(episode_rewards, group_index, valid, **_):
 _ESTIMATORS: dict = {}
 
 
-def register_estimator(name: str, fn, *, reward_norm: tuple) -> None:
+CRITIC_USES = ("needed", "optional", "ignored")
+
+
+def register_estimator(name: str, fn, *, reward_norm: tuple, critic: str = "ignored") -> None:
     """Make `name` an advantage estimator every recipe can name (`actor.estimator`).
 
     fn(episode_rewards [E], group_index [E], valid [E] bool, *, std_unbiased: bool, eps: float) -> r̂ [E] float32:
@@ -58,6 +64,8 @@ def register_estimator(name: str, fn, *, reward_norm: tuple) -> None:
     `group_index` [E] int32 holds each episode's dense group id). Pure jnp: it runs inside the jitted advantage path.
     reward_norm: the `actor.reward_norm` levels (mean_level, std_level, mean_leave1out) it implies, e.g.
     ("group", "group", False) for GRPO, (None, None, False) for an estimator that normalises nothing itself.
+    critic: "needed" (its r̂ is meant to be baselined by a value model's values in GAE), "optional" (works with or
+    without one) or "ignored" (it has its own baseline: a value model would be a second one).
     Registering the same estimator again is a no-op; another one under a taken name is a ValueError.
     """
     if not isinstance(name, str) or not name:
@@ -69,7 +77,9 @@ def register_estimator(name: str, fn, *, reward_norm: tuple) -> None:
     if mean not in levels or std not in levels or not isinstance(leave1out, bool):
         raise ValueError(f"register_estimator({name!r}, ...): reward_norm=(mean_level, std_level, mean_leave1out) "
                          f"with levels in {levels} and a bool, got {reward_norm!r}")
-    entry = (fn, (mean, std, leave1out))
+    if critic not in CRITIC_USES:
+        raise ValueError(f"register_estimator({name!r}, ...): critic={critic!r}, use one of {CRITIC_USES}")
+    entry = (fn, (mean, std, leave1out), critic)
     if _ESTIMATORS.get(name, entry) != entry:
         raise ValueError(f"advantage estimator {name!r} is already registered: choose another name")
     _ESTIMATORS[name] = entry
@@ -79,20 +89,21 @@ def _success_filter_estimator(r, g, v, **_):
     return success_filter(r, g, v)
 
 
-for _name, _fn, _norm in (
-        ("grpo", _norm_estimator("group", "group"), ("group", "group", False)),             # the paper's reward_norm
-        ("drgrpo", _norm_estimator("group", None), ("group", None, False)),                 # mean only
-        ("rloo", _norm_estimator("group", None, leave1out=True), ("group", None, True)),
-        ("liteppo", _norm_estimator("group", "batch"), ("group", "batch", False)),
-        ("batch", _norm_estimator("batch", "batch"), ("batch", "batch", False)),
-        ("raw", _raw_estimator, (None, None, False)),
-        ("ppo", _raw_estimator, (None, None, False)),
+for _name, _fn, _norm, _critic in (
+        ("grpo", _norm_estimator("group", "group"), ("group", "group", False), "ignored"),   # the paper's reward_norm
+        ("drgrpo", _norm_estimator("group", None), ("group", None, False), "ignored"),       # mean only
+        ("rloo", _norm_estimator("group", None, leave1out=True), ("group", None, True), "ignored"),
+        ("liteppo", _norm_estimator("group", "batch"), ("group", "batch", False), "ignored"),
+        ("batch", _norm_estimator("batch", "batch"), ("batch", "batch", False), "ignored"),
+        ("raw", _raw_estimator, (None, None, False), "optional"),
+        ("ppo", _raw_estimator, (None, None, False), "optional"),
+        ("gae", _raw_estimator, (None, None, False), "needed"),     # critic PPO: V is the baseline
         # RAFT++ / fbc: r̂ = 1 on success, 0 otherwise; no reward normalisation
-        ("success_filter", _success_filter_estimator, (None, None, False)),
-        ("fbc", _success_filter_estimator, (None, None, False)),
-        ("raft", _success_filter_estimator, (None, None, False))):
-    register_estimator(_name, _fn, reward_norm=_norm)
-del _name, _fn, _norm
+        ("success_filter", _success_filter_estimator, (None, None, False), "ignored"),
+        ("fbc", _success_filter_estimator, (None, None, False), "ignored"),
+        ("raft", _success_filter_estimator, (None, None, False), "ignored")):
+    register_estimator(_name, _fn, reward_norm=_norm, critic=_critic)
+del _name, _fn, _norm, _critic
 
 
 def get_estimator(name: str):
@@ -107,6 +118,12 @@ def implied_reward_norm(name: str) -> tuple:
     """The (mean_level, std_level, mean_leave1out) of `actor.reward_norm` estimator `name` implies."""
     get_estimator(name)
     return _ESTIMATORS[name][1]
+
+
+def critic_use(name: str) -> str:
+    """How estimator `name` uses a value model's values: "needed", "optional" or "ignored" (`register_estimator`)."""
+    get_estimator(name)
+    return _ESTIMATORS[name][2]
 
 
 def estimator_names():

@@ -269,3 +269,17 @@ def resolve_lambda(gae_lambda, lengths, kwargs=()):
             raise ValueError(f"unknown gae_lambda function {gae_lambda!r}; choose one of {sorted(LAMBDA_FNS)}")
         return LAMBDA_FNS[gae_lambda](lengths, **dict(kwargs))
     return gae_lambda
+
+
+def turn_starts(loss_mask):
+    """[B, T] bool: the first token of each contiguous run of policy tokens (a turn), where `turn_gae` reads the
+    critic's value."""
+    mask = jnp.asarray(loss_mask).astype(bool)
+    return mask & ~jnp.concatenate([jnp.zeros_like(mask[:, :1]), mask[:, :-1]], axis=1)
+
+
+def turn_ids_from_mask(loss_mask):
+    """Turn ids for `turn_gae` from a policy-token mask: each contiguous run of 1s is one turn, numbered 0, 1, ...
+    in time order within its row; -1 off the mask. [B, T] -> [B, T] int32 (a step row's one response: turn 0)."""
+    mask = jnp.asarray(loss_mask).astype(bool)
+    return jnp.where(mask, jnp.cumsum(turn_starts(mask), axis=1, dtype=jnp.int32) - 1, -1)

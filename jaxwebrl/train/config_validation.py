@@ -27,12 +27,14 @@ from jaxwebrl.extensions import import_extensions
 from jaxwebrl.models import presets
 from jaxwebrl.models.layers import REMAT_POLICIES
 from jaxwebrl.parallel import distributed, multihost
-from jaxwebrl.rl import aggregation, losses
+from jaxwebrl.rl import aggregation, estimators, gae, losses
 from jaxwebrl.rollout.spec import cpu_ids
 from jaxwebrl.train import reference, rl_config
 
 # Losses whose objective is built on the plain (coupled) ratio and must not be reweighted by w.
 COUPLED_ONLY_LOSSES = ("sapo",)
+# Losses that keep the tokens of successes only (their sign filter, not a value baseline, decides): no critic.
+VALUE_BLIND_LOSSES = ("fbc", "raft")
 
 
 class ConfigError(ValueError):
@@ -49,6 +51,7 @@ def validate(config: config_dict.ConfigDict, workdir: str | None = None) -> None
     _check_rollout(config)
     _check_train(config)
     _check_actor(config)
+    _check_critic(config)
     _check_model(config)
     _check_env(config)
     _check_paths(config, workdir)
@@ -139,6 +142,33 @@ def _check_actor(c) -> None:
         _fail(*refused)
     if c.env.group_size < 2 and "group" in (a.reward_norm.mean_level, a.reward_norm.std_level):
         _fail("env.group_size", c.env.group_size, "group reward normalisation needs G >= 2 episodes per group")
+
+
+def _check_critic(c) -> None:
+    """The value model against the estimator and loss that would read its values, and the λ function's arguments
+    (after `_check_actor`: the estimator is a registered one)."""
+    a, enabled = c.actor, c.critic.enabled
+    use = estimators.critic_use(a.estimator)
+    if use == "needed" and not enabled:
+        _fail("actor.estimator", a.estimator, "GAE from critic values needs a value model: set "
+              "--config.critic.enabled=True (or use configs/ppo.py)")
+    if enabled and use == "ignored":
+        _fail("critic.enabled", True, f"actor.estimator={a.estimator!r} has its own baseline and ignores values: "
+              f"use actor.estimator='gae' (configs/ppo.py) or set critic.enabled=False")
+    if enabled and a.loss in VALUE_BLIND_LOSSES:
+        _fail("critic.enabled", True, f"actor.loss={a.loss!r} keeps successes by sign and ignores values: use "
+              f"actor.loss='ppo' or set critic.enabled=False")
+    if a.gae_lambda_fn is None:
+        if a.gae_lambda_kwargs:
+            _fail("actor.gae_lambda_kwargs", a.gae_lambda_kwargs, "arguments of a λ function: set "
+                  "actor.gae_lambda_fn too, or '' for none")
+        return
+    if a.gae_lambda_fn not in gae.LAMBDA_FNS:
+        _fail("actor.gae_lambda_fn", a.gae_lambda_fn, f"use one of {sorted(gae.LAMBDA_FNS)} or None (gae_lambda)")
+    try:
+        gae.resolve_lambda(a.gae_lambda_fn, [1.0], rl_config.lambda_kwargs(a))
+    except (TypeError, ValueError) as err:
+        _fail("actor.gae_lambda_kwargs", a.gae_lambda_kwargs, f"{a.gae_lambda_fn}: {_one_line(err)}")
 
 
 def _check_model(c) -> None:

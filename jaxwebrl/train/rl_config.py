@@ -1,6 +1,6 @@
 """Translate a run's config into the objects that train on it: the advantage path and the loss (`config.actor`),
-the update step's settings and the optimizer's (`update_settings`, `optimizer_settings`). Every translation of
-config fields into objects lives here.
+the update step's settings and the optimizer's (`update_settings`, `optimizer_settings`), and critic PPO's value
+model (`config.critic`: `value_model`). Every translation of config fields into objects lives here.
 
 A recipe names its advantage estimator (`actor.estimator`: "grpo", "drgrpo", "rloo", "success_filter", ..., the
 jaxwebrl.rl registry), as AReaL and Tunix users do; the reward normalisation is still written the way the paper
@@ -14,10 +14,14 @@ field of the same name when the config has one and it is not None.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from ml_collections import config_dict
 
 from jaxwebrl.rl import advantages, estimators, losses
 from jaxwebrl.rl.normalization import NormConfig
+from jaxwebrl.train.critic import CriticSettings, ValueModel
 from jaxwebrl.train.update import OptimizerConfig, UpdateSettings
 
 def _levels(levels) -> str:
@@ -44,6 +48,18 @@ def estimator_name(actor: config_dict.ConfigDict) -> str:
     return name
 
 
+def lambda_kwargs(actor: config_dict.ConfigDict) -> tuple:
+    """`actor.gae_lambda_kwargs` (a JSON object, '' for none) as sorted (name, value) pairs; ValueError otherwise."""
+    text = actor.gae_lambda_kwargs
+    try:
+        kwargs = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        kwargs = None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"gae_lambda_kwargs={text!r}: give a JSON object, e.g. '{{\"alpha\": 0.05}}', or '' for none")
+    return tuple(sorted(kwargs.items()))
+
+
 def advantage_config(actor: config_dict.ConfigDict, *, max_new_tokens: int) -> advantages.AdvantageConfig:
     """The hashable AdvantageConfig for `actor` (pass it as a static argument under jit)."""
     adv = actor.adv_norm
@@ -64,7 +80,10 @@ def advantage_config(actor: config_dict.ConfigDict, *, max_new_tokens: int) -> a
         max_response_tokens=max_new_tokens if overlong is not None else None,
         step_adv_const_length=actor.step_adv_const_length,
         discount=float(actor.discount),
-        gae_lambda=float(actor.gae_lambda),
+        gae_lambda=actor.gae_lambda_fn if actor.gae_lambda_fn is not None else float(actor.gae_lambda),
+        gae_lambda_kwargs=lambda_kwargs(actor),
+        gae_timestep_unit=actor.gae_timestep_unit,
+        max_turns=actor.max_turns,
         kl_ctl=float(actor.kl_ctl),
         kl_estimator=actor.kl_estimator,
         adv_norm=adv_norm,
@@ -137,3 +156,19 @@ def update_settings(config: config_dict.ConfigDict) -> UpdateSettings:
         advantage=advantage_config(a, max_new_tokens=m.max_new_tokens),
         kl_loss_coef=float(a.kl_loss_coef), kl_loss_estimator=a.kl_loss_estimator,
         skip_non_finite=bool(t.rollback_non_finite))
+
+
+def critic_optimizer_settings(config: config_dict.ConfigDict) -> OptimizerConfig:
+    """The critic's AdamW: the policy's settings (`optimizer_settings`) with its own learning rate `critic.lr`."""
+    return dataclasses.replace(optimizer_settings(config), lr=config.critic.lr)
+
+
+def value_model(config: config_dict.ConfigDict, policy) -> ValueModel | None:
+    """Critic PPO's value model on `policy`'s trunk (`config.critic.enabled`), or None; its `state` is set by the
+    trainer (a fresh one or the checkpoint's)."""
+    c = config.critic
+    if not c.enabled:
+        return None
+    settings = CriticSettings(value_eps_clip=c.value_eps_clip, value_loss_coef=float(c.value_loss_coef),
+                              turn_unit=config.actor.gae_timestep_unit == "turn")
+    return ValueModel(policy.module, policy.config, settings, critic_optimizer_settings(config))

@@ -97,9 +97,10 @@ class Trainer:
         # the policy server's grammar: the policy is restricted to it
         self.constraint = config_constraint(config, policy.processor, policy.config.text.vocab_size)
         self.reference = reference.load_reference(config, workdir, recipe_params=policy.params, mesh=mesh)
+        self.critic = rl_config.value_model(config, policy)   # critic PPO's value model, or None
         self.updater = Updater(policy.module, self.settings, optimizer_config,
                                allowed_table=None if self.constraint is None else self.constraint.allowed,
-                               reference=self.reference)
+                               reference=self.reference, critic=self.critic)
         self.optimizer, self.lr_fn = self.updater.optimizer, self.updater.lr_fn
         self.vocab_size = int(policy.config.text.vocab_size)
         self.buffer_losses = collections.Counter({k: 0 for k in BUFFER_LOSSES})   # running totals (metrics)
@@ -142,7 +143,10 @@ class Trainer:
             params, rng = place_train_state(params, rng, self.mesh)
         opt_state = (jax.jit(self.optimizer.init) if self.mesh is not None else self.optimizer.init)(params)
         start = restore_or_init(self.config, self.checkpointer, params=params, opt_state=opt_state, rng=rng,
-                                set_aside=distributed.is_primary())
+                                set_aside=distributed.is_primary(),
+                                critic=None if self.critic is None else self.critic.init_state(params))
+        if self.critic is not None:   # the checkpoint's critic, else a fresh one on the starting (warm) weights
+            self.critic.state = start.critic if start.critic is not None else self.critic.init_state(start.params)
         self._resume = {"cursor": start.cursor, "consumed": start.consumed}
         return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
 
@@ -151,7 +155,8 @@ class Trainer:
         meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
                 "consumed_episode_ids": point["consumed"], "config": self._config_json}
         self.checkpointer.save(self.state.step, params=self.state.params, opt_state=self.state.opt_state,
-                               rng=self.state.rng, meta=meta, metrics=metrics)
+                               rng=self.state.rng, meta=meta, metrics=metrics,
+                               critic=None if self.critic is None else self.critic.state)
 
     # ------------------------------------------------------------------ loop
     def poll(self) -> None:
@@ -445,6 +450,7 @@ class Trainer:
             scalars[f"rollout/staleness/hist_gt{top}"] = int(np.sum(lags > top))
         for key, value in loss_stats.items():
             scalars.setdefault(f"ppo_actor/update/{key}/avg", value)
+        scalars.update({f"ppo_critic/{k.split('/', 1)[1]}": v for k, v in stats.items() if k.startswith("critic/")})
         return scalars, {"rollout/staleness": lags.tolist(), "rollout/steps": steps.tolist()}
 
 

@@ -5,7 +5,9 @@ A train step takes a batch of step rows (padded `[B, T]` arrays, see `UpdateBatc
      (`assembly.balanced_minibatches`) and recomputes the proximal log-probs log π_prox with the current params
      (no gradient) — the decoupled loss's anchor, distinct from the behaviour log-probs the sampler recorded —
      and, in a KL run, the frozen reference's log π_ref in the same pass (`train/reference.py`);
-  2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → KL in the reward → masked GAE);
+  2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → KL in the reward → masked GAE;
+     with a value model, `train/critic.py`, GAE reads its values and each actor minibatch update is followed by a
+     critic one);
   3. runs `ppo_n_epochs` passes of AdamW (grad-norm clip, schedule) over the minibatches on the registered loss
      (+ `kl_loss_coef` × KL to the reference, `rl.regularizers.actor_objective`), each minibatch a jitted update
      with donated params and optimizer state.
@@ -45,6 +47,7 @@ from jaxwebrl.models import lm_head, vision_layout
 from jaxwebrl.models.sampling_transform import LOGPROB_FLOOR  # noqa: F401  (re-exported: the replay floor)
 from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
+from jaxwebrl.rl import gae as gae_lib
 from jaxwebrl.rl import kl as kl_lib
 from jaxwebrl.rl import losses, regularizers
 from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
@@ -225,15 +228,17 @@ class Updater:
     """
 
     def __init__(self, module, settings: UpdateSettings, optimizer_config: OptimizerConfig,
-                 allowed_table: np.ndarray | None = None, reference=None):
+                 allowed_table: np.ndarray | None = None, reference=None, critic=None):
         """allowed_table: [S, V] bool, the action constraint's `allowed` when the policy decodes under one (the
         batches then carry `constraint_states`). reference: the frozen reference (`train.reference.Reference`),
-        needed when the settings hold a KL term (kl_ctl or kl_loss_coef > 0)."""
+        needed when the settings hold a KL term (kl_ctl or kl_loss_coef > 0). critic: a `train.critic.ValueModel`
+        (critic PPO) or None; its `state` is updated in place by every call."""
         if (settings.advantage.kl_ctl or settings.kl_loss_coef) and reference is None:
             raise ValueError("kl_ctl or kl_loss_coef > 0 needs the reference policy: pass reference= "
                              "(jaxwebrl.train.reference.load_reference)")
         self.module = module
         self.reference = reference
+        self.critic = critic
         self.allowed_table = None if allowed_table is None else jnp.asarray(allowed_table, bool)
         self.settings = settings
         self.optimizer, self.lr_fn = make_optimizer(optimizer_config)
@@ -247,14 +252,15 @@ class Updater:
 
         The advantages stay on the device: computed once for the batch's real rows, padded with zero rows, and
         gathered per minibatch there; only the two logged means come back to the host."""
-        s = self.settings
+        s, critic = self.settings, self.critic
         n_real = batch.num_real_rows
         real_mask = batch.loss_mask[:n_real]
+        pad = ((0, batch.loss_mask.shape[0] - n_real), (0, 0))
         minibatches = [m for m in self._split(batch) if m.policy_tokens > 0]
         for m in minibatches:  # proximal log-probs, all before the first update of this step
             m.minibatch = m.minibatch._replace(prox_logprobs=self._logprobs(params, m.minibatch, m.grid))
         ref_kl = None
-        kl_inputs = {}
+        extra = {}
         if self.reference is not None:   # the reference's, in the same pass and LM-head chunks
             with self.reference.on_device() as ref_params:
                 for m in minibatches:
@@ -262,19 +268,30 @@ class Updater:
             prox, ref, mask = (_rows_of(batch, minibatches, f) for f in ("prox_logprobs", "ref_logprobs", "loss_mask"))
             ref_kl = float(_ref_kl(prox, ref, mask))
             if s.advantage.kl_ctl:
-                kl_inputs = dict(logprobs=prox[:n_real], ref_logprobs=ref[:n_real])
+                extra.update(logprobs=prox[:n_real], ref_logprobs=ref[:n_real])
+        if s.advantage.gae_timestep_unit == "turn":
+            extra["turn_ids"] = np.asarray(gae_lib.turn_ids_from_mask(real_mask))
+        if critic is not None:   # V before any update: GAE's values and the value clip's anchor
+            values, old_values = critic.batch_values(minibatches, batch.loss_mask.shape)
+            extra["values"] = values[:n_real]
         trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
-                                 real_mask, **kl_inputs)
-        advantages = jnp.pad(trace.advantages, ((0, batch.loss_mask.shape[0] - n_real), (0, 0)))   # [B, T]
+                                 real_mask, **extra)
+        advantages = jnp.pad(trace.advantages, pad)   # [B, T]
+        if critic is not None:
+            returns, value_mask = jnp.pad(trace.returns, pad), critic.value_mask(batch.loss_mask)
         for m in minibatches:   # gathered on the device; the reference's log-probs stay only for a KL loss
             m.minibatch = m.minibatch._replace(advantages=advantages[jnp.asarray(m.rows)],
                                                ref_logprobs=m.minibatch.ref_logprobs if s.kl_loss_coef else None)
         per_update: list[dict[str, Any]] = []
         for _ in range(s.n_epochs):
-            for m in minibatches:
+            for i, m in enumerate(minibatches):
                 if should_stop is not None and should_stop():
                     raise UpdateInterrupted("train step abandoned on request")
                 params, opt_state, stats = self._step(params, opt_state, m.minibatch, m.grid)
+                if critic is not None:
+                    rows = jnp.asarray(m.rows)
+                    stats = {**stats, **critic.update(m.minibatch, m.grid, returns[rows], old_values[i],
+                                                      jnp.asarray(value_mask[m.rows]))}
                 per_update.append(stats)
         per_update = [{k: float(v) for k, v in u.items()} for u in per_update]
         kept = [u for u in per_update if not u["skipped"]] or per_update   # all skipped: their (non-finite) means

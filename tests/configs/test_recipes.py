@@ -90,7 +90,7 @@ def test_every_recipe_takes_every_scale_variant():
     ("checkpoint.restore_from", "/nonexistent/ckpts", r"^checkpoint\.restore_from='/nonexistent/ckpts': checkpoint directory not found"),
     ("model.name", "pretrained", r"^model\.checkpoint=None: name a local HF directory"),
     ("actor.estimator", "drgrpo", r"^actor\.estimator='drgrpo' implies reward_norm mean_level='group', std_level=None"),
-    ("actor.estimator", "gae", r"^actor\.estimator='gae' is not an advantage estimator: use one of"),
+    ("actor.estimator", "vtrace", r"^actor\.estimator='vtrace' is not an advantage estimator: use one of"),
     ("actor.reward_norm.mean_leave1out", True, r"^actor\.estimator='grpo' implies .*change one to match"),
     ("actor.agg_normalizer", 48.0, r"^actor\.agg_normalizer=48\.0: loss 'ppo' does not use it"),
     ("actor.eps_clip", None, r"^actor\.eps_clip=None: only CISPO and M2PO"),
