@@ -39,6 +39,7 @@ from jaxwebrl.models.sampling_transform import LOGPROB_FLOOR  # noqa: F401  (re-
 from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.rl import losses
+from jaxwebrl.train import trainable
 from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,8 @@ def _forward_logprobs(module, settings: "UpdateSettings", params, mb: Minibatch,
 
 @functools.lru_cache(maxsize=None)
 def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfig):
-    """(logprobs_fn, step_fn) jitted once per (module, settings, optimizer): every Updater alike shares them."""
+    """(logprobs_fn, step_fn) jitted once per (module, settings, optimizer): every Updater alike shares them.
+    The step differentiates and updates the trainable weights only (`trainable.py`: LoRA, freeze_vision)."""
     optimizer, _ = make_optimizer(optimizer_config)
     loss_fn = losses.get_loss(settings.loss)
     loss_kwargs = dict(settings.loss_kwargs)
@@ -176,15 +178,17 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
         mask = mb.loss_mask
         behave = mb.behave_logprobs if settings.use_decoupled_loss else mb.prox_logprobs
 
+        train, frozen = trainable.split(params, module.config)
+
         def objective(p):
-            logprobs, entropy = _forward_logprobs(module, settings, p, mb, grid)
+            logprobs, entropy = _forward_logprobs(module, settings, trainable.combine(p, frozen), mb, grid)
             loss, stats = loss_fn(logprobs, mb.prox_logprobs, behave, mb.advantages, mask, **loss_kwargs)
             return loss, (dict(stats, entropy=_masked_mean(entropy, mask)), logprobs)
 
-        (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(train)
         grad_norm = optax.global_norm(grads)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
+        updates, opt_state = optimizer.update(grads, opt_state, train)
+        params = trainable.combine(optax.apply_updates(train, updates), frozen)
         logprobs = jax.lax.stop_gradient(logprobs)
         out = {f"loss_stats/{k}": jnp.asarray(v, jnp.float32).mean() for k, v in stats.items()}
         out.update(actor_loss=loss.astype(jnp.float32), grad_norm=grad_norm,
@@ -210,7 +214,8 @@ class Updater:
         self.module = module
         self.allowed_table = None if allowed_table is None else jnp.asarray(allowed_table, bool)
         self.settings = settings
-        self.optimizer, self.lr_fn = make_optimizer(optimizer_config)
+        tx, self.lr_fn = make_optimizer(optimizer_config)
+        self.optimizer = trainable.masked_optimizer(tx, module.config)   # state for the trainable weights only
         self._logprobs, self._step = _compiled(module, settings, optimizer_config)
         self._advantages = adv_lib.jitted_token_advantages(settings.advantage)
 
