@@ -158,3 +158,23 @@ def test_freeze_vision_on_a_text_only_model_is_refused():
     c = get_config("toy")
     c.model.lora.rank, c.model.freeze_vision = 8, True
     validate(c)      # a good LoRA + freeze_vision config passes
+
+
+def test_aot_counts_a_frozen_bf16_base_without_gradients_or_moments():
+    """launch/compile.py's state: LoRA's base in bf16 alone, the adapters with fp32 gradients and AdamW moments;
+    the optimizer state it compiles holds the adapters only; the server's programs take the merged model."""
+    from jaxwebrl.parallel import distributed
+    from jaxwebrl.train import aot
+
+    c = get_config("qwen3vl_2b")
+    c.model.num_layers, c.model.vision_depth, c.model.lora.rank = 2, 2, 16
+    config = presets.shapes_config(c.model)
+    mesh = distributed.process_mesh({"data": 1, "fsdp": -1, "tensor": 1}, jax.devices("cpu")[:1])
+    programs = aot.Programs(c, config, mesh, aot.RunShapes.of(c, config, mesh, seq_len=4096))
+    flat = traverse_util.flatten_dict(init_params_shapes(config))
+    adapters = sum(int(np.prod(v.shape)) for p, v in flat.items() if lora.is_adapter(p))
+    base = sum(int(np.prod(v.shape)) for p, v in flat.items() if not lora.is_adapter(p))
+    assert (programs.trainable_count, programs.param_count) == (adapters, adapters + base)
+    assert programs.state_bytes_per_device() == base * 2 + adapters * 4 * 4
+    assert _moment_paths(programs.opt_state) == {p for p in flat if lora.is_adapter(p)}
+    assert programs.server_config.lora is None and programs.server_config.param_dtype == "bfloat16"
