@@ -127,19 +127,16 @@ def merge_params(params, lora: LoraConfig | None, *, copy: bool = False):
     out = {path: (leaf.copy() if copy else leaf) for path, leaf in flat.items() if not is_adapter(path)}
     for module in _adapted(flat):
         kernel = flat[module + ("kernel",)]
-        out[module + ("kernel",)] = _merged_kernel(kernel, flat[module + ("lora_a",)], flat[module + ("lora_b",)],
-                                                   lora.scale)
+        out[module + ("kernel",)] = _merged(kernel, flat[module + ("lora_a",)], flat[module + ("lora_b",)],
+                                            jnp.float32(lora.scale))
     return traverse_util.unflatten_dict(out)
 
 
 @jax.jit
 def _merged(kernel, a, b, scale):
+    """kernel [..., in, out] + scale * a [..., in, r] @ b [..., r, out], in fp32, stored in the kernel's dtype."""
     delta = jnp.einsum("...ir,...ro->...io", a.astype(jnp.float32), b.astype(jnp.float32))
     return (kernel.astype(jnp.float32) + scale * delta).astype(kernel.dtype)
-
-
-def _merged_kernel(kernel, a, b, scale: float):
-    return _merged(kernel, a, b, jnp.float32(scale))
 
 
 def with_adapters(params, shapes, seed: int = 0):
