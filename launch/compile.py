@@ -30,6 +30,7 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")     # compile-only TPU devices need no backend; keep JAX on the CPU
 
 # E402 below: nothing may import JAX before JAX_PLATFORMS is set
+import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from jaxwebrl import cli  # noqa: E402
@@ -54,8 +55,6 @@ def devices_of(name: str) -> tuple[list, Topology]:
     """(devices to compile for, their Topology): a TPU slice's compile-only devices, or one CPU device for a
     CPU_BUDGETS name."""
     if name in CPU_BUDGETS:
-        import jax  # deferred: JAX_PLATFORMS is set above, before any JAX import
-
         return jax.devices("cpu")[:1], Topology(name, CPU_BUDGETS[name], "cpu:1")
     return topology_devices(name)
 
