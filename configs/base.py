@@ -108,6 +108,24 @@ SCHEMA = {
         "top_p": Field(1.0, "nucleus sampling mass (1: off)", between(0, 1, "must be in (0, 1]", low_open=True)),
         "top_k": Field(0, "top-k truncation (0: none)", at_least(0, "must be >= 0 (0 = no top-k truncation)")),
         "constrained_actions": Field(True, "token mask that admits only well-formed actions (tiny policy)"),
+        # Which weights train (jaxwebrl/train/trainable.py): LoRA adapters on a frozen base, a frozen vision tower.
+        "lora": {
+            "rank": Field(None, "LoRA rank r: adapters on model.lora.target_modules, every other weight frozen "
+                                "(None: no LoRA, every weight trains)",
+                          Check(lambda v: type(v) is int and v >= 1, "must be an int >= 1 (e.g. 8), or None for no "
+                                                                      "LoRA"), type=int),
+            "alpha": Field(16.0, "LoRA alpha: the adapters' update is scaled by alpha / rank",
+                           above(0, "must be > 0 (e.g. 16)")),
+            "target_modules": Field("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                                    "comma-separated decoder projections that get adapters (the known names: "
+                                    "jaxwebrl/models/lora.py TARGET_MODULES, checked there)",
+                                    Check(lambda v: isinstance(v, str) and bool(v.strip(",  ")),
+                                          "name at least one projection, e.g. 'q_proj,v_proj'")),
+            "base_dtype": Field("bfloat16", "storage dtype of the frozen base weights under LoRA (the adapters: "
+                                            "model.param_dtype)", one_of(DTYPES, "use 'float32' or 'bfloat16'")),
+        },
+        "freeze_vision": Field(False, "train no vision-tower weight (no gradient, no optimizer state); with or "
+                                      "without LoRA (LoRA alone already freezes it)"),
     },
     "env": {
         "tasks": Field(",".join(TINY_MINIWOB_TASKS), "comma-separated env specs: 'toy', 'miniwob/<task>', JSON "

@@ -15,6 +15,11 @@ the knobs that change it); 2 for a bad flag, an unknown topology or a missing li
   --programs=a,b     a subset of the programs
   --find_fit         also search the largest train rows_per_chip x max_seq_len that fit (halving max_seq_len)
   --out=FILE         also write the JSON lines to FILE
+
+--topology=h200-1 models one 141 GB GPU-sized device: the programs compile for one device of this machine's CPU
+backend (no TPU, no GPU), and XLA's memory analysis of that compile is compared with the H200's 141 GB; the
+roofline uses the H200's published peak and bandwidth. The CPU compiler's buffer assignment is not the GPU's
+(its fusion differs): the bytes are an estimate of the GPU's, not a GPU compile.
 """
 
 import json
@@ -25,12 +30,13 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")     # compile-only TPU devices need no backend; keep JAX on the CPU
 
 # E402 below: nothing may import JAX before JAX_PLATFORMS is set
+import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from jaxwebrl import cli  # noqa: E402
 from jaxwebrl.models import presets  # noqa: E402
 from jaxwebrl.parallel import distributed, multihost  # noqa: E402
-from jaxwebrl.parallel.topology import CHIPS, TopologyError, topology_devices  # noqa: E402
+from jaxwebrl.parallel.topology import CHIPS, Topology, TopologyError, topology_devices  # noqa: E402
 from jaxwebrl.train import aot  # noqa: E402
 
 _TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice, e.g. v5e-8, v5p-8, v6e-8, v5p-32")
@@ -41,12 +47,28 @@ _FIND_FIT = flags.DEFINE_bool("find_fit", False, "search the largest train rows_
 _OUT = flags.DEFINE_string("out", None, "also write the JSON lines to this file")
 
 
+# One GPU-sized device modelled on the CPU backend (see the module docstring): name -> key of CHIPS.
+CPU_BUDGETS = {"h200-1": "h200"}
+
+
+def devices_of(name: str) -> tuple[list, Topology]:
+    """(devices to compile for, their Topology): a TPU slice's compile-only devices, or one CPU device for a
+    CPU_BUDGETS name."""
+    if name in CPU_BUDGETS:
+        return jax.devices("cpu")[:1], Topology(name, CPU_BUDGETS[name], "cpu:1")
+    return topology_devices(name)
+
+
 def knobs_of(config, mesh) -> dict:
     m = config.model
     return {"dtype": m.dtype, "param_dtype": m.param_dtype or m.dtype,
             "moments_dtype": config.train.moments_dtype or m.param_dtype or m.dtype, "remat": m.remat,
             "scan_layers": bool(m.scan_layers), "attention_chunk": int(m.attention_chunk),
-            "logits_chunk": int(m.logits_chunk), "mesh": dict(mesh.shape)}
+            "logits_chunk": int(m.logits_chunk), "mesh": dict(mesh.shape),
+            "lora": None if m.lora.rank is None else {"rank": m.lora.rank, "alpha": m.lora.alpha,
+                                                      "target_modules": m.lora.target_modules,
+                                                      "base_dtype": m.lora.base_dtype},
+            "freeze_vision": bool(m.freeze_vision)}
 
 
 def advice(report: dict, config, rows_per_chip: int) -> str:
@@ -111,7 +133,7 @@ def main(argv) -> int:
         cli.exit_with("usage error: --config=configs/X.py:variant and --topology=v5p-8 are required", 2)
     config = cli.loaded_config(code=2)
     try:
-        devices, topology = topology_devices(_TOPOLOGY.value)
+        devices, topology = devices_of(_TOPOLOGY.value)
     except TopologyError as err:
         cli.exit_with(str(err), 2)
     programs = [p for p in _PROGRAMS.value.split(",") if p]

@@ -13,6 +13,7 @@ import json
 from typing import Any, Mapping
 
 from jaxwebrl.models.families import ModelFamily, get_family
+from jaxwebrl.models.lora import LoraConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +85,10 @@ class ModelConfig:
     (`lm_head.token_logprobs`); `attention_impl` picks the text decoder's no-cache attention kernel ("xla": the
     masked kernel of `attention.py`; "fused": `jax.nn.dot_product_attention`, cuDNN flash attention on a GPU,
     for right-padded rows: see `attention.attend`).
+
+    Training knobs: `lora` (a `lora.LoraConfig`, or None) adds adapters to the decoder's named projections and
+    holds every other weight in `lora.base_dtype` (`base_param_dtype`); `freeze_vision` trains no vision-tower
+    weight (`train/trainable.py`: no gradient, no optimizer state).
     """
 
     model_type: str
@@ -101,6 +106,8 @@ class ModelConfig:
     attention_chunk: int = 0
     logits_chunk: int = 0
     attention_impl: str = "xla"
+    lora: LoraConfig | None = None
+    freeze_vision: bool = False
     hf_config_json: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self):
@@ -121,6 +128,11 @@ class ModelConfig:
             raise ValueError(f"num_heads={t.num_heads} must be a multiple of num_kv_heads={t.num_kv_heads}")
         if 2 * sum(t.mrope_section) != t.head_dim:
             raise ValueError(f"mrope_section {t.mrope_section} must sum to head_dim/2 = {t.head_dim // 2}")
+
+    @property
+    def base_param_dtype(self) -> str:
+        """Storage dtype of every weight but the LoRA adapters: `lora.base_dtype` under LoRA, else param_dtype."""
+        return self.lora.base_dtype if self.lora is not None else self.param_dtype
 
     @property
     def family(self) -> ModelFamily:

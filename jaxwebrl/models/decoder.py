@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from jaxwebrl.models import kv_cache
 from jaxwebrl.models.config import TextConfig
+from jaxwebrl.models.lora import LoraConfig
 from jaxwebrl.models.attention import AttentionMask, attend, causal_mask
 from jaxwebrl.models.layers import (RMSNorm, SwiGLU, apply_rotary, dense, mrope_axis_selector, mrope_cos_sin,
                                     remat_policy)
@@ -38,6 +39,7 @@ class TextAttention(nn.Module):
     param_dtype: jnp.dtype = jnp.float32
     attention_chunk: int = 0
     attention_impl: str = "xla"
+    lora: LoraConfig | None = None
 
     @nn.compact
     def __call__(self, x, cos, sin, mask: AttentionMask, layer_cache=None, cache_index=None):
@@ -49,9 +51,10 @@ class TextAttention(nn.Module):
         c = self.config
         b, t, _ = x.shape
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        q = dense(c.num_heads * c.head_dim, use_bias=c.attention_bias, name="q_proj", **kw)(x)
-        k = dense(c.num_kv_heads * c.head_dim, use_bias=c.attention_bias, name="k_proj", **kw)(x)
-        v = dense(c.num_kv_heads * c.head_dim, use_bias=c.attention_bias, name="v_proj", **kw)(x)
+        kw_lora = dict(kw, lora=self.lora)
+        q = dense(c.num_heads * c.head_dim, use_bias=c.attention_bias, name="q_proj", **kw_lora)(x)
+        k = dense(c.num_kv_heads * c.head_dim, use_bias=c.attention_bias, name="k_proj", **kw_lora)(x)
+        v = dense(c.num_kv_heads * c.head_dim, use_bias=c.attention_bias, name="v_proj", **kw_lora)(x)
         q = q.reshape(b, t, c.num_heads, c.head_dim)
         k = k.reshape(b, t, c.num_kv_heads, c.head_dim)
         v = v.reshape(b, t, c.num_kv_heads, c.head_dim)
@@ -67,7 +70,7 @@ class TextAttention(nn.Module):
             new_cache = {"k": k, "v": v}
         out = attend(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5, self.attention_chunk,
                      self.attention_impl)
-        out = dense(x.shape[-1], use_bias=False, name="o_proj", **kw)(out.reshape(b, t, -1))
+        out = dense(x.shape[-1], use_bias=False, name="o_proj", **kw_lora)(out.reshape(b, t, -1))
         return out, new_cache
 
 
@@ -80,6 +83,7 @@ class DecoderLayer(nn.Module):
     param_dtype: jnp.dtype = jnp.float32
     attention_chunk: int = 0
     attention_impl: str = "xla"
+    lora: LoraConfig | None = None
 
     @nn.compact
     def __call__(self, x, cos, sin, mask, layer_cache=None, cache_index=None, deepstack=None, layer_index=None):
@@ -88,11 +92,11 @@ class DecoderLayer(nn.Module):
         x = constrain_batch(x)          # rows [B, T, E] stay split over the batch axes (`parallel.mesh`)
         h = RMSNorm(c.hidden_size, c.rms_norm_eps, name="input_layernorm", **kw)(x)
         h, new_cache = TextAttention(c, name="self_attn", attention_chunk=self.attention_chunk,
-                                     attention_impl=self.attention_impl, **kw)(
+                                     attention_impl=self.attention_impl, lora=self.lora, **kw)(
             h, cos, sin, mask, layer_cache, cache_index)
         x = x + h
         h = RMSNorm(c.hidden_size, c.rms_norm_eps, name="post_attention_layernorm", **kw)(x)
-        x = x + SwiGLU(c.hidden_size, c.intermediate_size, name="mlp", **kw)(h)
+        x = x + SwiGLU(c.hidden_size, c.intermediate_size, name="mlp", lora=self.lora, **kw)(h)
         if deepstack is not None:
             features, is_image = deepstack
             n = features.shape[0]
@@ -119,11 +123,12 @@ class TextDecoder(nn.Module):
     scan_layers: bool = False
     attention_chunk: int = 0
     attention_impl: str = "xla"
+    lora: LoraConfig | None = None      # adapters on the layers' targeted projections (models/lora.py)
 
     def setup(self):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype, attention_chunk=self.attention_chunk,
-                  attention_impl=self.attention_impl)
+                  attention_impl=self.attention_impl, lora=self.lora)
         self.embed_tokens = nn.Embed(
             c.vocab_size, c.hidden_size, embedding_init=nn.initializers.normal(0.02),
             dtype=self.dtype, param_dtype=self.param_dtype,

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxwebrl.models import param_map, safetensors_io
+from jaxwebrl.models import lora, param_map, safetensors_io
 from jaxwebrl.models.config import ModelConfig, from_hf_dict, to_hf_dict
-from jaxwebrl.models.policy import Policy, init_params_shapes
+from jaxwebrl.models.policy import Policy, init_params_shapes, merged_policy
 from jaxwebrl.models.vl_model import VisionLanguageModel
 
 
@@ -97,8 +97,9 @@ def load_pretrained(
     dtype: compute dtype (and param dtype unless `param_dtype` is given). shardings: a pytree of
     jax.sharding.Sharding matching the params, or a callable(shapes_pytree) -> such a pytree; with only
     `mesh`, `fsdp_shardings` is used. Without either, params land on the default device.
-    model_options: ModelConfig knobs (`remat`, `scan_layers`, `attention_chunk`, `logits_chunk`); with
-    scan_layers the decoder layers load into stacked leaves.
+    model_options: ModelConfig knobs (`remat`, `scan_layers`, `attention_chunk`, `logits_chunk`, `lora`,
+    `freeze_vision`); with scan_layers the decoder layers load into stacked leaves; with `lora` the weights load in
+    `lora.base_dtype` and fresh adapters (B = 0: the loaded function) are added.
     """
     config = read_config(hf_dir, dtype, param_dtype).replace(**dict(model_options or {}))
     safetensors_io.return_freed_buffers_to_os()
@@ -108,7 +109,7 @@ def load_pretrained(
         shardings = fsdp_shardings(shapes, mesh)
     elif callable(shardings):
         shardings = shardings(shapes)
-    target_dtype = np.dtype(jnp.dtype(config.param_dtype))
+    target_dtype = np.dtype(jnp.dtype(config.base_param_dtype))
     by_name = {spec.hf_name: spec for spec in config.family.param_specs(config)}
     params: dict = {}
     loaded, unexpected = set(), []
@@ -150,6 +151,8 @@ def load_pretrained(
             f"checkpoint {hf_dir} does not match its config.json: missing {missing[:8]}"
             f"{'...' if len(missing) > 8 else ''}, unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
         )
+    if config.lora is not None:
+        params = lora.with_adapters(params, shapes)
     processor = _load_processor(hf_dir) if with_processor else None
     return Policy(config, module, params, processor)
 
@@ -179,8 +182,9 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
     """Write config.json + safetensors (sharded past `max_shard_bytes`, with an index) that transformers loads.
 
     dtype: storage dtype of the tensors (default: the params' dtype). The processor's files are written too
-    when the policy has one with `save_pretrained`.
+    when the policy has one with `save_pretrained`. A LoRA policy is written merged (`policy.merged_policy`).
     """
+    policy = merged_policy(policy)
     config = policy.config
     writer = jax.process_index() == 0  # every process gathers (collective), only the first writes
     if writer:

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwebrl.models.lora import LoraConfig, LoraDense
+
 Dtype = jnp.dtype
 
 # Rematerialisation policies by name (config `remat`): what a layer keeps from its forward pass for the backward.
@@ -29,8 +31,13 @@ def remat_policy(name: str):
     return REMAT_POLICIES[name]
 
 
-def dense(features: int, *, use_bias: bool, dtype, param_dtype, name: str | None = None) -> nn.Dense:
-    """A Dense layer whose `kernel` is `[in, out]` (the transpose of a torch Linear weight)."""
+def dense(features: int, *, use_bias: bool, dtype, param_dtype, name: str | None = None,
+          lora: LoraConfig | None = None) -> nn.Module:
+    """A Dense layer whose `kernel` is `[in, out]` (the transpose of a torch Linear weight); a `LoraDense` (the same
+    kernel plus adapters) when `lora` targets `name`."""
+    if lora is not None and name in lora.target_modules:
+        return LoraDense(features, lora, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
+                         kernel_init=nn.initializers.normal(0.02), name=name)
     return nn.Dense(
         features,
         use_bias=use_bias,
@@ -72,10 +79,11 @@ class SwiGLU(nn.Module):
     use_bias: bool = False
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    lora: LoraConfig | None = None      # adapters on the projections it targets (models/lora.py)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype)
+        kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype, lora=self.lora)
         gate = dense(self.intermediate, name="gate_proj", **kw)(x)
         up = dense(self.intermediate, name="up_proj", **kw)(x)
         return dense(self.hidden, name="down_proj", **kw)(jax.nn.silu(gate) * up)

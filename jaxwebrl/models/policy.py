@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwebrl.models import kv_cache
+from jaxwebrl.models import kv_cache, lora
 from jaxwebrl.models.config import ModelConfig, tiny_config
 from jaxwebrl.models.rope_index import get_rope_index
 from jaxwebrl.models.vl_model import VisionLanguageModel, check_image_tokens
@@ -78,6 +78,17 @@ class Policy:
 
     def replace_params(self, params) -> "Policy":
         return dataclasses.replace(self, params=params)
+
+
+def merged_policy(policy: Policy, *, copy: bool = False) -> Policy:
+    """The same function without adapters: a LoRA policy's kernels merged (`lora.merge_params`), its config
+    without `lora` (every weight in the base dtype), a fresh module; any other policy as it is. What the policy
+    server decodes with and what the HF export writes."""
+    if policy.config.lora is None:
+        return policy
+    config = policy.config.replace(lora=None, param_dtype=policy.config.base_param_dtype)
+    params = lora.merge_params(policy.params, policy.config.lora, copy=copy)
+    return dataclasses.replace(policy, config=config, module=VisionLanguageModel(config), params=params)
 
 
 def _init_fn(config: ModelConfig):

@@ -12,7 +12,8 @@ family lists, DeepStack taps and full-attention blocks, are scaled to the reduce
   model.name = "random"      random weights at model.preset's published shapes, with the real Qwen vocabulary
 
 and apply the precision and memory knobs (`model.dtype` compute, `model.param_dtype` storage, `model.remat`,
-`model.scan_layers`, `model.attention_chunk`, `model.logits_chunk`, `model.num_layers`, `model.vision_depth`).
+`model.scan_layers`, `model.attention_chunk`, `model.logits_chunk`, `model.num_layers`, `model.vision_depth`)
+and the trainable-parameter knobs (`model.lora.*`: adapters on a frozen base, `model.freeze_vision`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Mapping
 
 from jaxwebrl.models.config import ModelConfig, from_hf_dict, tiny_config
 from jaxwebrl.models.families import get_family, published_presets
+from jaxwebrl.models.lora import LoraConfig, parse_targets
 
 
 def __getattr__(name: str):
@@ -84,6 +86,35 @@ def knobs(section) -> dict:
     return out
 
 
+def lora_config(section) -> LoraConfig | None:
+    """`model.lora` as a LoraConfig (adapters in model.param_dtype), or None when `model.lora.rank` is unset;
+    ValueError (one line, naming the known projections) for a rank <= 0 or a target that matches no module."""
+    lora = _get(section, "lora")
+    rank = _get(lora, "rank") if lora is not None else None
+    if rank is None:
+        return None
+    dtype = _get(section, "dtype", "float32")
+    return LoraConfig(rank=rank, alpha=float(_get(lora, "alpha", 16.0)),
+                      target_modules=parse_targets(_get(lora, "target_modules", ",".join(LoraConfig.target_modules))),
+                      base_dtype=_get(lora, "base_dtype") or "bfloat16",
+                      adapter_dtype=_get(section, "param_dtype") or dtype)
+
+
+def has_vision(config: ModelConfig) -> bool:
+    """True when the model has a vision tower with at least one block (False: a text-only model)."""
+    return config.family.vision_tower is not None and config.vision.depth > 0
+
+
+def trainable_knobs(section, config: ModelConfig) -> dict:
+    """`lora` and `freeze_vision` of a model section for `config`; freeze_vision on a text-only model is a
+    ValueError (one line)."""
+    freeze = bool(_get(section, "freeze_vision", False))
+    if freeze and not has_vision(config):
+        raise ValueError(f"model.freeze_vision=True: the {config.model_type} model has no vision tower to freeze "
+                         f"(a text-only model); unset it")
+    return {"lora": lora_config(section), "freeze_vision": freeze}
+
+
 def model_config(section) -> ModelConfig:
     """The ModelConfig a run config's `model` section names (see the module docstring); nothing is loaded."""
     name = _get(section, "name", "tiny")
@@ -107,7 +138,7 @@ def model_config(section) -> ModelConfig:
                                vision_depth=_get(section, "vision_depth"))
     else:
         raise ValueError(f"model.name={name!r}: use 'tiny', 'pretrained' or 'random'")
-    return config.replace(**knobs(section))
+    return config.replace(**knobs(section), **trainable_knobs(section, config))
 
 
 def shapes_config(section) -> ModelConfig:
@@ -115,7 +146,7 @@ def shapes_config(section) -> ModelConfig:
     published shapes (launch/compile.py costs a recipe before any checkpoint exists)."""
     if _get(section, "name") == "pretrained" and not _get(section, "checkpoint") and _get(section, "preset"):
         view = {key: _get(section, key) for key in ("dtype", "param_dtype", "preset", "num_layers", "vision_depth",
-                                                     *KNOBS)}
+                                                     "lora", "freeze_vision", *KNOBS)}
         return model_config({**view, "name": "random"})
     return model_config(section)
 
@@ -152,7 +183,7 @@ def build_policy(section, seed: int = 0, *, with_params: bool = True):
         checkpoint = _get(section, "checkpoint")
         if with_params:
             return load_pretrained(checkpoint, dtype=config.dtype, param_dtype=config.param_dtype,
-                                   model_options=knobs(section))
+                                   model_options={**knobs(section), **trainable_knobs(section, config)})
         return Policy(config, VisionLanguageModel(config), init_params_shapes(config), _load_processor(checkpoint))
     if name == "tiny":
         from jaxwebrl.models.processor import tiny_processor

@@ -49,10 +49,11 @@ class VisionLanguageModel(nn.Module):
 
     def setup(self):
         c = self.config
-        kw = dict(dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.param_dtype))
+        kw = dict(dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.base_param_dtype))   # LoRA: the frozen base's
         self.visual = c.family.vision_tower(c, **kw)
         self.language_model = TextDecoder(c.text, remat=c.remat, scan_layers=c.scan_layers,
-                                          attention_chunk=c.attention_chunk, attention_impl=c.attention_impl, **kw)
+                                          attention_chunk=c.attention_chunk, attention_impl=c.attention_impl,
+                                          lora=c.lora, **kw)
         if not c.tie_word_embeddings:
             self.lm_head = LMHead(c.text.vocab_size, compute_dtype=kw["dtype"], param_dtype=kw["param_dtype"])
 

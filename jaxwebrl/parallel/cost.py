@@ -126,15 +126,24 @@ def _forward_parts(config, rows: int, seq_len: int, grids_per_row, positions: in
 def train_step(config, *, rows: int, seq_len: int, grids_per_row, positions: int, param_count: int,
                moments_dtype: str | None, devices: int, tensor: int = 1) -> Work:
     """Forward + backward of rows x seq_len tokens (with images), the LM head on `positions` per row, and one
-    AdamW update of `param_count` parameters sharded over the chips."""
+    AdamW update of `param_count` (trainable) parameters sharded over the chips. A frozen decoder (LoRA) or
+    tower (LoRA, freeze_vision) skips its weight-gradient matmuls (2 of the 3 passes' FLOPs remain: forward and
+    the activations' gradient), and a frozen tower is not differentiated through at all (forward only);
+    LoRA's own rank-r matmuls are not counted (r / width of the projections' FLOPs)."""
     lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, seq_len, grids_per_row, positions, 0)
     lin_re, attn_re = REMAT_RECOMPUTE[config.remat]
     chunked_attn = 0 < config.attention_chunk < seq_len
     longest_image = max((h * w for _, h, w in grids_per_row), default=0)
     chunked_vision = 0 < config.attention_chunk < longest_image
-    model = 3.0 * (lin + useful + head + v_lin + v_attn)
-    flops = (3.0 + lin_re) * (lin + v_lin) + (3.0 + attn_re + chunked_attn) * executed
-    flops += (3.0 + attn_re + chunked_vision) * v_attn + (3.0 + (0 < config.logits_chunk < positions)) * head
+    text_passes = 2.0 if getattr(config, "lora", None) is not None else 3.0
+    frozen_tower = getattr(config, "lora", None) is not None or getattr(config, "freeze_vision", False)
+    vision_passes = 1.0 if frozen_tower else 3.0
+    vision_re = (lin_re, attn_re) if not frozen_tower else (0.0, 0.0)
+    model = text_passes * lin + 3.0 * (useful + head) + vision_passes * (v_lin + v_attn)
+    flops = (text_passes + lin_re) * lin + (vision_passes + vision_re[0]) * v_lin
+    flops += (3.0 + attn_re + chunked_attn) * executed
+    flops += (vision_passes + vision_re[1] + (chunked_vision and not frozen_tower)) * v_attn
+    flops += (3.0 + (0 < config.logits_chunk < positions)) * head
     passes = 3.0 + lin_re
     param_b, moment_b = dtype_bytes(config.param_dtype), dtype_bytes(moments_dtype or config.param_dtype)
     weights = passes * weight_bytes(config, config.dtype) / tensor

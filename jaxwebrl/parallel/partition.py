@@ -69,7 +69,10 @@ VISION_RULES: Rules = (
     (r"visual/.*(norm\w*|ln_q)/(weight|scale|bias)$", REPLICATED),
 )
 
-DEFAULT_RULES: Rules = TEXT_RULES + VISION_RULES
+# LoRA adapters (models/lora.py: lora_a [in, r], lora_b [r, out]) are small: every chip holds them whole.
+LORA_RULES: Rules = ((r"/lora_[ab]$", REPLICATED),)
+
+DEFAULT_RULES: Rules = LORA_RULES + TEXT_RULES + VISION_RULES
 
 
 def path_string(path: Sequence[Any]) -> str:

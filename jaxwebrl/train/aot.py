@@ -45,6 +45,7 @@ from jaxwebrl.models.vl_model import VisionLanguageModel
 from jaxwebrl.parallel import cost, partition
 from jaxwebrl.parallel.mesh import batch_divisor, batch_spec
 from jaxwebrl.parallel.topology import Chip
+from jaxwebrl.train import trainable
 from jaxwebrl.train.rl_config import optimizer_settings, update_settings
 from jaxwebrl.train.update import Minibatch, _compiled, make_optimizer
 
@@ -152,21 +153,27 @@ class Programs:
         self.module = VisionLanguageModel(model_config)
         shapes_tree = init_params_shapes(model_config)
         self.params = _abstract(shapes_tree, partition.param_shardings(shapes_tree, mesh))
-        self.param_count = int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(shapes_tree)))
+        self.trainable_count, self.param_count = trainable.count(shapes_tree, model_config)
         self.optimizer_config = optimizer_settings(config)
-        optimizer, _ = make_optimizer(self.optimizer_config)
-        opt_shapes = jax.eval_shape(optimizer.init, shapes_tree)
+        optimizer = trainable.masked_optimizer(make_optimizer(self.optimizer_config)[0], model_config)
+        opt_shapes = jax.eval_shape(optimizer.init, shapes_tree)      # the trainable weights' moments only
         self.opt_state = _abstract(opt_shapes, state_shardings(opt_shapes, mesh))
         self.settings = update_settings(config)
         self.logprobs_fn, self.step_fn = _compiled(self.module, self.settings, self.optimizer_config)
 
     def state_bytes_per_device(self) -> float:
-        """Weights, their gradients and the two AdamW moments on one chip (params shard over fsdp x tensor): what
-        a train step holds before any activation."""
+        """Weights, the trainable ones' gradients and two AdamW moments on one chip (params shard over fsdp x
+        tensor): what a train step holds before any activation. Frozen weights (LoRA's base, a frozen tower) are
+        held in `base_param_dtype` with no gradient or moment; LoRA's adapters, their gradients and moments are
+        whole on every chip (`partition.LORA_RULES`: 43.6M parameters, 0.70 GB, for the 8B model at rank 16)."""
         c = self.model_config
-        param_b = cost.dtype_bytes(c.param_dtype)
+        param_b, base_b = cost.dtype_bytes(c.param_dtype), cost.dtype_bytes(c.base_param_dtype)
         moment_b = cost.dtype_bytes(self.optimizer_config.moments_dtype or c.param_dtype)
-        return self.param_count * 2 * (param_b + moment_b) / (self.mesh.shape["fsdp"] * self.mesh.shape["tensor"])
+        trained = self.trainable_count * 2 * (param_b + moment_b)
+        shards = self.mesh.shape["fsdp"] * self.mesh.shape["tensor"]
+        if c.lora is not None:
+            return (self.param_count - self.trainable_count) * base_b / shards + trained
+        return ((self.param_count - self.trainable_count) * base_b + trained) / shards
 
     # ------------------------------------------------------------------ inputs
     def minibatch(self, *, train: bool) -> tuple[Minibatch, tuple]:
@@ -191,7 +198,7 @@ class Programs:
         compiled, seconds = _compile(self.mesh, lambda: self.step_fn.lower(self.params, self.opt_state, mb, grid=grid))
         s = self.shapes
         work = cost.train_step(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
-                               positions=s.positions, param_count=self.param_count,
+                               positions=s.positions, param_count=self.trainable_count,
                                moments_dtype=self.optimizer_config.moments_dtype, devices=self.mesh.size,
                                tensor=self.mesh.shape["tensor"])
         return compiled, seconds, work, {"rows": s.rows, "seq_len": s.seq_len, "loss_positions_per_row": s.positions}
@@ -204,17 +211,24 @@ class Programs:
                             positions=s.positions, devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
         return compiled, seconds, work, {"rows": s.rows, "seq_len": s.seq_len}
 
+    @property
+    def server_config(self) -> ModelConfig:
+        """The policy server's model: a LoRA run's merged weights (`policy.merged_policy`), no adapters."""
+        c = self.model_config
+        return c if c.lora is None else c.replace(lora=None, param_dtype=c.base_param_dtype)
+
     def _sampler(self):
         r = self.config.rollout
-        sampler = Sampler(self.module, self.model_config, decode_chunk=int(r.decode_chunk), mesh=self.mesh,
+        sampler = Sampler(VisionLanguageModel(self.server_config), self.server_config, decode_chunk=int(r.decode_chunk),
+                          mesh=self.mesh,
                           batch_multiple=min(4, int(r.server_max_batch)))
         sampling = SamplingParams(max_new_tokens=self.shapes.max_new_tokens, temperature=float(
             self.config.model.temperature), top_k=int(self.config.model.top_k), top_p=float(self.config.model.top_p))
         return sampler, sampling
 
     def _server_params(self):
-        shapes_tree = jax.eval_shape(lambda p: stacking.unstack(p, self.model_config),
-                                     init_params_shapes(self.model_config))
+        shapes_tree = jax.eval_shape(lambda p: stacking.unstack(p, self.server_config),
+                                     init_params_shapes(self.server_config))
         return _abstract(shapes_tree, partition.param_shardings(shapes_tree, self.mesh))
 
     def _prefill_args(self, sampler, sampling):
@@ -244,7 +258,7 @@ class Programs:
     def prefill(self):
         _, _, _, compiled, seconds = self._compiled_prefill()
         s = self.shapes
-        work = cost.prefill(self.model_config, rows=s.server_rows, prompt_len=s.prompt_len,
+        work = cost.prefill(self.server_config, rows=s.server_rows, prompt_len=s.prompt_len,
                             cache_len=s.prompt_len + s.max_new_tokens, grids_per_row=s.grids_per_row,
                             devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
         return compiled, seconds, work, {"rows": s.server_rows, "prompt_len": s.prompt_len,
@@ -259,7 +273,7 @@ class Programs:
             args[0], state, _replicated(mesh, (), jnp.int32), _replicated(mesh, (), jnp.int32),
             _replicated(mesh, (1,), jnp.int32), None, sampling=kwargs["sampling"]))
         s = self.shapes
-        work = cost.decode_step(self.model_config, rows=s.server_rows, cache_len=s.prompt_len + s.max_new_tokens,
+        work = cost.decode_step(self.server_config, rows=s.server_rows, cache_len=s.prompt_len + s.max_new_tokens,
                                 devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
         return compiled, seconds, work, {"rows": s.server_rows, "cache_len": s.prompt_len + s.max_new_tokens,
                                          "decode_chunk": int(self.config.rollout.decode_chunk),
@@ -270,7 +284,7 @@ class Programs:
         rows = batch_divisor(mesh)            # one row per batch shard
         weight_shape = (c.text.vocab_size, c.text.hidden_size)
         path = "language_model/embed_tokens/embedding" if c.tie_word_embeddings else "lm_head/weight"
-        weight = jax.ShapeDtypeStruct(weight_shape, jnp.dtype(c.param_dtype), sharding=NamedSharding(
+        weight = jax.ShapeDtypeStruct(weight_shape, jnp.dtype(c.base_param_dtype), sharding=NamedSharding(
             mesh, partition.param_spec(path, weight_shape, mesh)))
         hidden = _batch(mesh, (rows, s.seq_len, c.text.hidden_size), jnp.dtype(c.dtype))
         ids = _batch(mesh, (rows, s.seq_len), jnp.int32)

@@ -186,6 +186,11 @@ def _check_model(c) -> None:
             _fail("model.checkpoint", m.checkpoint, "directory not found: give an existing local HF checkpoint directory")
         if not os.path.isfile(os.path.join(m.checkpoint, "config.json")):
             _fail("model.checkpoint", m.checkpoint, "no config.json inside: point at the HF model directory itself")
+    if m.lora.rank is not None or m.freeze_vision:
+        try:   # the LoRA targets and a text-only model's freeze_vision are the model layer's rules
+            presets.shapes_config(m)
+        except ValueError as err:
+            raise ConfigError(_one_line(err)) from None
 
 
 def _check_env(c) -> None:

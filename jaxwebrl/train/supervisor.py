@@ -30,6 +30,7 @@ from jaxwebrl.buffer.owner import trainer_lock
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.errors import RolloutFailed, RunError, one_line
+from jaxwebrl.models.policy import merged_policy
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rollout.budget import check_first_step_fits
 from jaxwebrl.rollout.ray_launcher import pool_for
@@ -130,7 +131,8 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
     distributed.sync("buffer ready")
     if buffer is None:
         buffer = RingBuffer.open(run_buffer.path_for(config, workdir))
-    service = (PolicyService.for_policy(policy, buffer, config, host=config.rollout.host,
+    served = merged_policy(policy)   # LoRA: the server decodes merged weights (the trainer publishes them merged)
+    service = (PolicyService.for_policy(served, buffer, config, host=config.rollout.host,
                                         num_clients=config.rollout.num_workers,
                                         curve=config.rollout.get("curve", False)) if primary else None)
     server = service.server if service is not None else None
@@ -145,7 +147,7 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
         if config.train.get("stop_at_greedy_success") is not None:
             with console.phase(f"starting the greedy check ({config.train.greedy_check_seeds} held-out instances "
                                "a task, after every step)"):
-                probe = _greedy_probe(config, policy, layout, greedy_probe)
+                probe = _greedy_probe(config, served, layout, greedy_probe)
                 cleanup.callback(probe.close)
         with console.phase("building the trainer (optimizer state, checkpoint restore)"):
             trainer = Trainer(config, workdir, policy=policy, buffer=reads, weight_sink=sink,

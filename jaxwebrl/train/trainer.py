@@ -39,6 +39,7 @@ from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
 from jaxwebrl.checkpoint.resume import restore_or_init
 from jaxwebrl.errors import CannotTrain, TrainingDiverged
+from jaxwebrl.models import lora
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
@@ -169,8 +170,9 @@ class Trainer:
 
     def _publish(self, params) -> None:
         """Hand a copy of `params` (the update donates its own buffers) to the policy server as the current version;
-        the greedy check reads the same copy."""
-        self._published = _copy(params)
+        the greedy check reads the same copy. A LoRA run publishes the merged weights (`models/lora.merge_params`:
+        the server decodes `policy.merged_policy`'s adapter-free model)."""
+        self._published = lora.merge_params(params, self.policy.config.lora, copy=True)
         self.sink.set_weights(self._published, self.state.version)
 
     def _publish_admission(self) -> None:

@@ -50,6 +50,7 @@ from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.rl import gae as gae_lib
 from jaxwebrl.rl import kl as kl_lib
 from jaxwebrl.rl import losses, regularizers
+from jaxwebrl.train import trainable
 from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,8 @@ def _forward_logprobs(module, settings: "UpdateSettings", params, mb: Minibatch,
 
 @functools.lru_cache(maxsize=None)
 def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfig):
-    """(logprobs_fn, step_fn) jitted once per (module, settings, optimizer): every Updater alike shares them."""
+    """(logprobs_fn, step_fn) jitted once per (module, settings, optimizer): every Updater alike shares them.
+    The step differentiates and updates the trainable weights only (`trainable.py`: LoRA, freeze_vision)."""
     optimizer, _ = make_optimizer(optimizer_config)
     losses.get_loss(settings.loss)   # an unknown name fails here, not inside the trace
 
@@ -190,24 +192,27 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
         mask = mb.loss_mask
         behave = mb.behave_logprobs if settings.use_decoupled_loss else mb.prox_logprobs
 
+        train, frozen = trainable.split(params, module.config)
+
         def objective(p):
-            logprobs, entropy = _forward_logprobs(module, settings, p, mb, grid)
+            logprobs, entropy = _forward_logprobs(module, settings, trainable.combine(p, frozen), mb, grid)
             loss, stats = regularizers.actor_objective(
                 settings.loss, logprobs, mb.prox_logprobs, behave, mb.advantages, mask,
                 loss_kwargs=settings.loss_kwargs, ref_logprobs=mb.ref_logprobs, kl_coef=settings.kl_loss_coef,
                 kl_estimator=settings.kl_loss_estimator)
             return loss, (dict(stats, entropy=_masked_mean(entropy, mask)), logprobs)
 
-        (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(train)
         grad_norm = optax.global_norm(grads)
-        updates, new_opt_state = optimizer.update(grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
+        updates, new_opt_state = optimizer.update(grads, opt_state, train)
+        new_train = optax.apply_updates(train, updates)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         if settings.skip_non_finite:   # select on the donated buffers, no state copy (its cost: docs/scaling.md)
-            params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
-                                             (new_params, new_opt_state), (params, opt_state))
+            train, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
+                                            (new_train, new_opt_state), (train, opt_state))
         else:
-            params, opt_state = new_params, new_opt_state
+            train, opt_state = new_train, new_opt_state
+        params = trainable.combine(train, frozen)
         logprobs = jax.lax.stop_gradient(logprobs)
         out = {f"loss_stats/{k}": jnp.asarray(v, jnp.float32).mean() for k, v in stats.items()}
         out.update(actor_loss=loss.astype(jnp.float32), grad_norm=grad_norm,
@@ -241,7 +246,8 @@ class Updater:
         self.critic = critic
         self.allowed_table = None if allowed_table is None else jnp.asarray(allowed_table, bool)
         self.settings = settings
-        self.optimizer, self.lr_fn = make_optimizer(optimizer_config)
+        tx, self.lr_fn = make_optimizer(optimizer_config)
+        self.optimizer = trainable.masked_optimizer(tx, module.config)   # state for the trainable weights only
         self._logprobs, self._step = _compiled(module, settings, optimizer_config)
         self._advantages = adv_lib.jitted_token_advantages(settings.advantage)
 

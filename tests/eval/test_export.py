@@ -79,3 +79,47 @@ def test_bad_sources_name_the_problem(trained, tmp_path):
         load_policy(config, str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="nothing to export"):
         export(config, workdir)
+
+
+def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path):
+    """A LoRA run's checkpoint (base + trained adapters) exports as one merged HF checkpoint: transformers' logits
+    equal the JAX merged policy's, and differ from the base's (the adapters' training is in the export)."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    from jaxwebrl.checkpoint.checkpointer import Checkpointer
+    from jaxwebrl.models import lora
+    from jaxwebrl.models.policy import merged_policy
+    from tests.eval.trained import toy_config
+
+    config = toy_config()
+    config.model.lora.rank, config.model.lora.base_dtype = 4, "float32"
+    policy = initial_policy(config)
+    assert lora.has_adapters(policy.params)
+    trained = jax.tree_util.tree_map_with_path(      # trained-looking adapters: B away from 0
+        lambda p, v: v + 0.05 * jax.random.normal(jax.random.key(len(p)), v.shape) if str(p[-1].key) == "lora_b"
+        else v, policy.params)
+    checkpointer = Checkpointer(f"{tmp_path}/run/checkpoints", async_save=False)
+    checkpointer.save(1, params=trained, opt_state={}, rng=jax.random.key(0),
+                      meta={"policy_version": 3, "buffer_cursor": None, "consumed_episode_ids": []})
+    checkpointer.close()
+    export(config, str(tmp_path / "run"), hf_out=str(tmp_path / "hf"))
+    loaded, _ = load_policy(config, str(tmp_path / "run"))
+    _leaves_equal(loaded.params, trained)
+    served = merged_policy(loaded)
+    c = served.config
+    rng = np.random.RandomState(3)
+    grid = [(1, 4, 4)]
+    ids = rng.randint(0, 200, (1, 14))
+    ids[0, 3], ids[0, 4:8], ids[0, 8] = c.vision_start_token_id, c.image_token_id, c.vision_end_token_id
+    pixels = rng.randn(16, c.vision.patch_dim).astype(np.float32)
+    merged = np.asarray(served.logits(ids, pixel_values=pixels, image_grid_thw=grid))
+    model = Qwen3VLForConditionalGeneration.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = model(input_ids=torch.as_tensor(ids), pixel_values=torch.as_tensor(pixels),
+                       image_grid_thw=torch.as_tensor(grid),
+                       mm_token_type_ids=torch.as_tensor((ids == c.image_token_id).astype(np.int64))).logits.numpy()
+    assert np.abs(merged - theirs).max() <= 1e-4
+    adapted = np.asarray(loaded.logits(ids, pixel_values=pixels, image_grid_thw=grid))
+    assert np.abs(adapted - theirs).max() <= 1e-4
+    base = np.asarray(policy.logits(ids, pixel_values=pixels, image_grid_thw=grid))
+    assert np.abs(base - theirs).max() > 1e-3
