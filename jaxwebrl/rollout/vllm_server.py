@@ -15,6 +15,7 @@ interruptible generation), so a response may span versions and records that per 
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import threading
@@ -27,6 +28,8 @@ from jaxwebrl.env.agent.action_space import config_action_texts, response_texts
 from jaxwebrl.models.hf_io import hf_arrays, save_pretrained
 from jaxwebrl.rollout.engines.vllm_client import VllmEngine, response_regex
 from jaxwebrl.rollout.policy_server import PolicyServer, _settle
+
+log = logging.getLogger(__name__)
 
 # head_dims vLLM's CPU attention backend takes (it refuses the tiny preset's 16)
 CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256)
@@ -76,6 +79,7 @@ class VllmPolicyServer(PolicyServer):
             save_pretrained(self.policy, self._model_dir)
             regex = response_regex(response_texts(self.action_texts)) if self.action_texts else None
             self.engine = VllmEngine(self._model_dir, regex=regex, version=self._version, **self._engine_options)
+            log.info("vLLM engine started in %.1f s (log %s)", self.engine.start_s, self.engine.log_path)
         except BaseException:
             shutil.rmtree(self._model_dir, ignore_errors=True)
             raise

@@ -51,7 +51,8 @@ def build_llm(config: dict):
                tensor_parallel_size=int(config.get("tensor_parallel_size", 1)), disable_log_stats=False,
                # on the CPU backend the share of host memory vLLM reserves (its check refuses more than is free)
                gpu_memory_utilization=float(config.get("memory_fraction", 0.1)),
-               enforce_eager=bool(config.get("enforce_eager", True)))   # no torch.compile: starts in seconds
+               enforce_eager=bool(config.get("enforce_eager", True)),   # no torch.compile: starts in seconds
+               mm_device_do_normalize=False)   # the processor normalises the pixels, as the trainer's does
 
 
 def _keep_cpu_weights_reloadable() -> None:
