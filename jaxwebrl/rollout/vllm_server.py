@@ -139,9 +139,9 @@ class VllmPolicyServer(PolicyServer):
         t0 = time.perf_counter()
         refs = np.asarray(request["image_refs"], np.int64).reshape(-1)
         images = [np.asarray(self.buffer.screenshots.get(int(r)), np.uint8) for r in refs]
-        prompt = self.processor(request["messages"], images)["input_ids"]
+        prompt = np.asarray(self.processor(request["messages"], images)["input_ids"], np.int32)
         seed = request.get("seed")
-        payload = {"prompt_ids": np.asarray(prompt, np.int32), "images": images,
+        payload = {"prompt_ids": collapse_image_tokens(prompt, self.processor.image_token_id), "images": images,
                    "max_tokens": int(request["max_new_tokens"]), "temperature": float(request.get("temperature", 1.0)),
                    "top_p": float(request.get("top_p", 1.0)), "top_k": self.top_k,
                    "seed": int(self._rng.integers(2**31 - 1)) if seed is None else int(seed)}
@@ -159,16 +159,30 @@ class VllmPolicyServer(PolicyServer):
                 _settle(future, error=error)
                 return
             result = engine_future.result()
-            reply = self._reply(_Result(payload["prompt_ids"], result["tokens"], result["logprobs"],
-                                        result["versions"]))
+            if not np.array_equal(result["prompt_ids"], prompt):
+                _settle(future, error=RuntimeError(
+                    f"vLLM expanded the prompt to {len(result['prompt_ids'])} tokens, the processor to {len(prompt)}: "
+                    "its image processor disagrees with the policy's (compare the HF directory's "
+                    "preprocessor_config.json)"))
+                return
+            reply = self._reply(_Result(prompt, result["tokens"], result["logprobs"], result["versions"]))
             reply["timing"] = dict(timing, compute_s=time.perf_counter() - t1)
             with self._stats_lock:
                 policy_tokens = len(result["tokens"])
                 self._stats["requests"] += 1
                 self._stats["generated_tokens"] += policy_tokens
-                self._stats["prompt_tokens"] += len(payload["prompt_ids"])
+                self._stats["prompt_tokens"] += len(prompt)
                 self._stats["busy_s"] += time.perf_counter() - t0
             _settle(future, result=reply)
 
         self.engine.generate(payload).add_done_callback(done)
 
+
+
+def collapse_image_tokens(input_ids: np.ndarray, image_token_id: int) -> np.ndarray:
+    """[L] -> [L'] int32: each run of `image_token_id` (one image's expanded tokens) as one token, the prompt vLLM
+    takes with the images (it expands each placeholder itself; an expanded prompt would be expanded again)."""
+    ids = np.asarray(input_ids, np.int32)
+    is_pad = ids == image_token_id
+    repeat = is_pad & np.concatenate([[False], is_pad[:-1]])
+    return ids[~repeat]

@@ -17,7 +17,8 @@ Messages in (header "op"):
            generated prefix recomputed under the new weights, so a response may span versions (recorded per token);
   stats    -> {"op": "stats"} + counters; close: the process exits.
 Messages out: ready {version, start_s}; result {"id"} + {tokens [N] int32, logprobs [N] float32 (processed: the
-grammar-masked, temperature-scaled distribution each token was drawn from), versions [N] int32, finish_reason};
+grammar-masked, temperature-scaled distribution each token was drawn from), versions [N] int32, finish_reason,
+prompt_ids [L'] int32 (the prompt vLLM ran: one `<|image_pad|>` an image sent, expanded to the image's tokens)};
 pushed {version, push_s}; error {"id", error}. A failure of the engine itself is one error line, then exit 1.
 """
 
@@ -119,6 +120,8 @@ class EngineLoop:
             if record is None:
                 continue
             completion = out.outputs[0]
+            if out.prompt_token_ids is not None and "prompt_ids" not in record:
+                record["prompt_ids"] = np.asarray(out.prompt_token_ids, np.int32)   # after vLLM's expansion
             tokens = list(completion.token_ids)
             record["tokens"] += tokens
             record["logprobs"] += [entry[t].logprob for t, entry in zip(tokens, completion.logprobs or [])]
@@ -130,6 +133,7 @@ class EngineLoop:
                     "tokens": np.asarray(record["tokens"], np.int32),
                     "logprobs": np.asarray(record["logprobs"], np.float32),
                     "versions": np.asarray(record["versions"], np.int32),
+                    "prompt_ids": record.get("prompt_ids", np.zeros(0, np.int32)),
                     "finish_reason": str(completion.finish_reason)}))
         return done
 
