@@ -50,7 +50,7 @@ def variant(arg: str | None) -> str:
 # Every field: its default, one line of help and the values it allows (configs/fields.py). `--print_config_help`
 # lists them with the resolved values; jaxwebrl/train/config_validation.py runs these checks, then the ones that
 # relate several fields or that another layer owns.
-MODEL_NAMES = ("tiny", "pretrained", "random")
+MODEL_NAMES = ("tiny", "tiny_hd32", "pretrained", "random")
 DTYPES = ("float32", "bfloat16")
 NORM_LEVELS = ("group", "batch", None)
 KL_ESTIMATORS = ("k1", "k2", "k3")   # jaxwebrl.rl.kl.KL_ESTIMATORS (configs/ imports nothing from jaxwebrl)
@@ -82,8 +82,9 @@ SCHEMA = {
     "compilation_cache_dir": Field("~/.cache/jaxwebrl/xla", "compiled programs kept across runs (a rerun, a "
                                    "resume, the next seed compiles nothing it compiled before); '': off"),
     "model": {
-        "name": Field("tiny", "'tiny' (random init), 'pretrained' (load model.checkpoint) or 'random' "
-                              "(model.preset's published shapes, random weights)", one_of(MODEL_NAMES)),
+        "name": Field("tiny", "'tiny' (random init; 'tiny_hd32': head_dim 32, for vLLM's CPU attention), 'pretrained' "
+                              "(load model.checkpoint) or 'random' (model.preset's published shapes, random weights)",
+                      one_of(MODEL_NAMES)),
         "checkpoint": Field(None, "local HF directory with config.json + safetensors", type=str),
         "preset": Field(None, "published shapes (jaxwebrl/models/presets.py): 'random' weights, or "
                               "launch/compile.py's shapes when no checkpoint is given", type=str),
@@ -194,6 +195,11 @@ SCHEMA = {
         "worker_cpus": Field("", "'0,1': pin workers and their browsers to these CPUs ('' any)"),
         "fresh_envs_per_group": Field(False, "True: every group starts new browser sessions (the paper's "
                                              "synchronous baseline, WebGym's per-iteration pool; benchmarks)"),
+        "engine": Field("jax", "the policy server's generation: 'jax' (this package's sampler) or 'vllm' (a vLLM "
+                               "engine process in .ci/install-vllm's venv: continuous batching, prefix caching)",
+                        one_of(("jax", "vllm"), "use 'jax' or 'vllm' (run `bash .ci/install-vllm` first)")),
+        "engine_tensor_parallel_size": Field(1, "rollout.engine='vllm': devices the engine shards the model over",
+                                             at_least(1, "must be >= 1 device")),
         "host": Field("127.0.0.1", "the policy server's address"),
         "curve": Field(False, "CurveZMQ-encrypt the policy server's transport (any other host)"),
     },

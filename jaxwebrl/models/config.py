@@ -271,12 +271,16 @@ def to_hf_dict(config: ModelConfig) -> dict:
     return out
 
 
-def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat: bool | str = False) -> ModelConfig:
+def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat: bool | str = False,
+                head_dim: int = 16) -> ModelConfig:
     """The `tiny` Qwen3-VL preset: random-init on CPU, forward+backward on [8, 256] well under a second.
 
     Vocabulary and vision token ids come from `jaxwebrl.models.tokenizer.tiny_tokenizer()` (vocab_size
     defaults to its size). Patch 14, merge 2, tied embeddings, DeepStack on the first vision block.
+    `head_dim=32` is the `tiny_hd32` variant: vLLM's CPU attention takes head_dim 32, 64, 80, ..., not 16.
     """
+    if head_dim % 16:
+        raise ValueError(f"tiny head_dim={head_dim} must be a multiple of 16 (its M-RoPE sections are 2:3:3 of 8)")
     text = TextConfig(
         vocab_size=0,
         hidden_size=64,
@@ -284,9 +288,9 @@ def tiny_config(vocab_size: int | None = None, *, dtype: str = "float32", remat:
         num_layers=2,
         num_heads=4,
         num_kv_heads=2,
-        head_dim=16,
+        head_dim=head_dim,
         rope_theta=10000.0,
-        mrope_section=(2, 3, 3),
+        mrope_section=tuple(n * head_dim // 16 for n in (2, 3, 3)),
         max_position_embeddings=4096,
     )
     vision = VisionConfig(

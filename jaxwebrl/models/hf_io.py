@@ -178,6 +178,22 @@ def _to_host(leaf) -> np.ndarray:
     return np.asarray(jax.device_get(leaf))
 
 
+def _hf_array(params, spec, conv_shape, store: np.dtype) -> np.ndarray:
+    """One parameter as the HF checkpoint holds it (host copy, HF layout, `store` dtype)."""
+    leaf = _get(params, spec.path)
+    host = _to_host(leaf if spec.layer is None else leaf[spec.layer])
+    return param_map.flax_to_hf(host, spec.kind, conv_shape).astype(store)
+
+
+def hf_arrays(config: ModelConfig, params, dtype: str | None = None) -> dict[str, np.ndarray]:
+    """{HF name: host array} of `params`, exactly what `save_pretrained` writes (the export mapping): the weights a
+    serving engine loads by name (rollout/engines: a push per policy version)."""
+    store = np.dtype(jnp.dtype(dtype or config.param_dtype))
+    conv_shape = param_map.conv_hf_shape(config)
+    return {config.family.hf_disk_name(spec.hf_name): _hf_array(params, spec, conv_shape, store)
+            for spec in config.family.param_specs(config)}
+
+
 def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 2**30, dtype: str | None = None) -> None:
     """Write config.json + safetensors (sharded past `max_shard_bytes`, with an index) that transformers loads.
 
@@ -214,10 +230,7 @@ def save_pretrained(policy: Policy, out_dir: str, *, max_shard_bytes: int = 5 * 
     by_name = {disk_name(spec.hf_name): spec for spec in specs}
 
     def fetch(name: str) -> np.ndarray:
-        spec = by_name[name]
-        leaf = _get(policy.params, spec.path)
-        host = _to_host(leaf if spec.layer is None else leaf[spec.layer])
-        return param_map.flax_to_hf(host, spec.kind, conv_shape).astype(store)
+        return _hf_array(policy.params, by_name[name], conv_shape, store)
 
     weight_map = {}
     for i, shard in enumerate(shards):

@@ -8,6 +8,7 @@ family lists, DeepStack taps and full-attention blocks, are scaled to the reduce
 `model_config(config.model)` / `build_policy(config.model, seed)` read a run config's model section:
 
   model.name = "tiny"        the tiny random policy (CPU default)
+  model.name = "tiny_hd32"   the tiny policy at head_dim 32 (vLLM's CPU attention refuses 16: the engine's tests)
   model.name = "pretrained"  a local HF checkpoint (model.checkpoint)
   model.name = "random"      random weights at model.preset's published shapes, with the real Qwen vocabulary
 
@@ -35,6 +36,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+TINY_HEAD_DIMS = {"tiny": 16, "tiny_hd32": 32}   # model.name -> the tiny preset's head_dim
 KNOBS = ("remat", "scan_layers", "attention_chunk", "logits_chunk", "attention_impl")
 
 
@@ -120,8 +122,8 @@ def model_config(section) -> ModelConfig:
     name = _get(section, "name", "tiny")
     dtype = _get(section, "dtype", "float32")
     param_dtype = _get(section, "param_dtype") or dtype
-    if name == "tiny":
-        config = tiny_config()
+    if name in TINY_HEAD_DIMS:
+        config = tiny_config(head_dim=TINY_HEAD_DIMS[name])
         config = config.replace(dtype=dtype, param_dtype=param_dtype)
     elif name == "pretrained" or (name != "random" and _get(section, "checkpoint")):
         from jaxwebrl.models.hf_io import read_config
@@ -137,7 +139,7 @@ def model_config(section) -> ModelConfig:
         config = preset_config(preset, dtype=dtype, param_dtype=param_dtype, num_layers=_get(section, "num_layers"),
                                vision_depth=_get(section, "vision_depth"))
     else:
-        raise ValueError(f"model.name={name!r}: use 'tiny', 'pretrained' or 'random'")
+        raise ValueError(f"model.name={name!r}: use 'tiny', 'tiny_hd32', 'pretrained' or 'random'")
     return config.replace(**knobs(section), **trainable_knobs(section, config))
 
 
@@ -185,7 +187,7 @@ def build_policy(section, seed: int = 0, *, with_params: bool = True):
             return load_pretrained(checkpoint, dtype=config.dtype, param_dtype=config.param_dtype,
                                    model_options={**knobs(section), **trainable_knobs(section, config)})
         return Policy(config, VisionLanguageModel(config), init_params_shapes(config), _load_processor(checkpoint))
-    if name == "tiny":
+    if name in TINY_HEAD_DIMS:
         from jaxwebrl.models.processor import tiny_processor
 
         processor = tiny_processor()

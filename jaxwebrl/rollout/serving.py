@@ -30,6 +30,7 @@ import zmq
 from jaxwebrl.files import write_file_atomically
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.transport import TransportServer, new_token
+from jaxwebrl.rollout.vllm_server import VllmPolicyServer
 
 TRANSPORT_FILE = "transport.json"
 TOKEN_FILE = "transport.token"
@@ -51,8 +52,10 @@ class PolicyService:
 
     @classmethod
     def for_policy(cls, policy, buffer, config, *, host: str, num_clients: int, curve: bool = False) -> "PolicyService":
-        """The run config's PolicyServer (`PolicyServer.from_config`) for `policy`, reading screenshots from `buffer`."""
-        server = PolicyServer.from_config(policy, buffer, config)
+        """The run config's PolicyServer (`PolicyServer.from_config`; `VllmPolicyServer` when rollout.engine is
+        'vllm') for `policy`, reading screenshots from `buffer`."""
+        server_class = VllmPolicyServer if config.rollout.get("engine", "jax") == "vllm" else PolicyServer
+        server = server_class.from_config(policy, buffer, config)
         return cls(server.handle, host=host, num_clients=num_clients, server=server, curve=curve)
 
     def publish(self, workdir: str, fingerprint: dict | None = None) -> str:

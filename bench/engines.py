@@ -1,0 +1,104 @@
+r"""The JAX policy server and the vLLM engine side by side on the same tiny policy (tiny_hd32, the toy env).
+
+For each engine and worker count: the server in this process (as the trainer builds it), that many real rollout
+worker processes, a warm-up, then a measured window; per browser step from the workers' own clocks, the generate
+round trip they waited (p50 / p95), generated tokens a second, the prefix-cache hit rate (vLLM's counters), and
+the seconds of `set_weights` (a push: for vLLM the HF arrays through the socket, the reload, the three cache
+resets), timed `--pushes` times after the window. One engine at a time. JSON on stdout.
+
+    python bench/engines.py --workers=2,8,16,32 --window_s=60
+    python bench/engines.py --engines=vllm --workers=2 --window_s=30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from rollout import _new_steps, _steps_by_worker, apply_overrides, step_table   # bench/rollout.py
+
+
+def measure(engine: str, num_workers: int, warmup_s: float, window_s: float, pushes: int,
+            overrides: list[str]) -> dict:
+    from configs.constT10 import get_config
+    from jaxwebrl.buffer import from_config as run_buffer
+    from jaxwebrl.checkpoint.policies import recipe_policy
+    from jaxwebrl.rollout.pool import WorkerPool, read_stats
+    from jaxwebrl.rollout.serving import PolicyService
+    from jaxwebrl.rollout.spec import worker_spec
+
+    config = get_config("toy")
+    config.model.name = "tiny_hd32"
+    config.rollout.engine = engine
+    config.rollout.num_workers = num_workers
+    config.rollout.server_max_batch = max(8, num_workers)
+    apply_overrides(config, overrides)
+    policy = recipe_policy(config)
+    with tempfile.TemporaryDirectory(prefix="bench_engines_") as root:
+        buffer = run_buffer.open_or_create(config, root, policy.config.text.vocab_size)
+        start_s = time.monotonic()
+        with PolicyService.for_policy(policy, buffer, config, host="127.0.0.1", num_clients=num_workers) as service:
+            service.start()
+            server = service.server
+            started_s = time.monotonic() - start_s
+            stats_dir = os.path.join(root, "stats")
+            spec = worker_spec(config, buffer_path=run_buffer.path_for(config, root), address=service.address,
+                               token=service.token, stats_dir=stats_dir)
+            with WorkerPool(spec, num_workers) as pool:
+                time.sleep(warmup_s)
+                before = _steps_by_worker(read_stats(stats_dir))
+                server_before = server.stats()
+                engine_before = server.engine_stats() if engine == "vllm" else {}
+                start = time.monotonic()
+                time.sleep(window_s)
+                pool.raise_if_failed()
+                after = read_stats(stats_dir)
+                window = time.monotonic() - start
+                server_after = server.stats()
+                engine_after = server.engine_stats() if engine == "vllm" else {}
+            push_s = []
+            for version in range(1, pushes + 1):
+                t0 = time.perf_counter()
+                server.set_weights(policy.params, version)
+                push_s.append(time.perf_counter() - t0)
+    generate = step_table(_new_steps(after, before))["generate_s"]
+    generate = generate[np.isfinite(generate)]
+    tokens = server_after["generated_tokens"] - server_before["generated_tokens"]
+    out = {"engine": engine, "num_workers": num_workers, "window_s": round(window, 1), "steps": int(len(generate)),
+           "server_start_s": round(started_s, 2),
+           "generate_p50_s": float(np.median(generate)) if len(generate) else None,
+           "generate_p95_s": float(np.percentile(generate, 95)) if len(generate) else None,
+           "generated_tokens_per_s": round(tokens / window, 1) if window else None,
+           "push_s": [round(s, 4) for s in push_s], "overrides": overrides}
+    queries = engine_after.get("prefix_cache_queries", 0) - engine_before.get("prefix_cache_queries", 0)
+    hits = engine_after.get("prefix_cache_hits", 0) - engine_before.get("prefix_cache_hits", 0)
+    if engine == "vllm":
+        out["prefix_cache_hit_rate"] = round(hits / queries, 3) if queries else None
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default="jax,vllm")
+    parser.add_argument("--workers", default="2,8,16,32")
+    parser.add_argument("--warmup_s", type=float, default=20.0)
+    parser.add_argument("--window_s", type=float, default=60.0)
+    parser.add_argument("--pushes", type=int, default=3)
+    parser.add_argument("--out", default="", help="also write the JSON here")
+    args, overrides = parser.parse_known_args()
+    results = [measure(engine, int(n), args.warmup_s, args.window_s, args.pushes, overrides)
+               for n in args.workers.split(",") for engine in args.engines.split(",")]
+    text = json.dumps({"bench": "engines", "policy": "tiny_hd32", "env": "toy", "results": results}, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
