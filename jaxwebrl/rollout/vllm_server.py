@@ -24,9 +24,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxwebrl.env.agent.action_space import config_action_texts, response_texts
+from jaxwebrl.env.agent.action_space import MemoryGrammar, config_action_texts, config_memory_grammar, response_regex
 from jaxwebrl.models.hf_io import hf_arrays, save_pretrained
-from jaxwebrl.rollout.engines.vllm_client import VllmEngine, response_regex
+from jaxwebrl.rollout.engines.vllm_client import VllmEngine
 from jaxwebrl.rollout.policy_server import PolicyServer, _settle
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ class VllmPolicyServer(PolicyServer):
     """`PolicyServer` whose generation is a vLLM engine process (see the module docstring)."""
 
     def __init__(self, policy, buffer, *, max_batch: int = 8, max_model_len: int = 1024, max_images: int = 1,
-                 top_k: int = 0, action_texts: tuple[str, ...] | None = None, seed: int = 0, group_size: int = 1,
-                 tensor_parallel_size: int = 1):
+                 top_k: int = 0, action_texts: tuple[str, ...] | None = None, memory: MemoryGrammar | None = None,
+                 seed: int = 0, group_size: int = 1, tensor_parallel_size: int = 1):
         head_dim = policy.config.text.head_dim
         if head_dim not in CPU_HEAD_DIMS:
             raise ValueError(f"rollout.engine='vllm': vLLM's CPU attention takes head_dim in {CPU_HEAD_DIMS}, this "
@@ -61,14 +61,15 @@ class VllmPolicyServer(PolicyServer):
         self._flight_lock = threading.Lock()
         self._push_s: list[float] = []
         super().__init__(policy, buffer, max_batch=max_batch, deadline_ms=0.0, decode_chunk=1, top_k=top_k,
-                         action_texts=action_texts, seed=seed, group_size=group_size)
+                         action_texts=action_texts, memory=memory, seed=seed, group_size=group_size)
 
     @classmethod
     def from_config(cls, policy, buffer, config) -> "VllmPolicyServer":
         r = config.rollout
         return cls(policy, buffer, max_batch=r.server_max_batch, max_model_len=config.buffer.max_seq_len,
                    max_images=config.env.prompt_window + 1, top_k=config.model.top_k,
-                   action_texts=config_action_texts(config), seed=config.seed, group_size=config.env.group_size,
+                   action_texts=config_action_texts(config), memory=config_memory_grammar(config), seed=config.seed,
+                   group_size=config.env.group_size,
                    tensor_parallel_size=r.engine_tensor_parallel_size)
 
     # ------------------------------------------------------------------ engine
@@ -77,7 +78,7 @@ class VllmPolicyServer(PolicyServer):
         self._model_dir = tempfile.mkdtemp(prefix="jaxwebrl-vllm-model-")
         try:
             save_pretrained(self.policy, self._model_dir)
-            regex = response_regex(response_texts(self.action_texts)) if self.action_texts else None
+            regex = response_regex(self.action_texts, self.memory) if self.action_texts else None
             self.engine = VllmEngine(self._model_dir, regex=regex, version=self._version, **self._engine_options)
             log.info("vLLM engine started in %.1f s (log %s)", self.engine.start_s, self.engine.log_path)
         except BaseException:

@@ -5,19 +5,25 @@ import re
 
 import numpy as np
 
-from jaxwebrl.env.agent.action_space import CLICK_GRID, response_texts
+from jaxwebrl.env.agent.action_space import CLICK_GRID, MemoryGrammar, response_regex, response_text, response_texts
 from jaxwebrl.models.processor import tiny_processor
-from jaxwebrl.rollout.engines.vllm_client import response_regex
 from jaxwebrl.rollout.vllm_server import collapse_image_tokens
 
 
 def test_the_regex_admits_exactly_the_grammars_responses():
     responses = response_texts(CLICK_GRID)
-    pattern = re.compile(response_regex(responses))
+    pattern = re.compile(response_regex(CLICK_GRID))
     assert all(pattern.fullmatch(r) for r in responses)
     for wrong in ("", responses[0] + " ", responses[0][:-1], responses[0].replace("Action", "action"),
                   "Memory: {}\nAction: click(51, 50)"):
         assert pattern.fullmatch(wrong) is None
+
+
+def test_the_free_memory_regex_is_the_one_the_token_automaton_compiles():
+    pattern = re.compile(response_regex(CLICK_GRID, MemoryGrammar()))
+    assert pattern.fullmatch(response_text("click(450, 250)", {"done": "2", "notes_3": "abc"}))
+    assert pattern.fullmatch(response_text("click(450, 250)")) and not pattern.fullmatch(
+        response_text("click(450, 250)", {"done": "2222222"}))
 
 
 def test_each_images_tokens_become_one_placeholder():

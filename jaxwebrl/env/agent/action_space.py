@@ -125,10 +125,12 @@ def response_texts(texts) -> list[str]:
     return [RESPONSE_PREFIX + text for text in texts]
 
 
-def response_regex(texts, memory: MemoryGrammar) -> str:
-    """The responses a constrained policy with free memory may emit: the memory object, then one action text."""
+def response_regex(texts, memory: MemoryGrammar | None = None) -> str:
+    """The responses a constrained policy may emit, as one regex (Python `re` syntax, which vLLM's structured
+    outputs take too): the memory object (`{}` when `memory` is None), then one of the action texts."""
     actions = "|".join(re.escape(t) for t in texts)
-    return re.escape(MEMORY_LABEL) + memory.regex() + re.escape(ACTION_LABEL) + f"({actions})"
+    section = r"\{\}" if memory is None else memory.regex()
+    return re.escape(MEMORY_LABEL) + section + re.escape(ACTION_LABEL) + f"({actions})"
 
 
 def response_text(action_text: str, memory: dict | None = None) -> str:

@@ -1,7 +1,7 @@
 """The JAX side of the vLLM engine: starts `vllm_process` in the engine venv and talks to it over a private zmq
 ipc socket in the project's wire format (no pickle).
 
-    engine = VllmEngine(hf_dir, regex=response_regex(texts), max_model_len=1024, max_num_seqs=8)
+    engine = VllmEngine(hf_dir, regex=action_space.response_regex(texts, memory), max_model_len=1024, max_num_seqs=8)
     future = engine.generate({"prompt_ids": ids, "images": [screenshot], "max_tokens": 48, "temperature": 1.0,
                               "top_p": 1.0, "top_k": 0, "seed": 7})
     result = future.result()           # tokens [N] int32, logprobs [N] float32, versions [N] int32, finish_reason
@@ -20,7 +20,6 @@ import itertools
 import json
 import os
 import queue
-import re
 import shutil
 import subprocess
 import tempfile
@@ -43,12 +42,6 @@ def vllm_python() -> str:
 def vllm_available() -> bool:
     """True when the engine venv exists (`.ci/install-vllm` was run)."""
     return os.access(vllm_python(), os.X_OK)
-
-
-def response_regex(response_texts) -> str:
-    """The action grammar's responses (`env/agent/action_space.response_texts`) as one regex for vLLM's
-    structured outputs: exactly one of the texts, nothing else (the end token follows)."""
-    return "(?:" + "|".join(re.escape(text) for text in response_texts) + ")"
 
 
 class EngineError(RuntimeError):
