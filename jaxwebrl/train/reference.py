@@ -39,10 +39,11 @@ import jax
 import jax.numpy as jnp
 
 from jaxwebrl.checkpoint import layout
-from jaxwebrl.errors import ConfigChanged, RunError, WorkdirError, one_line
+from jaxwebrl.errors import ConfigChanged, RunError, one_line
 from jaxwebrl.files import write_file_atomically
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.partition import param_shardings
+from jaxwebrl.train.workdir import read_record
 
 log = logging.getLogger(__name__)
 
@@ -167,15 +168,5 @@ def _to_host(params):
 
 
 def _read_record(workdir: str) -> dict | None:
-    path = os.path.join(workdir, RECORD_FILE)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-        if not isinstance(record, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as err:
-        raise WorkdirError(f"{path} is unreadable ({one_line(err, 80)}): restore it, or delete it to take the "
-                           f"reference from the config's source again") from None
-    return record
+    return read_record(os.path.join(workdir, RECORD_FILE),
+                       "restore it, or delete it to take the reference from the config's source again")

@@ -16,7 +16,8 @@ import os
 import time
 
 from jaxwebrl.files import write_file_atomically
-from jaxwebrl.errors import ConfigChanged, WorkdirError, one_line
+from jaxwebrl.errors import ConfigChanged
+from jaxwebrl.train.workdir import read_record
 
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
@@ -53,18 +54,7 @@ def describe(changes) -> str:
 
 def load(workdir: str) -> dict | None:
     """The config WORKDIR/config.json records, or None when there is none; a damaged file is one WorkdirError."""
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            saved = json.load(f)
-        if not isinstance(saved, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as err:
-        raise WorkdirError(f"{path} is unreadable ({one_line(err, 80)}): restore it or delete it (the next run "
-                           "writes its own)") from None
-    return saved
+    return read_record(os.path.join(workdir, CONFIG_FILE), "restore it or delete it (the next run writes its own)")
 
 
 def record(config, workdir: str, *, allow_change: bool = False) -> list[tuple[str, object, object]]:

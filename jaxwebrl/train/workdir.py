@@ -3,18 +3,35 @@
     check_workdir(workdir)           # creates it (0700) or raises WorkdirError naming the path and the fix
     with workdir_lock(workdir): ...  # a second run on the same workdir is one WorkdirError line
     os.umask(RUN_UMASK)              # files 0600, directories 0700 (workers and their browsers inherit it)
+    record = read_record(path, fix)  # a JSON object the run wrote there, None when absent, else one WorkdirError
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 
-from jaxwebrl.errors import WorkdirError
+from jaxwebrl.errors import WorkdirError, one_line
 from jaxwebrl.files import exclusive_lock
 
 RUN_UMASK = 0o077   # files a run creates (checkpoints, buffer, metrics, logs) are 0600, its directories 0700
+
+
+def read_record(path: str, fix: str) -> dict | None:
+    """The JSON object a run wrote at `path`, or None when there is none; a damaged file is one WorkdirError
+    naming the path, the fault and `fix` (what to do about it)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as err:
+        raise WorkdirError(f"{path} is unreadable ({one_line(err, 80)}): {fix}") from None
+    return record
 
 
 def check_workdir(workdir: str) -> None:
