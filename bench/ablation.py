@@ -7,15 +7,15 @@ same held-out instances. Prints one JSON object (and writes OUT/ablation.json).
     python bench/ablation.py --sft=/tmp/lr/sft --out=/tmp/ablation --steps=15 --eval_seeds=40 --seeds=5
     python bench/ablation.py ... --resume --sft_eval=DIR   # the finished runs again, against another SFT eval
 
-The paper's regime (issue 26; `--variant=long`: chain tasks with 10/20/30-step horizons and free memory), traps
-off and on, into README's evidence:
+The paper's regime (issue 26; `--variant=long`: chain tasks with 10/20/30-step horizons and free memory,
+configs/base.py `long`), traps off and on, into README's evidence:
 
     python bench/learning_run.py --config=configs/constT10.py:long --out=R --stages=sft,eval_sft
     python bench/ablation.py --variant=long --sft=R/sft --out=R/arms --steps=S --seeds=5 --resume \
         --json=docs/results/paper_regime/ablation.json
     python bench/ablation.py --variant=long --sft=R/sft --out=R/arms_trap --steps=S --seeds=3 --resume \
         --json=docs/results/paper_regime/ablation_trap.json -- \
-        --config.env.tasks=chain/easy?trap=1,chain/medium?trap=1,chain/hard?trap=1
+        "--config.env.tasks=chain/easy-cue?layout=fixed&trap=1,chain/medium-cue?layout=fixed&trap=1,chain/hard-cue?layout=fixed&trap=1"
 
 Per seed (`arms[recipe].seeds`): held-out success overall and per difficulty split, mean steps of successes and
 failures and their ratio, the share of failures that ran to the horizon, memory characters a step (by outcome),

@@ -49,3 +49,27 @@ def test_a_first_step_longer_than_max_seq_len_is_refused_in_one_line_naming_the_
     with pytest.raises(CannotTrain, match=f"--config.buffer.max_seq_len={total} or more") as err:
         check_first_step_fits(config, PROCESSOR)
     assert "model.max_new_tokens=" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_long_regimes_last_step_fits_its_row_with_the_longest_memory_and_goal():
+    """configs/<recipe>.py:long: step 30 of the hard split (the 4-line summary window, the rest counted), the
+    longest memory the free grammar admits and the longest response still fit buffer.max_seq_len."""
+    from jaxwebrl.env.agent.action_space import MemoryGrammar, response_text
+    from jaxwebrl.env.agent.prompt import StepRecord
+
+    config = get_config("long")
+    fields = worker_fields(config)
+    prompt_config = PromptConfig.from_dict(fields["prompt"])
+    assert prompt_config.max_summary_steps == 4
+    memory = {key: "z" * 6 for key in ("details_9", "details_8", "pressed_9")}
+    grammar = MemoryGrammar(config.env.memory_max_keys, config.env.memory_value_chars)
+    assert grammar.admits(memory)
+    response = response_text("click(450, 250)", memory)
+    history = [StepRecord(i, response, "click(450, 250)") for i in range(29)]
+    goal = "Press " + ", ".join(["yellow"] * 7) + "."
+    prompt = build_prompt(goal, history, 29, memory, prompt_config, max_steps=30)
+    ids = PROCESSOR.tokenizer.encode(PROCESSOR.render(prompt.messages))
+    image = PROCESSOR.image_processor.num_image_tokens(config.env.screenshot_height, config.env.screenshot_width)
+    tokens = int((ids != PROCESSOR.image_token_id).sum()) + image * len(prompt.image_refs)
+    assert len(PROCESSOR.tokenizer.encode(response, add_special_tokens=False)) + 1 <= config.model.max_new_tokens
+    assert tokens + config.model.max_new_tokens <= config.buffer.max_seq_len, tokens
