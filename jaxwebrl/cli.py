@@ -214,15 +214,18 @@ def _with_workdir_config(config, workdir: str, prefix: str, code: int):
 
 def nearest_keys(unknown: str, keys, n: int = 3) -> list[str]:
     """The existing dotted keys most like `unknown`: by spelling (whole key, or its last part anywhere), and a
-    last part that abbreviates unknown's (`learning_rate` -> `lr`)."""
+    last part that abbreviates unknown's (`learning_rate` -> `lr`); among equals, a key of unknown's own section
+    first (`train.learning_rate` -> `train.lr` before `critic.lr`)."""
     last = unknown.rsplit(".", 1)[-1]
+    section = unknown.split(".", 1)[0]
     initials = "".join(word[0] for word in last.split("_") if word)
 
     def score(key: str) -> float:
         tail = key.rsplit(".", 1)[-1]
         best = max(difflib.SequenceMatcher(None, unknown, key).ratio(),
                    difflib.SequenceMatcher(None, last, tail).ratio() - 0.05)
-        return max(best, 0.95) if len(initials) > 1 and tail == initials else best
+        best = max(best, 0.95) if len(initials) > 1 and tail == initials else best
+        return best + (0.01 if key.split(".", 1)[0] == section else 0.0)
 
     ranked = sorted(keys, key=lambda k: (-score(k), k))
     return [k for k in ranked[:n] if score(k) >= 0.6]
