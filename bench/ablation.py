@@ -108,9 +108,9 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
         walls = {"train_s": train_s, "eval_s": run(eval_cmd(eval_args, workdir, eval_dir))}
         with open(os.path.join(eval_dir, WALLS), "w", encoding="utf-8") as f:
             json.dump(walls, f)
-    rl_curve = curve(workdir)
-    return {"seed": seed, "eval": eval_summary(eval_dir), "curve": rl_curve, "dynamics": run_dynamics(rl_curve),
-            **walls, "memory_chars": _memory_chars(eval_dir)}
+    rl_curve, summary = curve(workdir), eval_summary(eval_dir)
+    return {"seed": seed, "eval": summary, "curve": rl_curve, "dynamics": run_dynamics(rl_curve),
+            **walls, "memory_chars": (summary or {}).get("memory_chars")}
 
 
 def write_result(learned: dict, runs: dict, after_sft: dict | None, sft: str, out: str, args, recipes) -> dict:
@@ -214,13 +214,6 @@ def arm_summary(after_sft: dict | None, runs: list[dict]) -> dict:
     evaluated = [r for r in runs if r["eval"]]
     return seed_summary(after_sft, [r["eval"] for r in evaluated], [r["dynamics"] for r in evaluated])
 
-
-def _memory_chars(eval_dir: str) -> float | None:
-    path = os.path.join(eval_dir, "eval.json")
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)["overall"].get("memory_chars")
 
 
 def horizons(recipe: str | None, args) -> dict:
