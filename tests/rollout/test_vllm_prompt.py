@@ -36,3 +36,31 @@ def test_each_images_tokens_become_one_placeholder():
     collapsed = collapse_image_tokens(expanded, pad)
     assert (expanded == pad).sum() > 2 and (collapsed == pad).sum() == 2
     np.testing.assert_array_equal(collapsed, processor.tokenizer.encode(processor.render(messages)))
+
+
+def test_an_engine_venv_being_installed_is_waited_for_and_then_found(tmp_path, monkeypatch):
+    """.ci/run builds the venv beside the suite: while `.ci/install-vllm` holds VENV.lock the venv is not there yet
+    (False after wait_s), and the moment the install lets go it is (a waiting test goes on at once)."""
+    import fcntl
+    import threading
+    import time
+
+    from jaxwebrl.rollout.engines.vllm_client import install_lock_path, vllm_available
+
+    python = tmp_path / "venv" / "bin" / "python"
+    monkeypatch.setenv("JAXWEBRL_VLLM_PYTHON", str(python))
+    assert install_lock_path() == str(tmp_path / "venv") + ".lock"
+    assert not vllm_available()                                  # no venv, no install: nothing to wait for
+    with open(install_lock_path(), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)                          # the install is under way
+        python.parent.mkdir(parents=True)
+        python.write_text("#!/bin/sh\n")
+        python.chmod(0o755)                                       # its python exists before its packages do
+        assert not vllm_available(wait_s=0.3)
+        releaser = threading.Timer(0.5, fcntl.flock, (lock, fcntl.LOCK_UN))
+        releaser.start()
+        start = time.monotonic()
+        assert vllm_available(wait_s=120)                         # the install finished: found, not after 120 s
+        assert time.monotonic() - start < 60
+        releaser.join()
+    assert vllm_available()

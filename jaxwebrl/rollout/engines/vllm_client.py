@@ -16,6 +16,7 @@ at once). The engine venv's python is `vllm_python()`: $JAXWEBRL_VLLM_PYTHON, el
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import itertools
 import json
 import os
@@ -39,9 +40,32 @@ def vllm_python() -> str:
     return os.environ.get("JAXWEBRL_VLLM_PYTHON") or os.path.join(DEFAULT_VENV, "bin", "python")
 
 
-def vllm_available() -> bool:
-    """True when the engine venv exists (`.ci/install-vllm` was run)."""
-    return os.access(vllm_python(), os.X_OK)
+def install_lock_path() -> str:
+    """The file `.ci/install-vllm` holds an flock on while it builds the venv: VENV.lock, beside the venv (the
+    install removes and recreates the venv itself)."""
+    return os.path.dirname(os.path.dirname(vllm_python())) + ".lock"
+
+
+def vllm_available(wait_s: float = 0.0) -> bool:
+    """True when the engine venv exists and no `.ci/install-vllm` is building it. An install in progress is waited
+    for up to `wait_s` seconds first (CI installs the venv beside the test suite): False if it is still running."""
+    deadline = time.monotonic() + wait_s
+    try:
+        fd = os.open(install_lock_path(), os.O_RDONLY)
+    except OSError:   # no lock file: no install ever ran here, or the venv was made by hand
+        return os.access(vllm_python(), os.X_OK)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(min(2.0, max(0.01, deadline - time.monotonic())))
+        return os.access(vllm_python(), os.X_OK)
+    finally:
+        os.close(fd)   # releases the shared lock
 
 
 class EngineError(RuntimeError):
