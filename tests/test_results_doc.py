@@ -4,11 +4,12 @@ doc line that quotes it; the number must match the JSON within the rounding show
 
 The format (docs/results.md says the same for a reader): two markdown tables, `## Sources` (json | command | commit |
 machine | alone) and `## Figures` (figure | kind | value | scale | json | key | doc | quote). `json` is relative to
-docs/results/. A key is `path`, `fn(path)` (fn: mean, min, max, sum, len, abs), or `key / key`, `key - key`. A path
-is dot-separated names (`"a - b"` quoted when a name holds spaces or dots), each followed by any of `[i]` (a list
-index), `[*]` (every element) or `[k=v,...]` (the one element of a list whose fields equal those values; a JSONL
-file is the list of its lines). `scale` maps the JSON number to the shown one (`×100`, `÷1e9`, `÷2^30`, `×1`); the
-tolerance is half the last digit shown (an integer of 4+ digits ending in zeros: half of that power of ten).
+docs/results/. A key is `path`, `fn(path)` (fn: mean, min, max, sum, len, abs), a number, or `key / key`,
+`key - key`. A path is dot-separated names (`"a - b"` quoted when a name holds spaces or dots), each followed by
+any of `[i]` (a list index), `[*]` (every element) or `[k=v,...]` (the one element of a list whose fields equal
+those values; a JSONL file is the list of its lines). `scale` maps the JSON number to the shown one (`×100`,
+`÷1e9`, `÷2^30`, `×1`); the tolerance is half the last digit shown (an integer of 4+ digits ending in zeros:
+half of that power of ten).
 """
 
 import glob
@@ -130,6 +131,8 @@ def evaluate(data, key: str) -> float:
         if at >= 0:
             x, y = evaluate(data, key[:at].strip()), evaluate(data, key[at + len(op):].strip())
             return x / y if op == " / " else x - y
+    if re.fullmatch(r"-?\d+(\.\d+)?", key):
+        return float(key)  # a constant, as in `60 / s_per_update`
     call = re.fullmatch(r"(\w+)\((.*)\)", key)
     if call and call.group(1) in FUNCTIONS:
         return float(FUNCTIONS[call.group(1)](resolve(data, call.group(2))))
@@ -243,6 +246,7 @@ def test_key_paths_rounding_and_scales():
     with pytest.raises(KeyError, match="selects 2 elements"):
         evaluate(lines, "[program=train_step].rows")
     assert evaluate({"runs": [{"s": 1}, {"s": 3}]}, "sum(runs[*].s)") == 4
+    assert evaluate({"s": 12.0}, "60 / s") == 5.0
     assert shown("9,800") == (9800, 50) and shown("70") == (70, 0.5) and shown("\u22126.7") == (-6.7, 0.05)
     assert scale_of("×100") == 100 and scale_of("÷1e9") == 1e-9 and scale_of("÷2^30") == 2 ** -30
     assert cells("| a \\| b | `c` |") == ["a | b", "c"]
