@@ -215,7 +215,7 @@ def _report(name, config, work, median, times, compile_s, compiled, args, shapes
     if chip is not None:
         predicted = cost.roofline(work.executed_flops, work.hbm_bytes, chip.peak_bf16_flops, chip.hbm_bandwidth)
         out.update(chip=chip.name, predicted_step_s=predicted,
-                   predicted_mfu=work.model_flops / (predicted * chip.peak_bf16_flops),
+                   roofline_flops_utilisation=work.model_flops / (predicted * chip.peak_bf16_flops),
                    measured_mfu=work.model_flops / (median * chip.peak_bf16_flops))
     if compiled is not None:
         try:

@@ -4,7 +4,8 @@ could run: `python launch/compile.py --config=configs/constT10.py:qwen3vl_8b --t
 Prints one JSON object per program (train_step, proximal_logprobs, prefill, decode, logprob_path; see
 `jaxwebrl/train/aot.py`): `hbm_bytes_per_device` {arguments, outputs, temporaries, total} from XLA against
 `hbm_capacity_bytes`, `fits`, analytic `flops` and `model_flops` per chip, `predicted_step_s` (roofline at the
-chip's published bf16 peak and HBM bandwidth) and `predicted_mfu`, and `compile_s`. The config's own mesh
+chip's published bf16 peak and HBM bandwidth), `roofline_flops_utilisation` (model FLOPs / (roofline step time x
+chip peak): a bound from XLA's analysis, not a measured MFU) and `compile_s`. The config's own mesh
 (`distributed.mesh`; unset: data over hosts, fsdp over the rest) and partition rules are used; nothing is
 allocated and no accelerator is needed, only libtpu (`pip install -e ".[tpu]"`).
 
@@ -113,7 +114,8 @@ def find_fit(config, model_config, mesh, chip, topology, emit) -> dict:
                                              knobs_of(config, mesh))
             emit({"search": "train_step", "seq_len": seq, "rows_per_chip": rows, "fits": report["fits"],
                   "hbm_total_bytes": report["hbm_bytes_per_device"]["total"],
-                  "predicted_mfu": report.get("predicted_mfu"), "compile_s": report["compile_s"]})
+                  "roofline_flops_utilisation": report.get("roofline_flops_utilisation"),
+                  "compile_s": report["compile_s"]})
             if not report["fits"]:
                 break
             best, rows = rows, rows * 2

@@ -18,8 +18,8 @@ from `topology.topology_devices`, or real ones):
 
 Each report: memory per device from XLA (`memory_analysis`: arguments, outputs, temporaries, total = arguments +
 outputs - donated aliases + temporaries) against the chip's HBM, analytic FLOPs and HBM bytes (`cost.py`: XLA's
-cost analysis counts a loop body once), the roofline step time and MFU at the chip's published peak, and the
-seconds lowering + compiling took on this machine.
+cost analysis counts a loop body once), the roofline step time and FLOPs utilisation (a bound, not an MFU) at the
+chip's published peak, and the seconds lowering + compiling took on this machine.
 """
 
 from __future__ import annotations
@@ -313,7 +313,8 @@ def report(name: str, topology: str, chip: Chip, compiled, seconds: float, work:
         "hbm_aliased_bytes": hbm["aliased"],
         "hbm_capacity_bytes": int(chip.hbm_bytes), "fits": hbm["total"] <= chip.hbm_bytes,
         "flops": work.executed_flops, "model_flops": work.model_flops, "hbm_bytes_accessed": work.hbm_bytes,
-        "predicted_step_s": step_s, "predicted_mfu": work.model_flops / (step_s * chip.peak_bf16_flops),
+        "predicted_step_s": step_s,
+        "roofline_flops_utilisation": work.model_flops / (step_s * chip.peak_bf16_flops),  # not a measured MFU
         "bound": "compute" if work.executed_flops / chip.peak_bf16_flops >= work.hbm_bytes / chip.hbm_bandwidth
         else "memory",
         "compile_s": round(seconds, 1), "xla_cost_analysis": _xla_cost(compiled), "knobs": knobs,

@@ -1,0 +1,266 @@
+"""docs/results.md against its evidence: every figure row names a JSON under docs/results/, a key path into it and the
+doc line that quotes it; the number must match the JSON within the rounding shown, and that line must still say it
+(so README and docs cannot drift from the JSON). No JSON under docs/results/ may be empty.
+
+The format (docs/results.md says the same for a reader): two markdown tables, `## Sources` (json | command | commit |
+machine | alone) and `## Figures` (figure | kind | value | scale | json | key | doc | quote). `json` is relative to
+docs/results/. A key is `path`, `fn(path)` (fn: mean, min, max, sum, len, abs), a number, or `key / key`,
+`key - key`. A path is dot-separated names (`"a - b"` quoted when a name holds spaces or dots), each followed by
+any of `[i]` (a list index), `[*]` (every element) or `[k=v,...]` (the one element of a list whose fields equal
+those values; a JSONL file is the list of its lines). `scale` maps the JSON number to the shown one (`×100`,
+`÷1e9`, `÷2^30`, `×1`); the tolerance is half the last digit shown (an integer of 4+ digits ending in zeros:
+half of that power of ten).
+"""
+
+import glob
+import json
+import math
+import os
+import re
+import statistics
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_MD = os.path.join(REPO, "docs", "results.md")
+RESULTS_DIR = os.path.join(REPO, "docs", "results")
+FIGURE_COLUMNS = ["figure", "kind", "value", "scale", "json", "key", "doc", "quote"]
+SOURCE_COLUMNS = ["json", "command", "commit", "machine", "alone"]
+KINDS = {"measured", "roofline", "model"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan
+FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs}
+
+
+def cells(line: str) -> list:
+    """A markdown table row's cells, `\\|` kept as a literal bar, surrounding backticks dropped."""
+    parts = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+    out = []
+    for p in parts:
+        p = p.strip().replace("\\|", "|")
+        out.append(p[1:-1] if len(p) > 1 and p[0] == p[-1] == "`" else p)
+    return out
+
+
+def table(text: str, heading: str, columns: list) -> list:
+    """The rows (dicts) of the first table under `## heading`, its header checked against `columns`."""
+    section = re.search(rf"^## {re.escape(heading)}\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert section, f"docs/results.md has no '## {heading}' section: add it (format in tests/test_results_doc.py)"
+    lines = [ln for ln in section.group(1).splitlines() if ln.startswith("|")]
+    assert lines and cells(lines[0]) == columns, (
+        f"docs/results.md '## {heading}' table header is {cells(lines[0]) if lines else None}, expected {columns}")
+    rows = []
+    for ln in lines[2:]:
+        row = cells(ln)
+        assert len(row) == len(columns), f"docs/results.md '## {heading}': row has {len(row)} cells, not " \
+                                         f"{len(columns)}: {ln[:120]}"
+        rows.append(dict(zip(columns, row)))
+    return rows
+
+
+def load(rel: str):
+    """A JSON file, or a JSONL file as the list of its lines' objects."""
+    path = os.path.join(RESULTS_DIR, rel)
+    with open(path) as f:
+        text = f.read()
+    if rel.endswith(".jsonl"):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return json.loads(text)
+
+
+def _matches(item, conditions: dict) -> bool:
+    if not isinstance(item, dict):
+        return False
+    for k, v in conditions.items():
+        if k not in item:
+            return False
+        got = item[k]
+        if isinstance(got, (int, float)) and not isinstance(got, bool):
+            try:
+                if float(v) != got:
+                    return False
+            except ValueError:
+                return False
+        elif str(got) != v:
+            return False
+    return True
+
+
+def resolve(data, path: str):
+    """The value (or, after a `[*]`, the list of values) at `path` in `data`; KeyError naming the failing step."""
+    values, many = [data], False
+    for token in re.findall(r'"[^"]*"|\[[^\]]*\]|[^.\[\]"]+', path):
+        token = token.strip('"') if token.startswith('"') else token
+        nxt = []
+        for v in values:
+            if not token.startswith("["):
+                if not isinstance(v, dict) or token not in v:
+                    raise KeyError(f"no field '{token}' (have {sorted(v)[:12] if isinstance(v, dict) else type(v)})")
+                nxt.append(v[token])
+            elif token == "[*]":
+                nxt.extend(v)
+                many = True
+            elif "=" in token:
+                conditions = dict(c.split("=", 1) for c in token[1:-1].split(","))
+                hits = [x for x in v if _matches(x, conditions)]
+                if len(hits) != 1:
+                    raise KeyError(f"{token} selects {len(hits)} elements, not one")
+                nxt.append(hits[0])
+            else:
+                i = int(token[1:-1])
+                if not isinstance(v, list) or not -len(v) <= i < len(v):
+                    raise KeyError(f"{token} is out of range")
+                nxt.append(v[i])
+        values = nxt
+    return values if many else values[0]
+
+
+def _outside_quotes(key: str, op: str) -> int:
+    """The index of the first `op` in `key` outside double quotes and brackets, else -1."""
+    depth, quoted = 0, False
+    for i, ch in enumerate(key):
+        quoted ^= ch == '"'
+        depth += (ch == "[") - (ch == "]")
+        if not quoted and depth == 0 and key.startswith(op, i):
+            return i
+    return -1
+
+
+def evaluate(data, key: str) -> float:
+    """The number a key expression names (see the module docstring)."""
+    for op in (" / ", " - "):
+        at = _outside_quotes(key, op)
+        if at >= 0:
+            x, y = evaluate(data, key[:at].strip()), evaluate(data, key[at + len(op):].strip())
+            return x / y if op == " / " else x - y
+    if re.fullmatch(r"-?\d+(\.\d+)?", key):
+        return float(key)  # a constant, as in `60 / s_per_update`
+    call = re.fullmatch(r"(\w+)\((.*)\)", key)
+    if call and call.group(1) in FUNCTIONS:
+        return float(FUNCTIONS[call.group(1)](resolve(data, call.group(2))))
+    value = resolve(data, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise KeyError(f"resolves to {value!r:.60}, not a number")
+    return float(value)
+
+
+def shown(value: str):
+    """('60.1' -> (60.1, 0.05)); commas and a Unicode minus allowed."""
+    text = value.replace(",", "").replace("\u2212", "-")
+    number = float(text)
+    if "." in text:
+        tolerance = 0.5 * 10 ** -len(text.split(".")[1])
+    else:  # "9,800" is rounded to hundreds, "70" is not rounded to tens
+        digits = text.lstrip("-+")
+        zeros = len(digits) - len(digits.rstrip("0")) if len(digits) >= 4 else 0
+        tolerance = 0.5 * 10 ** zeros
+    return number, tolerance
+
+
+def scale_of(scale: str) -> float:
+    op, amount = scale[0], scale[1:].strip()
+    assert op in "×÷", f"scale '{scale}' must start with × or ÷ (e.g. ×100, ÷1e9, ÷2^30)"
+    base, _, power = amount.partition("^")
+    factor = float(base) ** float(power) if power else float(base)
+    return factor if op == "×" else 1 / factor
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.replace("*", "").replace("\\|", "|").split())
+
+
+def _doc(rel: str) -> list:
+    with open(os.path.join(REPO, rel)) as f:
+        return [normalise(line) for line in f]
+
+
+def _parse():
+    with open(RESULTS_MD) as f:
+        text = f.read()
+    return table(text, "Sources", SOURCE_COLUMNS), table(text, "Figures", FIGURE_COLUMNS)
+
+
+SOURCES, FIGURES = _parse()
+
+
+def check_figure(row: dict, docs: dict, sources: set) -> str:
+    """'' when the row holds, else one line naming the mismatch."""
+    if row["kind"] not in KINDS:
+        return f"kind '{row['kind']}' is not one of {sorted(KINDS)}"
+    if row["json"] not in sources:
+        return f"json {row['json']} is not in the Sources table: add its command, commit, machine"
+    path = os.path.join(RESULTS_DIR, row["json"])
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return f"docs/results/{row['json']} is missing or empty"
+    try:
+        got = evaluate(load(row["json"]), row["key"]) * scale_of(row["scale"])
+    except (KeyError, ValueError, TypeError, ZeroDivisionError, statistics.StatisticsError) as e:
+        return f"key '{row['key']}' in docs/results/{row['json']}: {e}"
+    want, tolerance = shown(row["value"])
+    if not math.isclose(got, want, abs_tol=tolerance * (1 + 1e-9)):
+        return f"docs/results/{row['json']} '{row['key']}' {row['scale']} is {got:.6g}, the row says {row['value']}"
+    if row["value"] not in row["quote"]:
+        return f"the quote does not contain the value {row['value']}: '{row['quote'][:80]}'"
+    if row["doc"] not in docs:
+        docs[row["doc"]] = _doc(row["doc"]) if os.path.isfile(os.path.join(REPO, row["doc"])) else None
+    if docs[row["doc"]] is None:
+        return f"doc {row['doc']} does not exist"
+    if not any(normalise(row["quote"]) in line for line in docs[row["doc"]]):
+        return f"{row['doc']} has no line saying '{row['quote'][:100]}' any more: update the doc or this row"
+    return ""
+
+
+_DOCS = {}
+
+
+@pytest.mark.parametrize("row", FIGURES, ids=[r["figure"] for r in FIGURES])
+def test_figure_matches_its_json_and_its_doc_line(row):
+    problem = check_figure(row, _DOCS, {s["json"] for s in SOURCES})
+    assert not problem, f"docs/results.md row '{row['figure']}': {problem}"
+
+
+def test_tables_are_well_formed():
+    names = [r["figure"] for r in FIGURES]
+    assert len(names) == len(set(names)), f"figure names repeat: {sorted({n for n in names if names.count(n) > 1})}"
+    for s in SOURCES:
+        assert re.fullmatch(r"[0-9a-f]{7,40}|unknown", s["commit"]), f"Sources {s['json']}: commit '{s['commit']}'"
+        assert s["alone"] in {"alone", "under load", "unknown", "n/a"}, f"Sources {s['json']}: alone '{s['alone']}'"
+        assert os.path.isfile(os.path.join(RESULTS_DIR, s["json"])), f"Sources: docs/results/{s['json']} is missing"
+
+
+def test_the_checker_catches_a_drifted_value_a_bad_key_and_a_stale_quote():
+    row = dict(FIGURES[0])
+    sources = {s["json"] for s in SOURCES}
+    assert check_figure(row, {}, sources) == ""
+    want, tolerance = shown(row["value"])
+    drifted = dict(row, value=f"{want + 3 * tolerance + 1:.6g}")
+    assert "the row says" in check_figure(drifted, {}, sources)
+    assert "key" in check_figure(dict(row, key=row["key"] + ".no_such_field"), {}, sources)
+    assert "no line saying" in check_figure(dict(row, quote=row["quote"] + " and more"), {}, sources)
+
+
+def test_key_paths_rounding_and_scales():
+    lines = [{"program": "train_step", "rows": 1, "m": {"a b": 0.25}}, {"program": "train_step", "rows": 2, "m": {}},
+             {"program": "decode", "xs": [1.0, 2.0, 6.0]}]
+    assert evaluate(lines, '[program=train_step,rows=1].m."a b"') == 0.25
+    assert evaluate(lines, "mean([program=decode].xs) / [program=decode].xs[-1]") == 0.5
+    assert evaluate(lines, "max([program=decode].xs) - min([program=decode].xs)") == 5.0
+    with pytest.raises(KeyError, match="selects 2 elements"):
+        evaluate(lines, "[program=train_step].rows")
+    assert evaluate({"runs": [{"s": 1}, {"s": 3}]}, "sum(runs[*].s)") == 4
+    assert evaluate({"s": 12.0}, "60 / s") == 5.0
+    assert shown("9,800") == (9800, 50) and shown("70") == (70, 0.5) and shown("\u22126.7") == (-6.7, 0.05)
+    assert scale_of("×100") == 100 and scale_of("÷1e9") == 1e-9 and scale_of("÷2^30") == 2 ** -30
+    assert cells("| a \\| b | `c` |") == ["a | b", "c"]
+
+
+def test_every_json_under_docs_results_parses():
+    for p in glob.glob(os.path.join(RESULTS_DIR, "**", "*.json*"), recursive=True):
+        if os.path.getsize(p):
+            load(os.path.relpath(p, RESULTS_DIR))  # raises naming the file's bad line
+
+
+@pytest.mark.xfail(strict=True, reason="docs/results/compile/qwen3vl_8b_v5e-8.jsonl and qwen3vl_8b_v6e-8.jsonl are "
+                                       "0 bytes until the AOT branch regenerates them; remove this mark then")
+def test_no_json_under_docs_results_is_empty():
+    empty = [os.path.relpath(p, RESULTS_DIR) for p in glob.glob(os.path.join(RESULTS_DIR, "**", "*.json*"),
+                                                                   recursive=True) if os.path.getsize(p) == 0]
+    assert not empty, f"empty JSON under docs/results/: {empty}: rerun the command docs/results.md names for each"
