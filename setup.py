@@ -35,6 +35,7 @@ EXTRAS = {
     "test": QWEN_VOCAB + [
         "pytest==9.0.3",
         "pytest-timeout==2.4.0",
+        "pytest-xdist==3.8.0",      # .ci/test: two workers (-n 2) over the suite
         "hypothesis==6.155.2",
         "torch==2.13.0",
         "transformers==5.24.0",

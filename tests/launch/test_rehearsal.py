@@ -21,6 +21,7 @@ def _scale_bench():
 
 @pytest.mark.slow
 @pytest.mark.browser
+@pytest.mark.exclusive   # its process tree peaks at ~18 GiB of the machine's 24: never beside another test
 def test_real_width_loop_runs_two_steps(tmp_path):
     result = _scale_bench().measure(str(tmp_path / "run"), steps=2, timeout_s=2400, max_rss_gib=20)
     assert result["returncode"] == 0 and result["steps_done"] == 2, result.get("output_tail")
