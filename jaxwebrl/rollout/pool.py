@@ -49,6 +49,7 @@ from jaxwebrl.rollout.worker_process import EXIT_FATAL, worker_process_main
 
 log = logging.getLogger(__name__)
 
+LEFTOVER_EXIT_S = 10.0   # how long close() waits for SIGKILLed browser processes to exit
 REPORTS_DIR_PREFIX = "jaxwebrl-pool-"  # + owner pid + "-" + random
 
 
@@ -220,19 +221,29 @@ class WorkerPool:
             pass
 
     def _kill_leftovers(self, pid: int) -> None:
-        """Kill the worker's process group and every recorded descendant that is still the same process."""
+        """Kill the worker's process group and every recorded descendant that is still the same process, and wait
+        until they are gone (a SIGKILLed process lives on until the kernel schedules its exit: on a loaded machine
+        a browser was still alive when close() returned, and its profile was deleted under it)."""
         self._record_descendants(pid)
+        killed = []
         for target, created in self._descendants.pop(pid, {}).items():
             try:
                 process = psutil.Process(target)
                 if abs(process.create_time() - created) < 1e-3:
                     process.kill()
+                    killed.append(process)
             except psutil.Error:
                 pass
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        deadline = time.monotonic() + LEFTOVER_EXIT_S
+        while (survivors := [p for p in killed if _runs(p.pid)]) and time.monotonic() < deadline:
+            time.sleep(0.05)   # (a zombie counts as gone: its parent, or init, reaps it)
+        if survivors:
+            log.warning("worker pid %d: %d of its browser processes (pids %s) still run %.0f s after SIGKILL",
+                        pid, len(survivors), [p.pid for p in survivors], LEFTOVER_EXIT_S)
         remove_dead_owner_dirs(PROFILE_DIR_PREFIX, pid)  # the browsers are dead now: their profiles go too
 
     def _stop_all(self) -> None:
