@@ -7,9 +7,14 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
+from configs import constT10, ppo
+from jaxwebrl.models import presets
+from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.topology import libtpu_available
+from jaxwebrl.train import aot
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Qwen3-VL-2B widths and vocabulary cut to one decoder layer and one vision block, short rows, small screenshots:
@@ -104,3 +109,51 @@ def test_logprob_path_temporaries_scale_with_the_vocabulary_chunk_not_the_vocabu
         temporaries[chunk] = report["hbm_bytes_per_device"]["temporaries"]
     shard_bf16 = 151936 * 2048 // 8 * 2     # the whole head-weight shard in bf16: 77.8 MB (what the hoisted cast took)
     assert temporaries[128] <= temporaries[8192] < shard_bf16 / 8
+
+
+def _programs(config):
+    """aot.Programs of `config` cut to 2 decoder layers and 2 vision blocks, fsdp over the 8 fake CPU devices
+    (nothing compiled: the abstract arrays alone)."""
+    config.model.num_layers, config.model.vision_depth = 2, 2
+    model_config = presets.shapes_config(config.model)
+    mesh = distributed.process_mesh({"data": 1, "fsdp": -1, "tensor": 1}, jax.devices("cpu")[:8])
+    return aot.Programs(config, model_config, mesh, aot.RunShapes.of(config, model_config, mesh, seq_len=4096))
+
+
+def test_the_train_state_held_through_each_pass_counts_against_the_chip():
+    """A KL run's reference (bf16: half the fp32 weights) stays on the chip through the policy's passes unless
+    offloaded; its own pass holds the policy's weights and AdamW state besides its arguments; a critic's trunk and
+    AdamW state are held through the policy's passes, and the policy's through the critic's."""
+    c = constT10.get_config("qwen3vl_2b")
+    c.actor.kl_loss_coef, c.actor.ref_dtype = 0.001, "bfloat16"
+    kl = _programs(c)
+    assert aot.programs_for(c) == ("train_step", "proximal_logprobs", "reference_logprobs", "prefill", "decode",
+                                   "logprob_path")
+    params, opt, ref = (aot.shard_bytes(x) for x in (kl.params, kl.opt_state, kl.reference))
+    assert all(x.dtype == jax.numpy.bfloat16 for x in jax.tree.leaves(kl.reference)) and 2 * ref == params > 0
+    assert kl.resident_bytes("train_step") == {"reference": ref, "total": ref}
+    assert kl.resident_bytes("proximal_logprobs") == {"optimizer_state": opt, "reference": ref, "total": opt + ref}
+    assert kl.resident_bytes("reference_logprobs") == {"policy_params": params, "optimizer_state": opt,
+                                                       "total": params + opt}
+    assert kl.resident_bytes("prefill") is None      # the policy server's programs: its own copy, not modelled
+    c.actor.ref_offload = True                         # in host memory between its passes
+    assert _programs(c).resident_bytes("train_step") == {"total": 0}
+
+    critic = _programs(ppo.get_config("qwen3vl_2b"))
+    assert "reference" not in critic.resident_bytes("train_step")
+    trunk, trunk_opt = (aot.shard_bytes(x) for x in critic.critic_state)
+    assert trunk > 0 and 2 * trunk <= trunk_opt < 2 * trunk + 1024      # fp32 AdamW moments (+ step counts)
+    assert critic.resident_bytes("train_step") == {"critic_params": trunk, "critic_optimizer_state": trunk_opt,
+                                                   "total": trunk + trunk_opt}
+    assert critic.resident_bytes("critic_step") == {"policy_params": params, "optimizer_state": opt,
+                                                    "total": params + opt}
+
+
+@needs_libtpu
+def test_a_program_the_run_does_not_execute_is_refused_in_one_line():
+    done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v5p-8",
+                       "--programs=train_step,reference_logprobs", timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == ("usage error: this config's run has no reference_logprobs "
+                                                    "program: it needs a KL term: --config.actor.kl_ctl or "
+                                                    "actor.kl_loss_coef > 0")
