@@ -34,15 +34,20 @@ def compile_cli(*args, timeout=900):
 
 @needs_libtpu
 def test_reduced_preset_compiles_for_v5e_8_with_a_report_per_program():
-    done = compile_cli(*REDUCED, "--topology=v5e-8")
+    # a KL loss term: the run also has the frozen reference's pass, its weights in bf16
+    done = compile_cli(*REDUCED, "--topology=v5e-8", "--config.actor.kl_loss_coef=0.001",
+                       "--config.actor.ref_dtype=bfloat16")
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert [r["program"] for r in reports] == ["train_step", "proximal_logprobs", "prefill", "decode", "logprob_path"]
+    assert [r["program"] for r in reports] == ["train_step", "proximal_logprobs", "reference_logprobs", "prefill",
+                                               "decode", "logprob_path"]
     for r in reports:
         hbm = r["hbm_bytes_per_device"]
         assert set(hbm) == {"arguments", "outputs", "temporaries", "total"}
         assert hbm["total"] == hbm["arguments"] + hbm["outputs"] + hbm["temporaries"] - r["hbm_aliased_bytes"]
-        assert r["fits"] and hbm["total"] <= r["hbm_capacity_bytes"] == 16e9
+        resident = r.get("hbm_resident_bytes_per_device", {"total": 0})    # train-side programs only
+        assert ("hbm_resident_bytes_per_device" in r) == (r["program"] in aot.PROGRAMS[:3])
+        assert r["fits"] and hbm["total"] + resident["total"] <= r["hbm_capacity_bytes"] == 16e9
         assert r["flops"] >= r["model_flops"] > 0 and r["predicted_step_s"] > 0 and 0 < r["predicted_mfu"] <= 1
         assert r["topology"] == "v5e-8" and r["knobs"]["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
         assert r["compile_s"] > 0
@@ -51,7 +56,14 @@ def test_reduced_preset_compiles_for_v5e_8_with_a_report_per_program():
     assert train["knobs"]["scan_layers"] and train["knobs"]["remat"] == "full"
     # the parameters (fp32 master) and AdamW moments are sharded 8 ways: 2.1B params would need 34 GB whole
     assert train["hbm_bytes_per_device"]["arguments"] < 1.5e9
-    assert reports[3]["predicted_tokens_per_s"] > 0 and reports[3]["bound"] == "memory"
+    assert reports[4]["predicted_tokens_per_s"] > 0 and reports[4]["bound"] == "memory"
+    # the bf16 reference: held through the train step, and its pass takes half the fp32 weights' bytes
+    prox, ref = reports[1], reports[2]
+    held = train["hbm_resident_bytes_per_device"]["reference"]
+    assert ref["ref_dtype"] == "bfloat16" and prox["hbm_resident_bytes_per_device"]["reference"] == held > 0
+    saved = prox["hbm_bytes_per_device"]["arguments"] - ref["hbm_bytes_per_device"]["arguments"]
+    assert saved == pytest.approx(held, rel=0.05)
+    assert set(ref["hbm_resident_bytes_per_device"]) == {"policy_params", "optimizer_state", "total"}
 
 
 @needs_libtpu
