@@ -2,7 +2,8 @@ r"""Compile a recipe's real programs for a TPU slice on this machine, and say wh
 could run: `python launch/compile.py --config=configs/constT10.py:qwen3vl_8b --topology=v5p-8 [--config.a.b=v]`.
 
 Prints one JSON object per program (train_step, proximal_logprobs, prefill, decode, logprob_path, and in a KL run
-reference_logprobs, with a critic critic_values and critic_step; see `jaxwebrl/train/aot.py`): `hbm_bytes_per_device` {arguments, outputs, temporaries, total} from XLA against
+reference_logprobs, with a critic critic_values and critic_step; see `jaxwebrl/train/aot.py`):
+`hbm_bytes_per_device` {arguments, outputs, temporaries, total} from XLA against
 `hbm_capacity_bytes`, `fits`, analytic `flops` and `model_flops` per chip, `predicted_step_s` (roofline at the
 chip's published bf16 peak and HBM bandwidth) and `predicted_mfu`, and `compile_s`. The config's own mesh
 (`distributed.mesh`; unset: data over hosts, fsdp over the rest) and partition rules are used; nothing is
