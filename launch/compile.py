@@ -106,6 +106,13 @@ def find_fit(config, model_config, mesh, chip, topology, emit, known=None) -> di
     """Largest rows_per_chip (doubling) per max_seq_len (halving from the recipe's) whose train step fits.
     known: {(seq_len, rows_per_chip): train_step report} already compiled (not compiled again)."""
     known, found, seq = known or {}, [], int(config.buffer.max_seq_len)
+    held = aot.Programs(config, model_config, mesh, aot.RunShapes.of(config, model_config, mesh))
+    floor = held.state_bytes_per_device() + held.resident_bytes("train_step")["total"]
+    if floor >= chip.hbm_bytes:   # no row of any length fits: compile nothing
+        return {"program": "train_step_fit", "topology": topology, "largest_fit": None, "tried": [],
+                "state_and_held_bytes_per_device": floor,
+                "reason": f"the train state alone needs {floor / 1e9:.2f} GB per device, {chip.hbm_bytes / 1e9:.2f} GB "
+                          f"available"}
     while True:
         try:
             aot.RunShapes.of(config, model_config, mesh, seq_len=seq)

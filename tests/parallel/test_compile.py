@@ -169,3 +169,15 @@ def test_a_program_the_run_does_not_execute_is_refused_in_one_line():
     assert done.stderr.strip().splitlines()[-1] == ("usage error: this config's run has no reference_logprobs "
                                                     "program: it needs a KL term: --config.actor.kl_ctl or "
                                                     "actor.kl_loss_coef > 0")
+
+
+@needs_libtpu
+def test_a_fit_search_whose_train_state_alone_exceeds_the_chip_compiles_no_train_step():
+    # 8B, fp32 weights and moments on v5e-8: 17.53 GB a chip before any row; only the tiny logprob_path compiles
+    done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v5e-8", "--programs=logprob_path",
+                       "--find_fit", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    *_, fit = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert fit["program"] == "train_step_fit" and fit["largest_fit"] is None and fit["tried"] == []
+    assert 17.5e9 < fit["state_and_held_bytes_per_device"] < 17.6e9
+    assert fit["reason"] == "the train state alone needs 17.53 GB per device, 16.00 GB available"
