@@ -1,8 +1,9 @@
 r"""Compile a recipe's real programs for a TPU slice on this machine, and say whether they fit and how fast they
 could run: `python launch/compile.py --config=configs/constT10.py:qwen3vl_8b --topology=v5p-8 [--config.a.b=v]`.
 
-Prints one JSON object per program (train_step, proximal_logprobs, prefill, decode, logprob_path; see
-`jaxwebrl/train/aot.py`): `hbm_bytes_per_device` {arguments, outputs, temporaries, total} from XLA against
+Prints one JSON object per program (train_step, proximal_logprobs, prefill, decode, logprob_path, and in a KL run
+reference_logprobs, with a critic critic_values and critic_step; see `jaxwebrl/train/aot.py`):
+`hbm_bytes_per_device` {arguments, outputs, temporaries, total} from XLA against
 `hbm_capacity_bytes`, `fits`, analytic `flops` and `model_flops` per chip, `predicted_step_s` (roofline at the
 chip's published bf16 peak and HBM bandwidth), `roofline_flops_utilisation` (model FLOPs / (roofline step time x
 chip peak): a bound from XLA's analysis, not a measured MFU) and `compile_s`. The config's own mesh
@@ -13,7 +14,7 @@ Exit status: 0 when every program fits; 1 with one line per program that does no
 the knobs that change it); 2 for a bad flag, an unknown topology or a missing libtpu (one line naming the fix).
 
   --rows_per_chip=N  train rows per batch shard (default 1: one 16k-token row per chip at paper scale)
-  --programs=a,b     a subset of the programs
+  --programs=a,b     a subset of the programs (default: every program the config's run executes)
   --find_fit         also search the largest train rows_per_chip x max_seq_len that fit (halving max_seq_len)
   --out=FILE         also write the JSON lines to FILE
 
@@ -41,8 +42,7 @@ from jaxwebrl.parallel.topology import CHIPS, Topology, TopologyError, topology_
 from jaxwebrl.train import aot  # noqa: E402
 
 _TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice, e.g. v5e-8, v5p-8, v6e-8, v5p-32")
-_PROGRAMS = flags.DEFINE_string("programs", "train_step,proximal_logprobs,prefill,decode,logprob_path",
-                                "comma-separated programs to compile")
+_PROGRAMS = flags.DEFINE_string("programs", None, "comma-separated programs to compile (default: all the run's)")
 _ROWS = flags.DEFINE_integer("rows_per_chip", 1, "train rows per batch shard of the mesh")
 _FIND_FIT = flags.DEFINE_bool("find_fit", False, "search the largest train rows_per_chip x max_seq_len that fit")
 _OUT = flags.DEFINE_string("out", None, "also write the JSON lines to this file")
@@ -74,7 +74,8 @@ def knobs_of(config, mesh) -> dict:
 
 def advice(report: dict, config, rows_per_chip: int) -> str:
     """One line: program, bytes needed and available, and the knobs that would change it."""
-    need = (report["hbm_bytes_per_device"]["total"] or 0) / 1e9
+    resident = report.get("hbm_resident_bytes_per_device") or {}
+    need = ((report["hbm_bytes_per_device"]["total"] or 0) + resident.get("total", 0)) / 1e9
     at_least = "at least " if report.get("error") else ""
     have = report["hbm_capacity_bytes"] / 1e9
     mesh = ", ".join(f"{k}={v}" for k, v in report["knobs"]["mesh"].items())
@@ -95,13 +96,24 @@ def advice(report: dict, config, rows_per_chip: int) -> str:
         levers = (f"--rows_per_chip (now {rows_per_chip}), --config.buffer.max_seq_len (now "
                   f"{config.buffer.max_seq_len}), --config.model.remat (now {config.model.remat}), "
                   f"--config.distributed.mesh.* (now {mesh}), --config.model.param_dtype / --config.train.moments_dtype")
+    if resident.get("reference"):
+        levers += (f", --config.actor.ref_dtype (now {config.actor.ref_dtype}) / --config.actor.ref_offload=True "
+                   f"(the reference holds {resident['reference'] / 1e9:.2f} GB)")
     return (f"{report['program']} does not fit {report['topology']}: needs {at_least}{need:.2f} GB per device, "
             f"{have:.2f} GB available; knobs: {levers}")
 
 
-def find_fit(config, model_config, mesh, chip, topology, emit) -> dict:
-    """Largest rows_per_chip (doubling) per max_seq_len (halving from the recipe's) whose train step fits."""
-    found, seq = [], int(config.buffer.max_seq_len)
+def find_fit(config, model_config, mesh, chip, topology, emit, known=None) -> dict:
+    """Largest rows_per_chip (doubling) per max_seq_len (halving from the recipe's) whose train step fits.
+    known: {(seq_len, rows_per_chip): train_step report} already compiled (not compiled again)."""
+    known, found, seq = known or {}, [], int(config.buffer.max_seq_len)
+    held = aot.Programs(config, model_config, mesh, aot.RunShapes.of(config, model_config, mesh))
+    floor = held.state_bytes_per_device() + held.resident_bytes("train_step")["total"]
+    if floor >= chip.hbm_bytes:   # no row of any length fits: compile nothing
+        return {"program": "train_step_fit", "topology": topology, "largest_fit": None, "tried": [],
+                "state_and_held_bytes_per_device": floor,
+                "reason": f"the train state alone needs {floor / 1e9:.2f} GB per device, {chip.hbm_bytes / 1e9:.2f} GB "
+                          f"available"}
     while True:
         try:
             aot.RunShapes.of(config, model_config, mesh, seq_len=seq)
@@ -109,9 +121,12 @@ def find_fit(config, model_config, mesh, chip, topology, emit) -> dict:
             break
         best, rows = 0, 1
         while True:
-            shapes = aot.RunShapes.of(config, model_config, mesh, rows_per_chip=rows, seq_len=seq)
-            (report,) = aot.compile_programs(config, model_config, mesh, chip, topology, shapes, ("train_step",),
-                                             knobs_of(config, mesh))
+            if (seq, rows) in known:
+                report = known[(seq, rows)]
+            else:
+                shapes = aot.RunShapes.of(config, model_config, mesh, rows_per_chip=rows, seq_len=seq)
+                (report,) = aot.compile_programs(config, model_config, mesh, chip, topology, shapes, ("train_step",),
+                                                 knobs_of(config, mesh))
             emit({"search": "train_step", "seq_len": seq, "rows_per_chip": rows, "fits": report["fits"],
                   "hbm_total_bytes": report["hbm_bytes_per_device"]["total"],
                   "roofline_flops_utilisation": report.get("roofline_flops_utilisation"),
@@ -138,10 +153,13 @@ def main(argv) -> int:
         devices, topology = devices_of(_TOPOLOGY.value)
     except TopologyError as err:
         cli.exit_with(str(err), 2)
-    programs = [p for p in _PROGRAMS.value.split(",") if p]
+    programs = [p for p in _PROGRAMS.value.split(",") if p] if _PROGRAMS.value else list(aot.programs_for(config))
     unknown = [p for p in programs if p not in aot.PROGRAMS]
     if unknown:
         cli.exit_with(f"usage error: unknown programs {unknown}: use some of {', '.join(aot.PROGRAMS)}", 2)
+    for p in programs:
+        if p not in aot.programs_for(config):
+            cli.exit_with(f"usage error: this config's run has no {p} program: it needs {aot.OPTIONAL[p][1]}", 2)
     try:
         model_config = presets.shapes_config(config.model)
         hosts = len({d.process_index for d in devices})
@@ -160,14 +178,16 @@ def main(argv) -> int:
             out.write(line + "\n")
             out.flush()
 
-    failed = []
+    failed, known = [], {}
     for report in aot.compile_programs(config, model_config, mesh, chip, topology.name, shapes, programs,
                                        knobs_of(config, mesh)):
         emit(report)
         if not report["fits"]:
             failed.append(report)
+        if report["program"] == "train_step":
+            known[(shapes.seq_len, _ROWS.value)] = report
     if _FIND_FIT.value:
-        emit(find_fit(config, model_config, mesh, chip, topology.name, emit))
+        emit(find_fit(config, model_config, mesh, chip, topology.name, emit, known))
     if out:
         out.close()
     for report in failed:

@@ -11,6 +11,10 @@ from `topology.topology_devices`, or real ones):
 - `train_step`: the Updater's jitted minibatch step (forward + backward of the whole vision-language model,
   the loss, AdamW) on `rows` rows of `seq_len` tokens with the prompt window's screenshots;
 - `proximal_logprobs`: the Updater's no-gradient log-prob pass on the same rows;
+- `reference_logprobs` (a KL run: `actor.kl_ctl` or `actor.kl_loss_coef` > 0): the same pass on the frozen
+  reference's weights, held in `actor.ref_dtype` (`train/reference.py`);
+- `critic_values`, `critic_step` (`critic.enabled`): the value model's no-gradient values and its clipped
+  value-loss AdamW step on the same rows (`train/critic.py`: a second trunk with its own AdamW state);
 - `prefill`, `decode`: the policy server's Sampler at `rollout.server_max_batch` prompts that fill
   `buffer.max_seq_len` with the response budget, KV cache included (one decode program = `decode_chunk` steps);
 - `logprob_path`: the LM head's log-prob + gradient alone (hidden states and head weight in, their gradients
@@ -19,7 +23,10 @@ from `topology.topology_devices`, or real ones):
 Each report: memory per device from XLA (`memory_analysis`: arguments, outputs, temporaries, total = arguments +
 outputs - donated aliases + temporaries) against the chip's HBM, analytic FLOPs and HBM bytes (`cost.py`: XLA's
 cost analysis counts a loop body once), the roofline step time and FLOPs utilisation (a bound, not an MFU) at the
-chip's published peak, and the seconds lowering + compiling took on this machine.
+chip's published peak, and the seconds lowering + compiling took on this machine. The train-side programs' reports also carry
+`hbm_resident_bytes_per_device`: what the Updater keeps on the chip through that pass besides the program's own
+arguments (the policy's weights and AdamW state, the reference unless `actor.ref_offload`, the critic's state),
+from the abstract arrays' shard shapes; their `fits` counts it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import contextlib
 import dataclasses
 import re
 import time
+import types
 from typing import Any, Iterable
 
 import jax
@@ -36,7 +44,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxwebrl.models import kv_cache, lm_head, stacking
+from jaxwebrl.models import kv_cache, lm_head, stacking, value_head
 from jaxwebrl.models.config import ModelConfig
 from jaxwebrl.models.policy import init_params_shapes
 from jaxwebrl.models.presets import image_processor_for
@@ -45,11 +53,32 @@ from jaxwebrl.models.vl_model import VisionLanguageModel
 from jaxwebrl.parallel import cost, partition
 from jaxwebrl.parallel.mesh import batch_divisor, batch_spec
 from jaxwebrl.parallel.topology import Chip
-from jaxwebrl.train import trainable
-from jaxwebrl.train.rl_config import optimizer_settings, update_settings
+from jaxwebrl.train import reference, trainable
+from jaxwebrl.train.critic import CriticState
+from jaxwebrl.train.rl_config import optimizer_settings, update_settings, value_model
 from jaxwebrl.train.update import Minibatch, _compiled, make_optimizer
 
-PROGRAMS = ("train_step", "proximal_logprobs", "prefill", "decode", "logprob_path")
+PROGRAMS = ("train_step", "proximal_logprobs", "reference_logprobs", "critic_values", "critic_step", "prefill",
+            "decode", "logprob_path")
+# Programs only some runs have: name -> (whether `config` runs it, what makes it run).
+OPTIONAL = {"reference_logprobs": (reference.needed, "a KL term: --config.actor.kl_ctl or actor.kl_loss_coef > 0"),
+            "critic_values": (lambda c: bool(c.critic.enabled), "a critic: --config.critic.enabled=True (ppo.py)"),
+            "critic_step": (lambda c: bool(c.critic.enabled), "a critic: --config.critic.enabled=True (ppo.py)")}
+# What each train-side program takes as arguments of the train state the Updater holds (see `resident_bytes`).
+_ARGUMENTS = {"train_step": ("policy_params", "optimizer_state"), "proximal_logprobs": ("policy_params",),
+              "reference_logprobs": ("reference",), "critic_values": ("critic_params",),
+              "critic_step": ("critic_params", "critic_optimizer_state")}
+
+
+def programs_for(config) -> tuple[str, ...]:
+    """The programs a run of `config` executes, in PROGRAMS order."""
+    return tuple(p for p in PROGRAMS if p not in OPTIONAL or OPTIONAL[p][0](config))
+
+
+def shard_bytes(tree) -> int:
+    """Bytes one device holds of abstract arrays `tree` (each leaf's shard shape under its sharding)."""
+    return int(sum(np.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
+                   for x in jax.tree.leaves(tree)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +126,11 @@ def _abstract(tree, shardings):
     return jax.tree.map(lambda leaf, sh: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sh), tree, shardings)
 
 
-def state_shardings(tree, mesh):
+def state_shardings(tree, mesh, replicated: str | None = None):
     """Shardings of a params-shaped pytree nested anywhere (optimizer state): each leaf by the partition rule its
-    path ends with; scalars replicated."""
+    path ends with; scalars, and leaves whose path holds the key `replicated`, replicated."""
     def one(path, leaf):
-        if not np.shape(leaf):
+        if not np.shape(leaf) or (replicated and replicated in partition.path_string(path).split("/")):
             return NamedSharding(mesh, P())
         return NamedSharding(mesh, partition.param_spec(partition.path_string(path), np.shape(leaf), mesh))
 
@@ -160,6 +189,42 @@ class Programs:
         self.opt_state = _abstract(opt_shapes, state_shardings(opt_shapes, mesh))
         self.settings = update_settings(config)
         self.logprobs_fn, self.step_fn = _compiled(self.module, self.settings, self.optimizer_config)
+        self.reference = self._reference(shapes_tree)
+        self.critic, self.critic_state = self._critic(shapes_tree)
+
+    def _reference(self, shapes_tree):
+        """The frozen reference's abstract params (the policy's structure in `actor.ref_dtype`, on the policy's
+        partition rules), or None when no KL term reads it."""
+        if not reference.needed(self.config):
+            return None
+        held = reference.held_template(shapes_tree, self.config.actor.ref_dtype)
+        return _abstract(held, partition.param_shardings(held, self.mesh))
+
+    def _critic(self, shapes_tree):
+        """(the run's ValueModel, its abstract CriticState: a copy of the trunk + zero value head, their AdamW state),
+        or (None, None) without `critic.enabled`."""
+        if not self.config.critic.enabled:
+            return None, None
+        # value_model reads only the policy's module and ModelConfig; there is no Policy object in an AOT compile
+        critic = value_model(self.config, types.SimpleNamespace(module=self.module, config=self.model_config))
+        params = jax.eval_shape(lambda p: value_head.value_model_params(p, self.model_config), shapes_tree)
+        opt = jax.eval_shape(critic.optimizer.init, params)
+        # the trunk on the policy's shardings (`init_state` copies the policy's arrays), the value head replicated
+        return critic, CriticState(_abstract(params, state_shardings(params, self.mesh, "value_head")),
+                                   _abstract(opt, state_shardings(opt, self.mesh, "value_head")))
+
+    def resident_bytes(self, name: str) -> dict[str, int] | None:
+        """Bytes a chip holds through train-side program `name` besides its arguments (the Updater keeps the
+        policy's weights and AdamW state, the reference unless `actor.ref_offload`, and the critic's state live
+        across its passes), by part, with their "total"; None for the policy server's programs."""
+        if name not in _ARGUMENTS:
+            return None
+        held = {"policy_params": self.params, "optimizer_state": self.opt_state,
+                "reference": None if self.config.actor.ref_offload else self.reference,
+                "critic_params": None if self.critic_state is None else self.critic_state.params,
+                "critic_optimizer_state": None if self.critic_state is None else self.critic_state.opt_state}
+        parts = {k: shard_bytes(v) for k, v in held.items() if v is not None and k not in _ARGUMENTS[name]}
+        return {**parts, "total": sum(parts.values())}
 
     def state_bytes_per_device(self) -> float:
         """Weights, the trainable ones' gradients and two AdamW moments on one chip (params shard over fsdp x
@@ -210,6 +275,51 @@ class Programs:
         work = cost.forward(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
                             positions=s.positions, devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
         return compiled, seconds, work, {"rows": s.rows, "seq_len": s.seq_len}
+
+    def reference_logprobs(self):
+        """The reference's pass: the proximal pass's jitted program on the reference's weights (another compile
+        when `actor.ref_dtype` differs from the params'), on the device whether or not it is offloaded between."""
+        if self.reference is None:
+            raise ValueError(f"reference_logprobs needs {OPTIONAL['reference_logprobs'][1]}")
+        mb, grid = self.minibatch(train=False)
+        compiled, seconds = _compile(self.mesh, lambda: self.logprobs_fn.lower(self.reference, mb, grid=grid))
+        s = self.shapes
+        work = cost.forward(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
+                            positions=s.positions, devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
+        return compiled, seconds, work, {"rows": s.rows, "seq_len": s.seq_len,
+                                         "ref_dtype": self.config.actor.ref_dtype or self.model_config.param_dtype,
+                                         "ref_offload": bool(self.config.actor.ref_offload)}
+
+    def critic_values(self):
+        """The critic's V [R, T] before any update (GAE's values): its trunk's forward and the value head on every
+        token (costed as the policy's forward without the LM head)."""
+        critic = self._critic_or_raise("critic_values")
+        mb, grid = self.minibatch(train=False)
+        compiled, seconds = _compile(self.mesh, lambda: critic._values.lower(self.critic_state.params, mb, grid=grid))
+        s = self.shapes
+        work = cost.forward(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
+                            positions=0, devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
+        return compiled, seconds, work, {"rows": s.rows, "seq_len": s.seq_len}
+
+    def critic_step(self):
+        """One clipped value-loss AdamW step of the critic (forward + backward of its trunk; costed as a policy
+        train step without the LM head, over the trunk's parameters)."""
+        critic = self._critic_or_raise("critic_step")
+        mb, grid = self.minibatch(train=False)
+        s, mesh = self.shapes, self.mesh
+        rows = (_batch(mesh, (s.rows, s.seq_len), jnp.float32), _batch(mesh, (s.rows, s.seq_len), jnp.float32),
+                _batch(mesh, (s.rows, s.seq_len), jnp.int32))   # returns, old values, value mask
+        compiled, seconds = _compile(mesh, lambda: critic._step.lower(self.critic_state, mb, *rows, grid=grid))
+        count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.critic_state.params))
+        work = cost.train_step(self.model_config, rows=s.rows, seq_len=s.seq_len, grids_per_row=s.grids_per_row,
+                               positions=0, param_count=count, moments_dtype=self.optimizer_config.moments_dtype,
+                               devices=mesh.size, tensor=mesh.shape["tensor"])
+        return compiled, seconds, work, {"rows": s.rows, "seq_len": s.seq_len, "critic_param_count": count}
+
+    def _critic_or_raise(self, name: str):
+        if self.critic is None:
+            raise ValueError(f"{name} needs {OPTIONAL[name][1]}")
+        return self.critic
 
     @property
     def server_config(self) -> ModelConfig:
@@ -359,4 +469,9 @@ def compile_programs(config, model_config: ModelConfig, mesh, chip: Chip, topolo
             del compiled
         if name == "train_step":
             out["state_bytes_per_device"] = built.state_bytes_per_device()
+        resident = built.resident_bytes(name)
+        if resident is not None:   # the train state held through this pass counts against the chip too
+            out["hbm_resident_bytes_per_device"] = resident
+            needed = (out["hbm_bytes_per_device"]["total"] or 0) + resident["total"]
+            out["fits"] = bool(out["fits"]) and needed <= chip.hbm_bytes
         yield out

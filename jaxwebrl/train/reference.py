@@ -122,8 +122,7 @@ def load_reference(config, workdir: str, *, recipe_params, mesh=None) -> Referen
                             f"model.init_params, or use a new --workdir")
     step = None if recorded is None else recorded.get("step")
     dtype = config.actor.ref_dtype
-    template = recipe_params if dtype is None else jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, _cast_dtype(x.dtype, dtype), sharding=x.sharding), recipe_params)
+    template = held_template(recipe_params, dtype)
     if mesh is not None:   # read (or place) straight onto the trainer mesh's shardings
         shardings = param_shardings(template, mesh)
         template = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), template, shardings)
@@ -140,6 +139,15 @@ def load_reference(config, workdir: str, *, recipe_params, mesh=None) -> Referen
     log.info("reference policy: %s%s (%s%s)", info["source"], "" if info["step"] is None else f" step {info['step']}",
              dtype or "the params' dtype", ", in host memory" if config.actor.ref_offload else "")
     return Reference(params, info, offload=bool(config.actor.ref_offload))
+
+
+def held_template(params, ref_dtype: str | None):
+    """The reference as held: `params` itself (ref_dtype None), else ShapeDtypeStructs of its leaves in `ref_dtype`
+    with their shardings (the loader's template, and `train/aot.py`'s abstract reference)."""
+    if ref_dtype is None:
+        return params
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, _cast_dtype(x.dtype, ref_dtype),
+                                                       sharding=getattr(x, "sharding", None)), params)
 
 
 def _cast_dtype(dtype, ref_dtype: str):

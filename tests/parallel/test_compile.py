@@ -7,9 +7,14 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
+from configs import constT10, ppo
+from jaxwebrl.models import presets
+from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.topology import libtpu_available
+from jaxwebrl.train import aot
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Qwen3-VL-2B widths and vocabulary cut to one decoder layer and one vision block, short rows, small screenshots:
@@ -29,17 +34,21 @@ def compile_cli(*args, timeout=900):
 
 @needs_libtpu
 def test_reduced_preset_compiles_for_v5e_8_with_a_report_per_program():
-    done = compile_cli(*REDUCED, "--topology=v5e-8")
+    # a KL loss term: the run also has the frozen reference's pass, its weights in bf16
+    done = compile_cli(*REDUCED, "--topology=v5e-8", "--config.actor.kl_loss_coef=0.001",
+                       "--config.actor.ref_dtype=bfloat16")
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert [r["program"] for r in reports] == ["train_step", "proximal_logprobs", "prefill", "decode", "logprob_path"]
+    assert [r["program"] for r in reports] == ["train_step", "proximal_logprobs", "reference_logprobs", "prefill",
+                                               "decode", "logprob_path"]
     for r in reports:
         hbm = r["hbm_bytes_per_device"]
         assert set(hbm) == {"arguments", "outputs", "temporaries", "total"}
         assert hbm["total"] == hbm["arguments"] + hbm["outputs"] + hbm["temporaries"] - r["hbm_aliased_bytes"]
-        assert r["fits"] and hbm["total"] <= r["hbm_capacity_bytes"] == 16e9
-        assert r["flops"] >= r["model_flops"] > 0 and r["predicted_step_s"] > 0
-        assert 0 < r["roofline_flops_utilisation"] <= 1
+        resident = r.get("hbm_resident_bytes_per_device", {"total": 0})    # train-side programs only
+        assert ("hbm_resident_bytes_per_device" in r) == (r["program"] in aot.PROGRAMS[:3])
+        assert r["fits"] and hbm["total"] + resident["total"] <= r["hbm_capacity_bytes"] == 16e9
+        assert r["flops"] >= r["model_flops"] > 0 and r["predicted_step_s"] > 0 and 0 < r["roofline_flops_utilisation"] <= 1
         assert r["topology"] == "v5e-8" and r["knobs"]["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
         assert r["compile_s"] > 0
     train = reports[0]
@@ -47,7 +56,14 @@ def test_reduced_preset_compiles_for_v5e_8_with_a_report_per_program():
     assert train["knobs"]["scan_layers"] and train["knobs"]["remat"] == "full"
     # the parameters (fp32 master) and AdamW moments are sharded 8 ways: 2.1B params would need 34 GB whole
     assert train["hbm_bytes_per_device"]["arguments"] < 1.5e9
-    assert reports[3]["predicted_tokens_per_s"] > 0 and reports[3]["bound"] == "memory"
+    assert reports[4]["predicted_tokens_per_s"] > 0 and reports[4]["bound"] == "memory"
+    # the bf16 reference: held through the train step, and its pass takes half the fp32 weights' bytes
+    prox, ref = reports[1], reports[2]
+    held = train["hbm_resident_bytes_per_device"]["reference"]
+    assert ref["ref_dtype"] == "bfloat16" and prox["hbm_resident_bytes_per_device"]["reference"] == held > 0
+    saved = prox["hbm_bytes_per_device"]["arguments"] - ref["hbm_bytes_per_device"]["arguments"]
+    assert saved == pytest.approx(held, rel=0.05)
+    assert set(ref["hbm_resident_bytes_per_device"]) == {"policy_params", "optimizer_state", "total"}
 
 
 @needs_libtpu
@@ -105,3 +121,63 @@ def test_logprob_path_temporaries_scale_with_the_vocabulary_chunk_not_the_vocabu
         temporaries[chunk] = report["hbm_bytes_per_device"]["temporaries"]
     shard_bf16 = 151936 * 2048 // 8 * 2     # the whole head-weight shard in bf16: 77.8 MB (what the hoisted cast took)
     assert temporaries[128] <= temporaries[8192] < shard_bf16 / 8
+
+
+def _programs(config):
+    """aot.Programs of `config` cut to 2 decoder layers and 2 vision blocks, fsdp over the 8 fake CPU devices
+    (nothing compiled: the abstract arrays alone)."""
+    config.model.num_layers, config.model.vision_depth = 2, 2
+    model_config = presets.shapes_config(config.model)
+    mesh = distributed.process_mesh({"data": 1, "fsdp": -1, "tensor": 1}, jax.devices("cpu")[:8])
+    return aot.Programs(config, model_config, mesh, aot.RunShapes.of(config, model_config, mesh, seq_len=4096))
+
+
+def test_the_train_state_held_through_each_pass_counts_against_the_chip():
+    """A KL run's reference (bf16: half the fp32 weights) stays on the chip through the policy's passes unless
+    offloaded; its own pass holds the policy's weights and AdamW state besides its arguments; a critic's trunk and
+    AdamW state are held through the policy's passes, and the policy's through the critic's."""
+    c = constT10.get_config("qwen3vl_2b")
+    c.actor.kl_loss_coef, c.actor.ref_dtype = 0.001, "bfloat16"
+    kl = _programs(c)
+    assert aot.programs_for(c) == ("train_step", "proximal_logprobs", "reference_logprobs", "prefill", "decode",
+                                   "logprob_path")
+    params, opt, ref = (aot.shard_bytes(x) for x in (kl.params, kl.opt_state, kl.reference))
+    assert all(x.dtype == jax.numpy.bfloat16 for x in jax.tree.leaves(kl.reference)) and 2 * ref == params > 0
+    assert kl.resident_bytes("train_step") == {"reference": ref, "total": ref}
+    assert kl.resident_bytes("proximal_logprobs") == {"optimizer_state": opt, "reference": ref, "total": opt + ref}
+    assert kl.resident_bytes("reference_logprobs") == {"policy_params": params, "optimizer_state": opt,
+                                                       "total": params + opt}
+    assert kl.resident_bytes("prefill") is None      # the policy server's programs: its own copy, not modelled
+    c.actor.ref_offload = True                         # in host memory between its passes
+    assert _programs(c).resident_bytes("train_step") == {"total": 0}
+
+    critic = _programs(ppo.get_config("qwen3vl_2b"))
+    assert "reference" not in critic.resident_bytes("train_step")
+    trunk, trunk_opt = (aot.shard_bytes(x) for x in critic.critic_state)
+    assert trunk > 0 and 2 * trunk <= trunk_opt < 2 * trunk + 1024      # fp32 AdamW moments (+ step counts)
+    assert critic.resident_bytes("train_step") == {"critic_params": trunk, "critic_optimizer_state": trunk_opt,
+                                                   "total": trunk + trunk_opt}
+    assert critic.resident_bytes("critic_step") == {"policy_params": params, "optimizer_state": opt,
+                                                    "total": params + opt}
+
+
+@needs_libtpu
+def test_a_program_the_run_does_not_execute_is_refused_in_one_line():
+    done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v5p-8",
+                       "--programs=train_step,reference_logprobs", timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == ("usage error: this config's run has no reference_logprobs "
+                                                    "program: it needs a KL term: --config.actor.kl_ctl or "
+                                                    "actor.kl_loss_coef > 0")
+
+
+@needs_libtpu
+def test_a_fit_search_whose_train_state_alone_exceeds_the_chip_compiles_no_train_step():
+    # 8B, fp32 weights and moments on v5e-8: 17.53 GB a chip before any row; only the tiny logprob_path compiles
+    done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v5e-8", "--programs=logprob_path",
+                       "--find_fit", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    *_, fit = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert fit["program"] == "train_step_fit" and fit["largest_fit"] is None and fit["tried"] == []
+    assert 17.5e9 < fit["state_and_held_bytes_per_device"] < 17.6e9
+    assert fit["reason"] == "the train state alone needs 17.53 GB per device, 16.00 GB available"
