@@ -215,7 +215,6 @@ def arm_summary(after_sft: dict | None, runs: list[dict]) -> dict:
     return seed_summary(after_sft, [r["eval"] for r in evaluated], [r["dynamics"] for r in evaluated])
 
 
-
 def horizons(recipe: str | None, args) -> dict:
     """Each task's own horizon in this variant (env.tasks under the arms' config and overrides)."""
     if recipe is None:

@@ -157,8 +157,9 @@ def main(argv) -> int:
     unknown = [p for p in programs if p not in aot.PROGRAMS]
     if unknown:
         cli.exit_with(f"usage error: unknown programs {unknown}: use some of {', '.join(aot.PROGRAMS)}", 2)
+    runs = aot.programs_for(config)
     for p in programs:
-        if p not in aot.programs_for(config):
+        if p not in runs:
             cli.exit_with(f"usage error: this config's run has no {p} program: it needs {aot.OPTIONAL[p][1]}", 2)
     try:
         model_config = presets.shapes_config(config.model)

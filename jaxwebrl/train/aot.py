@@ -23,10 +23,10 @@ from `topology.topology_devices`, or real ones):
 Each report: memory per device from XLA (`memory_analysis`: arguments, outputs, temporaries, total = arguments +
 outputs - donated aliases + temporaries) against the chip's HBM, analytic FLOPs and HBM bytes (`cost.py`: XLA's
 cost analysis counts a loop body once), the roofline step time and FLOPs utilisation (a bound, not an MFU) at the
-chip's published peak, and the seconds lowering + compiling took on this machine. The train-side programs' reports also carry
-`hbm_resident_bytes_per_device`: what the Updater keeps on the chip through that pass besides the program's own
-arguments (the policy's weights and AdamW state, the reference unless `actor.ref_offload`, the critic's state),
-from the abstract arrays' shard shapes; their `fits` counts it.
+chip's published peak, and the seconds lowering + compiling took on this machine. The train-side programs' reports
+also carry `hbm_resident_bytes_per_device`: what the Updater keeps on the chip through that pass besides the
+program's own arguments (the policy's weights and AdamW state, the reference unless `actor.ref_offload`, the
+critic's state), from the abstract arrays' shard shapes; their `fits` counts it.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ from jaxwebrl.train.update import Minibatch, _compiled, make_optimizer
 PROGRAMS = ("train_step", "proximal_logprobs", "reference_logprobs", "critic_values", "critic_step", "prefill",
             "decode", "logprob_path")
 # Programs only some runs have: name -> (whether `config` runs it, what makes it run).
+_WITH_CRITIC = (lambda c: bool(c.critic.enabled), "a critic: --config.critic.enabled=True (ppo.py)")
 OPTIONAL = {"reference_logprobs": (reference.needed, "a KL term: --config.actor.kl_ctl or actor.kl_loss_coef > 0"),
-            "critic_values": (lambda c: bool(c.critic.enabled), "a critic: --config.critic.enabled=True (ppo.py)"),
-            "critic_step": (lambda c: bool(c.critic.enabled), "a critic: --config.critic.enabled=True (ppo.py)")}
+            "critic_values": _WITH_CRITIC, "critic_step": _WITH_CRITIC}
 # What each train-side program takes as arguments of the train state the Updater holds (see `resident_bytes`).
 _ARGUMENTS = {"train_step": ("policy_params", "optimizer_state"), "proximal_logprobs": ("policy_params",),
               "reference_logprobs": ("reference",), "critic_values": ("critic_params",),
