@@ -8,7 +8,7 @@ same held-out instances. Prints one JSON object (and writes OUT/ablation.json).
     python bench/ablation.py ... --resume --sft_eval=DIR   # the finished runs again, against another SFT eval
 
 The paper's regime (issue 26; `--variant=long`: chain tasks with 10/20/30-step horizons and free memory,
-configs/base.py `long`), traps off and on, into README's evidence:
+configs/base.py `long`), traps off and on, into docs/learning.md's evidence:
 
     python bench/learning_run.py --config=configs/constT10.py:long --out=R --stages=sft,eval_sft
     python bench/ablation.py --variant=long --sft=R/sft --out=R/arms --steps=S --seeds=5 --resume \

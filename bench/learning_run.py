@@ -2,7 +2,7 @@ r"""The CPU learning run, end to end: scripted-demonstration SFT warm start, the
 once per seed), each stage evaluated on the same held-out MiniWoB++ instances. Prints one JSON object (and writes it
 to OUT/learning_run.json).
 
-    python bench/learning_run.py --out=/tmp/learning_run                  # defaults: the README's numbers
+    python bench/learning_run.py --out=/tmp/learning_run                  # defaults: docs/learning.md's numbers
     python bench/learning_run.py --out=/tmp/lr --rl_minutes=5 --stages=sft,eval_sft,rl,eval_rl
     python bench/learning_run.py --out=/tmp/lr --rl_steps=15 --eval_seeds=40   # an update budget instead of a clock
     python bench/learning_run.py --out=/tmp/lr --rl_steps=15 --eval_seeds=40 --seeds=5   # RL with seeds 0..4

@@ -1,4 +1,4 @@
-r"""The README's results figure from a learning run and an ablation: held-out success per stage and arm (left: the
+r"""docs/learning.md's results figure from a learning run and an ablation: held-out success per stage and arm (left: the
 mean over seeds ± 1 SE over seeds, each seed a dot; a single eval gets its binomial SE), and the success of every
 episode the trainer read, per update, one line per seed of each arm (right).
 

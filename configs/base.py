@@ -392,7 +392,7 @@ def tiny(c: config_dict.ConfigDict) -> None:
     # take ~45 s, so the trainer uses ~4x the trajectories per minute (the workers make ~60 episodes/min).
     # (Measured with power-of-two row buckets; rows now bucket in quarter octaves, ~80 rows -> 80/96/112/128.)
     # 4 epochs (not 2) per batch: from the SFT warm start, constT10 went 48.3% -> 66.7% held out in 15 updates
-    # (~50 s each); with 2 epochs, 10 updates gave +5 points and 30 gave none (README, Results).
+    # (~50 s each); with 2 epochs, 10 updates gave +5 points and 30 gave none (docs/learning.md).
     c.train.consumer_batch_size = 32
     c.train.ppo_n_minibatches = 1
     c.train.ppo_n_epochs = 4

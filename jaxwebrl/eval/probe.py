@@ -1,5 +1,6 @@
 """The greedy policy's success on fixed held-out instances, measured after every train step
-(`train.stop_at_greedy_success`: a run stops once its greedy policy solves them).
+(`train.stop_at_greedy_success`: a run stops once its greedy policy solves them). The seeds are held out, not
+always the instances: the toy's instance is `seed % 4`, the four instructions it trains on.
 
     probe = SuccessProbe(config, policy, num_seeds=4)       # the recipe's tasks x seeds EVAL_SEED_START + 0..3
     rate = probe(params, version)                            # temperature 0, one episode an instance
