@@ -8,6 +8,10 @@ resets), timed `--pushes` times after the window. One engine at a time. JSON on 
 
     python bench/engines.py --workers=2,8,16,32 --window_s=60
     python bench/engines.py --engines=vllm --workers=2 --window_s=30
+    python bench/engines.py --train=toy,tiny --train_steps=8    # whole runs: seconds an update, jax vs vllm
+
+`--train` runs `launch/train.py` (grpo recipe, that variant, tiny_hd32) once per engine instead of the window, and
+reports the seconds between updates (the median after the first update, whose compile it leaves out).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -82,6 +88,28 @@ def measure(engine: str, num_workers: int, warmup_s: float, window_s: float, pus
     return out
 
 
+def train_run(engine: str, variant: str, steps: int, overrides: list[str]) -> dict:
+    """One `launch/train.py` run of `configs/grpo.py:<variant>` on tiny_hd32 with `engine`: seconds an update."""
+    from jaxwebrl.train.metrics import read_metrics
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory(prefix="bench_engines_train_") as workdir:
+        command = [sys.executable, os.path.join(repo, "launch", "train.py"), f"--config=configs/grpo.py:{variant}",
+                   f"--workdir={workdir}", "--config.model.name=tiny_hd32", f"--config.rollout.engine={engine}",
+                   f"--config.train.max_steps={steps}", "--config.metrics.progress_bar=False", *overrides]
+        start = time.monotonic()
+        done = subprocess.run(command, cwd=repo, capture_output=True, text=True)
+        wall_s = time.monotonic() - start
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        times = [r["time"] for r in read_metrics(workdir)]
+    gaps = np.diff(times)
+    return {"engine": engine, "variant": variant, "updates": len(times), "wall_s": round(wall_s, 1),
+            "s_per_update_median": round(float(np.median(gaps)), 2) if len(gaps) else None,
+            "s_per_update_p95": round(float(np.percentile(gaps, 95)), 2) if len(gaps) else None,
+            "overrides": overrides}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="jax,vllm")
@@ -89,11 +117,19 @@ def main() -> None:
     parser.add_argument("--warmup_s", type=float, default=20.0)
     parser.add_argument("--window_s", type=float, default=60.0)
     parser.add_argument("--pushes", type=int, default=3)
+    parser.add_argument("--train", default="", help="recipe variants to train (toy,tiny) instead of the window")
+    parser.add_argument("--train_steps", type=int, default=8)
     parser.add_argument("--out", default="", help="also write the JSON here")
     args, overrides = parser.parse_known_args()
-    results = [measure(engine, int(n), args.warmup_s, args.window_s, args.pushes, overrides)
-               for n in args.workers.split(",") for engine in args.engines.split(",")]
-    text = json.dumps({"bench": "engines", "policy": "tiny_hd32", "env": "toy", "results": results}, indent=2)
+    if args.train:
+        results = [train_run(engine, variant, args.train_steps, overrides)
+                   for variant in args.train.split(",") for engine in args.engines.split(",")]
+        report = {"bench": "engines_train", "policy": "tiny_hd32", "recipe": "grpo", "results": results}
+    else:
+        results = [measure(engine, int(n), args.warmup_s, args.window_s, args.pushes, overrides)
+                   for n in args.workers.split(",") for engine in args.engines.split(",")]
+        report = {"bench": "engines", "policy": "tiny_hd32", "env": "toy", "results": results}
+    text = json.dumps(report, indent=2)
     print(text)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

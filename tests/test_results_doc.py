@@ -265,8 +265,6 @@ def test_every_json_under_docs_results_parses():
             load(os.path.relpath(p, RESULTS_DIR))  # raises naming the file's bad line
 
 
-@pytest.mark.xfail(strict=True, reason="docs/results/compile/qwen3vl_8b_v5e-8.jsonl is 0 bytes until its "
-                                       "compile is rerun (docs/results.md names it); remove this mark then")
 def test_no_json_under_docs_results_is_empty():
     empty = [os.path.relpath(p, RESULTS_DIR) for p in glob.glob(os.path.join(RESULTS_DIR, "**", "*.json*"),
                                                                    recursive=True) if os.path.getsize(p) == 0]
