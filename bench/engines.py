@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
+from learning_run import run   # bench/learning_run.py
 from rollout import _new_steps, _steps_by_worker, apply_overrides, step_table   # bench/rollout.py
 
 
@@ -92,16 +92,10 @@ def train_run(engine: str, variant: str, steps: int, overrides: list[str]) -> di
     """One `launch/train.py` run of `configs/grpo.py:<variant>` on tiny_hd32 with `engine`: seconds an update."""
     from jaxwebrl.train.metrics import read_metrics
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory(prefix="bench_engines_train_") as workdir:
-        command = [sys.executable, os.path.join(repo, "launch", "train.py"), f"--config=configs/grpo.py:{variant}",
-                   f"--workdir={workdir}", "--config.model.name=tiny_hd32", f"--config.rollout.engine={engine}",
-                   f"--config.train.max_steps={steps}", "--config.metrics.progress_bar=False", *overrides]
-        start = time.monotonic()
-        done = subprocess.run(command, cwd=repo, capture_output=True, text=True)
-        wall_s = time.monotonic() - start
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        wall_s = run([sys.executable, "launch/train.py", f"--config=configs/grpo.py:{variant}", f"--workdir={workdir}",
+                      "--config.model.name=tiny_hd32", f"--config.rollout.engine={engine}",
+                      f"--config.train.max_steps={steps}", "--config.metrics.progress_bar=False", *overrides])
         times = [r["time"] for r in read_metrics(workdir)]
     gaps = np.diff(times)
     return {"engine": engine, "variant": variant, "updates": len(times), "wall_s": round(wall_s, 1),

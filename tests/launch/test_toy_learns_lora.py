@@ -11,7 +11,8 @@ from jaxwebrl.train.metrics import read_metrics
 from tests.launch.test_toy_learns import MAX_UPDATES, greedy_success, launch
 
 # The adapters' lr, ~3x the full-weight run's 3e-4: AdamW moves every adapter entry by ~lr a step, and the merged
-# weight W + (alpha/rank) B A along the adapters' rank-8 directions; 10x the full-weight lr (3e-3) is too fast. Measured (launch/train.py, two runs side by side beside a CPU hog and the niced ablation): at 3e-3,
+# weight W + (alpha/rank) B A along the adapters' rank-8 directions; 10x the full-weight lr (3e-3) is too fast.
+# Measured (launch/train.py, two runs side by side beside a CPU hog and the niced ablation): at 3e-3,
 # one run of four here (and one CI run) collapsed onto two of the four instructions: greedy success stuck at 0.5,
 # the unsolved instructions' groups all failures (dropped by dynamic sampling), the gradient norm down to 0.02;
 # at 1e-3, 8 runs of 8 reached greedy 1.0, after 8-14 updates (median 10.5; 125-203 s first to last update).

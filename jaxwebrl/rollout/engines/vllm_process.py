@@ -192,8 +192,7 @@ def serve(socket, loop: EngineLoop) -> None:
                 if op == "generate":
                     loop.add(str(request_id), payload)
                 elif op == "push":
-                    for finished_id, result in loop.finish_image_requests():
-                        socket.send_multipart(encode_message({"op": "result", "id": finished_id}, result))
+                    _send_results(socket, loop.finish_image_requests())
                     seconds = loop.push(payload["weights"], payload["version"])
                     socket.send_multipart(encode_message({"op": "pushed", "id": request_id},
                                                          {"version": loop.version, "push_s": seconds}))
@@ -206,8 +205,13 @@ def serve(socket, loop: EngineLoop) -> None:
                 socket.send_multipart(encode_message({"op": "error", "id": request_id, "error": message}, {}))
             timeout = 0
         if loop.busy():
-            for request_id, result in loop.step():
-                socket.send_multipart(encode_message({"op": "result", "id": request_id}, result))
+            _send_results(socket, loop.step())
+
+
+def _send_results(socket, results: list[tuple[str, dict]]) -> None:
+    """One `result` message for each (request id, result payload) of requests that finished."""
+    for request_id, result in results:
+        socket.send_multipart(encode_message({"op": "result", "id": request_id}, result))
 
 
 def main(argv=None) -> int:
