@@ -6,6 +6,7 @@ same held-out instances. Prints one JSON object (and writes OUT/ablation.json).
     python bench/ablation.py --sft=/tmp/lr/sft --out=/tmp/ablation --steps=12     # three arms, then eval each
     python bench/ablation.py --sft=/tmp/lr/sft --out=/tmp/ablation --steps=15 --eval_seeds=40 --seeds=5
     python bench/ablation.py ... --resume --sft_eval=DIR   # the finished runs again, against another SFT eval
+    python bench/ablation.py ... --resume --record=docs/results/paper_regime/runs   # resumable across machines
 
 The paper's regime (issue 26; `--variant=long`: chain tasks with 10/20/30-step horizons and free memory,
 configs/base.py `long`), traps off and on, into docs/learning.md's evidence:
@@ -31,6 +32,13 @@ error every seed's difference shares), and `arm_differences` holds every pair's 
 --learning=OUT/learning_run.json adds that run's RL seeds as one more arm (its recipe, e.g. constT10 trained by
 bench/learning_run.py --seeds=N), when it trained the same number of updates on the same held-out instances.
 
+Records (--record=DIR): every finished run is also written to DIR/<recipe>/seed<s>.json (its curve, eval
+summary, dynamics and wall times, with the warm start's params digest, the steps, variant, overrides, held-out
+instances and commit). With --resume, a run that OUT does not hold is taken from its record when all of those but
+the commit match, and trained again (with a line saying why) when they do not: a fresh machine with the same warm
+start (a deterministic SFT regenerates it bit for bit; the digest checks that it did) picks up where the last one
+stopped, and the records are small enough to commit.
+
 Per arm: held-out success, mean steps of successful and of failed episodes (does 1/k shorten failures, as the
 paper found?), memory size, and the training curve. The budget is a number of updates, not wall clock, so the
 arms stay comparable when the machine's load changes; each arm's wall time is reported too.
@@ -39,9 +47,12 @@ arms stay comparable when the machine's load changes; each arm's wall time is re
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
+import subprocess
+import sys
 
 from jaxwebrl.env.registry import check_env_spec, env_specs, task_horizon
 from jaxwebrl.plan.validation import apply_overrides
@@ -72,6 +83,9 @@ def main() -> None:
                              "the same runs against another --sft_eval)")
     parser.add_argument("--json", default=None, help="also write the JSON here (e.g. docs/results/paper_regime/"
                                                     "ablation.json)")
+    parser.add_argument("--record", default=None,
+                        help="write every finished run to RECORD/<recipe>/seed<s>.json and, with --resume, take "
+                             "runs missing from --out from there (keyed by the warm start's params digest)")
     parser.add_argument("override", nargs="*", help="--config.a.b=v overrides for every arm (after --)")
     args = parser.parse_args()
     check_seeds(args.seeds, args.override, "ablation")
@@ -85,21 +99,27 @@ def main() -> None:
             raise SystemExit(f"ablation: no recipe configs/{recipe}.py (see configs/)")
     learned = dict([learning_arm(args.learning, args, recipes, after_sft)]) if args.learning else {}
     plans = {recipe: seed_runs(os.path.join(out, recipe), args.seeds, "eval") for recipe in recipes}
+    records = RunRecords(args.record, sft, recipes, args) if args.record and recipes else None
     runs: dict[str, list[dict]] = {recipe: [] for recipe in recipes}
     for i in range(len(plans[recipes[0]]) if recipes else 0):   # seed by seed over the arms: a stopped ablation
         for recipe in recipes:                                  # leaves them balanced, and its JSON says so
-            runs[recipe].append(train_and_eval(recipe, *plans[recipe][i], sft, args))
+            runs[recipe].append(train_and_eval(recipe, *plans[recipe][i], sft, args, records))
             result = write_result(learned, runs, after_sft, sft, out, args, recipes)
     if not recipes:
         result = write_result(learned, runs, after_sft, sft, out, args, recipes)
     print(json.dumps(result))
 
 
-def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, sft: str, args) -> dict:
+def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, sft: str, args,
+                   records: "RunRecords | None" = None) -> dict:
     """One arm's run for one seed: trained to --steps from the warm start and evaluated (reused with --resume
-    when both are done), with its curve, dynamics and wall times."""
+    when both are done, or taken from its --record), with its curve, dynamics and wall times."""
     config = f"configs/{recipe}.py:{args.variant}"
     walls = finished_walls(workdir, eval_dir, args.steps) if args.resume else None
+    if walls is None and args.resume and records is not None:
+        recorded = records.load(recipe, seed)
+        if recorded is not None:
+            return recorded
     if walls is None:
         train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
                                 override=args.override))
@@ -109,8 +129,77 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
         with open(os.path.join(eval_dir, WALLS), "w", encoding="utf-8") as f:
             json.dump(walls, f)
     rl_curve, summary = curve(workdir), eval_summary(eval_dir)
-    return {"seed": seed, "eval": summary, "curve": rl_curve, "dynamics": run_dynamics(rl_curve),
-            **walls, "memory_chars": (summary or {}).get("memory_chars")}
+    result = {"seed": seed, "eval": summary, "curve": rl_curve, "dynamics": run_dynamics(rl_curve),
+              **walls, "memory_chars": (summary or {}).get("memory_chars")}
+    if records is not None:
+        records.save(recipe, seed, result)
+    return result
+
+
+class RunRecords:
+    """Finished runs as small JSON files, DIR/<recipe>/seed<s>.json, keyed by what makes two runs the same
+    experiment: the warm start's params digest, --steps, --variant, the overrides and the held-out instances."""
+
+    def __init__(self, root: str, sft: str, recipes: list[str], args):
+        self.root = os.path.abspath(root)
+        self.key = {"warm_start_sha256": warm_start_digest(sft, recipes[0], args), "steps": args.steps,
+                    "variant": args.variant, "overrides": list(args.override), "eval_seeds": args.eval_seeds}
+
+    def path(self, recipe: str, seed: int | None) -> str:
+        return os.path.join(self.root, recipe, f"seed{'' if seed is None else seed}.json")
+
+    def load(self, recipe: str, seed: int | None) -> dict | None:
+        """The recorded run, or None (with a line saying why, when a record exists but is of another experiment)."""
+        path = self.path(recipe, seed)
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        differ = sorted(k for k, v in self.key.items() if record.get(k) != v)
+        if differ:
+            print(f"ablation: {path} is another experiment ({', '.join(differ)} differ): training that run again",
+                  file=sys.stderr, flush=True)
+            return None
+        print(f"ablation: {recipe} seed {seed} from its record {path} (commit {record.get('commit')})",
+              file=sys.stderr, flush=True)
+        return record["run"]
+
+    def save(self, recipe: str, seed: int | None, run_result: dict) -> None:
+        """Write the record atomically (a killed bench leaves the old one or none, never half a file)."""
+        path = self.path(recipe, seed)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        record = {**self.key, "commit": git_commit(), "run": run_result}
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
+def warm_start_digest(sft: str, recipe: str, args) -> str:
+    """sha256 over the warm start's params (every leaf's path, dtype, shape and bytes, in path order): two SFT
+    runs that produced the same weights give the same digest, wherever and however they were saved."""
+    import jax
+    import numpy as np
+
+    from jaxwebrl.checkpoint.policies import load_policy
+
+    config = apply_overrides(importlib.import_module(f"configs.{recipe}").get_config(args.variant), args.override)
+    try:
+        policy, _ = load_policy(config, sft)
+    except FileNotFoundError as err:
+        raise SystemExit(f"ablation: --record keys its records by the warm start's params, and {err}") from None
+    digest = hashlib.sha256()
+    for path, leaf in sorted(jax.tree_util.tree_flatten_with_path(policy.params)[0],
+                             key=lambda item: jax.tree_util.keystr(item[0])):
+        value = np.asarray(leaf)
+        digest.update(f"{jax.tree_util.keystr(path)}|{value.dtype}|{value.shape}|".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (short), or None outside a git checkout."""
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return proc.stdout.strip() or None
 
 
 def write_result(learned: dict, runs: dict, after_sft: dict | None, sft: str, out: str, args, recipes) -> dict:

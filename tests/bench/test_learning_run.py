@@ -175,6 +175,64 @@ def test_the_ablation_json_holds_per_seed_records_split_differences_and_the_vari
     assert easy["diff_mean"] == pytest.approx(0.1) and easy["diff_se"] == pytest.approx((2 * 0.1 ** 2) ** 0.5)
 
 
+def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experiment(tmp_path, capsys):
+    """--record (issue 26: the runs outlive the machine): finished runs written as small JSON records, keyed by the
+    warm start's params digest, and a fresh --out with --resume takes them back without training (the warm start
+    here has no task to train on: it is a random policy saved as a params checkpoint). A record of another warm start
+    or another --steps is not used, and says why."""
+    import argparse
+
+    import jax
+    from ablation import RunRecords, warm_start_digest
+
+    from configs.grpo import get_config
+    from jaxwebrl.checkpoint.layout import save_params
+    from jaxwebrl.checkpoint.policies import recipe_policy
+
+    params = recipe_policy(get_config("long")).params
+    save_params(params, str(tmp_path / "sft"), {"source": "test"})
+    save_params(params, str(tmp_path / "sft_copy"), {"source": "test, saved again"})
+    save_params(jax.tree.map(lambda x: x + 1e-3, params), str(tmp_path / "sft_other"), {"source": "test"})
+    args = argparse.Namespace(steps=2, variant="long", override=[], eval_seeds=20)
+    digest = warm_start_digest(str(tmp_path / "sft"), "grpo", args)
+    assert digest == warm_start_digest(str(tmp_path / "sft_copy"), "grpo", args) != \
+        warm_start_digest(str(tmp_path / "sft_other"), "grpo", args)
+
+    records = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft"), ["grpo"], args)
+    run = {"seed": 0, "eval": {"success": 0.5}, "curve": [{"step": 1}], "train_s": 3.0}
+    records.save("grpo", 0, run)
+    record = json.loads((tmp_path / "rec" / "grpo" / "seed0.json").read_text())
+    assert record["warm_start_sha256"] == digest and record["steps"] == 2 and record["run"] == run
+    assert RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft_copy"), ["grpo"], args).load("grpo", 0) == run
+    assert records.load("grpo", 1) is None
+    other = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft_other"), ["grpo"], args)
+    longer = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft"), ["grpo"], argparse.Namespace(**{**vars(args),
+                                                                                                     "steps": 3}))
+    capsys.readouterr()
+    assert other.load("grpo", 0) is None and longer.load("grpo", 0) is None
+    err = capsys.readouterr().err
+    assert "(warm_start_sha256 differ)" in err and "(steps differ)" in err
+
+    # wired through the script: runs finished in one --out are recorded, and a fresh --out is summarised from them
+    for seed, rate in enumerate([0.6, 0.5]):
+        workdir = tmp_path / "arms" / "grpo" / f"rl_seed{seed}"
+        workdir.mkdir(parents=True)
+        rows = [{"step": step, "time": 10.0 * step, "rollout/success_rate": 0.5} for step in (1, 2)]
+        (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_eval(tmp_path / "arms" / "grpo" / f"eval_seed{seed}", rate)
+    write_eval(tmp_path / "sft_eval", 0.4)
+    common = [f"--sft={tmp_path / 'sft'}", "--variant=long", "--recipes=grpo", "--steps=2", "--seeds=2", "--resume",
+              f"--sft_eval={tmp_path / 'sft_eval'}", f"--record={tmp_path / 'rec2'}"]
+    proc = bench("ablation.py", *common, f"--out={tmp_path / 'arms'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path / "rec2" / "grpo")) == ["seed0.json", "seed1.json"]
+    proc = bench("ablation.py", *common, f"--out={tmp_path / 'fresh'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("from its record") == 2 and "launch/train.py" not in proc.stderr
+    first, again = (json.loads((tmp_path / d / "ablation.json").read_text())["arms"]["grpo"] for d in ("arms", "fresh"))
+    assert again["seeds"] == first["seeds"] and [s["success"] for s in again["seeds"]] == [0.6, 0.5]
+
+
 # launch/train_run's small toy settings (tests/launch/test_train_run.py): one update is a few dozen episodes
 SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "--config.train.ppo_n_epochs=1",
          "--config.rollout.server_max_batch=2", "--config.rollout.num_workers=1"]
