@@ -13,9 +13,10 @@ Messages in (header "op"):
   generate {"id"} + payload {prompt_ids [L] int32, images [[H, W, 3] uint8, ...], max_tokens, temperature, top_p,
            top_k, seed, regex (optional: this request's own structured output instead of the engine's)}: queued into the running engine at once (continuous batching; prefix caching on);
   push     payload {version, weights {hf_name: array}}: between two engine steps, the weights are reloaded in place
-           and the encoder, multimodal and prefix caches reset; running text-only requests are preempted and resume
-           with their generated prefix recomputed under the new weights, so a response may span versions (recorded
-           per token); requests with an image finish first, under the old weights (`finish_image_requests`);
+           and the encoder, multimodal and prefix caches reset; running requests resume with their generated
+           prefix recomputed under the new weights, so a response may span versions (recorded per token): text-only
+           ones are preempted by vLLM, ones with an image are aborted and resubmitted as prompt + prefix with the
+           grammar's residual (`interrupt_image_requests`, `resume`: vLLM cannot encode a preempted image again);
   stats    -> {"op": "stats"} + counters; close: the process exits.
 Messages out: ready {version, start_s}; result {"id"} + {tokens [N] int32, logprobs [N] float32 (processed: the
 grammar-masked, temperature-scaled distribution each token was drawn from), versions [N] int32, finish_reason,
@@ -34,6 +35,7 @@ import time
 import numpy as np
 import zmq
 
+from jaxwebrl.rollout.engines.regex_residual import residual_regex
 from jaxwebrl.rollout.wire import decode_message, encode_message
 
 
@@ -87,28 +89,44 @@ class EngineLoop:
     def __init__(self, llm, regex: str | None, version: int):
         self.llm, self.engine = llm, llm.llm_engine
         self.regex, self.version = regex, int(version)
-        self.live: dict[str, dict] = {}
-        self.counters = {"requests": 0, "pushes": 0, "preempted_by_push": 0, "generated_tokens": 0}
+        self.live: dict[str, dict] = {}          # request id -> its record
+        self.by_engine_id: dict[str, str] = {}   # vLLM's id of a request's current part -> the request id
+        self.failed: list[tuple[str, str]] = []  # (request id, error) of requests that could not be resumed
+        self.counters = {"requests": 0, "pushes": 0, "preempted_by_push": 0, "resubmitted_by_push": 0,
+                         "generated_tokens": 0}
 
     def add(self, request_id: str, payload: dict) -> None:
         from PIL import Image   # deferred: the engine venv's Pillow
+
+        images = [Image.fromarray(np.asarray(a, np.uint8)) for a in payload.get("images", [])]
+        record = {"tokens": [], "logprobs": [], "versions": [], "images": images, "payload": payload,
+                  "regex": payload.get("regex", self.regex), "parts": 0}
+        self.live[request_id] = record
+        self._submit(request_id, record, record["regex"])
+        self.counters["requests"] += 1
+
+    def _submit(self, request_id: str, record: dict, regex: str | None) -> None:
+        """Queue the request's next part into the engine: its prompt and the tokens generated so far, the budget
+        left, and `regex`: the grammar (a fresh request), or its residual after those tokens."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-        regex = payload.get("regex", self.regex)
-        grammar = StructuredOutputsParams(regex=regex) if regex else None
+        payload, done = record["payload"], len(record["tokens"])
+        seed = payload.get("seed")
+        if seed is not None and done:   # a fresh stream: the first part's draws are not replayed
+            seed = (int(seed) + 1_000_003 * done) % 2**31
         params = SamplingParams(
-            n=1, max_tokens=int(payload["max_tokens"]), temperature=float(payload["temperature"]),
-            top_p=float(payload["top_p"]), top_k=int(payload["top_k"]), seed=payload.get("seed"), logprobs=0,
+            n=1, max_tokens=int(payload["max_tokens"]) - done, temperature=float(payload["temperature"]),
+            top_p=float(payload["top_p"]), top_k=int(payload["top_k"]), seed=seed, logprobs=0,
             detokenize=False, skip_special_tokens=False, output_kind=RequestOutputKind.DELTA,
-            structured_outputs=grammar)
-        prompt: dict = {"prompt_token_ids": np.asarray(payload["prompt_ids"]).astype(int).tolist()}
-        images = [Image.fromarray(np.asarray(a, np.uint8)) for a in payload.get("images", [])]
-        if images:
-            prompt["multi_modal_data"] = {"image": images}
-        self.engine.add_request(request_id, prompt, params)
-        self.live[request_id] = {"tokens": [], "logprobs": [], "versions": [], "images": bool(images)}
-        self.counters["requests"] += 1
+            structured_outputs=StructuredOutputsParams(regex=regex) if regex else None)
+        prompt: dict = {"prompt_token_ids": np.asarray(payload["prompt_ids"]).astype(int).tolist() + record["tokens"]}
+        if record["images"]:
+            prompt["multi_modal_data"] = {"image": record["images"]}
+        record["engine_id"] = f"{request_id}#{record['parts']}" if record["parts"] else request_id
+        record["parts"] += 1
+        self.by_engine_id[record["engine_id"]] = request_id
+        self.engine.add_request(record["engine_id"], prompt, params)
 
     def busy(self) -> bool:
         return bool(self.live)
@@ -117,42 +135,80 @@ class EngineLoop:
         """One engine step; (id, result payload) of the requests that finished in it."""
         done = []
         for out in self.engine.step():
-            record = self.live.get(out.request_id)
-            if record is None:
-                continue
+            request_id = self.by_engine_id.get(out.request_id)
+            record = self.live.get(request_id) if request_id is not None else None
+            if record is None or record["engine_id"] != out.request_id:
+                continue   # an aborted part's last output
             completion = out.outputs[0]
-            if out.prompt_token_ids is not None and "prompt_ids" not in record:
+            if out.prompt_token_ids is not None and "prompt_ids" not in record:   # the first part's: the prompt
                 record["prompt_ids"] = np.asarray(out.prompt_token_ids, np.int32)   # after vLLM's expansion
             tokens = list(completion.token_ids)
             record["tokens"] += tokens
             record["logprobs"] += [entry[t].logprob for t, entry in zip(tokens, completion.logprobs or [])]
             record["versions"] += [self.version] * len(tokens)
             if out.finished:
-                del self.live[out.request_id]
-                self.counters["generated_tokens"] += len(record["tokens"])
-                done.append((out.request_id, {
-                    "tokens": np.asarray(record["tokens"], np.int32),
-                    "logprobs": np.asarray(record["logprobs"], np.float32),
-                    "versions": np.asarray(record["versions"], np.int32),
-                    "prompt_ids": record.get("prompt_ids", np.zeros(0, np.int32)),
-                    "finish_reason": str(completion.finish_reason)}))
+                done.append(self._finish(request_id, str(completion.finish_reason)))
         return done
 
-    def finish_image_requests(self) -> list[tuple[str, dict]]:
-        """Step the engine until no request with an image is in flight; (id, result) of those that finished.
+    def _finish(self, request_id: str, finish_reason: str) -> tuple[str, dict]:
+        """(id, result payload) of a finished request, which leaves the live set."""
+        record = self.live.pop(request_id)
+        self.by_engine_id.pop(record["engine_id"], None)
+        self.counters["generated_tokens"] += len(record["tokens"])
+        return request_id, {
+            "tokens": np.asarray(record["tokens"], np.int32),
+            "logprobs": np.asarray(record["logprobs"], np.float32),
+            "versions": np.asarray(record["versions"], np.int32),
+            "prompt_ids": record.get("prompt_ids", np.zeros(0, np.int32)),
+            "finish_reason": finish_reason}
 
-        A push preempts the running requests, which then recompute their prefix under the new weights; vLLM keeps
-        a request's image inputs only until it has encoded them, so one with an image could not be encoded again
-        (the engine died: "Expected multimodal embeddings ..., but got NoneType"). Such requests finish under the
-        weights they started with before the push (their tokens' versions say so); text-only ones are interrupted."""
+    def interrupt_image_requests(self) -> list[str]:
+        """Abort every request with an image in flight (before a push); their ids, for `resume` after it.
+
+        vLLM keeps a request's image inputs only until it has encoded them, so a request with an image that a push
+        preempts cannot be encoded again (the engine died: "Expected multimodal embeddings ..., but got NoneType").
+        Such a request is aborted instead, and `resume` resubmits it whole: its images, its prompt and the tokens it
+        generated, under the new weights."""
+        aborted = [rid for rid, record in self.live.items() if record["images"]]
+        if aborted:
+            self.engine.abort_request([self.live[rid]["engine_id"] for rid in aborted])
+        return aborted
+
+    def resume(self, request_ids: list[str]) -> list[tuple[str, dict]]:
+        """Resubmit the interrupted requests as prompt + generated prefix, with the budget and grammar left;
+        (id, result) of those with nothing left to generate: the budget spent, or the grammar complete (then only
+        the end token may follow, drawn with probability 1: log-prob 0, under the new version)."""
         done = []
-        while any(record["images"] for record in self.live.values()):
-            done += self.step()
+        for request_id in request_ids:
+            try:
+                done += self._resume_one(request_id)
+            except Exception as exc:  # noqa: BLE001 - this request fails alone (its caller hears why)
+                self._finish(request_id, "error")
+                self.failed.append((request_id, f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"))
         return done
+
+    def _resume_one(self, request_id: str) -> list[tuple[str, dict]]:
+        """`resume` for one request: [] once resubmitted, else its finished (id, result)."""
+        record = self.live[request_id]
+        left = int(record["payload"]["max_tokens"]) - len(record["tokens"])
+        regex = record["regex"]
+        if regex and record["tokens"]:
+            regex = residual_regex(regex, self.llm.get_tokenizer().decode(record["tokens"]))
+        if left > 0 and regex == "":
+            record["tokens"].append(int(self.llm.get_tokenizer().eos_token_id))
+            record["logprobs"].append(0.0)
+            record["versions"].append(self.version)
+            return [self._finish(request_id, "stop")]
+        if left <= 0:
+            return [self._finish(request_id, "length")]
+        self.by_engine_id.pop(record["engine_id"], None)
+        self._submit(request_id, record, regex)
+        self.counters["resubmitted_by_push"] += 1
+        return []
 
     def push(self, weights: dict, version: int) -> float:
         """Reload `weights` (HF names) in place, reset the three caches; seconds taken. Call it with no request
-        with an image in flight (`finish_image_requests`)."""
+        with an image in flight (`interrupt_image_requests`)."""
         import torch   # deferred: the engine venv's torch
 
         start = time.perf_counter()
@@ -192,10 +248,14 @@ def serve(socket, loop: EngineLoop) -> None:
                 if op == "generate":
                     loop.add(str(request_id), payload)
                 elif op == "push":
-                    _send_results(socket, loop.finish_image_requests())
+                    interrupted = loop.interrupt_image_requests()
                     seconds = loop.push(payload["weights"], payload["version"])
                     socket.send_multipart(encode_message({"op": "pushed", "id": request_id},
                                                          {"version": loop.version, "push_s": seconds}))
+                    _send_results(socket, loop.resume(interrupted))
+                    for failed_id, error in loop.failed:
+                        socket.send_multipart(encode_message({"op": "error", "id": failed_id, "error": error}, {}))
+                    loop.failed.clear()
                 elif op == "stats":
                     socket.send_multipart(encode_message({"op": "stats", "id": request_id}, loop.stats()))
                 else:
