@@ -200,6 +200,9 @@ SCHEMA = {
                         one_of(("jax", "vllm"), "use 'jax' or 'vllm' (run `bash .ci/install-vllm` first)")),
         "engine_tensor_parallel_size": Field(1, "rollout.engine='vllm': devices the engine shards the model over",
                                              at_least(1, "must be >= 1 device")),
+        "engine_replicas": Field(1, "rollout.engine='vllm': engine processes behind the one policy server (each "
+                                    "request goes to the least loaded; a push goes to all)",
+                                 at_least(1, "must be >= 1 engine")),
         "host": Field("127.0.0.1", "the policy server's address"),
         "curve": Field(False, "CurveZMQ-encrypt the policy server's transport (any other host)"),
     },

@@ -5,7 +5,11 @@ its own process and venv (rollout/engines/: continuous batching, prefix caching,
 grammar as a regex structured output, processed log-probs).
 
     server = VllmPolicyServer.from_config(policy, buffer, config)   # PolicyService.for_policy picks it
-    server.set_weights(params, version)    # JAX params -> HF names (the export mapping) -> the engine, pushed now
+    server.set_weights(params, version)    # JAX params -> HF names (the export mapping) -> every engine, now
+
+Serving past one engine: `rollout.engine_replicas` engine processes (each `engine_tensor_parallel_size` devices)
+behind the one server; each request goes to the replica with the fewest in flight, and a push goes to all of
+them at once (the server's version is the one every replica holds).
 
 What differs from the JAX server: no static batches (each request joins the running engine batch as soon as it
 is taken from the queue; `server_max_batch` bounds the engine's concurrent sequences), and a weight push preempts
@@ -20,6 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -49,7 +54,7 @@ class VllmPolicyServer(PolicyServer):
 
     def __init__(self, policy, buffer, *, max_batch: int = 8, max_model_len: int = 1024, max_images: int = 1,
                  top_k: int = 0, action_texts: tuple[str, ...] | None = None, memory: MemoryGrammar | None = None,
-                 seed: int = 0, group_size: int = 1, tensor_parallel_size: int = 1):
+                 seed: int = 0, group_size: int = 1, tensor_parallel_size: int = 1, replicas: int = 1):
         head_dim = policy.config.text.head_dim
         if head_dim not in CPU_HEAD_DIMS:
             raise ValueError(f"rollout.engine='vllm': vLLM's CPU attention takes head_dim in {CPU_HEAD_DIMS}, this "
@@ -57,7 +62,8 @@ class VllmPolicyServer(PolicyServer):
         self._engine_options = dict(max_model_len=int(max_model_len), max_num_seqs=int(max_batch),
                                     max_images=int(max_images), seed=int(seed),
                                     tensor_parallel_size=int(tensor_parallel_size))
-        self._in_flight = 0
+        self._replicas = int(replicas)
+        self._in_flight = [0] * self._replicas   # requests in flight on each engine
         self._flight_lock = threading.Lock()
         self._push_s: list[float] = []
         super().__init__(policy, buffer, max_batch=max_batch, deadline_ms=0.0, decode_chunk=1, top_k=top_k,
@@ -70,7 +76,7 @@ class VllmPolicyServer(PolicyServer):
                    max_images=config.env.prompt_window + 1, top_k=config.model.top_k,
                    action_texts=config_action_texts(config), memory=config_memory_grammar(config), seed=config.seed,
                    group_size=config.env.group_size,
-                   tensor_parallel_size=r.engine_tensor_parallel_size)
+                   tensor_parallel_size=r.engine_tensor_parallel_size, replicas=r.engine_replicas)
 
     # ------------------------------------------------------------------ engine
     def _make_sampler(self):
@@ -79,9 +85,15 @@ class VllmPolicyServer(PolicyServer):
         try:
             save_pretrained(self.policy, self._model_dir)
             regex = response_regex(self.action_texts, self.memory) if self.action_texts else None
-            self.engine = VllmEngine(self._model_dir, regex=regex, version=self._version, **self._engine_options)
-            log.info("vLLM engine started in %.1f s (log %s)", self.engine.start_s, self.engine.log_path)
+            self.engines: list[VllmEngine] = []
+            for replica in range(self._replicas):
+                options = dict(self._engine_options, seed=self._engine_options["seed"] + replica)
+                self.engines.append(VllmEngine(self._model_dir, regex=regex, version=self._version, **options))
+                log.info("vLLM engine started in %.1f s (replica %d of %d, log %s)", self.engines[-1].start_s,
+                         replica + 1, self._replicas, self.engines[-1].log_path)
         except BaseException:
+            for engine in getattr(self, "engines", []):
+                engine.close()
             shutil.rmtree(self._model_dir, ignore_errors=True)
             raise
         return None
@@ -90,7 +102,12 @@ class VllmPolicyServer(PolicyServer):
         """Publish `params` as `version` and push them into the engine now (HF names, the three cache resets);
         running requests resume under the new weights."""
         super().set_weights(params, version)
-        seconds = self.engine.push(hf_arrays(self.policy.config, params), int(version))
+        weights = hf_arrays(self.policy.config, params)
+        if len(self.engines) == 1:
+            seconds = self.engines[0].push(weights, int(version))
+        else:   # every replica at once; the push took as long as the slowest
+            with ThreadPoolExecutor(len(self.engines)) as pool:
+                seconds = max(pool.map(lambda engine: engine.push(weights, int(version)), self.engines))
         with self._stats_lock:
             self._push_s.append(seconds)
 
@@ -98,17 +115,25 @@ class VllmPolicyServer(PolicyServer):
         out = super().stats()
         with self._stats_lock:
             pushes = list(self._push_s)
-        out.update(engine="vllm", pushes=len(pushes), push_s_mean=float(np.mean(pushes)) if pushes else 0.0)
+        out.update(engine="vllm", pushes=len(pushes), push_s_mean=float(np.mean(pushes)) if pushes else 0.0,
+                   engine_replicas=len(self.engines))
         return out
 
     def engine_stats(self) -> dict:
-        """The engine's own counters (requests, pushes, prefix_cache_queries / prefix_cache_hits, ...)."""
-        return self.engine.stats()
+        """The engines' own counters (requests, pushes, prefix_cache_queries / prefix_cache_hits, ...), summed over
+        the replicas; `replicas` lists each one's."""
+        each = [engine.stats() for engine in self.engines]
+        if len(each) == 1:
+            return each[0]
+        total = {k: sum(e.get(k, 0) for e in each) for k in each[0] if isinstance(each[0][k], (int, float))}
+        total.update(version=min(e["version"] for e in each), replicas=each)
+        return total
 
     def raise_if_failed(self) -> None:
         super().raise_if_failed()
         try:
-            self.engine.raise_if_failed()
+            for engine in self.engines:
+                engine.raise_if_failed()
         except RuntimeError as exc:
             raise RuntimeError(f"policy server stopped: {exc}") from None
 
@@ -116,7 +141,8 @@ class VllmPolicyServer(PolicyServer):
         try:
             super().close()
         finally:
-            self.engine.close()
+            for engine in self.engines:
+                engine.close()
             shutil.rmtree(self._model_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ batching thread
@@ -124,7 +150,8 @@ class VllmPolicyServer(PolicyServer):
         """Hand every queued request to the engine at once (it batches continuously); replies settle from the
         engine's I/O thread."""
         while not self._closed.is_set():
-            self.engine.raise_if_failed()   # a dead engine ends this thread: handle() then fails at once
+            for engine in self.engines:   # a dead engine ends this thread: handle() then fails at once
+                engine.raise_if_failed()
             batch = self._next_batch()
             for request, future, queued_at in batch:
                 try:
@@ -148,13 +175,14 @@ class VllmPolicyServer(PolicyServer):
                    "seed": int(self._rng.integers(2**31 - 1)) if seed is None else int(seed)}
         t1 = time.perf_counter()
         with self._flight_lock:
-            self._in_flight += 1
-            batch_size = self._in_flight
+            replica = int(np.argmin(self._in_flight))   # the least loaded engine
+            self._in_flight[replica] += 1
+            batch_size = self._in_flight[replica]
         timing = {"queue_s": start - queued_at, "encode_s": t1 - t0, "batch_size": batch_size, "compiled": False}
 
         def done(engine_future) -> None:
             with self._flight_lock:
-                self._in_flight -= 1
+                self._in_flight[replica] -= 1
             error = engine_future.exception()
             if error is not None:
                 _settle(future, error=error)
@@ -176,7 +204,7 @@ class VllmPolicyServer(PolicyServer):
                 self._stats["busy_s"] += time.perf_counter() - t0
             _settle(future, result=reply)
 
-        self.engine.generate(payload).add_done_callback(done)
+        self.engines[replica].generate(payload).add_done_callback(done)
 
 
 

