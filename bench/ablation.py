@@ -177,10 +177,10 @@ class RunRecords:
 def warm_start_digest(sft: str, recipe: str, args) -> str:
     """sha256 over the warm start's params (every leaf's path, dtype, shape and bytes, in path order): two SFT
     runs that produced the same weights give the same digest, wherever and however they were saved."""
-    import jax
+    import jax   # deferred heavy dependency: only --record loads the warm start
     import numpy as np
 
-    from jaxwebrl.checkpoint.policies import load_policy
+    from jaxwebrl.checkpoint.policies import load_policy   # (the same: it imports the model code)
 
     config = apply_overrides(importlib.import_module(f"configs.{recipe}").get_config(args.variant), args.override)
     try:

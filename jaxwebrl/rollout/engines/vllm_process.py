@@ -108,8 +108,8 @@ class EngineLoop:
     def _submit(self, request_id: str, record: dict, regex: str | None) -> None:
         """Queue the request's next part into the engine: its prompt and the tokens generated so far, the budget
         left, and `regex`: the grammar (a fresh request), or its residual after those tokens."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+        from vllm import SamplingParams   # deferred heavy dependency: only the engine venv has vLLM
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams   # (the same)
 
         payload, done = record["payload"], len(record["tokens"])
         seed = payload.get("seed")
