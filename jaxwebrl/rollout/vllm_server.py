@@ -86,11 +86,21 @@ class VllmPolicyServer(PolicyServer):
             save_pretrained(self.policy, self._model_dir)
             regex = response_regex(self.action_texts, self.memory) if self.action_texts else None
             self.engines: list[VllmEngine] = []
-            for replica in range(self._replicas):
+
+            def start(replica: int) -> VllmEngine:
                 options = dict(self._engine_options, seed=self._engine_options["seed"] + replica)
-                self.engines.append(VllmEngine(self._model_dir, regex=regex, version=self._version, **options))
-                log.info("vLLM engine started in %.1f s (replica %d of %d, log %s)", self.engines[-1].start_s,
-                         replica + 1, self._replicas, self.engines[-1].log_path)
+                return VllmEngine(self._model_dir, regex=regex, version=self._version, **options)
+
+            with ThreadPoolExecutor(self._replicas) as pool:   # the replicas start side by side
+                futures = [pool.submit(start, replica) for replica in range(self._replicas)]
+            for future in futures:   # every one waited for, so none is left running when another failed
+                if future.exception() is None:
+                    self.engines.append(future.result())
+            for future in futures:
+                future.result()   # raises the first start failure
+            for replica, engine in enumerate(self.engines):
+                log.info("vLLM engine started in %.1f s (replica %d of %d, log %s)", engine.start_s, replica + 1,
+                         self._replicas, engine.log_path)
         except BaseException:
             for engine in getattr(self, "engines", []):
                 engine.close()
