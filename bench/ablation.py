@@ -120,7 +120,8 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
         recorded = records.load(recipe, seed)
         if recorded is not None:
             return recorded
-    if walls is None:
+    trained = walls is None
+    if trained:
         train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
                                 override=args.override))
         eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds,
@@ -131,8 +132,8 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
     rl_curve, summary = curve(workdir), eval_summary(eval_dir)
     result = {"seed": seed, "eval": summary, "curve": rl_curve, "dynamics": run_dynamics(rl_curve),
               **walls, "memory_chars": (summary or {}).get("memory_chars")}
-    if records is not None:
-        records.save(recipe, seed, result)
+    if records is not None and (trained or not os.path.isfile(records.path(recipe, seed))):
+        records.save(recipe, seed, result)   # a resumed run keeps the record (and commit) it was trained at
     return result
 
 
