@@ -180,7 +180,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--timeout_s", type=float, default=3000)
-    parser.add_argument("--max_rss_gib", type=float, default=16.0, help="stop the run past this much memory")
+    parser.add_argument("--max_rss_gib", type=float, default=20.0,
+                        help="stop the run past this much memory (it peaks at ~18 GiB: the machine needs 24)")
     args, overrides = parser.parse_known_args()
     bad = [o for o in overrides if not o.startswith("--config.")]
     if bad:
