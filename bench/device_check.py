@@ -145,7 +145,7 @@ def decode(args) -> dict:
 
     from jaxwebrl.models import kv_cache
     from jaxwebrl.models.policy import init_params
-    from jaxwebrl.models.sampler import Sampler, SamplingParams
+    from jaxwebrl.models.sampler import Sampler, SamplingParams, row_keys
     from jaxwebrl.parallel import cost
 
     config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="bfloat16"
@@ -164,7 +164,7 @@ def decode(args) -> dict:
     static = sampling
     t0 = time.perf_counter()
     cache = kv_cache.init_cache(sampler.config, rows, prompt + new, jnp.dtype(config.dtype))
-    state = sampler._prefill(weights, ids, mask, None, cache, jax.random.PRNGKey(0), jnp.int32(0),
+    state = sampler._prefill(weights, ids, mask, None, cache, row_keys(0, rows, rows), jnp.int32(0),
                              jnp.asarray([-1], jnp.int32), None, jnp.zeros((0,), jnp.int32), jnp.int32(0),
                              grid=None, sampling=static)
     jax.block_until_ready(state)

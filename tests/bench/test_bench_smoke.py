@@ -1,25 +1,13 @@
-"""bench/rl_core.py and bench/buffer.py run for real at their smallest size: the JSON they print has its keys, both
-arms of every ratio were measured, and each ratio is the one of its arms."""
+"""Every bench script that runs on the CPU (the in-process ones; tests/bench/test_bench_smoke_live.py has those with
+browsers, workers and servers) runs for real at its smallest size: the JSON it prints has its keys, both arms of every
+ratio were measured, and each ratio is the one of its arms."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def run_bench(name: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", name), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_rl_core_smallest_run_measures_both_arms_and_agrees_with_numpy():
+def test_rl_core_smallest_run_measures_both_arms_and_agrees_with_numpy(run_bench):
     out = run_bench("rl_core.py", "--rows", "2", "--tokens", "64", "--repeats", "1")
     assert {"rows", "tokens", "policy_tokens", "repeats", "jax_compile_s", "backend"} <= set(out)
     assert (out["rows"], out["tokens"], out["repeats"]) == (2, 64, 1) and 0 < out["policy_tokens"] <= 2 * 64
@@ -32,7 +20,7 @@ def test_rl_core_smallest_run_measures_both_arms_and_agrees_with_numpy():
     assert out["max_abs_diff_advantages"] < 1e-4 and out["abs_diff_loss"] < 1e-4 and out["max_abs_diff_grad"] < 1e-4
 
 
-def test_buffer_smallest_run_measures_all_three_arms_every_round(tmp_path):
+def test_buffer_smallest_run_measures_all_three_arms_every_round(run_bench, tmp_path):
     out = run_bench("buffer.py", "--episodes", "2", "--rounds", "1", "--dir", str(tmp_path))
     assert {"bytes", "buffer_GBps", "numpy_GBps", "queue_GBps", "buffer_vs_numpy", "buffer_vs_queue",
             "cpu_buffer_vs_numpy", "cpu_buffer_vs_queue", "per_round", "buffer", "numpy", "targets"} <= set(out)
@@ -49,3 +37,45 @@ def test_buffer_smallest_run_measures_all_three_arms_every_round(tmp_path):
     assert out["buffer"]["commit_ms_p50"] > 0 and out["buffer"]["write_seconds"] > 0
     assert out["buffer"]["read_seconds"] > 0
     assert not os.listdir(tmp_path), "the bench left its ring buffers behind"
+
+
+def test_model_smallest_run_measures_decode_train_step_and_load_memory(run_bench):
+    out = run_bench("model.py", "--prompt", "16", "--new-tokens", "4", "--train-batch", "1", "--train-len", "16",
+                    "--repeats", "1")
+    decode, train, load = out["decode"], out["train_step"], out["load_memory"]
+    assert (decode["prompt_tokens"], decode["new_tokens"], decode["recompute_steps_timed"]) == (16, 4, 4)
+    assert decode["kv_cache_s"] > 0 and decode["full_recompute_s"] > 0
+    assert decode["speedup"] == pytest.approx(decode["full_recompute_s"] / decode["kv_cache_s"])
+    assert decode["same_tokens"], "the cached and the recomputed greedy tokens differ"
+    assert train["tokens_per_step"] == 16 and train["step_s"] > 0 and train["matmul_tflops"] > 0
+    assert train["utilisation"] == pytest.approx(train["model_tflops"] / train["matmul_tflops"])
+    assert 40e6 < train["text_params"] < 60e6, train   # the ~50M preset the figure quotes
+    assert load["checkpoint_bytes"] > 4 * 40e6 and load["peak_over_size"] > 0 and load["cold_peak_over_size"] > 0
+
+
+def test_constrained_decode_smallest_run_times_both_ways_of_the_forced_prefix(run_bench):
+    out = run_bench("constrained_decode.py", "--batch", "1", "--repeats", "1")
+    assert out["batch"] == 1 and out["grammar"] == "toy" and out["forced_prefix_tokens"] > 0
+    decoded, prefilled = out["decoded"], out["prefilled"]
+    assert decoded["batch_s_median"] > 0 and prefilled["batch_s_median"] > 0
+    assert decoded["response_tokens"] == prefilled["response_tokens"] > out["forced_prefix_tokens"]
+    assert out["speedup"] == pytest.approx(decoded["batch_s_median"] / prefilled["batch_s_median"], abs=0.01)
+
+
+def test_update_ab_smallest_run_times_an_update_of_the_fixed_batch(run_bench, tmp_path):
+    batch = tmp_path / "batch.npz"
+    out = run_bench("update_ab.py", "--updates", "1", "--batch", str(batch))
+    assert batch.is_file(), "the fixed batch was not cached for the next tree"
+    assert out["rows"] > 0 and out["shape"][0] >= out["rows"] and len(out["seconds"]) == 1
+    assert out["seconds"][0] > 0 and out["last_update"]["grad_norm"] > 0
+
+
+@pytest.mark.parametrize("part, extra", [("train", ("--rows", "1", "--seq_len", "64")),
+                                         ("decode", ("--batch", "2", "--prompt_len", "16", "--new_tokens", "8"))])
+def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, part, extra):
+    out = run_bench("device_check.py", part, "--tiny", "--chip", "h200", "--iters", "1", *extra)
+    assert out["platform"] == "cpu" and out["measured_step_s"] > 0 and out["model_flops"] > 0
+    assert out["chip"] == "NVIDIA H200 SXM" and out["predicted_step_s"] > 0
+    peak = 989e12
+    assert out["measured_mfu"] == pytest.approx(out["model_flops"] / (out["measured_step_s"] * peak))
+    assert out["roofline_flops_utilisation"] == pytest.approx(out["model_flops"] / (out["predicted_step_s"] * peak))

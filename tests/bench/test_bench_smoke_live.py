@@ -1,0 +1,60 @@
+"""The bench scripts that start browsers, worker processes, Ray or a policy server run for real at their smallest
+size (one worker, windows of seconds): every arm of every ratio measured, each ratio the one of its arms, and the
+per-step breakdown taken from steps played inside the window."""
+
+import pytest
+
+
+@pytest.mark.browser
+def test_env_smallest_run_measures_steps_per_second_and_the_workers_overhead(run_bench):
+    out = run_bench("env.py", "--workers", "1", "--seconds", "2")
+    assert out["bench"] == "env" and out["seconds_per_setting"] == 2
+    throttled, unthrottled = out["settings"]
+    assert (throttled["workers"], throttled["unthrottled_frames"]) == (1, False)
+    assert (unthrottled["workers"], unthrottled["unthrottled_frames"]) == (1, True)
+    for setting in out["settings"]:
+        assert setting["steps_per_s"] > 0 and setting["env_step_ms"] > 0, setting
+        assert 0 <= setting["worker_overhead_fraction"] < 1, setting
+    assert throttled["speedup_vs_first"] == 1.0
+    assert unthrottled["speedup_vs_first"] == pytest.approx(unthrottled["steps_per_s"] / throttled["steps_per_s"],
+                                                            abs=0.01)
+    worker = out["rollout_worker"]
+    assert worker["steps"] > 0 and worker["step_ms_without_policy"] > 0
+    assert worker["worker_overhead_fraction"] == pytest.approx(worker["worker_own_fraction"]
+                                                               + worker["buffer_fraction"], abs=2e-4)
+
+
+def test_ray_overhead_smallest_run_measures_local_and_ray_workers(run_bench):
+    pytest.importorskip("ray", reason='bench/ray_overhead.py needs Ray: pip install "ray==2.60.0"')
+    out = run_bench("ray_overhead.py", "--workers", "1", "--window_s", "3", "--rounds", "1", timeout=400)
+    detail = out["rounds_detail"]
+    for arm in ("local", "ray"):
+        assert len(detail[arm]) == 1 and detail[arm][0]["episodes"] > 0, detail
+        assert out[f"{arm}_episodes_per_hour"] > 0
+    assert out["overhead"] == pytest.approx(1 - out["ray_episodes_per_hour"] / out["local_episodes_per_hour"],
+                                            abs=1e-3)
+
+
+def _breakdown_from_window(result: dict) -> None:
+    assert result["steps"] > 0, result
+    median = result["median_s"]
+    assert median["generate_s"] > 0 and median["compute_s"] > 0, median
+    assert result["median_generate_over_compute"] > 0 and result["mean_batch_size"] >= 1
+
+
+def test_rollout_smallest_run_breaks_a_generate_down_from_the_windows_steps(run_bench):
+    out = run_bench("rollout.py", "--variant", "toy", "--workers", "1", "--warmup_s", "20", "--window_s", "6")
+    (result,) = out["results"]
+    assert (result["variant"], result["num_workers"]) == ("toy", 1)
+    _breakdown_from_window(result)
+    assert result["server"]["requests"] > 0 and 0 < result["server_busy_fraction"] <= 1
+
+
+def test_engines_smallest_run_measures_the_jax_server_and_a_push(run_bench):
+    out = run_bench("engines.py", "--engines", "jax", "--workers", "1", "--warmup_s", "20", "--window_s", "6",
+                    "--pushes", "1")
+    (result,) = out["results"]
+    assert (result["engine"], result["num_workers"]) == ("jax", 1) and result["steps"] > 0
+    assert 0 < result["generate_p50_s"] <= result["generate_p95_s"]
+    # the JAX server's push swaps a reference (well under the 0.1 ms the JSON rounds to)
+    assert result["generated_tokens_per_s"] > 0 and len(result["push_s"]) == 1 and result["push_s"][0] >= 0
