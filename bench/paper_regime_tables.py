@@ -1,0 +1,154 @@
+r"""The paper regime's tables as docs/learning.md shows them, and their docs/results.md figure rows, from an ablation
+JSON (bench/ablation.py --json): so the doc's numbers are printed from the evidence, never typed.
+
+    python bench/paper_regime_tables.py docs/results/paper_regime/ablation.json              # markdown
+    python bench/paper_regime_tables.py docs/results/paper_regime/ablation_trap.json --rows  # results.md rows
+
+Markdown: the per-arm table (success mean ± SE over seeds, the gain over the warm start, success per difficulty
+split, mean steps of successes / failures, the fraction of failures that ran to the horizon, memory characters a
+step), each seed's held-out success, the between-arm differences (overall and per split) and the clip line.
+`--rows`: one `## Figures` row of docs/results.md per number, named `<prefix>-...` (`--prefix`, default from the
+file name: learning-paper or learning-paper-trap), quoting the whole markdown line it appears on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+
+SPLITS = ("easy", "medium", "hard")
+NAMES = {"constT10": "SFT + constT10 (1/k)", "grpo": "SFT + grpo (1/\\|τ\\|)",
+         "raftpp": "SFT + raftpp (success-filtered cloning)"}
+HEADER = ("| held out (60 episodes a seed, T = 1) | seeds | success, mean ± SE | − warm start, mean ± SE "
+          "| easy (H = 10) | medium (H = 20) | hard (H = 30) | steps of successes / failures "
+          "| failures at the horizon | memory characters a step |")
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def signed(x: float) -> str:
+    """A difference in points, with a real minus sign: +4.6, −1.3."""
+    return ("+" if x >= 0 else "−") + f"{abs(100 * x):.1f}"
+
+
+def seed_mean(seeds: list[dict], field: str, split: str | None = None) -> float:
+    return statistics.mean(s["success_by_split"][split] if split else s[field] for s in seeds)
+
+
+class Tables:
+    """Markdown lines and their figure rows for one ablation JSON (`rel`: its path under docs/results/)."""
+
+    def __init__(self, data: dict, rel: str, prefix: str, doc: str = "docs/learning.md"):
+        self.d, self.rel, self.prefix, self.doc = data, rel, prefix, doc
+        self.rows: list[str] = []
+
+    def _row(self, name: str, value, scale: str, key: str, line: str) -> None:
+        quote = line.replace("\\|", "|").strip("|- ").replace("|", "\\|")
+        self.rows.append(f"| {self.prefix}-{name} | measured | {value} | {scale} | {self.rel} | {key} | {self.doc} "
+                         f"| {quote} |")
+
+    def arm_table(self) -> list[str]:
+        sft = self.d["after_sft"]
+        line = (f"| SFT warm start | 1 | {pct(sft['success'])}% | | {100 * sft['splits']['easy']:.0f} | "
+                f"{100 * sft['splits']['medium']:.0f} | {100 * sft['splits']['hard']:.0f} | "
+                f"{sft['steps_success']:.1f} / {sft['steps_failure']:.1f} | {100 * sft['failures_at_horizon']:.0f}% | "
+                f"{sft['memory_chars']:.1f} |")
+        out = [HEADER, "|" + "---|" * 10, line]
+        self._row("sft", pct(sft["success"]), "×100", "after_sft.success", line)
+        for split in SPLITS:
+            self._row(f"sft-{split}", f"{100 * sft['splits'][split]:.0f}", "×100", f"after_sft.splits.{split}", line)
+        self._row("sft-steps-success", f"{sft['steps_success']:.1f}", "×1", "after_sft.steps_success", line)
+        self._row("sft-steps-failure", f"{sft['steps_failure']:.1f}", "×1", "after_sft.steps_failure", line)
+        for arm, a in self.d["arms"].items():
+            s, seeds = a["summary"], a["seeds"]
+            split = {k: seed_mean(seeds, "", k) for k in SPLITS}
+            steps_ok, steps_fail = seed_mean(seeds, "mean_steps_success"), seed_mean(seeds, "mean_steps_failure")
+            horizon, memory = seed_mean(seeds, "failures_at_horizon"), seed_mean(seeds, "memory_chars_mean")
+            line = (f"| {NAMES.get(arm, arm)}, {self.d['steps']} updates | {len(seeds)} | {pct(s['rl_success_mean'])} ± "
+                    f"{100 * s['rl_success_se']:.1f}% | {signed(s['diff_mean'])} ± {100 * s['diff_se']:.1f} | "
+                    f"{pct(split['easy'])} | {pct(split['medium'])} | {pct(split['hard'])} | "
+                    f"{steps_ok:.1f} / {steps_fail:.1f} | {100 * horizon:.0f}% | {memory:.1f} |")
+            out.append(line)
+            base = f"arms.{arm}"
+            self._row(f"{arm}-n", len(seeds), "×1", f"len({base}.seeds)", line)
+            self._row(f"{arm}-mean", pct(s["rl_success_mean"]), "×100", f"{base}.summary.rl_success_mean", line)
+            self._row(f"{arm}-se", f"{100 * s['rl_success_se']:.1f}", "×100", f"{base}.summary.rl_success_se", line)
+            self._row(f"{arm}-gain", signed(s["diff_mean"]), "×100", f"{base}.summary.diff_mean", line)
+            self._row(f"{arm}-gain-se", f"{100 * s['diff_se']:.1f}", "×100", f"{base}.summary.diff_se", line)
+            for k in SPLITS:
+                self._row(f"{arm}-{k}", pct(split[k]), "×100", f"mean({base}.seeds[*].success_by_split.{k})", line)
+            self._row(f"{arm}-steps-success", f"{steps_ok:.1f}", "×1", f"mean({base}.seeds[*].mean_steps_success)",
+                      line)
+            self._row(f"{arm}-steps-failure", f"{steps_fail:.1f}", "×1", f"mean({base}.seeds[*].mean_steps_failure)",
+                      line)
+            self._row(f"{arm}-at-horizon", f"{100 * horizon:.0f}", "×100",
+                      f"mean({base}.seeds[*].failures_at_horizon)", line)
+            self._row(f"{arm}-memory", f"{memory:.1f}", "×1", f"mean({base}.seeds[*].memory_chars_mean)", line)
+        return out
+
+    def seed_lines(self) -> list[str]:
+        out = []
+        for arm, a in self.d["arms"].items():
+            line = (f"- {arm}, seeds {', '.join(str(x['seed']) for x in a['seeds'])}: "
+                    f"{', '.join(pct(x['success']) for x in a['seeds'])}% held out")
+            out.append(line)
+            for x in a["seeds"]:
+                self._row(f"{arm}-seed{x['seed']}", pct(x["success"]), "×100",
+                          f"arms.{arm}.seeds[seed={x['seed']}].success", line)
+        return out
+
+    def difference_table(self) -> list[str]:
+        out = ["| arms | overall | per split |", "|---|---|---|"]
+        by_split = self.d["split_differences"]
+        for pair, v in self.d["arm_differences"].items():
+            parts = "; ".join(f"{k} {signed(by_split[k][pair]['diff_mean'])} ± {100 * by_split[k][pair]['diff_se']:.1f}"
+                              for k in SPLITS)
+            line = f"| {pair.replace(' - ', ' − ')} | {signed(v['diff_mean'])} ± {100 * v['diff_se']:.1f} | {parts} |"
+            out.append(line)
+            name, key = pair.replace(" - ", "-minus-"), f'arm_differences."{pair}"'
+            self._row(name, signed(v["diff_mean"]), "×100", f"{key}.diff_mean", line)
+            self._row(f"{name}-se", f"{100 * v['diff_se']:.1f}", "×100", f"{key}.diff_se", line)
+            for k in SPLITS:
+                key = f'split_differences.{k}."{pair}"'
+                self._row(f"{name}-{k}", signed(by_split[k][pair]["diff_mean"]), "×100", f"{key}.diff_mean", line)
+                self._row(f"{name}-{k}-se", f"{100 * by_split[k][pair]['diff_se']:.1f}", "×100", f"{key}.diff_se",
+                          line)
+        return out
+
+    def clip_line(self) -> str:
+        clip = {arm: seed_mean(a["seeds"], "clip_mean") for arm, a in self.d["arms"].items()}
+        line = ("- Clipped tokens an update (`clip_mean`, mean over seeds): "
+                + ", ".join(f"{arm} {pct(c)}%" for arm, c in clip.items()) + ".")
+        for arm, c in clip.items():
+            self.rows.append(f"| {self.prefix}-{arm}-clip | measured | {pct(c)} | ×100 | {self.rel} | "
+                             f"mean(arms.{arm}.seeds[*].clip_mean) | {self.doc} | {arm} {pct(c)}% |")
+        return line
+
+    def markdown(self) -> str:
+        return "\n".join([*self.arm_table(), "", "Each seed's held-out success:", "", *self.seed_lines(), "",
+                          "Between arms (difference of the seed means ± SE), overall and per difficulty split:", "",
+                          *self.difference_table(), "", self.clip_line()])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", help="an ablation JSON under docs/results/")
+    parser.add_argument("--rows", action="store_true", help="print docs/results.md figure rows instead")
+    parser.add_argument("--prefix", default=None, help="figure-name prefix (default: from the file name)")
+    parser.add_argument("--doc", default="docs/learning.md", help="the doc the rows quote")
+    args = parser.parse_args()
+    with open(args.json, encoding="utf-8") as f:
+        data = json.load(f)
+    rel = os.path.relpath(os.path.abspath(args.json), os.path.abspath("docs/results"))
+    prefix = args.prefix or ("learning-paper-trap" if "trap" in os.path.basename(args.json) else "learning-paper")
+    tables = Tables(data, rel, prefix, args.doc)
+    text = tables.markdown()
+    print("\n".join(tables.rows) if args.rows else text)
+
+
+if __name__ == "__main__":
+    main()

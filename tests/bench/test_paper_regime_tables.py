@@ -1,0 +1,47 @@
+"""bench/paper_regime_tables.py: the tables it prints hold the ablation JSON's numbers, and every figure row it
+writes for docs/results.md resolves in that JSON to the value it shows (checked with tests/test_results_doc.py's own
+parser and key evaluator) and quotes a line of the markdown it printed."""
+
+import importlib.util
+import json
+import math
+import os
+
+import paper_regime_tables as tables
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ABLATION = os.path.join(REPO, "docs", "results", "paper_regime", "ablation.json")
+
+
+def _results_doc_checker():
+    spec = importlib.util.spec_from_file_location("results_doc", os.path.join(REPO, "tests", "test_results_doc.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_row_it_writes_resolves_to_its_value_and_quotes_its_markdown():
+    with open(ABLATION) as f:
+        data = json.load(f)
+    t = tables.Tables(data, "paper_regime/ablation.json", "learning-paper")
+    markdown = t.markdown()
+    checker = _results_doc_checker()
+    lines = [checker.normalise(line) for line in markdown.splitlines()]
+    names = []
+    for line in t.rows:
+        row = dict(zip(checker.FIGURE_COLUMNS, checker.cells(line)))
+        names.append(row["figure"])
+        got = checker.evaluate(data, row["key"]) * checker.scale_of(row["scale"])
+        want, tolerance = checker.shown(row["value"])
+        assert math.isclose(got, want, abs_tol=tolerance * (1 + 1e-9)), row
+        assert row["value"] in row["quote"] and any(checker.normalise(row["quote"]) in ln for ln in lines), row
+    assert len(names) == len(set(names)), "two rows share a name"
+    arms = data["arms"]
+    assert sum(line.startswith("| SFT + ") for line in markdown.splitlines()) == len(arms)
+    for arm, a in arms.items():
+        assert f"{arm}, seeds {', '.join(str(s['seed']) for s in a['seeds'])}:" in markdown
+        assert f"{tables.pct(a['summary']['rl_success_mean'])} ± {100 * a['summary']['rl_success_se']:.1f}%" in markdown
+
+
+def test_signed_points_use_a_real_minus():
+    assert tables.signed(0.046) == "+4.6" and tables.signed(-0.013) == "−1.3" and tables.signed(0.0) == "+0.0"
