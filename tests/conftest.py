@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 
+from configs.base import FIELDS
 from jaxwebrl.parallel import compile_cache
 
-compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", "~/.cache/jaxwebrl/xla"))
+compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", FIELDS["compilation_cache_dir"].default))
 
 # The slowest files of `bash .ci/test` (seconds of their slowest tests, measured alone on 2 cores, 3 Dec 2026),
 # slowest first. A file not listed keeps its collection order after these; a listed file that is gone is ignored.

@@ -1,7 +1,6 @@
 """bench/ scripts import each other by module name (they run as `python bench/x.py`): put bench/ on sys.path.
 `run_bench`: a bench script run for real in a subprocess, its printed JSON parsed."""
 
-import json
 import os
 import subprocess
 import sys
@@ -13,12 +12,7 @@ BENCH = os.path.join(REPO, "bench")
 if BENCH not in sys.path:
     sys.path.insert(0, BENCH)
 
-
-def _last_json(stdout: str) -> dict:
-    """The last JSON object a bench printed: one line, or indented (its opening brace alone at column 0)."""
-    lines = stdout.rstrip().splitlines()
-    start = max(i for i, line in enumerate(lines) if line.startswith("{"))
-    return json.loads("\n".join(lines[start:]))
+from bench_json import last_json  # noqa: E402  (bench/ is on sys.path from here)
 
 
 @pytest.fixture
@@ -27,5 +21,5 @@ def run_bench():
         done = subprocess.run([sys.executable, os.path.join(BENCH, name), *args], cwd=REPO, capture_output=True,
                               text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"})
         assert done.returncode == 0, done.stderr[-3000:]
-        return _last_json(done.stdout)
+        return last_json(done.stdout)
     return run
