@@ -46,8 +46,9 @@ class Tables:
         self.d, self.rel, self.prefix, self.doc = data, rel, prefix, doc
         self.rows: list[str] = []
 
-    def _row(self, name: str, value, scale: str, key: str, line: str) -> None:
-        quote = line.replace("\\|", "|").strip("|- ").replace("|", "\\|")
+    def _row(self, name: str, value, scale: str, key: str, line: str, quote: str | None = None) -> None:
+        """One figure row; its quote is the whole markdown `line` unless given."""
+        quote = quote or line.replace("\\|", "|").strip("|- ").replace("|", "\\|")
         self.rows.append(f"| {self.prefix}-{name} | measured | {value} | {scale} | {self.rel} | {key} | {self.doc} "
                          f"| {quote} |")
 
@@ -124,11 +125,12 @@ class Tables:
         line = ("- Clipped tokens an update (`clip_mean`, mean over seeds): "
                 + ", ".join(f"{arm} {pct(c)}%" for arm, c in clip.items()) + ".")
         for arm, c in clip.items():
-            self.rows.append(f"| {self.prefix}-{arm}-clip | measured | {pct(c)} | ×100 | {self.rel} | "
-                             f"mean(arms.{arm}.seeds[*].clip_mean) | {self.doc} | {arm} {pct(c)}% |")
+            self._row(f"{arm}-clip", pct(c), "×100", f"mean(arms.{arm}.seeds[*].clip_mean)", line, f"{arm} {pct(c)}%")
         return line
 
     def markdown(self) -> str:
+        """Every table and line; `rows` then holds their figure rows (rebuilt on each call)."""
+        self.rows = []
         return "\n".join([*self.arm_table(), "", "Each seed's held-out success:", "", *self.seed_lines(), "",
                           "Between arms (difference of the seed means ± SE), overall and per difficulty split:", "",
                           *self.difference_table(), "", self.clip_line()])
