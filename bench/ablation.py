@@ -16,7 +16,7 @@ configs/base.py `long`), traps off and on, into docs/learning.md's evidence:
         --json=docs/results/paper_regime/ablation.json
     python bench/ablation.py --variant=long --sft=R/sft --out=R/arms_trap --steps=S --seeds=3 --resume \
         --json=docs/results/paper_regime/ablation_trap.json -- \
-        "--config.env.tasks=chain/easy-cue?layout=fixed&trap=1,chain/medium-cue?layout=fixed&trap=1,chain/hard-cue?layout=fixed&trap=1"
+        "--config.env.tasks=chain/easy-cue?layout=fixed&trap=2,chain/medium-cue?layout=fixed&trap=2,chain/hard-cue?layout=fixed&trap=2"
 
 Per seed (`arms[recipe].seeds`): held-out success overall and per difficulty split, mean steps of successes and
 failures and their ratio, the share of failures that ran to the horizon, memory characters a step (by outcome),
@@ -163,7 +163,8 @@ class RunRecords:
             return None
         print(f"ablation: {recipe} seed {seed} from its record {path} (commit {record.get('commit')})",
               file=sys.stderr, flush=True)
-        return record["run"]
+        run_result = record["run"]   # the dynamics are derived from the curve by today's code
+        return {**run_result, "dynamics": run_dynamics(run_result["curve"])}
 
     def save(self, recipe: str, seed: int | None, run_result: dict) -> None:
         """Write the record atomically (a killed bench leaves the old one or none, never half a file)."""
@@ -240,6 +241,7 @@ def seed_record(run: dict) -> dict:
             "memory_chars_failure": e.get("memory_chars_failure"), "memory_keys_mean": e.get("memory_keys"),
             "memory_generic_frac": e.get("memory_generic_frac"), "clip_mean": d.get("clip_mean"),
             "s_per_update": d.get("s_per_update"), "train_s": run.get("train_s"),
+            "train_failure_success_length_ratio": d.get("train_failure_success_ratio"),
             "memory_chars_curve": [row.get("memory_chars") for row in run["curve"]]}
 
 

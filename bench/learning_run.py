@@ -142,6 +142,8 @@ def curve(workdir: str) -> list[dict]:
                             "behave_kl": _rounded(row.get("ppo_actor/update/behave_approx_kl_abs/avg"), 4),
                             "clip": _rounded(row.get("ppo_actor/update/clip_ratio/avg"), 4),
                             "memory_chars": _rounded(row.get("rollout/memory_chars/avg"), 2),
+                            "steps_success": _rounded(row.get("rollout/steps_success/avg"), 2),   # the trained
+                            "steps_failure": _rounded(row.get("rollout/steps_failure/avg"), 2),   # batch's
                             "time": row.get("time")})
     return out
 

@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 R="${1:-/work/runs}"
 SFT="$R/long_cf450"
 DOCS=docs/results/paper_regime
-TRAP="--config.env.tasks=chain/easy-cue?layout=fixed&trap=1,chain/medium-cue?layout=fixed&trap=1,chain/hard-cue?layout=fixed&trap=1"
+# Traps on: two trap buttons a page (both free slots), so a wrong press more often ends the episode. One trap
+# (trap=1, docs/results/paper_regime/trap1_check/) left the trained batches' failures as long as with traps off.
+TRAP="--config.env.tasks=chain/easy-cue?layout=fixed&trap=2,chain/medium-cue?layout=fixed&trap=2,chain/hard-cue?layout=fixed&trap=2"
 N="nice -n ${NICE:-10}"
 
 if [ ! -f "$SFT/eval_sft/eval.json" ]; then
@@ -19,9 +21,9 @@ if [ ! -f "$SFT/eval_sft/eval.json" ]; then
 fi
 $N python3 bench/ablation.py --variant=long --sft="$SFT/sft" --sft_eval="$SFT/eval_sft" --out="$R/paper_arms" \
   --steps=10 --seeds=5 --resume --record="$DOCS/runs" --json="$DOCS/ablation.json"
-if [ ! -f "$SFT/eval_sft_trap/eval.json" ]; then   # the warm start on the traps-on tasks: that arm's baseline
-  $N python3 launch/eval.py --config=configs/constT10.py:long --policy="$SFT/sft" --out_dir="$SFT/eval_sft_trap" \
+if [ ! -f "$SFT/eval_sft_trap2/eval.json" ]; then   # the warm start on the traps-on tasks: that arm's baseline
+  $N python3 launch/eval.py --config=configs/constT10.py:long --policy="$SFT/sft" --out_dir="$SFT/eval_sft_trap2" \
     --num_seeds=20 --num_workers=2 "$TRAP"
 fi
-$N python3 bench/ablation.py --variant=long --sft="$SFT/sft" --sft_eval="$SFT/eval_sft_trap" --out="$R/paper_arms_trap" \
+$N python3 bench/ablation.py --variant=long --sft="$SFT/sft" --sft_eval="$SFT/eval_sft_trap2" --out="$R/paper_arms_trap2" \
   --steps=10 --seeds=3 --resume --record="$DOCS/runs_trap" --json="$DOCS/ablation_trap.json" -- "$TRAP"

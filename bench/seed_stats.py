@@ -138,7 +138,8 @@ def run_dynamics(curve: list[dict]) -> dict:
     """One RL run's trained-batch dynamics from its curve (bench/learning_run.py `curve`: one row an update with
     staleness, behave_kl, kl, clip and time): mean staleness (versions), mean |log prox − log behave| (how far the
     trained episodes' behaviour policy was from the policy they train), mean and max |log new − log prox| (the
-    update's step), mean clipped fraction, seconds an update after the first (None where the curve lacks it)."""
+    update's step), mean clipped fraction, seconds an update after the first, and the trained batches' mean steps of
+    successes and of failures and their ratio (None where the curve lacks it)."""
     def values(key):
         return [row[key] for row in curve if row.get(key) is not None]
 
@@ -146,7 +147,17 @@ def run_dynamics(curve: list[dict]) -> dict:
     return {"staleness_mean": mean_se(staleness)[0], "behave_kl_mean": mean_se(values("behave_kl"))[0],
             "kl_mean": mean_se(kl)[0], "kl_max": max(kl, default=None),
             "clip_mean": mean_se(clip)[0],
-            "s_per_update": (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None}
+            "s_per_update": (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None,
+            **train_lengths(curve)}
+
+
+def train_lengths(curve: list[dict]) -> dict:
+    """The trained batches' mean steps of successes and of failures over a run's updates, and failures over
+    successes: the length ratio the 1/k and 1/|τ| normalisers weigh (the eval's is the final policy's, greedy)."""
+    success = mean_se([row["steps_success"] for row in curve if row.get("steps_success") is not None])[0]
+    failure = mean_se([row["steps_failure"] for row in curve if row.get("steps_failure") is not None])[0]
+    return {"train_steps_success": success, "train_steps_failure": failure,
+            "train_failure_success_ratio": failure / success if success and failure else None}
 
 
 def pearson(xs, ys) -> float | None:
