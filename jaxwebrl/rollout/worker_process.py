@@ -31,6 +31,7 @@ from jaxwebrl.rollout.worker import BufferUnusable, RolloutWorker, WorkerConfig
 
 EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
 EXIT_CRASH = 1   # an unexpected error: restarted, unless it keeps being the same one
+WORKER_EXIT_S = 15  # after SIGTERM a worker is gone within this, even when no pool is left to SIGKILL it
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,8 @@ def worker_process_main(spec_json: str, worker_id: int, incarnation: int, parent
 
     def on_sigterm(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise SystemExit(0)
+        signal.alarm(WORKER_EXIT_S)   # a cleanup that hangs is ended by SIGALRM's default action (the
+        raise SystemExit(0)           # browsers follow: chromedriver dies with its thread, Chromium with it)
 
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop

@@ -2,6 +2,7 @@
 crashed parent leave no process behind, fatal errors are reported instead of restarted forever."""
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.pool import WorkerPool, read_stats
-from jaxwebrl.rollout.worker_process import EXIT_FATAL
+from jaxwebrl.rollout.worker_process import EXIT_FATAL, WORKER_EXIT_S, worker_process_main
 from jaxwebrl.rollout.transport import TransportServer, new_token
 
 
@@ -224,3 +225,25 @@ def test_workers_run_at_the_placement_the_spec_asks(tmp_path):
         wait_for(lambda: read_stats(spec["stats_dir"]), 120, "the worker to finish a group")
         worker = psutil.Process(pool.pids[0])
         assert worker.nice() == min(base_nice + 7, 19) and worker.cpu_affinity() == [0]
+
+
+def test_a_worker_told_to_stop_while_its_env_hangs_is_gone_within_its_exit_bound(tmp_path, monkeypatch):
+    """SIGTERM with no pool left to SIGKILL it (its trainer was killed): a worker whose env thread is stuck in a
+    step would wait step_timeout_s (here 300 s) for each env's close; SIGALRM ends it after WORKER_EXIT_S."""
+    marker = tmp_path / "in_step"
+    monkeypatch.setenv("JAXWEBRL_TEST_HANG_MARKER", str(marker))
+    spec = toy_spec(tmp_path, kind="scripted", responder="random", texts=["click(500, 500)"])
+    spec["worker"].update(tasks=["hangs_in_step"], step_timeout_s=300.0)
+    spec["extensions"] = ["tests.rollout.hang_plugin"]
+    proc = multiprocessing.get_context("spawn").Process(
+        target=worker_process_main, args=(json.dumps(spec), 0, 0, os.getpid()), daemon=True)
+    proc.start()
+    try:
+        wait_for(marker.exists, 120, "the worker's env to hang in its first step")
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.join(timeout=WORKER_EXIT_S + 15)
+        assert not proc.is_alive(), f"the worker still runs {WORKER_EXIT_S + 15} s after SIGTERM"
+        assert proc.exitcode == -signal.SIGALRM, proc.exitcode   # its own bound ended it, nothing else did
+    finally:
+        if proc.is_alive():
+            proc.kill()
