@@ -60,3 +60,28 @@ def test_engines_smallest_run_measures_the_jax_server_and_a_push(run_bench):
     assert 0 < result["generate_p50_s"] <= result["generate_p95_s"]
     # the JAX server's push swaps a reference (well under the 0.1 ms the JSON rounds to)
     assert result["generated_tokens_per_s"] > 0 and len(result["push_s"]) == 1 and result["push_s"][0] >= 0
+
+
+def test_async_vs_sync_smallest_run_trains_both_modes_exactly_once_and_says_what_a_ratio_needs(run_bench):
+    """Toy recipe, two workers, a minute a mode: async trains (beside the ablation here it made its 6 steps in 40 s;
+    sync made 1), every mode's steps and trajectories agree and no episode trains twice; the ratio is printed only
+    when both modes made MIN_STEPS steady-state steps, else `needs` says how long to rerun."""
+    from async_vs_sync import MIN_STEPS
+    out = run_bench("async_vs_sync.py", "--regime=local", "--variant=toy", "--num_workers=2", "--steps=5",
+                    "--max_minutes=1", "--", "--config.train.consumer_batch_size=4", "--config.env.group_size=2",
+                    "--config.train.ppo_n_epochs=1", timeout=500)
+    for mode in ("sync", "async"):
+        arm = out[mode]
+        assert arm["mode"] == mode, arm
+        assert arm["trained_trajectories"] == 4 * arm["train_steps"]
+        assert arm["steady_state_steps"] == min(arm["train_steps"] - 1, 5)
+        assert arm["exactly_once"]["ok"] and arm["exactly_once"]["trained"] == arm["trained_trajectories"], arm
+    assert out["async"]["train_steps"] >= 1, out["async"]
+    assert out["sync"]["max_staleness"] in (0, None)   # sync trains only the current version's episodes
+    enough = min(out["sync"]["steady_state_steps"], out["async"]["steady_state_steps"]) >= MIN_STEPS
+    ratio = out["steady_state_ratio_async_over_sync"]
+    if enough:
+        assert out["needs"] is None
+        assert ratio == pytest.approx(out["async"]["trajectories_per_hour"] / out["sync"]["trajectories_per_hour"])
+    else:
+        assert ratio is None and out["needs"].startswith(("sync made", "async made"))
