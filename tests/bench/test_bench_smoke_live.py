@@ -1,5 +1,5 @@
 """The bench scripts that start browsers, worker processes, Ray or a policy server run for real at their smallest
-size (one worker, windows of seconds): every arm of every ratio measured, each ratio the one of its arms, and the
+size (one worker or two, windows of seconds to a minute): every arm of every ratio measured, each ratio the one of its arms, and the
 per-step breakdown taken from steps played inside the window."""
 
 import pytest
@@ -22,6 +22,15 @@ def test_env_smallest_run_measures_steps_per_second_and_the_workers_overhead(run
     assert worker["steps"] > 0 and worker["step_ms_without_policy"] > 0
     assert worker["worker_overhead_fraction"] == pytest.approx(worker["worker_own_fraction"]
                                                                + worker["buffer_fraction"], abs=2e-4)
+
+
+@pytest.mark.browser
+def test_learning_run_tasks_smallest_run_measures_random_snapped_and_oracle_play(run_bench):
+    out = run_bench("learning_run_tasks.py", "--tasks", "click-test", "--seeds", "2")
+    assert (out["grid"], out["seeds"], list(out["tasks"])) == (10, 2, ["click-test"])
+    task = out["tasks"]["click-test"]
+    assert task["oracle"] == 1.0, task   # the oracle solves click-test: the harness plays the real page
+    assert 0 <= task["random_grid"] <= 1 and 0 <= task["oracle_snapped"] <= 1 and task["episodes_per_min"] > 0
 
 
 def test_ray_overhead_smallest_run_measures_local_and_ray_workers(run_bench):
