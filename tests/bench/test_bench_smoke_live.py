@@ -1,6 +1,6 @@
 """The bench scripts that start browsers, worker processes, Ray or a policy server run for real at their smallest
-size (one worker or two, windows of seconds to a minute): every arm of every ratio measured, each ratio the one of its arms, and the
-per-step breakdown taken from steps played inside the window."""
+size (one worker or two, windows of seconds to a minute): every arm of every ratio measured, each ratio the one of
+its arms, and the per-step breakdown taken from steps played inside the window."""
 
 import pytest
 
