@@ -1,4 +1,5 @@
-"""The JSON object a bench script printed, and the record bench/bench_table.sh keeps of it.
+"""The JSON object a bench script printed, the record bench/bench_table.sh keeps of it, and how a bench rounds a
+time for it.
 
     python bench/bench_json.py STDOUT_FILE OUT_JSON COMMAND COMMIT WALL_S   # writes OUT_JSON with a "measured" field
 """
@@ -16,6 +17,12 @@ def last_json(stdout: str) -> dict:
     lines = stdout.rstrip().splitlines()
     start = max(i for i, line in enumerate(lines) if line.startswith("{"))
     return json.loads("\n".join(lines[start:]))
+
+
+def significant(t: float, digits: int = 4) -> float:
+    """A time to `digits` significant digits: a fixed number of decimals keeps 1 or 2 digits of a time of a few
+    ms (or us), and a ratio recomputed from the printed times is then off by several percent."""
+    return float(f"{float(t):.{digits}g}")
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from bench_json import significant  # noqa: E402
 from jaxwebrl.buffer.ring import RingBuffer  # noqa: E402
 from jaxwebrl.buffer.batching import gather_screenshots, pad_steps  # noqa: E402
 from jaxwebrl.buffer.episode import Episode, Step  # noqa: E402
@@ -169,8 +170,8 @@ def main() -> None:
         "cpu_buffer_vs_numpy": round(float(np.median(cpu["numpy"] / cpu["buffer"])), 3),
         "cpu_buffer_vs_queue": round(float(np.median(cpu["queue"] / cpu["buffer"])), 3),
         "per_round": {"buffer_vs_numpy": np.round(vs_numpy, 3).tolist(), "buffer_vs_queue": np.round(vs_queue, 3).tolist(),
-                      "seconds": {name: np.round(v, 3).tolist() for name, v in seconds.items()},
-                      "cpu_seconds": {name: np.round(v, 3).tolist() for name, v in cpu.items()}},
+                      "seconds": {name: [significant(t) for t in v] for name, v in seconds.items()},
+                      "cpu_seconds": {name: [significant(t) for t in v] for name, v in cpu.items()}},
         "buffer": median("buffer"),
         "numpy": median("numpy"),
     }))

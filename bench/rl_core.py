@@ -26,6 +26,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench_json import significant  # noqa: E402
 from jaxwebrl.rl import advantages, losses  # noqa: E402
 from tests.rl import numpy_reference as ref  # noqa: E402
 
@@ -92,11 +93,6 @@ def interleaved(fns, repeats):
     return times, outs
 
 
-def _seconds(t: float) -> float:
-    """A time to 4 significant digits: a fixed number of decimals rounds a 30-us step to 1 digit."""
-    return float(f"{t:.4g}")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=256)
@@ -114,9 +110,10 @@ def main():
     print(json.dumps({
         "benchmark": "rl_core: advantages (paper path, k=10) + decoupled PPO loss + grad",
         "rows": args.rows, "tokens": args.tokens, "policy_tokens": int(inputs[3].sum()), "repeats": args.repeats,
-        "jax_jit_s_min": _seconds(min(jax_t)), "numpy_s_min": _seconds(min(np_t)),
+        "jax_jit_s_min": significant(min(jax_t)), "numpy_s_min": significant(min(np_t)),
         "speedup_vs_numpy": round(min(np_t) / min(jax_t), 2),
-        "jax_jit_s_median": _seconds(statistics.median(jax_t)), "numpy_s_median": _seconds(statistics.median(np_t)),
+        "jax_jit_s_median": significant(statistics.median(jax_t)),
+        "numpy_s_median": significant(statistics.median(np_t)),
         "speedup_vs_numpy_median": round(statistics.median(np_t) / statistics.median(jax_t), 2),
         "jax_compile_s": round(compile_s, 2),
         "max_abs_diff_advantages": float(np.abs(np.asarray(adv_j) - adv_n).max()),
