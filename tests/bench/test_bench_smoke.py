@@ -33,7 +33,7 @@ def test_buffer_smallest_run_measures_all_three_arms_every_round(run_bench, tmp_
     for other in ("numpy", "queue"):
         ratio = out[f"buffer_vs_{other}"]
         assert ratio == pytest.approx(out["per_round"][f"buffer_vs_{other}"][0], abs=1e-3)
-        assert ratio == pytest.approx(seconds[other][0] / seconds["buffer"][0], rel=1e-3, abs=1e-3)  # ratios to 3 decimals
+        assert ratio == pytest.approx(seconds[other][0] / seconds["buffer"][0], rel=1e-3, abs=1e-3)
     assert out["buffer"]["commit_ms_p50"] > 0 and out["buffer"]["write_seconds"] > 0
     assert out["buffer"]["read_seconds"] > 0
     assert not os.listdir(tmp_path), "the bench left its ring buffers behind"
