@@ -35,6 +35,16 @@ def signed(x: float) -> str:
     return ("+" if x >= 0 else "−") + f"{abs(100 * x):.1f}"
 
 
+def se_text(x: float | None) -> str:
+    """An SE in points, or "n/a" (one seed has none)."""
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def with_se(text: str, se: float | None, unit: str = "") -> str:
+    """ "30.3 ± 1.9%", or "30.3%" where there is no SE (one seed)."""
+    return f"{text}{unit}" if se is None else f"{text} ± {se_text(se)}{unit}"
+
+
 def seed_mean(seeds: list[dict], field: str, split: str | None = None) -> float:
     return statistics.mean(s["success_by_split"][split] if split else s[field] for s in seeds)
 
@@ -45,6 +55,7 @@ class Tables:
     def __init__(self, data: dict, rel: str, prefix: str, doc: str = "docs/learning.md"):
         self.d, self.rel, self.prefix, self.doc = data, rel, prefix, doc
         self.rows: list[str] = []
+        self.arms = {arm: a for arm, a in data["arms"].items() if a.get("seeds")}   # a stopped run: arms with seeds
 
     def _row(self, name: str, value, scale: str, key: str, line: str, quote: str | None = None) -> None:
         """One figure row; its quote is the whole markdown `line` unless given."""
@@ -64,22 +75,25 @@ class Tables:
             self._row(f"sft-{split}", f"{100 * sft['splits'][split]:.0f}", "×100", f"after_sft.splits.{split}", line)
         self._row("sft-steps-success", f"{sft['steps_success']:.1f}", "×1", "after_sft.steps_success", line)
         self._row("sft-steps-failure", f"{sft['steps_failure']:.1f}", "×1", "after_sft.steps_failure", line)
-        for arm, a in self.d["arms"].items():
+        for arm, a in self.arms.items():
             s, seeds = a["summary"], a["seeds"]
             split = {k: seed_mean(seeds, "", k) for k in SPLITS}
             steps_ok, steps_fail = seed_mean(seeds, "mean_steps_success"), seed_mean(seeds, "mean_steps_failure")
             horizon, memory = seed_mean(seeds, "failures_at_horizon"), seed_mean(seeds, "memory_chars_mean")
-            line = (f"| {NAMES.get(arm, arm)}, {self.d['steps']} updates | {len(seeds)} | {pct(s['rl_success_mean'])} ± "
-                    f"{100 * s['rl_success_se']:.1f}% | {signed(s['diff_mean'])} ± {100 * s['diff_se']:.1f} | "
+            line = (f"| {NAMES.get(arm, arm)}, {self.d['steps']} updates | {len(seeds)} | "
+                    f"{with_se(pct(s['rl_success_mean']), s['rl_success_se'], '%')} | "
+                    f"{with_se(signed(s['diff_mean']), s['diff_se'])} | "
                     f"{pct(split['easy'])} | {pct(split['medium'])} | {pct(split['hard'])} | "
                     f"{steps_ok:.1f} / {steps_fail:.1f} | {100 * horizon:.0f}% | {memory:.1f} |")
             out.append(line)
             base = f"arms.{arm}"
             self._row(f"{arm}-n", len(seeds), "×1", f"len({base}.seeds)", line)
             self._row(f"{arm}-mean", pct(s["rl_success_mean"]), "×100", f"{base}.summary.rl_success_mean", line)
-            self._row(f"{arm}-se", f"{100 * s['rl_success_se']:.1f}", "×100", f"{base}.summary.rl_success_se", line)
+            if s["rl_success_se"] is not None:
+                self._row(f"{arm}-se", se_text(s["rl_success_se"]), "×100", f"{base}.summary.rl_success_se", line)
             self._row(f"{arm}-gain", signed(s["diff_mean"]), "×100", f"{base}.summary.diff_mean", line)
-            self._row(f"{arm}-gain-se", f"{100 * s['diff_se']:.1f}", "×100", f"{base}.summary.diff_se", line)
+            if s["diff_se"] is not None:
+                self._row(f"{arm}-gain-se", se_text(s["diff_se"]), "×100", f"{base}.summary.diff_se", line)
             for k in SPLITS:
                 self._row(f"{arm}-{k}", pct(split[k]), "×100", f"mean({base}.seeds[*].success_by_split.{k})", line)
             self._row(f"{arm}-steps-success", f"{steps_ok:.1f}", "×1", f"mean({base}.seeds[*].mean_steps_success)",
@@ -93,7 +107,7 @@ class Tables:
 
     def seed_lines(self) -> list[str]:
         out = []
-        for arm, a in self.d["arms"].items():
+        for arm, a in self.arms.items():
             line = (f"- {arm}, seeds {', '.join(str(x['seed']) for x in a['seeds'])}: "
                     f"{', '.join(pct(x['success']) for x in a['seeds'])}% held out")
             out.append(line)
@@ -106,34 +120,52 @@ class Tables:
         out = ["| arms | overall | per split |", "|---|---|---|"]
         by_split = self.d["split_differences"]
         for pair, v in self.d["arm_differences"].items():
-            parts = "; ".join(f"{k} {signed(by_split[k][pair]['diff_mean'])} ± {100 * by_split[k][pair]['diff_se']:.1f}"
+            parts = "; ".join(f"{k} {with_se(signed(by_split[k][pair]['diff_mean']), by_split[k][pair]['diff_se'])}"
                               for k in SPLITS)
-            line = f"| {pair.replace(' - ', ' − ')} | {signed(v['diff_mean'])} ± {100 * v['diff_se']:.1f} | {parts} |"
+            line = f"| {pair.replace(' - ', ' − ')} | {with_se(signed(v['diff_mean']), v['diff_se'])} | {parts} |"
             out.append(line)
-            name, key = pair.replace(" - ", "-minus-"), f'arm_differences."{pair}"'
-            self._row(name, signed(v["diff_mean"]), "×100", f"{key}.diff_mean", line)
-            self._row(f"{name}-se", f"{100 * v['diff_se']:.1f}", "×100", f"{key}.diff_se", line)
-            for k in SPLITS:
-                key = f'split_differences.{k}."{pair}"'
-                self._row(f"{name}-{k}", signed(by_split[k][pair]["diff_mean"]), "×100", f"{key}.diff_mean", line)
-                self._row(f"{name}-{k}-se", f"{100 * by_split[k][pair]['diff_se']:.1f}", "×100", f"{key}.diff_se",
-                          line)
+            name = pair.replace(" - ", "-minus-")
+            for suffix, diff, key in [("", v, f'arm_differences."{pair}"'),
+                                      *((f"-{k}", by_split[k][pair], f'split_differences.{k}."{pair}"') for k in SPLITS)]:
+                self._row(f"{name}{suffix}", signed(diff["diff_mean"]), "×100", f"{key}.diff_mean", line)
+                if diff["diff_se"] is not None:
+                    self._row(f"{name}{suffix}-se", se_text(diff["diff_se"]), "×100", f"{key}.diff_se", line)
         return out
 
     def clip_line(self) -> str:
-        clip = {arm: seed_mean(a["seeds"], "clip_mean") for arm, a in self.d["arms"].items()}
+        clip = {arm: seed_mean(a["seeds"], "clip_mean") for arm, a in self.arms.items()}
         line = ("- Clipped tokens an update (`clip_mean`, mean over seeds): "
                 + ", ".join(f"{arm} {pct(c)}%" for arm, c in clip.items()) + ".")
         for arm, c in clip.items():
             self._row(f"{arm}-clip", pct(c), "×100", f"mean(arms.{arm}.seeds[*].clip_mean)", line, f"{arm} {pct(c)}%")
         return line
 
+    def length_ratio_line(self) -> str:
+        """The trained batches' failures over successes in steps, per seed (the ratio the two normalisers weigh;
+        a record made before the curve carried the batches' lengths has none)."""
+        key = "train_failure_success_length_ratio"
+        parts = []
+        for arm, a in self.arms.items():
+            seeds = [x for x in a["seeds"] if x.get(key) is not None]
+            if not seeds:
+                continue
+            part = (f"{arm} {', '.join(f'{x[key]:.2f}' for x in seeds)} "
+                    f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(str(x['seed']) for x in seeds)})")
+            parts.append((arm, seeds, part))
+        line = (f"- Trained batches' mean steps of failures over successes (`{key}`): "
+                + "; ".join(p for _, _, p in parts) + ".")
+        for arm, seeds, part in parts:
+            for x in seeds:
+                self._row(f"{arm}-seed{x['seed']}-length-ratio", f"{x[key]:.2f}", "×1",
+                          f"arms.{arm}.seeds[seed={x['seed']}].{key}", line, part)
+        return line if parts else ""
+
     def markdown(self) -> str:
         """Every table and line; `rows` then holds their figure rows (rebuilt on each call)."""
         self.rows = []
         return "\n".join([*self.arm_table(), "", "Each seed's held-out success:", "", *self.seed_lines(), "",
                           "Between arms (difference of the seed means ± SE), overall and per difficulty split:", "",
-                          *self.difference_table(), "", self.clip_line()])
+                          *self.difference_table(), "", self.clip_line(), self.length_ratio_line()]).rstrip()
 
 
 def main() -> None:
