@@ -125,8 +125,8 @@ class Tables:
             line = f"| {pair.replace(' - ', ' − ')} | {with_se(signed(v['diff_mean']), v['diff_se'])} | {parts} |"
             out.append(line)
             name = pair.replace(" - ", "-minus-")
-            for suffix, diff, key in [("", v, f'arm_differences."{pair}"'),
-                                      *((f"-{k}", by_split[k][pair], f'split_differences.{k}."{pair}"') for k in SPLITS)]:
+            per_split = [(f"-{k}", by_split[k][pair], f'split_differences.{k}."{pair}"') for k in SPLITS]
+            for suffix, diff, key in [("", v, f'arm_differences."{pair}"'), *per_split]:
                 self._row(f"{name}{suffix}", signed(diff["diff_mean"]), "×100", f"{key}.diff_mean", line)
                 if diff["diff_se"] is not None:
                     self._row(f"{name}{suffix}-se", se_text(diff["diff_se"]), "×100", f"{key}.diff_se", line)
