@@ -32,7 +32,8 @@ def pct(x: float) -> str:
 
 def signed(x: float) -> str:
     """A difference in points, with a real minus sign: +4.6, −1.3."""
-    return ("+" if x >= 0 else "−") + f"{abs(100 * x):.1f}"
+    shown = round(100 * x, 1)   # the sign of what is shown: -1e-17 is +0.0, not −0.0
+    return ("+" if shown >= 0 else "−") + f"{abs(shown):.1f}"
 
 
 def se_text(x: float | None) -> str:

@@ -53,3 +53,4 @@ def test_every_row_it_writes_resolves_to_its_value_and_quotes_its_markdown(name)
 
 def test_signed_points_use_a_real_minus():
     assert tables.signed(0.046) == "+4.6" and tables.signed(-0.013) == "−1.3" and tables.signed(0.0) == "+0.0"
+    assert tables.signed(-1e-17) == "+0.0" and tables.signed(-0.0004) == "+0.0" and tables.signed(-0.0006) == "−0.1"
