@@ -24,6 +24,8 @@ from seed_stats import mean_se  # noqa: E402
 SPLITS = ("easy", "medium", "hard")
 
 
+PLURAL = {"failure": "failures", "success": "successes"}
+
 def split_bars(ablation: dict) -> dict:
     """{arm: {split: {"mean", "se", "seeds"}}}: held-out success per difficulty split over the arm's seeds."""
     out = {}
@@ -78,7 +80,7 @@ def plot(ablation: dict, trap: dict | None, out: str) -> dict:
         cells = [lengths[regime].get(arm, {}).get(kind, (None, None)) for regime, kind in groups]
         middle.bar(xs, [c[0] or 0.0 for c in cells], width=width, yerr=[c[1] or 0.0 for c in cells], capsize=3,
                    color=f"C{i}", alpha=0.85, label=arm)
-    middle.set_xticks(range(len(groups)), [f"{regime}\n{kind}s" for regime, kind in groups], fontsize=8)
+    middle.set_xticks(range(len(groups)), [f"{regime}\n{PLURAL[kind]}" for regime, kind in groups], fontsize=8)
     middle.set_ylabel("mean steps of an episode")
     middle.set_title("episode length by outcome", fontsize=10)
 
