@@ -131,7 +131,8 @@ def arm_differences(arms: dict[str, list[float]]) -> dict[str, dict]:
     return out
 
 
-DYNAMICS = ("staleness_mean", "behave_kl_mean", "kl_mean", "kl_max", "clip_mean", "s_per_update")
+DYNAMICS = ("staleness_mean", "behave_kl_mean", "kl_mean", "kl_max", "clip_mean", "s_per_update",
+            "train_steps_success", "train_steps_failure", "train_failure_success_ratio")
 
 
 def run_dynamics(curve: list[dict]) -> dict:

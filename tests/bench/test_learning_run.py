@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from learning_run import check_instances, seed_runs, train_cmd
+from seed_stats import run_dynamics
 
 from configs import base
 from jaxwebrl.buffer.ring import RingBuffer
@@ -203,7 +204,8 @@ def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experi
     records.save("grpo", 0, run)
     record = json.loads((tmp_path / "rec" / "grpo" / "seed0.json").read_text())
     assert record["warm_start_sha256"] == digest and record["steps"] == 2 and record["run"] == run
-    assert RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft_copy"), ["grpo"], args).load("grpo", 0) == run
+    loaded = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft_copy"), ["grpo"], args).load("grpo", 0)
+    assert loaded == {**run, "dynamics": run_dynamics(run["curve"])}   # the dynamics derived by today's code
     assert records.load("grpo", 1) is None
     other = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft_other"), ["grpo"], args)
     longer = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft"), ["grpo"], argparse.Namespace(**{**vars(args),

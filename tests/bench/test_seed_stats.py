@@ -76,6 +76,11 @@ def test_run_dynamics_by_hand():
     assert d["staleness_mean"] == pytest.approx(1.0) and d["kl_mean"] == pytest.approx(0.2)   # the None is skipped
     assert d["kl_max"] == pytest.approx(0.3) and d["clip_mean"] == pytest.approx(0.2)
     assert d["s_per_update"] == pytest.approx(25.0)                                         # (150 - 100) / 2
+    assert d["train_steps_success"] is None and d["train_failure_success_ratio"] is None      # no batch lengths
+    lengths = seed_stats.run_dynamics([{"steps_success": 4.0, "steps_failure": 10.0},
+                                       {"steps_success": 6.0, "steps_failure": None}, {"steps_failure": 14.0}])
+    assert (lengths["train_steps_success"], lengths["train_steps_failure"]) == (5.0, 12.0)   # means of what is there
+    assert lengths["train_failure_success_ratio"] == pytest.approx(12.0 / 5.0)               # of the means
     old = seed_stats.run_dynamics([{"step": 1, "success": 0.5}])                            # a curve of before
     assert all(v is None for v in old.values()) and set(old) == set(seed_stats.DYNAMICS)
 
