@@ -142,7 +142,7 @@ def run_dynamics(curve: list[dict]) -> dict:
     update's step), mean clipped fraction, seconds an update after the first, and the trained batches' mean steps of
     successes and of failures and their ratio (None where the curve lacks it)."""
     def values(key):
-        return [row[key] for row in curve if row.get(key) is not None]
+        return present(curve, key)
 
     staleness, kl, clip, times = values("staleness"), values("kl"), values("clip"), values("time")
     return {"staleness_mean": mean_se(staleness)[0], "behave_kl_mean": mean_se(values("behave_kl"))[0],
@@ -155,10 +155,14 @@ def run_dynamics(curve: list[dict]) -> dict:
 def train_lengths(curve: list[dict]) -> dict:
     """The trained batches' mean steps of successes and of failures over a run's updates, and failures over
     successes: the length ratio the 1/k and 1/|τ| normalisers weigh (the eval's is the final policy's, greedy)."""
-    success = mean_se([row["steps_success"] for row in curve if row.get("steps_success") is not None])[0]
-    failure = mean_se([row["steps_failure"] for row in curve if row.get("steps_failure") is not None])[0]
+    success, failure = mean_se(present(curve, "steps_success"))[0], mean_se(present(curve, "steps_failure"))[0]
     return {"train_steps_success": success, "train_steps_failure": failure,
             "train_failure_success_ratio": failure / success if success and failure else None}
+
+
+def present(curve: list[dict], key: str) -> list:
+    """The curve's values of `key`, rows that lack it (or hold None) skipped."""
+    return [row[key] for row in curve if row.get(key) is not None]
 
 
 def pearson(xs, ys) -> float | None:
