@@ -3,7 +3,8 @@
 Install for development and tests:  pip install -e ".[test]"
 (torch, the test-time reference, comes from the CPU wheel: pip install torch==2.13.0)
 Extras: ".[qwen]" the real Qwen vocabulary (BPE ranks from the dashscope wheel, built into a tokenizer.json offline);
-".[tpu]" libtpu, to compile for TPU topologies ahead of time on any machine (launch/compile.py).
+".[tpu]" libtpu, to compile for TPU topologies ahead of time on any machine (launch/compile.py), and to run on one;
+".[gpu]" JAX's CUDA 12 plugin, to run on NVIDIA GPUs.
 """
 
 from setuptools import find_packages, setup
@@ -30,6 +31,7 @@ INSTALL_REQUIRES = [
 
 QWEN_VOCAB = ["dashscope==1.25.24"]   # ships qwen.tiktoken (jaxwebrl/models/qwen_vocab.py)
 TPU = ["jax[tpu]==0.10.2"]             # libtpu: AOT compilation for TPU topologies (launch/compile.py)
+GPU = ["jax[cuda12]==0.10.2"]          # JAX's CUDA 12 plugin (cuDNN, NCCL) at the pinned JAX, for NVIDIA GPUs
 
 EXTRAS = {
     "test": QWEN_VOCAB + [
@@ -49,6 +51,7 @@ EXTRAS = {
     "ray": ["ray==2.60.0"],
     "qwen": QWEN_VOCAB,
     "tpu": TPU,
+    "gpu": GPU,
 }
 
 setup(

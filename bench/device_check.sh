@@ -53,15 +53,14 @@ run_part train_step_xla "$TRAIN_LIMIT" train --attention_impl=xla "${EXTRA[@]}" 
 run_part decode "$DECODE_LIMIT" decode "${EXTRA[@]}"
 
 "$PYTHON" - "$WORK" "${OUT:-}" <<'EOF'
-import json, os, platform, sys
+import json, os, sys
 work, out = sys.argv[1], sys.argv[2]
-result = {"check": "bench/device_check.sh", "python": platform.python_version()}
+result = {"check": "bench/device_check.sh"}
 try:
-    import jax
-    result["jax"] = jax.__version__
-    result["devices"] = [d.device_kind for d in jax.devices()]
+    from bench.provenance import provenance
+    result.update(provenance())          # commit, jax/jaxlib, devices, cuDNN, XLA flags
 except Exception as err:  # noqa: BLE001 - report what we can
-    result["jax_error"] = repr(err)
+    result["provenance_error"] = repr(err)
 for name in ("train_step", "train_step_xla", "decode"):
     try:
         result[name] = json.load(open(os.path.join(work, f"{name}.json")))

@@ -1,0 +1,70 @@
+"""What produced a measurement: the commit, the JAX build, the accelerator and the flags it ran under.
+
+    python bench/provenance.py            # prints one JSON object
+
+`provenance()` -> dict with: `commit` (git HEAD of this checkout, "+dirty" when tracked files differ; where the
+tree travelled without its .git, the `JAXWEBRL_COMMIT` environment variable, else null), `jax`, `jaxlib`,
+`backend`, `devices` (device kinds), `cudnn` (the cuDNN version JAX loaded, or null off a GPU), `xla_flags`
+(`XLA_FLAGS`), `env` (the other XLA/JAX variables that change a measurement), `python`. Imports only jax and the
+standard library, so it runs on a bare accelerator image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# environment variables that change what a measurement means (memory fraction, allocator, compile flags)
+RECORDED_ENV = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR",
+                "JAX_PLATFORMS", "LIBTPU_INIT_ARGS", "NVIDIA_TF32_OVERRIDE", "CUDA_VISIBLE_DEVICES")
+
+
+def commit_of(repo: str = REPO) -> str | None:
+    """HEAD of `repo` (with "+dirty" when tracked files are modified), else $JAXWEBRL_COMMIT, else None."""
+    try:
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("JAXWEBRL_COMMIT") or None
+
+
+def cudnn_version() -> int | None:
+    """The cuDNN version JAX's CUDA plugin loaded (e.g. 91000 for 9.10.0), or None without one."""
+    try:
+        from jax._src.lib import cuda_versions  # private, but the one place JAX exposes it
+    except ImportError:
+        return None
+    if cuda_versions is None:
+        return None
+    try:
+        return int(cuda_versions.cudnn_get_version())
+    except Exception:  # noqa: BLE001 - a plugin without a loadable cuDNN: record that there is none
+        return None
+
+
+def provenance() -> dict:
+    """See the module docstring."""
+    import jax
+    import jaxlib
+
+    return {
+        "commit": commit_of(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "backend": jax.default_backend(),
+        "devices": [d.device_kind for d in jax.devices()],
+        "cudnn": cudnn_version(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "env": {name: os.environ[name] for name in RECORDED_ENV if name in os.environ},
+        "python": platform.python_version(),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(provenance()))
