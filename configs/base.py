@@ -14,6 +14,7 @@ Scales (the variant names every recipe takes):
 
   tiny          (default) tiny random Qwen3-VL policy on the CPU, bundled MiniWoB++ tasks in headless Chromium
   toy           tiny policy on the browser-free toy environment (~4.5 s an update; grpo solves it in ~20 updates)
+  toy_2b        the toy at Qwen3-VL-2B widths (random weights, real vocabulary, bf16): the loop on an accelerator
   long          the paper's regime at CPU scale: the tiny policy on the chain family (10/20/30-step horizons, held-out
                 goals) writing a free, bounded memory every step (`--config=configs/constT10.py:long`)
   qwen3vl_8b    the paper's scale: Qwen3-VL-8B from a local HF directory (--config.model.checkpoint=DIR)
@@ -385,6 +386,24 @@ def toy(c: config_dict.ConfigDict) -> None:
     c.train.lr = 3e-4
 
 
+def toy_2b(c: config_dict.ConfigDict) -> None:
+    """The browser-free toy at Qwen3-VL-2B widths (random weights, the real Qwen vocabulary, bf16 compute): the
+    whole loop on one accelerator with no Chromium, as bench/device_loop.sh runs it."""
+    toy(c)
+    c.variant = "toy_2b"
+    c.model.name = "random"
+    c.model.preset = "qwen3vl_2b"
+    c.model.dtype = "bfloat16"
+    c.model.param_dtype = "float32"            # fp32 master weights, bf16 compute, as the paper scale
+    c.model.remat = "full"
+    c.model.scan_layers = True
+    c.model.logits_chunk = 8192
+    c.rollout.num_workers = 8                  # the toy steps in microseconds: the policy server is the work
+    c.rollout.server_max_batch = 64
+    c.train.consumer_batch_size = 64
+    c.train.lr = 5e-6
+
+
 def tiny(c: config_dict.ConfigDict) -> None:
     """The tiny random policy on the bundled MiniWoB++ tasks (the default)."""
     c.variant = "tiny"
@@ -497,7 +516,7 @@ def rehearsal(c: config_dict.ConfigDict) -> None:
     c.checkpoint.async_save = False
 
 
-SCALES = {"tiny": tiny, "toy": toy, "long": long,
+SCALES = {"tiny": tiny, "toy": toy, "toy_2b": toy_2b, "long": long,
       "qwen3vl_8b": functools.partial(paper_scale, preset="qwen3vl_8b"),
       "qwen3vl_2b": functools.partial(paper_scale, preset="qwen3vl_2b"),
       "qwen2_5vl_7b": functools.partial(paper_scale, preset="qwen2_5vl_7b"),
