@@ -95,7 +95,8 @@ SCHEMA = {
         "param_dtype": Field(None, "weight storage dtype (None: model.dtype); 'float32' with dtype 'bfloat16' = "
                                    "fp32 master weights, bf16 compute",
                              one_of(DTYPES, "use 'float32', 'bfloat16' or None (= model.dtype)"), type=str),
-        "remat": Field("none", "rematerialisation policy: 'none', 'full', 'dots', 'dots_no_batch'"),
+        "remat": Field("none", "rematerialisation policy, least recompute first: 'none', 'minimal', "
+                               "'save_dot_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full' (models/layers.py)"),
         "scan_layers": Field(False, "decoder as one scan over stacked layer params (compile time)"),
         "attention_chunk": Field(0, "queries per attention chunk (0: whole rows at once)",
                                  at_least(0, "must be >= 0 (0: no chunking)")),

@@ -10,6 +10,7 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxwebrl.models import kv_cache
 from jaxwebrl.models.config import TextConfig
@@ -55,6 +56,8 @@ class TextAttention(nn.Module):
         q = dense(c.num_heads * c.head_dim, use_bias=c.attention_bias, name="q_proj", **kw_lora)(x)
         k = dense(c.num_kv_heads * c.head_dim, use_bias=c.attention_bias, name="k_proj", **kw_lora)(x)
         v = dense(c.num_kv_heads * c.head_dim, use_bias=c.attention_bias, name="v_proj", **kw_lora)(x)
+        q, k, v = (checkpoint_name(q, "query_proj"), checkpoint_name(k, "key_proj"),
+                   checkpoint_name(v, "value_proj"))      # names a remat policy keeps (`layers.REMAT_POLICIES`)
         q = q.reshape(b, t, c.num_heads, c.head_dim)
         k = k.reshape(b, t, c.num_kv_heads, c.head_dim)
         v = v.reshape(b, t, c.num_kv_heads, c.head_dim)
@@ -70,8 +73,9 @@ class TextAttention(nn.Module):
             new_cache = {"k": k, "v": v}
         out = attend(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5, self.attention_chunk,
                      self.attention_impl)
+        out = checkpoint_name(out, "attention_out")
         out = dense(x.shape[-1], use_bias=False, name="o_proj", **kw_lora)(out.reshape(b, t, -1))
-        return out, new_cache
+        return checkpoint_name(out, "out_proj"), new_cache
 
 
 class DecoderLayer(nn.Module):

@@ -10,17 +10,35 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxwebrl.models.lora import LoraConfig, LoraDense
 
 Dtype = jnp.dtype
 
-# Rematerialisation policies by name (config `remat`): what a layer keeps from its forward pass for the backward.
+# Names a decoder layer and a vision block give their intermediate outputs (`jax.ad_checkpoint.checkpoint_name`), so
+# that a remat policy can keep them for the backward pass ([B, T, ...] text / [N, ...] patches, compute dtype):
+#   query_proj, key_proj, value_proj   the text q/k/v projections (before q/k norm and rotary)
+#   qkv_proj                           the vision tower's fused qkv projection
+#   attention_out                      attention's output, the input of the output projection
+#   out_proj                           the output projection (o_proj / proj)
+#   mlpwi                              the MLP's input projections (gate and up; fc1 before the activation)
+#   mlpwo                              the MLP's output projection (down / fc2)
+# Attention scores and probabilities are never named, so no policy keeps them: the backward recomputes them from
+# the kept (or recomputed) q and k, as a flash kernel's backward does anyway.
+QKV_NAMES = ("query_proj", "key_proj", "value_proj", "qkv_proj")
+_save = jax.checkpoint_policies.save_only_these_names
+
+# Rematerialisation policies by name (config `remat`), in order of least recompute (most memory) first:
+# what a layer keeps from its forward pass for the backward besides its input. `parallel/cost.py` REMAT_RECOMPUTE
+# holds what each one recomputes; `train/remat_fit.py` picks the first that fits a chip.
 REMAT_POLICIES = {
-    "none": None,                                                   # no rematerialisation: keep everything
-    "full": jax.checkpoint_policies.nothing_saveable,               # keep only the layer's input
-    "dots": jax.checkpoint_policies.checkpoint_dots,                # keep matmul outputs
-    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep weight matmuls only
+    "none": None,                                                             # no remat: keep every intermediate
+    "minimal": _save(*QKV_NAMES, "attention_out", "out_proj", "mlpwi"),       # every matmul output but the scores
+    "save_dot_except_mlp": _save(*QKV_NAMES, "attention_out", "out_proj"),    # recompute the MLP's gate/up
+    "save_qkv_proj": _save(*QKV_NAMES),                                       # recompute attention, o_proj, MLP
+    "save_out_proj": _save("out_proj"),                                       # recompute q/k/v, attention, MLP
+    "full": jax.checkpoint_policies.nothing_saveable,                        # keep only the layer's input
 }
 
 
@@ -84,9 +102,9 @@ class SwiGLU(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype, lora=self.lora)
-        gate = dense(self.intermediate, name="gate_proj", **kw)(x)
-        up = dense(self.intermediate, name="up_proj", **kw)(x)
-        return dense(self.hidden, name="down_proj", **kw)(jax.nn.silu(gate) * up)
+        gate = checkpoint_name(dense(self.intermediate, name="gate_proj", **kw)(x), "mlpwi")
+        up = checkpoint_name(dense(self.intermediate, name="up_proj", **kw)(x), "mlpwi")
+        return checkpoint_name(dense(self.hidden, name="down_proj", **kw)(jax.nn.silu(gate) * up), "mlpwo")
 
 
 # ---------------------------------------------------------------------------------------------- rotary

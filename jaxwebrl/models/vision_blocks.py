@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxwebrl.models.attention import AttentionMask, attend
 from jaxwebrl.models.layers import apply_rotary, dense, inverse_frequencies, remat_policy
@@ -66,12 +67,14 @@ class VisionAttention(nn.Module):
         n = x.shape[0]
         head_dim = self.dim // self.num_heads
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        qkv = dense(3 * self.dim, use_bias=True, name="qkv", **kw)(x).reshape(n, 3, self.num_heads, head_dim)
+        qkv = checkpoint_name(dense(3 * self.dim, use_bias=True, name="qkv", **kw)(x), "qkv_proj")
+        qkv = qkv.reshape(n, 3, self.num_heads, head_dim)
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         q = apply_rotary(q, cos[:, None, :], sin[:, None, :])
         k = apply_rotary(k, cos[:, None, :], sin[:, None, :])
         out = segment_attention(q, k, v, layout, head_dim**-0.5, self.attention_chunk)
-        return dense(self.dim, use_bias=True, name="proj", **kw)(out.reshape(n, self.dim))
+        out = checkpoint_name(out, "attention_out")   # names a remat policy keeps (`layers.REMAT_POLICIES`)
+        return checkpoint_name(dense(self.dim, use_bias=True, name="proj", **kw)(out.reshape(n, self.dim)), "out_proj")
 
 
 def activation(name: str):

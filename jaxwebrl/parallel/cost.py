@@ -29,8 +29,20 @@ from __future__ import annotations
 import dataclasses
 
 
-# remat policy -> (share of weight matmuls recomputed, share of attention score/value matmuls recomputed)
-REMAT_RECOMPUTE = {"none": (0.0, 0.0), "full": (1.0, 1.0), "dots": (0.0, 0.0), "dots_no_batch": (0.0, 1.0)}
+# remat policy (`models/layers.py` REMAT_POLICIES) -> (the weight matmuls its backward recomputes, by checkpoint
+# name group, share of the attention matmuls recomputed). Groups: "qkv" (query/key/value or the fused qkv), "out"
+# (o_proj / proj), "mlpwi" (gate and up, or fc1). No policy recomputes "mlpwo" (down / fc2): a layer's backward never
+# reads its own output. Attention is two matmuls (q.k^T, p.v): a policy that keeps "attention_out" recomputes only
+# the scores (0.5), one that must rebuild the output projection's input recomputes both (1.0). On the XLA path;
+# a fused kernel's backward recomputes the scores itself whatever the policy.
+REMAT_RECOMPUTE = {
+    "none": ((), 0.0),
+    "minimal": ((), 0.5),
+    "save_dot_except_mlp": (("mlpwi",), 0.5),
+    "save_qkv_proj": (("out", "mlpwi"), 1.0),
+    "save_out_proj": (("qkv", "mlpwi"), 1.0),
+    "full": (("qkv", "out", "mlpwi"), 1.0),
+}
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -46,11 +58,35 @@ class Work:
     hbm_bytes: float
 
 
+def layer_matmul_groups(config) -> dict[str, int]:
+    """Weight-matmul parameters of one decoder layer by checkpoint name group (see REMAT_RECOMPUTE)."""
+    t = config.text
+    return {"qkv": t.hidden_size * (t.num_heads + 2 * t.num_kv_heads) * t.head_dim,
+            "out": t.num_heads * t.head_dim * t.hidden_size,
+            "mlpwi": 2 * t.hidden_size * t.intermediate_size, "mlpwo": t.intermediate_size * t.hidden_size}
+
+
+def vision_block_groups(config) -> dict[str, int]:
+    """Weight-matmul parameters of one vision block by checkpoint name group (fused qkv; the family's MLP)."""
+    v = config.vision
+    hid, inter = v.hidden_size, v.intermediate_size
+    return {"qkv": 3 * hid * hid, "out": hid * hid, "mlpwi": (config.family.vision_mlp_matrices - 1) * hid * inter,
+            "mlpwo": inter * hid}
+
+
 def layer_matmul_params(config) -> int:
     """Weight-matmul parameters of one decoder layer (q, k, v, o, gate, up, down)."""
-    t = config.text
-    attn = t.hidden_size * (t.num_heads + 2 * t.num_kv_heads) * t.head_dim + t.num_heads * t.head_dim * t.hidden_size
-    return attn + 3 * t.hidden_size * t.intermediate_size
+    return sum(layer_matmul_groups(config).values())
+
+
+def remat_recompute(config, *, tokens: int, patches: int) -> tuple[float, float, float]:
+    """What `config.remat` adds to a train step's forward FLOPs: (decoder weight matmuls over `tokens`, vision-block
+    weight matmuls over `patches`, share of the attention matmuls)."""
+    groups, attention = REMAT_RECOMPUTE[config.remat]
+    text, vision = layer_matmul_groups(config), vision_block_groups(config)
+    text_flops = 2.0 * tokens * config.text.num_layers * sum(text[g] for g in groups)
+    vision_flops = 2.0 * patches * config.vision.depth * sum(vision[g] for g in groups)
+    return text_flops, vision_flops, attention
 
 
 def causal_pairs(t: int) -> int:
@@ -72,7 +108,7 @@ def vision_fwd_flops(config, grids) -> tuple[float, float]:
     hid, inter = v.hidden_size, v.intermediate_size
     patches = sum(t * h * w for t, h, w in grids)
     family = config.family   # the family's numbers: MLP matrices a block, window attention or not
-    block = 2 * (4 * hid * hid + family.vision_mlp_matrices * hid * inter)
+    block = 2 * sum(vision_block_groups(config).values())
     width = hid * v.spatial_merge_size ** 2
     merged = patches // v.spatial_merge_size ** 2
     mergers = 1 + len(v.deepstack_visual_indexes)
@@ -131,20 +167,21 @@ def train_step(config, *, rows: int, seq_len: int, grids_per_row, positions: int
     the activations' gradient), and a frozen tower is not differentiated through at all (forward only);
     LoRA's own rank-r matmuls are not counted (r / width of the projections' FLOPs)."""
     lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, seq_len, grids_per_row, positions, 0)
-    lin_re, attn_re = REMAT_RECOMPUTE[config.remat]
+    patches = rows * sum(t_ * h * w for t_, h, w in grids_per_row)
+    text_re, vision_lin_re, attn_re = remat_recompute(config, tokens=rows * seq_len, patches=patches)
     chunked_attn = 0 < config.attention_chunk < seq_len
     longest_image = max((h * w for _, h, w in grids_per_row), default=0)
     chunked_vision = 0 < config.attention_chunk < longest_image
     text_passes = 2.0 if getattr(config, "lora", None) is not None else 3.0
     frozen_tower = getattr(config, "lora", None) is not None or getattr(config, "freeze_vision", False)
     vision_passes = 1.0 if frozen_tower else 3.0
-    vision_re = (lin_re, attn_re) if not frozen_tower else (0.0, 0.0)
+    vision_re = (vision_lin_re, attn_re) if not frozen_tower else (0.0, 0.0)
     model = text_passes * lin + 3.0 * (useful + head) + vision_passes * (v_lin + v_attn)
-    flops = (text_passes + lin_re) * lin + (vision_passes + vision_re[0]) * v_lin
+    flops = text_passes * lin + text_re + vision_passes * v_lin + vision_re[0]
     flops += (3.0 + attn_re + chunked_attn) * executed
     flops += (vision_passes + vision_re[1] + (chunked_vision and not frozen_tower)) * v_attn
     flops += (3.0 + (0 < config.logits_chunk < positions)) * head
-    passes = 3.0 + lin_re
+    passes = 3.0 + bool(REMAT_RECOMPUTE[config.remat][0])     # a recomputing policy reads the weights again
     param_b, moment_b = dtype_bytes(config.param_dtype), dtype_bytes(moments_dtype or config.param_dtype)
     weights = passes * weight_bytes(config, config.dtype) / tensor
     optimizer = param_count * (4 * param_b + 4 * moment_b) / devices      # grads w+r, params r+w, m and v r+w

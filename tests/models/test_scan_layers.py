@@ -58,7 +58,7 @@ def test_export_of_stacked_params_round_trips(hf_pair, tmp_path):
     assert np.abs(np.asarray(plain.logits(ids)) - ref.hf_logits(model, ids)).max() <= TOL
 
 
-@pytest.mark.parametrize("remat", ["none", "dots", "dots_no_batch"])
+@pytest.mark.parametrize("remat", ["none", "minimal", "save_qkv_proj"])
 def test_knobs_keep_logits_and_gradients(hf_pair, remat):
     """Scanned + a remat policy + chunked attention (3-query chunks) vs the plain unrolled model: same logits and
     gradients (the knobs change memory and compile time only)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxwebrl.models import vision_layout
 from jaxwebrl.models.config import VisionConfig
@@ -24,8 +25,8 @@ class VisionMLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         kw = dict(use_bias=True, dtype=self.dtype, param_dtype=self.param_dtype)
-        h = activation(self.act)(dense(self.intermediate, name="linear_fc1", **kw)(x))
-        return dense(self.hidden, name="linear_fc2", **kw)(h)
+        h = activation(self.act)(checkpoint_name(dense(self.intermediate, name="linear_fc1", **kw)(x), "mlpwi"))
+        return checkpoint_name(dense(self.hidden, name="linear_fc2", **kw)(h), "mlpwo")
 
 
 def block_segments(config: VisionConfig) -> list[tuple[int, int]]:
