@@ -16,6 +16,10 @@ the knobs that change it); 2 for a bad flag, an unknown topology or a missing li
   --rows_per_chip=N  train rows per batch shard (default 1: one 16k-token row per chip at paper scale)
   --programs=a,b     a subset of the programs (default: every program the config's run executes)
   --find_fit         also search the largest train rows_per_chip x max_seq_len that fit (halving max_seq_len)
+  --fit_remat        first pick the remat policy: the train step compiled under each named policy, least
+                     recompute first, until one fits the chip less --remat_headroom (default 0.1 of HBM); prints a
+                     `remat_fit` line (every policy tried, its bytes, the choice) and compiles the programs under it
+                     (`jaxwebrl/train/remat_fit.py`)
   --out=FILE         also write the JSON lines to FILE
 
 --topology=h200-1 models one 141 GB GPU-sized device: the programs compile for one device of this machine's CPU
@@ -24,6 +28,7 @@ roofline uses the H200's published peak and bandwidth. The CPU compiler's buffer
 (its fusion differs): the bytes are an estimate of the GPU's, not a GPU compile.
 """
 
+import itertools
 import json
 import math
 import os
@@ -39,13 +44,15 @@ from jaxwebrl import cli  # noqa: E402
 from jaxwebrl.models import presets  # noqa: E402
 from jaxwebrl.parallel import distributed, multihost  # noqa: E402
 from jaxwebrl.parallel.topology import CHIPS, Topology, TopologyError, topology_devices  # noqa: E402
-from jaxwebrl.train import aot  # noqa: E402
+from jaxwebrl.train import aot, remat_fit  # noqa: E402
 
 _TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice, e.g. v5e-8, v5p-8, v6e-8, v5p-32")
 _PROGRAMS = flags.DEFINE_string("programs", None, "comma-separated programs to compile (default: all the run's)")
 _ROWS = flags.DEFINE_integer("rows_per_chip", 1, "train rows per batch shard of the mesh")
 _FIND_FIT = flags.DEFINE_bool("find_fit", False, "search the largest train rows_per_chip x max_seq_len that fit")
 _OUT = flags.DEFINE_string("out", None, "also write the JSON lines to this file")
+_FIT_REMAT = flags.DEFINE_bool("fit_remat", False, "pick the remat policy: the least recompute whose train step fits")
+_HEADROOM = flags.DEFINE_float("remat_headroom", 0.1, "--fit_remat: share of the chip's HBM kept free")
 
 
 # One GPU-sized device modelled on the CPU backend (see the module docstring): name -> key of CHIPS.
@@ -179,9 +186,26 @@ def main(argv) -> int:
             out.write(line + "\n")
             out.flush()
 
-    failed, known = [], {}
-    for report in aot.compile_programs(config, model_config, mesh, chip, topology.name, shapes, programs,
-                                       knobs_of(config, mesh)):
+    failed, known, fitted = [], {}, {}
+    if _FIT_REMAT.value:
+        try:
+            fit, fitted = remat_fit.fit(config, model_config, mesh, chip, topology.name, shapes,
+                                        headroom=_HEADROOM.value, knobs=knobs_of(config, mesh))
+        except ValueError as err:
+            cli.exit_with(f"usage error: {err}", 2)
+        emit(fit)
+        if fit["choice"] is None:
+            last = fit["tried"][-1]
+            need = "more than the chip" if last["needed"] is None else f"{last['needed'] / 1e9:.2f} GB per device"
+            cli.exit_with(f"no remat policy fits {topology.name}: even {last['remat']!r} needs {need}, "
+                          f"{fit['budget_bytes'] / 1e9:.2f} GB allowed (--remat_headroom={_HEADROOM.value}); fewer "
+                          f"--rows_per_chip, a shorter --config.buffer.max_seq_len or a larger mesh", 1)
+        config.model.remat = fit["choice"]
+        model_config = model_config.replace(remat=fit["choice"])
+    chosen = fitted.get(config.model.remat) if "train_step" in programs else None   # compiled by the fit already
+    rest = [p for p in programs if not (chosen and p == "train_step")]
+    reports = aot.compile_programs(config, model_config, mesh, chip, topology.name, shapes, rest, knobs_of(config, mesh))
+    for report in itertools.chain([chosen] if chosen else [], reports):
         emit(report)
         if not report["fits"]:
             failed.append(report)
