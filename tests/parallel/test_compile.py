@@ -181,3 +181,24 @@ def test_a_fit_search_whose_train_state_alone_exceeds_the_chip_compiles_no_train
     assert fit["program"] == "train_step_fit" and fit["largest_fit"] is None and fit["tried"] == []
     assert 17.5e9 < fit["state_and_held_bytes_per_device"] < 17.6e9
     assert fit["reason"] == "the train state alone needs 17.53 GB per device, 16.00 GB available"
+
+
+@pytest.mark.slow
+def test_fit_remat_picks_the_first_policy_that_fits_and_compiles_the_train_step_once():
+    """The tiny recipe on one CPU device with the H200's HBM: "none" (least recompute) fits at once; its train step
+    report is the fit's own compile, not a second one. A headroom outside [0, 1) is one line, nothing compiled."""
+    done = compile_cli("--config=configs/constT10.py", "--topology=h200-1", "--programs=train_step", "--fit_remat",
+                       "--config.buffer.max_seq_len=256", "--config.env.prompt_window=0", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fit, train = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert fit["program"] == "remat_fit" and fit["choice"] == "none" and fit["headroom"] == 0.1
+    (tried,) = fit["tried"]
+    assert tried["fits"] and tried["needed"] == train["hbm_bytes_per_device"]["total"] + \
+        train["hbm_resident_bytes_per_device"]["total"] <= fit["budget_bytes"] == pytest.approx(0.9 * 141e9)
+    assert train["program"] == "train_step" and train["knobs"]["remat"] == "none"
+    assert train["compile_s"] == tried["compile_s"]
+    done = compile_cli("--config=configs/constT10.py", "--topology=h200-1", "--programs=train_step", "--fit_remat",
+                       "--remat_headroom=1.5", timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == ("usage error: remat headroom=1.5 must be a fraction in [0, 1): "
+                                                    "the share of HBM kept free")
