@@ -457,7 +457,8 @@ def paper_scale(c: config_dict.ConfigDict, preset: str) -> None:
     c.model.preset = preset                    # shapes for launch/compile.py until model.checkpoint is set
     c.model.dtype = "bfloat16"
     c.model.param_dtype = "float32"            # fp32 master weights, bf16 compute (launch/compile.py: fits v5p-8)
-    c.model.remat = "full"
+    c.model.remat = "full"                     # the least memory; launch/compile.py --fit_remat names the least
+                                               # recompute that fits a slice (not yet run at these shapes)
     c.model.scan_layers = True
     c.model.attention_chunk = 1024
     c.model.logits_chunk = 8192
