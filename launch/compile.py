@@ -101,8 +101,9 @@ def advice(report: dict, config, rows_per_chip: int) -> str:
                   f"(now {mesh}), --config.model.param_dtype=bfloat16")
     else:
         levers = (f"--rows_per_chip (now {rows_per_chip}), --config.buffer.max_seq_len (now "
-                  f"{config.buffer.max_seq_len}), --config.model.remat (now {config.model.remat}), "
-                  f"--config.distributed.mesh.* (now {mesh}), --config.model.param_dtype / --config.train.moments_dtype")
+                  f"{config.buffer.max_seq_len}), --config.model.remat (now {config.model.remat}; --fit_remat "
+                  f"picks one), --config.distributed.mesh.* (now {mesh}), --config.model.param_dtype / "
+                  f"--config.train.moments_dtype")
     if resident.get("reference"):
         levers += (f", --config.actor.ref_dtype (now {config.actor.ref_dtype}) / --config.actor.ref_offload=True "
                    f"(the reference holds {resident['reference'] / 1e9:.2f} GB)")
@@ -204,7 +205,8 @@ def main(argv) -> int:
         model_config = model_config.replace(remat=fit["choice"])
     chosen = fitted.get(config.model.remat) if "train_step" in programs else None   # compiled by the fit already
     rest = [p for p in programs if not (chosen and p == "train_step")]
-    reports = aot.compile_programs(config, model_config, mesh, chip, topology.name, shapes, rest, knobs_of(config, mesh))
+    reports = aot.compile_programs(config, model_config, mesh, chip, topology.name, shapes, rest,
+                                   knobs_of(config, mesh))
     for report in itertools.chain([chosen] if chosen else [], reports):
         emit(report)
         if not report["fits"]:

@@ -80,8 +80,8 @@ class ModelConfig:
     Memory and compile-time knobs (none changes the function computed, only how): `remat` names the
     rematerialisation policy of every decoder layer and vision block (`layers.REMAT_POLICIES`, least recompute
     first: "none", "minimal", "save_dot_except_mlp", "save_qkv_proj", "save_out_proj", "full"; True/False mean
-    "full"/"none"; `train/remat_fit.py` picks the first whose train step fits a chip); `scan_layers` runs the decoder as one scan over stacked layer params (compile
-    time independent of depth); `attention_chunk` > 0 computes attention that many queries at a time;
+    "full"/"none"; `train/remat_fit.py` picks the first whose train step fits a chip); `scan_layers` runs the
+    decoder as one scan over stacked layer params (compile time independent of depth); `attention_chunk` > 0 computes attention that many queries at a time;
     `logits_chunk` > 0 computes the trainer's log-probs over that many vocabulary entries at a time
     (`lm_head.token_logprobs`); `attention_impl` picks the text decoder's no-cache attention kernel ("xla": the
     masked kernel of `attention.py`; "fused": `jax.nn.dot_product_attention`, cuDNN flash attention on a GPU,

@@ -105,9 +105,9 @@ def chunked_causal_pairs(t: int, chunk: int) -> int:
 def vision_fwd_flops(config, grids) -> tuple[float, float]:
     """(weight matmuls, attention) forward FLOPs of the vision tower on images of `grids` [(t, h, w), ...]."""
     v = config.vision
-    hid, inter = v.hidden_size, v.intermediate_size
+    hid = v.hidden_size
     patches = sum(t * h * w for t, h, w in grids)
-    family = config.family   # the family's numbers: MLP matrices a block, window attention or not
+    family = config.family   # the family's numbers: window attention or not (and the MLP's matrices, in the groups)
     block = 2 * sum(vision_block_groups(config).values())
     width = hid * v.spatial_merge_size ** 2
     merged = patches // v.spatial_merge_size ** 2
