@@ -23,7 +23,8 @@ Dtype = jnp.dtype
 #   attention_out                      attention's output, the input of the output projection
 #   out_proj                           the output projection (o_proj / proj)
 #   mlpwi                              the MLP's input projections (gate and up; fc1 before the activation)
-#   mlpwo                              the MLP's output projection (down / fc2)
+#   mlpwo                              the MLP's output projection (down / fc2): no policy lists it, since a layer's
+#                                      backward never reads its own output (JAX would drop it from a saved list)
 # Attention scores and probabilities are never named, so no policy keeps them: the backward recomputes them from
 # the kept (or recomputed) q and k, as a flash kernel's backward does anyway.
 QKV_NAMES = ("query_proj", "key_proj", "value_proj", "qkv_proj")
