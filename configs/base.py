@@ -135,7 +135,7 @@ SCHEMA = {
         "group_size": Field(4, "G: episodes per task instance",
                             at_least(1, "must be >= 1 episode per task instance")),
         "max_episode_steps": Field(5, "horizon cap: a task plays min(its own horizon, this) steps "
-                                      "(1..jaxwebrl.env.tasks.task_spec.MAX_STEPS; docs/env.md)"),
+                                      "(1..jaxwebrl.env.tasks.webtask.task_spec.MAX_STEPS; docs/env.md)"),
         "screenshot_height": Field(64, "screenshot height in pixels",
                                    at_least(8, "screenshots must be at least 8×8")),
         "screenshot_width": Field(64, "screenshot width in pixels", at_least(8, "screenshots must be at least 8×8")),

@@ -19,8 +19,8 @@ import json
 
 import dataclasses
 
-from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar
-from jaxwebrl.env.registry import env_specs
+from jaxwebrl.env.agent.action_space import config_memory_grammar
+from jaxwebrl.env.registry import config_action_texts, env_specs
 from jaxwebrl.extensions import extension_names
 
 

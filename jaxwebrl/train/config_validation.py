@@ -19,10 +19,10 @@ from ml_collections import config_dict
 
 from configs.base import FIELDS
 from jaxwebrl.checkpoint.layout import holds_params
-from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar, response_text
+from jaxwebrl.env.agent.action_space import config_memory_grammar, response_text
 from jaxwebrl.env.latency import LatencyConfig
-from jaxwebrl.env.registry import check_env_spec, env_specs, needs_browser
-from jaxwebrl.env.tasks.task_spec import MAX_STEPS, TaskSpecError
+from jaxwebrl.env.registry import check_env_spec, config_action_texts, env_specs, needs_browser
+from jaxwebrl.env.tasks.webtask.task_spec import MAX_STEPS, TaskSpecError
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.models import presets
 from jaxwebrl.models.layers import REMAT_POLICIES

@@ -31,7 +31,7 @@ from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.tasks.browser_env import BrowserEnv
-from jaxwebrl.env.tasks.task_spec import (DEFAULT_VIEWPORT, TaskSpecError, WebTaskSpec, load_function,  # noqa: F401
+from jaxwebrl.env.tasks.webtask.task_spec import (DEFAULT_VIEWPORT, TaskSpecError, WebTaskSpec, load_function,  # noqa: F401
                                     load_spec_file, normalise_text, task_allowlist)
 
 
