@@ -1,0 +1,56 @@
+"""The WebGym family's record: "webgym:FILE.jsonl[?split=train|test]" in `env.tasks` expands to one spec
+"webgym:FILE.jsonl:N" per task line (of that split); each plays as the JSON web task of `WebGymTask.web_spec`
+(its difficulty's horizon under the run's cap, the default click grid plus `answer(...)`, no oracle)."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+from jaxwebrl.env.families import TaskFamily, register_family
+from jaxwebrl.env.tasks.webgym.webgym_tasks import load_task_line, task_lines
+from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError, WebTaskSpec
+
+PREFIX = "webgym:"
+_LINE = re.compile(r"(.+\.jsonl):(\d+)")
+
+
+def _claims(spec) -> bool:
+    return isinstance(spec, str) and spec.startswith(PREFIX)
+
+
+def _file_and_split(entry: str) -> tuple[str, str | None]:
+    """(path, split or None) of "webgym:FILE.jsonl[?split=...]"; TaskSpecError naming the fix."""
+    path, _, query = entry[len(PREFIX):].partition("?")
+    options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    if not path.endswith(".jsonl") or set(options) - {"split"}:
+        raise TaskSpecError(f"webgym spec {entry!r}: use 'webgym:FILE.jsonl', 'webgym:FILE.jsonl?split=train|test' "
+                            f"or one line 'webgym:FILE.jsonl:N'")
+    return path, options.get("split")
+
+
+def _expand(entry: str) -> list:
+    if _LINE.fullmatch(entry[len(PREFIX):]):
+        return [entry]
+    path, split = _file_and_split(entry)
+    return [f"{PREFIX}{path}:{number}" for number in task_lines(path, split)]
+
+
+def _check(spec: str) -> WebTaskSpec:
+    line = _LINE.fullmatch(spec[len(PREFIX):])
+    if line is None:
+        _file_and_split(spec)
+        raise TaskSpecError(f"webgym task file {spec!r} holds one task per line: list it in env.tasks (or pass it "
+                            f"through env_specs), or name one line as '{spec.partition('?')[0]}:N'")
+    return load_task_line(line.group(1), int(line.group(2))).web_spec()
+
+
+def _make(spec: WebTaskSpec, **options):
+    from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv  # deferred (heavy): a browser env imports Selenium
+
+    return WebTaskEnv(spec, **options)
+
+
+WEBGYM = register_family(TaskFamily(
+    name="webgym", claims=_claims, check=_check, make=_make, expand=_expand,
+    horizon=lambda spec, cap: min(int(cap), spec.max_steps)))
