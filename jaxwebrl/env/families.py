@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 # The families shipped with jaxwebrl, imported on the first lookup (their modules import this one).
 BUILT_IN = ("jaxwebrl.env.tasks.toy.family", "jaxwebrl.env.tasks.miniwob.family", "jaxwebrl.env.tasks.chain.family",
-            "jaxwebrl.env.tasks.webtask.family", "jaxwebrl.env.tasks.webgym.family")
+            "jaxwebrl.env.tasks.webtask.family", "jaxwebrl.env.tasks.webgym.family",
+            "jaxwebrl.env.tasks.sites.family")
 
 # An oracle: (env, the observation it just gave, the step index) -> the next `jaxwebrl.env.agent.actions.Action`.
 Oracle = Callable[[Any, Any, int], Any]

@@ -1,6 +1,7 @@
 """The WebGym family's record: "webgym:FILE.jsonl[?split=train|test]" in `env.tasks` expands to one spec
 "webgym:FILE.jsonl:N" per task line (of that split); each plays as the JSON web task of `WebGymTask.web_spec`
-(its difficulty's horizon under the run's cap, the default click grid plus `answer(...)`, no oracle)."""
+(its difficulty's horizon under the run's cap, the default click grid plus `answer(...)`); a line that carries its
+`solution` has an oracle that plays it (`oracle.py`: the bundled sites' tasks)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import urllib.parse
 
 from jaxwebrl.env.families import TaskFamily, register_family
+from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
 from jaxwebrl.env.tasks.webgym.webgym_tasks import load_task_line, task_lines
 from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError, WebTaskSpec
 
@@ -45,6 +47,13 @@ def _check(spec: str) -> WebTaskSpec:
     return load_task_line(line.group(1), int(line.group(2))).web_spec()
 
 
+def _oracle(spec: WebTaskSpec):
+    """The plan oracle of the task line `spec` came from, when the line carries a `solution`."""
+    path, _, number = spec.source.rpartition(":")
+    solution = load_task_line(path, int(number)).extra.get("solution")
+    return None if solution is None else plan_oracle(solution)
+
+
 def _make(spec: WebTaskSpec, **options):
     from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv  # deferred (heavy): a browser env imports Selenium
 
@@ -53,4 +62,4 @@ def _make(spec: WebTaskSpec, **options):
 
 WEBGYM = register_family(TaskFamily(
     name="webgym", claims=_claims, check=_check, make=_make, expand=_expand,
-    horizon=lambda spec, cap: min(int(cap), spec.max_steps)))
+    horizon=lambda spec, cap: min(int(cap), spec.max_steps), oracle=_oracle))

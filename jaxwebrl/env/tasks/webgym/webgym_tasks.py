@@ -8,8 +8,8 @@
 Required: `task_id`, `task_name` (the instruction), `website` (the start URL), `evaluator_reference` (the rubric: a
 non-empty list of facts, each a string or {"description": "..."}). Optional: `domain`, `subdomain`, `difficulty`,
 `reference_answer`, and `ground_truth` ({"answer": "...", "mode": "exact" | "contains" | "regex"}: the programmatic
-answer of a task whose site is known, e.g. the bundled ones). Fields WebGym adds later, or a user adds, are kept
-(`WebGymTask.extra`). A problem is one `TaskSpecError` line naming `FILE.jsonl:N`.
+answer of a task whose site is known, e.g. the bundled ones) and `solution` (the plan its oracle plays,
+`oracle.py`). Fields WebGym adds later, or a user adds, are kept (`WebGymTask.extra`). A problem is one `TaskSpecError` line naming `FILE.jsonl:N`.
 
 Difficulty is the number of facts (WebGym's rule): easy 1-3, medium 4-6, hard 7+; a line's own "easy" / "medium" /
 "hard" wins. Each difficulty has its training horizon (HORIZONS: 10, 20, 30 steps).
@@ -32,6 +32,7 @@ import os
 import urllib.parse
 from typing import Any
 
+from jaxwebrl.env.tasks.webgym.oracle import check_solution
 from jaxwebrl.env.tasks.webtask.task_spec import (EVALUATOR_MODES, TaskSpecError, WebTaskSpec, _read_lines, _short,
                                                   spec_lines)
 
@@ -71,7 +72,7 @@ class WebGymTask:
         answer judged against the ground truth."""
         truth = self.ground_truth or {"answer": self.reference_answer, "mode": "exact"}
         parts = urllib.parse.urlsplit(self.website)
-        allowlist = [] if parts.scheme == "file" else [f"{parts.scheme}://{parts.netloc}/*"]
+        allowlist = [f"{parts.scheme}://{parts.netloc}/*"] if parts.scheme in ("http", "https") else []   # file: its folder
         return WebTaskSpec.from_dict(
             {"task_id": self.task_id, "start_url": self.website, "goal": self.task_name, "max_steps": self.horizon,
              "difficulty": self.difficulty, "allowlist": allowlist,
@@ -150,6 +151,11 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
     elif not (record.get("reference_answer") or "").strip():
         fail("reference_answer", "the task has no reference_answer and no ground_truth: its reward needs a rubric "
                                  "judge, which jaxwebrl does not have yet; add the answer, or drop the line")
+    if "solution" in record:
+        try:
+            check_solution(record["solution"])
+        except ValueError as err:
+            fail("solution", str(err))
     task = WebGymTask(task_id=record["task_id"], task_name=record["task_name"], website=record["website"],
                       facts=tuple(facts), difficulty=difficulty, domain=record.get("domain"),
                       subdomain=record.get("subdomain"), reference_answer=record.get("reference_answer"),
