@@ -220,6 +220,16 @@ def normalise_text(text: str, case_sensitive: bool) -> str:
     return text if case_sensitive else text.lower()
 
 
+def text_matches(value: str, target: str, mode: str, case_sensitive: bool) -> bool:
+    """Whether `value` matches `target` under `mode` (exact, contains, regex), both normalised first."""
+    value, target = normalise_text(value, case_sensitive), normalise_text(target, case_sensitive)
+    if mode == "exact":
+        return value == target
+    if mode == "contains":
+        return target in value
+    return re.search(target, value, 0 if case_sensitive else re.IGNORECASE) is not None
+
+
 def check_evaluator(evaluator: Any) -> dict:
     """The evaluator with its `when` filled in; ValueError (one line, naming the field) when it is malformed."""
     if not isinstance(evaluator, dict) or evaluator.get("type") not in EVALUATOR_KEYS:
