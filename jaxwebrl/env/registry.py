@@ -58,10 +58,11 @@ def env_specs(tasks: str) -> list:
 
 
 def _family(spec: Any) -> TaskFamily:
-    """The family of a spec; an unknown spec is a ValueError naming the families, a wrong type a TypeError."""
-    if not isinstance(spec, (str, Mapping)):
-        raise TypeError(f"environment spec must be a str or a dict, got {type(spec).__name__}")
+    """The family of a spec (or of what a family checked, e.g. a `WebTaskSpec`); an unknown spec is a ValueError
+    naming the families, one of another type a TypeError."""
     family = family_of(spec.strip() if isinstance(spec, str) else spec)
+    if family is None and not isinstance(spec, (str, Mapping)):
+        raise TypeError(f"environment spec must be a str or a dict, got {type(spec).__name__}")
     if family is None:
         raise ValueError(f"unknown environment spec {spec!r}: use 'toy', 'miniwob/<task>' (e.g. 'miniwob/click-test'), "
                          f"a chain spec, a JSON task spec, a path to a .json task file, 'webgym:FILE.jsonl', or a "
