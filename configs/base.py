@@ -130,8 +130,9 @@ SCHEMA = {
                                       "without LoRA (LoRA alone already freezes it)"),
     },
     "env": {
-        "tasks": Field(",".join(TINY_MINIWOB_TASKS), "comma-separated env specs: 'toy', 'miniwob/<task>', JSON "
-                                                     "paths"),
+        "tasks": Field(",".join(TINY_MINIWOB_TASKS), "comma-separated env specs: 'toy', 'miniwob/<task>', "
+                                                     "'chain/<split>', JSON paths, 'webgym:FILE.jsonl', 'sites' "
+                                                     "(docs/env.md)"),
         "group_size": Field(4, "G: episodes per task instance",
                             at_least(1, "must be >= 1 episode per task instance")),
         "max_episode_steps": Field(5, "horizon cap: a task plays min(its own horizon, this) steps "
