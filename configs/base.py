@@ -172,6 +172,21 @@ SCHEMA = {
             "download_kbps": Field(8100.0, "download throughput (0: not throttled)"),
             "upload_kbps": Field(1350.0, "upload throughput (0: not throttled)"),
         },
+        # The judge of WebGym tasks (jaxwebrl/env/tasks/webgym/judge.py, docs/env.md): "ground_truth" (the
+        # programmatic answer) or "chat" (an OpenAI-compatible endpoint that takes images; its key from the
+        # environment variable api_key_env names). A failed or malformed verdict drops the episode as an env failure.
+        "judge": {
+            "backend": Field("ground_truth", "'ground_truth' or 'chat' (an OpenAI-compatible endpoint)",
+                             one_of(("ground_truth", "chat"))),
+            "url": Field(None, "chat: the endpoint's base URL, e.g. 'http://127.0.0.1:8000/v1'", type=str),
+            "model": Field(None, "chat: the judge model's name at the endpoint", type=str),
+            "api_key_env": Field(None, "chat: the environment variable holding the API key (None: no key)",
+                                 type=str),
+            "timeout_s": Field(60.0, "chat: seconds a verdict may take", above(0, "must be > 0 seconds")),
+            "retries": Field(2, "chat: retries after a timeout, 429 or 5xx", at_least(0, "must be >= 0")),
+            "backoff_s": Field(1.0, "chat: the first retry's pause (doubled each retry)",
+                               at_least(0, "must be >= 0 seconds")),
+        },
     },
     "rollout": {
         "mode": Field("async", "'async' (the paper) or 'sync' (rollout round, then train; strictly on-policy: "

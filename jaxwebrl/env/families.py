@@ -56,6 +56,8 @@ class TaskFamily:
       action_texts(checked) -> (str, ...)  what a policy decoding under the action grammar may emit (None: the
                                            default click grid of a browser page, `action_space.CLICK_GRID`)
       needs_browser                        config validation checks that Chromium is installed
+      judged                               `make` takes `judge=` (a run's `env.judge` settings: its reward is a
+                                           judge's verdict)
       shares_browser                       a rollout worker may give all such envs one Chromium (same viewport)
     Oracles, the doctor, demonstrations:
       oracle(checked) -> Oracle | None     a scripted policy for the spec (`Oracle` above), or None; the doctor
@@ -72,6 +74,7 @@ class TaskFamily:
     action_texts: Callable[[Any], tuple[str, ...] | None] | None = None
     needs_browser: bool = True
     shares_browser: bool = False
+    judged: bool = False
     oracle: Callable[[Any], Oracle | None] | None = None
     doctor_specs: Callable[[], list] = _nothing
 

@@ -97,12 +97,14 @@ def shares_browser(spec: Any) -> bool:
     return _family(spec).shares_browser
 
 
-def make_env(spec: Any, *, latency: Mapping | None = None, **options) -> Env:
+def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None = None, **options) -> Env:
     """Build the environment `spec` names (validated by its family first).
 
     latency: a run's `env.latency` as a dict (`jaxwebrl.env.latency.LatencyConfig`; None or regime "local": off).
         In the "web" regime the env is wrapped in a `LatencyEnv` (a page delay after every reset and step) and
         a browser env gets Chromium's network conditions (where its family takes them).
+    judge: a run's `env.judge` as a dict (the backend and its settings), for families whose reward a judge gives
+        (`TaskFamily.judged`: WebGym tasks); None: the ground truth.
     options: `screenshot_size` (W, H), `max_steps` (a cap: the env plays `task_horizon(spec, max_steps)`),
     `browser` (a Browser to play in, not closed by the env; families without a browser leave it out).
     """
@@ -110,6 +112,8 @@ def make_env(spec: Any, *, latency: Mapping | None = None, **options) -> Env:
     regime = LatencyConfig.from_dict(latency)
     if options.get("max_steps") is not None:
         options["max_steps"] = family.horizon(checked, options["max_steps"])
+    if family.judged:
+        options["judge"] = judge
     env = family.make(checked, network=regime.network, **options)
     return LatencyEnv(env, regime) if regime.enabled else env
 

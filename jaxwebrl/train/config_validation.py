@@ -212,6 +212,10 @@ def _check_env(c) -> None:
         _fail("env.max_episode_steps", e.max_episode_steps, f"must be in 1..{MAX_STEPS}")
     _check_memory(c)
     _check_latency(e)
+    judge = e.get("judge")
+    if judge is not None and judge.backend == "chat" and not (judge.url and judge.model):
+        _fail("env.judge.backend", judge.backend, "the chat judge needs env.judge.url and env.judge.model (an "
+                                                  "OpenAI-compatible endpoint and its model)")
     if needs_browser(specs):
         if _which(e.chromium) is None:
             _fail("env.chromium", e.chromium, "Chromium not found: apt-get install -y chromium (or set the path)")

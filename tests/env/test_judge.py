@@ -1,7 +1,7 @@
 """The WebGym judges: the ground truth; an OpenAI-compatible chat endpoint (a real HTTP server on loopback that
 answers as the test scripts it) through success, a fact not met, a timeout, 5xx (retried), a malformed verdict, a
 blocked page and a dead server, each failure a JudgeFailure naming its cause; the key from the environment, never
-in a message; the pool judges concurrently."""
+in a message; the pool judges concurrently; a WebGym episode in Chromium rewarded by the run's judge."""
 
 import http.server
 import json
@@ -12,9 +12,13 @@ import time
 import numpy as np
 import pytest
 
+from configs import base
 from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.registry import env_specs, make_env
 from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
                                              verdict_schema)
+from jaxwebrl.rollout.spec import worker_spec
+from jaxwebrl.train.config_validation import ConfigError, validate
 
 KEY = "sk-test-secret-0123456789"
 FACTS = ("opened the Kitchen category", "opened the Red Mug page", "answered its price")
@@ -161,3 +165,47 @@ def test_the_pool_judges_a_batch_concurrently_and_keeps_failures_apart(endpoint,
     assert sum(isinstance(r, JudgeFailure) for r in results) == 1 and sum(
         getattr(r, "reward", 0) == 1.0 for r in results) == 3
     assert endpoint.max_in_flight >= 2   # the requests overlapped at the server
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.0), (200, "not json", 0.0)]], indirect=True)
+def test_a_webgym_episode_is_rewarded_by_the_chat_judge_and_a_bad_verdict_is_an_env_failure(endpoint, monkeypatch):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    spec = env_specs("sites")[0]     # shop-price-00: three facts, the answer 62.42
+    settings = {"backend": "chat", "url": endpoint.url, "model": "judge-model", "api_key_env": "TEST_JUDGE_KEY",
+                "retries": 0}
+    env = make_env(spec, screenshot_size=(128, 96), judge=settings)
+    try:
+        env.reset(0)
+        env.step("click(500, 500)")
+        result = env.step('answer("the agent guesses")')    # the (scripted) judge, not the ground truth, decides
+        assert result.terminated and result.reward == 1.0 and result.info["judge_backend"] == "chat"
+        assert result.info["verdict"][0] == ["B: the screenshots support the answer", True]
+        images = [c for c in endpoint.bodies[0]["messages"][1]["content"] if c["type"] == "image_url"]
+        assert len(images) == 2   # the two pages the agent saw
+        env.reset(1)
+        with pytest.raises(JudgeFailure, match="malformed verdict 'not json'"):
+            env.step('answer("62.42")')
+    finally:
+        env.close()
+    ground = make_env(spec, screenshot_size=(128, 96))          # no judge settings: the ground truth
+    try:
+        ground.reset(0)
+        result = ground.step('answer("62.42")')
+        assert result.reward == 1.0 and result.info["judge_backend"] == "ground_truth"
+    finally:
+        ground.close()
+
+
+def test_the_run_config_carries_the_judge_to_the_workers_and_refuses_an_incomplete_one(tmp_path):
+    config = base.config()
+    base.SCALES[base.variant("toy")](config)
+    assert "judge" not in worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
+                                      stats_dir=None)["worker"]["env_options"]
+    config.env.judge.backend = "chat"
+    with pytest.raises(ConfigError, match=r"^env\.judge\.backend='chat': the chat judge needs env\.judge\.url"):
+        validate(config, str(tmp_path))
+    config.env.judge.url, config.env.judge.model = "http://127.0.0.1:9/v1", "m"
+    options = worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
+                          stats_dir=None)["worker"]["env_options"]
+    assert options["judge"]["backend"] == "chat" and options["judge"]["url"] == "http://127.0.0.1:9/v1"

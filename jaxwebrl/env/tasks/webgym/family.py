@@ -1,7 +1,8 @@
 """The WebGym family's record: "webgym:FILE.jsonl[?split=train|test]" in `env.tasks` expands to one spec
 "webgym:FILE.jsonl:N" per task line (of that split); each plays as the JSON web task of `WebGymTask.web_spec`
-(its difficulty's horizon under the run's cap, the default click grid plus `answer(...)`); a line that carries its
-`solution` has an oracle that plays it (`oracle.py`: the bundled sites' tasks)."""
+(its difficulty's horizon under the run's cap, the default click grid plus `answer(...)`), rewarded by the run's
+judge (`env.py`, `judge.py`; the ground truth by default); a line that carries its `solution` has an oracle that
+plays it (`oracle.py`: the bundled sites' tasks)."""
 
 from __future__ import annotations
 
@@ -49,17 +50,22 @@ def _check(spec: str) -> WebTaskSpec:
 
 def _oracle(spec: WebTaskSpec):
     """The plan oracle of the task line `spec` came from, when the line carries a `solution`."""
-    path, _, number = spec.source.rpartition(":")
-    solution = load_task_line(path, int(number)).extra.get("solution")
+    solution = _task_of(spec).extra.get("solution")
     return None if solution is None else plan_oracle(solution)
 
 
-def _make(spec: WebTaskSpec, **options):
-    from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv  # deferred (heavy): a browser env imports Selenium
+def _task_of(spec: WebTaskSpec):
+    """The WebGym line `spec` was checked from."""
+    path, _, number = spec.source.rpartition(":")
+    return load_task_line(path, int(number))
 
-    return WebTaskEnv(spec, **options)
+
+def _make(spec: WebTaskSpec, *, judge=None, **options):
+    from jaxwebrl.env.tasks.webgym.env import WebGymEnv, make_judge  # deferred (heavy): the env imports Selenium
+
+    return WebGymEnv(spec, _task_of(spec), make_judge(judge), **options)
 
 
 WEBGYM = register_family(TaskFamily(
     name="webgym", claims=_claims, check=_check, make=_make, expand=_expand,
-    horizon=lambda spec, cap: min(int(cap), spec.max_steps), oracle=_oracle))
+    horizon=lambda spec, cap: min(int(cap), spec.max_steps), oracle=_oracle, judged=True))
