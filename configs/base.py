@@ -465,6 +465,23 @@ def long(c: config_dict.ConfigDict) -> None:
                                                # rollouts take ~3x the tiny default's at half the trajectories
 
 
+def webgym(c: config_dict.ConfigDict) -> None:
+    """The tiny policy on the bundled offline sites: WebGym-format tasks (training split) in Chromium, answered
+    with `answer(...)`, scored by the ground-truth judge (env.judge). Its grammar adds each task's reference answer
+    to the click grid, so the tiny policy chooses among the run's answers (docs/env.md)."""
+    tiny(c)
+    c.variant = "webgym"
+    c.env.tasks = "sites?split=train"
+    c.env.system_prompt = ("You are a web agent. Reply with 'Memory: {...}' then 'Action: click(x, y)' (0-1000 "
+                           "coordinates) or 'Action: answer(\"text\")' when you know the answer.")
+    c.env.max_episode_steps = 10               # easy tasks' horizon; medium and hard ones play 10 of their 20/30
+    c.env.screenshot_height = 168              # the 1024 x 768 pages at 4:3 (12 x 9 patches of 14 px)
+    c.env.screenshot_width = 224
+    c.train.dynamic_sampling = False           # a random policy's groups are mostly all-failure: keep them
+    c.train.consumer_batch_size = 8
+    c.buffer.max_seq_len = 1024
+
+
 def paper_scale(c: config_dict.ConfigDict, preset: str) -> None:
     """The paper's scale on the model `preset` names, from a local HF checkpoint (--config.model.checkpoint=DIR)."""
     c.variant = preset
@@ -532,7 +549,7 @@ def rehearsal(c: config_dict.ConfigDict) -> None:
     c.checkpoint.async_save = False
 
 
-SCALES = {"tiny": tiny, "toy": toy, "toy_2b": toy_2b, "long": long,
+SCALES = {"tiny": tiny, "toy": toy, "toy_2b": toy_2b, "long": long, "webgym": webgym,
       "qwen3vl_8b": functools.partial(paper_scale, preset="qwen3vl_8b"),
       "qwen3vl_2b": functools.partial(paper_scale, preset="qwen3vl_2b"),
       "qwen2_5vl_7b": functools.partial(paper_scale, preset="qwen2_5vl_7b"),

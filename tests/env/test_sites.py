@@ -1,21 +1,28 @@
 """The bundled offline sites: the committed pages and tasks are what the seed generates, every task is a valid
 WebGym line with its ground truth and a plan that fits its horizon, every link stays inside its site, and in real
-Chromium the plan oracle solves tasks of every kind by the ground truth."""
+Chromium the plan oracle solves tasks of every kind by the ground truth, and the webgym recipe trains on them."""
 
 import collections
 import json
 import os
 import re
+import subprocess
+import sys
 
+import numpy as np
 import pytest
+
+from jaxwebrl.buffer.ring import RingBuffer
 
 from jaxwebrl.env.registry import check_env_spec, env_specs, make_env, task_oracle
 from jaxwebrl.env.tasks.episode import OracleError, run_episode
 from jaxwebrl.env.tasks.sites import family, generate
 from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
 from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, difficulty_of
+from jaxwebrl.train.metrics import read_metrics
 
 SITES = os.path.dirname(family.TASKS)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_the_committed_sites_are_what_the_seed_generates():
@@ -87,3 +94,19 @@ def test_a_plan_that_stops_short_of_the_answer_page_is_an_oracle_error():
             run_episode(env, 0, plan_oracle(solution[:-2] + solution[-1:]))   # one 'See also' hop short
     finally:
         env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_webgym_recipe_trains_on_the_bundled_sites(tmp_path):
+    workdir = tmp_path / "run"
+    cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), "--config=configs/constT10.py:webgym",
+           f"--workdir={workdir}", "--config.train.max_steps=1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (record,) = read_metrics(str(workdir))
+    assert record["step"] == 1 and np.isfinite(record["ppo_actor/update/actor_loss/avg"])
+    episodes, _ = RingBuffer.open(str(workdir / "buffer")).read(None)
+    train_ids = {check_env_spec(s).task_id for s in env_specs("sites?split=train")}
+    assert episodes and {e.task_id for e in episodes} <= train_ids   # played on the sites' training split

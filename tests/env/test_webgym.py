@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from jaxwebrl.env.agent.actions import Action
+from jaxwebrl.env.agent.action_space import CLICK_GRID
+from jaxwebrl.env.agent.actions import Action, parse_action
 from jaxwebrl.env.agent.prompt import summarize_action
 from jaxwebrl.env.browser.probes import serve_directory
-from jaxwebrl.env.registry import check_env_spec, env_specs, make_env, task_horizon
+from jaxwebrl.env.registry import action_texts, check_env_spec, env_specs, make_env, task_horizon
 from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, held_out, load_task_line
 from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError
 
@@ -119,3 +120,10 @@ def test_the_answer_ends_the_episode_and_is_judged_by_the_ground_truth(tmp_path)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_constrained_policy_may_answer_each_tasks_reference_answer(tmp_path):
+    path = write(tmp_path / "t.jsonl", [task(task_id="a"), task(task_id="b", reference_answer='say "hi"')])
+    texts = action_texts(env_specs(f"webgym:{path}"))
+    assert texts[:100] == CLICK_GRID and texts[100:] == ('answer("4.20")', 'answer("say \\"hi\\"")')
+    assert [parse_action(t).text for t in texts[100:]] == ["4.20", 'say "hi"']

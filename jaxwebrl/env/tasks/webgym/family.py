@@ -1,13 +1,17 @@
 """The WebGym family's record: "webgym:FILE.jsonl[?split=train|test]" in `env.tasks` expands to one spec
 "webgym:FILE.jsonl:N" per task line (of that split); each plays as the JSON web task of `WebGymTask.web_spec`
-(its difficulty's horizon under the run's cap, the default click grid plus `answer(...)`), rewarded by the run's
+(its difficulty's horizon under the run's cap), rewarded by the run's
 judge (`env.py`, `judge.py`; the ground truth by default); a line that carries its `solution` has an oracle that
-plays it (`oracle.py`: the bundled sites' tasks)."""
+plays it (`oracle.py`: the bundled sites' tasks). A constrained policy's action texts are the default click grid
+and `answer("<the task's reference answer>")`: over a run, a choice among all its tasks' answers."""
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.parse
+
+from jaxwebrl.env.agent.action_space import CLICK_GRID
 
 from jaxwebrl.env.families import TaskFamily, register_family
 from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
@@ -60,6 +64,10 @@ def _task_of(spec: WebTaskSpec):
     return load_task_line(path, int(number))
 
 
+def _action_texts(spec: WebTaskSpec) -> tuple[str, ...]:
+    return CLICK_GRID + (f"answer({json.dumps(spec.evaluator['answer'])})",)
+
+
 def _make(spec: WebTaskSpec, *, judge=None, **options):
     from jaxwebrl.env.tasks.webgym.env import WebGymEnv, make_judge  # deferred (heavy): the env imports Selenium
 
@@ -68,4 +76,5 @@ def _make(spec: WebTaskSpec, *, judge=None, **options):
 
 WEBGYM = register_family(TaskFamily(
     name="webgym", claims=_claims, check=_check, make=_make, expand=_expand,
-    horizon=lambda spec, cap: min(int(cap), spec.max_steps), oracle=_oracle, judged=True))
+    horizon=lambda spec, cap: min(int(cap), spec.max_steps), oracle=_oracle, judged=True,
+    action_texts=_action_texts))

@@ -33,7 +33,7 @@ import urllib.parse
 from typing import Any
 
 from jaxwebrl.env.tasks.webgym.oracle import check_solution
-from jaxwebrl.env.tasks.webtask.task_spec import (EVALUATOR_MODES, TaskSpecError, WebTaskSpec, _read_lines, _short,
+from jaxwebrl.env.tasks.webtask.task_spec import (EVALUATOR_MODES, TaskSpecError, WebTaskSpec, read_lines, short_repr,
                                                   spec_lines)
 
 REQUIRED_FIELDS = ("task_id", "task_name", "website", "evaluator_reference")
@@ -100,13 +100,13 @@ def task_lines(path: str, split: str | None = None) -> list[int]:
 def load_task_line(path: str, number: int) -> WebGymTask:
     """Read and validate line `number` (1-based) of a WebGym task file; TaskSpecError names `path:number`."""
     where = f"{path}:{number}"
-    lines = _read_lines(path)
+    lines = read_lines(path)
     if not 1 <= number <= len(lines) or not lines[number - 1].strip():
         raise TaskSpecError(f"webgym task {where}: no task on that line ({path} has {len(lines)} lines)")
     try:
         record = json.loads(lines[number - 1])
     except (ValueError, RecursionError) as err:
-        raise TaskSpecError(f"webgym task {where}: not valid JSON ({_short(err, 120)}): one JSON object per line, "
+        raise TaskSpecError(f"webgym task {where}: not valid JSON ({short_repr(err, 120)}): one JSON object per line, "
                             "fix that line") from None
     return parse_task(record, os.path.abspath(path) + f":{number}", where)
 
@@ -114,7 +114,7 @@ def load_task_line(path: str, number: int) -> WebGymTask:
 def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
     """A WebGym record as a `WebGymTask`; TaskSpecError (one line naming `where`, the field and the fix)."""
     def fail(field: str, fix: str) -> None:
-        raise TaskSpecError(f"webgym task {where}: {field!r}={_short(record.get(field))}: {fix}")
+        raise TaskSpecError(f"webgym task {where}: {field!r}={short_repr(record.get(field))}: {fix}")
 
     if not isinstance(record, dict):
         raise TaskSpecError(f"webgym task {where} must be a JSON object, got {type(record).__name__}")
