@@ -45,10 +45,13 @@ def oracle_memory(actions_taken: int) -> dict:
 
 
 def snap_click(action: Action, action_texts, task_id: str = "") -> Action:
-    """The click of `action_texts` nearest (Euclidean, 0-1000 space) to the click `action`.
+    """The click of `action_texts` nearest (Euclidean, 0-1000 space) to the click `action`; any action whose call
+    text is one of `action_texts` (a WebGym task's `answer("...")`) as it is.
 
-    Raises ValueError for any other action kind: a constrained policy cannot emit it, so the task does not
-    suit it (choose click-only tasks)."""
+    Raises ValueError for any other action: a constrained policy cannot emit it, so the task does not suit it
+    (choose click-only tasks)."""
+    if action.kind != "click" and format_call(action) in action_texts:
+        return action
     if action.kind != "click":
         raise ValueError(f"{task_id or 'the task'}: the oracle needs a {action.kind!r} action, which the constrained "
                          f"action space (clicks only) cannot express; choose click-only tasks or turn "

@@ -14,11 +14,12 @@ import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
 
-from jaxwebrl.env.registry import check_env_spec, env_specs, make_env, task_oracle
+from jaxwebrl.env.registry import action_texts, check_env_spec, env_specs, make_env, task_oracle
 from jaxwebrl.env.tasks.episode import OracleError, run_episode
 from jaxwebrl.env.tasks.sites import family, generate
 from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
 from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, difficulty_of
+from jaxwebrl.eval.demos import oracle_demonstrations
 from jaxwebrl.train.metrics import read_metrics
 
 SITES = os.path.dirname(family.TASKS)
@@ -110,3 +111,12 @@ def test_the_webgym_recipe_trains_on_the_bundled_sites(tmp_path):
     episodes, _ = RingBuffer.open(str(workdir / "buffer")).read(None)
     train_ids = {check_env_spec(s).task_id for s in env_specs("sites?split=train")}
     assert episodes and {e.task_id for e in episodes} <= train_ids   # played on the sites' training split
+
+
+@pytest.mark.browser
+def test_demonstrations_of_the_sites_hold_the_grammars_clicks_and_answers():
+    specs = [s for s in env_specs("sites?split=train") if "shop-price" in check_env_spec(s).task_id][:1]
+    texts = action_texts(specs)
+    demos = oracle_demonstrations(specs, range(1), action_texts=texts, env_options={"screenshot_size": (128, 96)})
+    actions = [d["response"].split("Action: ")[1] for d in demos]
+    assert len(actions) == 3 and all(a in texts for a in actions) and actions[-1].startswith("answer(")

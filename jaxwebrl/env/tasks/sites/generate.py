@@ -25,9 +25,13 @@ import numpy as np
 
 SEED = 42
 HERE = os.path.dirname(os.path.abspath(__file__))
-STYLE = ("body{font:18px sans-serif;margin:24px;background:#fafafa}a{color:#1a4fd0}h1{font-size:28px;margin:0 0 16px}"
-         "li{margin:6px 0}table{border-collapse:collapse}td,th{padding:6px 14px;border:1px solid #ccc;text-align:left}"
-         ".grid{columns:4}.nav{margin-bottom:16px}input{font-size:18px;padding:4px}button{font-size:18px}")
+# Every link, button and input is at least 110 x 80 px: larger than a cell of the 10 x 10 click grid on the 1024 x 768
+# viewport (103 x 77 px), so the grid point nearest its centre lies inside it and a constrained policy can hit it.
+TARGET = "display:inline-block;box-sizing:border-box;min-width:110px;min-height:80px;line-height:80px;padding:0 16px;"
+STYLE = ("body{font:18px sans-serif;margin:8px 24px;background:#fafafa}h1{font-size:26px;margin:4px 0}"
+         f"a{{{TARGET}color:#1a4fd0;background:#e8eefc;margin:2px}}button,input{{{TARGET}font-size:18px}}"
+         "ul{list-style:none;padding:0;margin:0}li{display:inline-block}table{border-collapse:collapse}"
+         "td{padding:0 14px;border:1px solid #ccc}p{margin:4px 0}")
 CATEGORIES = ("Kitchen", "Garden", "Office", "Toys")
 ITEMS = {"Kitchen": ("Mug", "Kettle", "Teapot", "Bowl", "Ladle", "Toaster"),
          "Garden": ("Rake", "Hose", "Shovel", "Planter", "Trowel", "Sprinkler"),
@@ -69,8 +73,7 @@ def shop(rng) -> tuple[dict, list]:
     for i, p in enumerate(products):
         p["page"] = f"product-{i}.html"
     nav = "<div class='nav'><a id='home' href='index.html'>Shop home</a></div>"
-    links = "".join(f"<li><a id='cat-{_slug(c)}' href='category-{_slug(c)}.html'>{c}</a> (6 products)</li>"
-                    for c in CATEGORIES)
+    links = "".join(f"<li><a id='cat-{_slug(c)}' href='category-{_slug(c)}.html'>{c}</a></li>" for c in CATEGORIES)
     pages["index.html"] = _page("Shop", f"<p>Browse a category:</p><ul>{links}</ul>")
     for category in CATEGORIES:
         mine = [p for p in products if p["category"] == category]
@@ -78,10 +81,10 @@ def shop(rng) -> tuple[dict, list]:
                                        ("-by-price", sorted(mine, key=lambda p: float(p["price"])), "")):
             rows = "".join(f"<tr><td><a class='product' href='{p['page']}'>{p['name']}</a></td><td>{p['price']}</td>"
                            f"</tr>" for p in ordered)
-            toggle = (f"<p><a id='sort' href='category-{_slug(category)}-by-price.html'>Sort by price (lowest first)</a></p>"
-                      if other else f"<p><a id='unsort' href='category-{_slug(category)}.html'>Default order</a></p>")
+            toggle = (f"<a id='sort' href='category-{_slug(category)}-by-price.html'>Sort by price (lowest first)</a>"
+                      if other else f"<a id='unsort' href='category-{_slug(category)}.html'>Default order</a>")
             pages[f"category-{_slug(category)}{suffix}.html"] = _page(
-                category, f"{toggle}<table><tr><th>Product</th><th>Price</th></tr>{rows}</table>", nav)
+                category, f"<table>{rows}</table>", nav.replace("</div>", toggle + "</div>"))
     for p in products:
         pages[p["page"]] = _page(p["name"], (
             f"<table><tr><td>Category</td><td>{p['category']}</td></tr><tr><td>Price</td><td>{p['price']}</td></tr>"
@@ -107,7 +110,7 @@ def shop(rng) -> tuple[dict, list]:
                  f"The agent opened the {which} product, the {target['name']}",
                  f"The answer is its rating, {target['rating']}"], target["rating"],
                 [{"click": f"#cat-{_slug(category)}"}, {"click": "#sort"},
-                 {"click": f"tr:nth-child({len(ordered) + 1 if pick == 'last-child' else 2}) a.product"},
+                 {"click": f"tr:nth-child({len(ordered) if pick == 'last-child' else 1}) a.product"},
                  {"answer": target["rating"]}], category.lower()))
     return pages, tasks
 
@@ -121,7 +124,7 @@ def wiki(rng) -> tuple[dict, list]:
               "river": RIVERS[int(rng.integers(len(RIVERS)))]} for _ in TOWNS]
     nav = "<div class='nav'><a id='home' href='index.html'>Encyclopedia home</a></div>"
     links = "".join(f"<li><a id='town-{i}' href='town-{i}.html'>{t}</a></li>" for i, t in enumerate(TOWNS))
-    pages["index.html"] = _page("Encyclopedia of towns", f"<ul class='grid'>{links}</ul>")
+    pages["index.html"] = _page("Encyclopedia of towns", f"<ul>{links}</ul>")
     for i, town in enumerate(TOWNS):
         f, nxt = facts[i], see_also[i]
         other = (i + 7) % len(TOWNS)

@@ -7,11 +7,11 @@ and `answer("<the task's reference answer>")`: over a run, a choice among all it
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.parse
 
 from jaxwebrl.env.agent.action_space import CLICK_GRID
+from jaxwebrl.env.agent.actions import Action, format_call
 
 from jaxwebrl.env.families import TaskFamily, register_family
 from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
@@ -65,7 +65,7 @@ def _task_of(spec: WebTaskSpec):
 
 
 def _action_texts(spec: WebTaskSpec) -> tuple[str, ...]:
-    return CLICK_GRID + (f"answer({json.dumps(spec.evaluator['answer'])})",)
+    return CLICK_GRID + (format_call(Action("answer", text=spec.evaluator["answer"])),)
 
 
 def _make(spec: WebTaskSpec, *, judge=None, **options):
