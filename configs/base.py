@@ -186,6 +186,10 @@ SCHEMA = {
             "retries": Field(2, "chat: retries after a timeout, 429 or 5xx", at_least(0, "must be >= 0")),
             "backoff_s": Field(1.0, "chat: the first retry's pause (doubled each retry)",
                                at_least(0, "must be >= 0 seconds")),
+            "concurrency": Field(8, "chat: verdicts in flight at once per worker process",
+                                 at_least(1, "must be >= 1")),
+            "rate_per_s": Field(None, "chat: at most this many requests started a second per worker process "
+                                      "(None: no limit)", type=float),
         },
     },
     "rollout": {

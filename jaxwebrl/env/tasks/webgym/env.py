@@ -11,10 +11,12 @@ drops the episode and counts it, never scoring it 0.
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any, Mapping
 
 from jaxwebrl.env.agent.actions import Action
-from jaxwebrl.env.tasks.webgym.judge import MAX_SCREENSHOTS, ChatJudge, GroundTruthJudge, JudgeRequest
+from jaxwebrl.env.tasks.webgym.judge import MAX_SCREENSHOTS, ChatJudge, GroundTruthJudge, JudgePool, JudgeRequest
 from jaxwebrl.env.tasks.webgym.webgym_tasks import WebGymTask
 from jaxwebrl.env.tasks.webtask.task_spec import WebTaskSpec
 from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv
@@ -22,25 +24,34 @@ from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv
 JUDGE_BACKENDS = ("ground_truth", "chat")
 
 
-def make_judge(settings: Mapping[str, Any] | None):
-    """The judge a run's `env.judge` names (None or backend "ground_truth": the programmatic answer)."""
-    settings = dict(settings or {})
-    backend = settings.pop("backend", "ground_truth")
+def judge_pool(settings: Mapping[str, Any] | None) -> JudgePool:
+    """The process's one pool of the judge a run's `env.judge` names (None or backend "ground_truth": the
+    programmatic answer): every env of a worker process judges through it, so its concurrency and rate limit hold
+    for the process."""
+    return _pool(json.dumps(dict(settings or {}), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(settings_json: str) -> JudgePool:
+    settings = json.loads(settings_json)
+    backend = settings.get("backend", "ground_truth")
     if backend == "ground_truth":
-        return GroundTruthJudge()
+        return JudgePool(GroundTruthJudge())
     if backend != "chat":
         raise ValueError(f"env.judge.backend={backend!r}: use one of {list(JUDGE_BACKENDS)}")
-    return ChatJudge(base_url=settings["url"], model=settings["model"], api_key_env=settings.get("api_key_env"),
-                     timeout_s=float(settings.get("timeout_s", 60.0)), retries=int(settings.get("retries", 2)),
-                     backoff_s=float(settings.get("backoff_s", 1.0)))
+    judge = ChatJudge(base_url=settings["url"], model=settings["model"], api_key_env=settings.get("api_key_env"),
+                      timeout_s=float(settings.get("timeout_s", 60.0)), retries=int(settings.get("retries", 2)),
+                      backoff_s=float(settings.get("backoff_s", 1.0)))
+    return JudgePool(judge, concurrency=int(settings.get("concurrency", 8)), rate_per_s=settings.get("rate_per_s"))
 
 
 class WebGymEnv(WebTaskEnv):
-    """One WebGym task (`task`, played as `spec`) whose reward is `judge`'s verdict (see the module docstring)."""
+    """One WebGym task (`task`, played as `spec`) whose reward is the verdict of `judges` (a JudgePool; see the
+    module docstring)."""
 
-    def __init__(self, spec: WebTaskSpec, task: WebGymTask, judge, **options):
+    def __init__(self, spec: WebTaskSpec, task: WebGymTask, judges: JudgePool, **options):
         super().__init__(spec, **options)
-        self.task, self.judge = task, judge
+        self.task, self.judges = task, judges
         self._seen: list = []
 
     def reset(self, seed: int):
@@ -56,10 +67,10 @@ class WebGymEnv(WebTaskEnv):
         answered = action.kind == "answer"
         if not (answered or last_step):
             return 0.0, False, {"success": False, "evaluated": False}
-        verdict = self.judge.judge(JudgeRequest(
+        verdict = self.judges.submit(JudgeRequest(
             task_id=self.task.task_id, goal=self.task.task_name, facts=self.task.facts,
             answer=action.text if answered else None, reference_answer=self.task.reference_answer,
-            ground_truth=self.task.ground_truth, screenshots=tuple(self._seen)))
+            ground_truth=self.task.ground_truth, screenshots=tuple(self._seen))).result()
         return verdict.reward, answered, {
             "success": verdict.reward > 0, "evaluated": True, "verdict": [list(c) for c in verdict.criteria],
             "judge_raw": verdict.raw, "judge_backend": verdict.backend, "judge_s": round(verdict.seconds, 3)}

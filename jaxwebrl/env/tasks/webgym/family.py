@@ -69,9 +69,9 @@ def _action_texts(spec: WebTaskSpec) -> tuple[str, ...]:
 
 
 def _make(spec: WebTaskSpec, *, judge=None, **options):
-    from jaxwebrl.env.tasks.webgym.env import WebGymEnv, make_judge  # deferred (heavy): the env imports Selenium
+    from jaxwebrl.env.tasks.webgym.env import WebGymEnv, judge_pool  # deferred (heavy): the env imports Selenium
 
-    return WebGymEnv(spec, _task_of(spec), make_judge(judge), **options)
+    return WebGymEnv(spec, _task_of(spec), judge_pool(judge), **options)
 
 
 WEBGYM = register_family(TaskFamily(
