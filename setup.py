@@ -59,7 +59,8 @@ setup(
     version="0.1.0",
     description="Fully asynchronous multi-step RL for visual web agents in JAX/Flax",
     packages=find_packages(include=["jaxwebrl", "jaxwebrl.*", "configs"]),   # configs: recipes import configs.base
-    package_data={"jaxwebrl.env.tasks": ["pages/*.html"]},                     # the chain task's page
+    package_data={"jaxwebrl.env.tasks.chain": ["pages/*.html"],                     # the chain task's page
+                  "jaxwebrl.env.tasks.sites": ["tasks.jsonl", "pages/*/*.html"]},   # the bundled offline sites
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

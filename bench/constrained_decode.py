@@ -21,7 +21,7 @@ import numpy as np
 def toy_prompts(processor, count: int) -> list[dict]:
     """The toy task's first-turn prompts as the rollout worker renders them (the toy recipe's prompt)."""
     from configs.grpo import get_config
-    from jaxwebrl.env.tasks import toy
+    from jaxwebrl.env.tasks.toy import toy
     from jaxwebrl.env.agent.prompt import PromptConfig, build_prompt
 
     config = get_config("toy")
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--grid", action="store_true", help="the 10 x 10 click grid of the tiny MiniWoB default")
     args = parser.parse_args()
 
-    from jaxwebrl.env.tasks import toy
+    from jaxwebrl.env.tasks.toy import toy
     from jaxwebrl.models.policy import tiny_policy
     from jaxwebrl.models.sampler import Sampler, SamplingParams
     from jaxwebrl.env.agent.action_space import CLICK_GRID

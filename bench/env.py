@@ -32,8 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def child(seconds: float, worker_id: int, unthrottled_frames: bool) -> None:
     from jaxwebrl.env.browser.browser import Browser
     from jaxwebrl.env.browser.chromium import BrowserConfig
-    from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
-    from jaxwebrl.env.tasks.oracles import oracle_tasks, oracle_text
+    from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT, MiniWobEnv
+    from jaxwebrl.env.tasks.miniwob.oracles import oracle_tasks, oracle_text
 
     browser = Browser(BrowserConfig(viewport=VIEWPORT, unthrottled_frames=unthrottled_frames))
     tasks = oracle_tasks()
@@ -119,8 +119,8 @@ def worker_overhead(seconds: float) -> dict:
     from jaxwebrl.env.registry import make_env
     from jaxwebrl.env.browser.browser import Browser
     from jaxwebrl.env.browser.chromium import BrowserConfig
-    from jaxwebrl.env.tasks.miniwob import TASK_AREA, VIEWPORT
-    from jaxwebrl.env.tasks.oracles import oracle_tasks, oracle_text
+    from jaxwebrl.env.tasks.miniwob.miniwob import TASK_AREA, VIEWPORT
+    from jaxwebrl.env.tasks.miniwob.oracles import oracle_tasks, oracle_text
     from jaxwebrl.rollout.client import InProcessClient
     from jaxwebrl.rollout.scripted import ScriptedBackend
     from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig

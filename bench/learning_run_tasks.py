@@ -43,8 +43,8 @@ def play(env, seed: int, choose) -> tuple[bool, int]:
 
 def measure(task: str, seeds: range, grid: int, horizon: int, browser, rng) -> dict:
     from jaxwebrl.env.agent.actions import Action
-    from jaxwebrl.env.tasks.miniwob import MiniWobEnv
-    from jaxwebrl.env.tasks.oracles import get_oracle
+    from jaxwebrl.env.tasks.miniwob.miniwob import MiniWobEnv
+    from jaxwebrl.env.tasks.miniwob.oracles import get_oracle
 
     points = grid_points(grid)
     oracle = get_oracle(task)
@@ -72,9 +72,9 @@ def measure(task: str, seeds: range, grid: int, horizon: int, browser, rng) -> d
 def main() -> None:
     from jaxwebrl.env.browser.browser import Browser
     from jaxwebrl.env.browser.chromium import BrowserConfig
-    from jaxwebrl.env.tasks.miniwob import VIEWPORT
-    from jaxwebrl.env.tasks.miniwob_tasks import split_tasks
-    from jaxwebrl.env.tasks.oracles import oracle_tasks
+    from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT
+    from jaxwebrl.env.tasks.miniwob.miniwob_tasks import split_tasks
+    from jaxwebrl.env.tasks.miniwob.oracles import oracle_tasks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default=None, help="comma-separated MiniWoB++ tasks (default: Easy with oracle)")

@@ -30,7 +30,8 @@ from jaxwebrl.train.assembly import UpdateBatch, length_bucket, row_bucket  # no
 from jaxwebrl.train.update import Updater  # noqa: E402
 
 try:   # the homes after issue 28 ...
-    from jaxwebrl.env.agent.action_space import config_action_texts, response_texts
+    from jaxwebrl.env.agent.action_space import response_texts
+    from jaxwebrl.env.registry import config_action_texts
     from jaxwebrl.rollout.action_grammar import action_constraint
     from jaxwebrl.train.rl_config import optimizer_settings, update_settings
 except ImportError:   # ... and before it (aea3aa2)

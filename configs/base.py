@@ -131,12 +131,13 @@ SCHEMA = {
                                       "without LoRA (LoRA alone already freezes it)"),
     },
     "env": {
-        "tasks": Field(",".join(TINY_MINIWOB_TASKS), "comma-separated env specs: 'toy', 'miniwob/<task>', JSON "
-                                                     "paths"),
+        "tasks": Field(",".join(TINY_MINIWOB_TASKS), "comma-separated env specs: 'toy', 'miniwob/<task>', "
+                                                     "'chain/<split>', JSON paths, 'webgym:FILE.jsonl', 'sites' "
+                                                     "(docs/env.md)"),
         "group_size": Field(4, "G: episodes per task instance",
                             at_least(1, "must be >= 1 episode per task instance")),
         "max_episode_steps": Field(5, "horizon cap: a task plays min(its own horizon, this) steps "
-                                      "(1..jaxwebrl.env.tasks.task_spec.MAX_STEPS; docs/env.md)"),
+                                      "(1..jaxwebrl.env.tasks.webtask.task_spec.MAX_STEPS; docs/env.md)"),
         "screenshot_height": Field(64, "screenshot height in pixels",
                                    at_least(8, "screenshots must be at least 8×8")),
         "screenshot_width": Field(64, "screenshot width in pixels", at_least(8, "screenshots must be at least 8×8")),
@@ -171,6 +172,25 @@ SCHEMA = {
             "network_latency_ms": Field(165.0, "added round trip of every request"),
             "download_kbps": Field(8100.0, "download throughput (0: not throttled)"),
             "upload_kbps": Field(1350.0, "upload throughput (0: not throttled)"),
+        },
+        # The judge of WebGym tasks (jaxwebrl/env/tasks/webgym/judge.py, docs/env.md): "ground_truth" (the
+        # programmatic answer) or "chat" (an OpenAI-compatible endpoint that takes images; its key from the
+        # environment variable api_key_env names). A failed or malformed verdict drops the episode as an env failure.
+        "judge": {
+            "backend": Field("ground_truth", "'ground_truth' or 'chat' (an OpenAI-compatible endpoint)",
+                             one_of(("ground_truth", "chat"))),
+            "url": Field(None, "chat: the endpoint's base URL, e.g. 'http://127.0.0.1:8000/v1'", type=str),
+            "model": Field(None, "chat: the judge model's name at the endpoint", type=str),
+            "api_key_env": Field(None, "chat: the environment variable holding the API key (None: no key)",
+                                 type=str),
+            "timeout_s": Field(60.0, "chat: seconds a verdict may take", above(0, "must be > 0 seconds")),
+            "retries": Field(2, "chat: retries after a timeout, 429 or 5xx", at_least(0, "must be >= 0")),
+            "backoff_s": Field(1.0, "chat: the first retry's pause (doubled each retry)",
+                               at_least(0, "must be >= 0 seconds")),
+            "concurrency": Field(8, "chat: verdicts in flight at once per worker process",
+                                 at_least(1, "must be >= 1")),
+            "rate_per_s": Field(None, "chat: at most this many requests started a second per worker process "
+                                      "(None: no limit)", type=float),
         },
     },
     "rollout": {
@@ -450,6 +470,23 @@ def long(c: config_dict.ConfigDict) -> None:
                                                # rollouts take ~3x the tiny default's at half the trajectories
 
 
+def webgym(c: config_dict.ConfigDict) -> None:
+    """The tiny policy on the bundled offline sites: WebGym-format tasks (training split) in Chromium, answered
+    with `answer(...)`, scored by the ground-truth judge (env.judge). Its grammar adds each task's reference answer
+    to the click grid, so the tiny policy chooses among the run's answers (docs/env.md)."""
+    tiny(c)
+    c.variant = "webgym"
+    c.env.tasks = "sites?split=train"
+    c.env.system_prompt = ("You are a web agent. Reply with 'Memory: {...}' then 'Action: click(x, y)' (0-1000 "
+                           "coordinates) or 'Action: answer(\"text\")' when you know the answer.")
+    c.env.max_episode_steps = 10               # easy tasks' horizon; medium and hard ones play 10 of their 20/30
+    c.env.screenshot_height = 168              # the 1024 x 768 pages at 4:3 (12 x 9 patches of 14 px)
+    c.env.screenshot_width = 224
+    c.train.dynamic_sampling = False           # a random policy's groups are mostly all-failure: keep them
+    c.train.consumer_batch_size = 8
+    c.buffer.max_seq_len = 1024
+
+
 def paper_scale(c: config_dict.ConfigDict, preset: str) -> None:
     """The paper's scale on the model `preset` names, from a local HF checkpoint (--config.model.checkpoint=DIR)."""
     c.variant = preset
@@ -518,7 +555,7 @@ def rehearsal(c: config_dict.ConfigDict) -> None:
     c.checkpoint.async_save = False
 
 
-SCALES = {"tiny": tiny, "toy": toy, "toy_2b": toy_2b, "long": long,
+SCALES = {"tiny": tiny, "toy": toy, "toy_2b": toy_2b, "long": long, "webgym": webgym,
       "qwen3vl_8b": functools.partial(paper_scale, preset="qwen3vl_8b"),
       "qwen3vl_2b": functools.partial(paper_scale, preset="qwen3vl_2b"),
       "qwen2_5vl_7b": functools.partial(paper_scale, preset="qwen2_5vl_7b"),

@@ -8,6 +8,7 @@ An extension module registers what the config then names (docs/interfaces.md, "E
     jaxwebrl.rl.losses.register_loss(name, fn, **defaults)            -> actor.loss = name
     jaxwebrl.rl.estimators.register_estimator(name, fn, reward_norm=) -> actor.estimator = name
     jaxwebrl.env.registry.register_env(name, env_class, ...)          -> env.tasks = name
+    jaxwebrl.env.families.register_family(TaskFamily(...))           -> env.tasks = the specs it claims
 
 Rollout workers are separate processes (spawned, or Ray actors): they get the module names in their JSON spec and
 import them before building their environments. A leaf module: it imports nothing from jaxwebrl.

@@ -2,7 +2,7 @@ r"""Supervised warm start from scripted demonstrations:
 `python launch/sft.py --config=configs/constT10.py[:variant] --workdir=DIR [--steps=N] [--num_seeds=S]
     [--seed_start=0] [--batch_size=B] [--lr=LR] [--config.a.b=v]`.
 
-The oracles play the recipe's tasks (`env.tasks`, each needs an oracle: `jaxwebrl.env.tasks.oracles.oracle_tasks()`)
+The oracles play the recipe's tasks (`env.tasks`, each needs an oracle: `jaxwebrl.env.tasks.miniwob.oracles.oracle_tasks()`)
 on the TRAINING seeds seed_start .. seed_start+S-1, recorded exactly as the recipe's rollout workers prompt
 (clicks snapped to the constrained action space); the recipe's initial policy is trained on their winning
 episodes for --steps and DIR receives a params checkpoint (params/, jaxwebrl_params.json) and sft.json

@@ -129,6 +129,19 @@ def test_env_subpackages_import_in_their_direction():
     assert not wrong, "env/ imports against agent -> browser -> tasks (docs/architecture.md):\n" + "\n".join(wrong)
 
 
+def test_the_agent_imports_nothing_of_env_outside_it():
+    """env/agent is the bottom of env/: besides agent -> browser -> tasks, it imports none of env/'s top-level
+    modules either (registry and families compose the tasks; the action grammar gets its action texts passed in)."""
+    wrong = []
+    for path, rel, module in _modules():
+        if _env_subpackage(module) != "agent":
+            continue
+        for line, name, in_function, _ in _imports(path, module):
+            if name and name.startswith("jaxwebrl.env") and _env_subpackage(name) != "agent":
+                wrong.append(f"{rel}:{line}: env/agent imports {name}")
+    assert not wrong, "env/agent imports above it (docs/architecture.md):\n" + "\n".join(wrong)
+
+
 def test_every_function_local_import_says_why():
     missing = []
     for path, rel, module in _modules():

@@ -1,12 +1,13 @@
 """Doctor: `python -m jaxwebrl.env.check` starts Chromium, checks that the navigation allowlist holds (a loopback
-task page whose images, WebSockets, WebRTC and the agent's navigate try to leave it), lets the scripted oracles
-play MiniWoB++ tasks and the chain family (`chain/...` specs), and prints one JSON object (versions, sandbox state, allowlist result, success rate per
-task, timings per reset/screenshot/action). Exits 1 when the browser cannot start, the allowlist leaks, or the
-overall success rate is below --threshold.
+task page whose images, WebSockets, WebRTC and the agent's navigate try to leave it), lets each task family's
+scripted oracle play its specs (every family's `doctor_specs` by default: MiniWoB++ tasks with an oracle, the chain
+specs, the toy, an extension's family), and prints one JSON object (versions, sandbox state, allowlist result,
+success rate per spec, timings per reset/screenshot/action). Exits 1 when the browser cannot start, the allowlist
+leaks, or the overall success rate is below --threshold.
 
-    python -m jaxwebrl.env.check                          # every task with an oracle, 3 episodes each
-    python -m jaxwebrl.env.check --tasks click-test,login-user --episodes 5
-    python -m jaxwebrl.env.check --tasks chain/hard-recall?trap=1,choose-date --episodes 20
+    python -m jaxwebrl.env.check                          # every family's specs, 3 episodes each
+    python -m jaxwebrl.env.check --tasks miniwob/click-test,miniwob/login-user --episodes 5
+    python -m jaxwebrl.env.check --tasks "chain/hard-recall?trap=1,miniwob/choose-date" --episodes 20
 """
 
 from __future__ import annotations
@@ -25,13 +26,11 @@ from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.browser.probes import UdpProbe, WebSocketProbe, serve_directory
-from jaxwebrl.env.registry import check_env_spec, make_env
-from jaxwebrl.env.tasks.chain_tasks import PREFIX as CHAIN_PREFIX, chain_names
-from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
-from jaxwebrl.env.tasks.miniwob_tasks import available_tasks
-from jaxwebrl.env.tasks.oracles import oracle_tasks, run_episode
-from jaxwebrl.env.tasks.task_spec import WebTaskSpec
-from jaxwebrl.env.tasks.webtask import WebTaskEnv
+from jaxwebrl.env.registry import doctor_specs, make_env, shares_browser, task_oracle
+from jaxwebrl.env.tasks.episode import run_episode
+from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT
+from jaxwebrl.env.tasks.webtask.task_spec import WebTaskSpec
+from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv
 
 
 def _stats_ms(seconds: list[float]) -> dict:
@@ -130,7 +129,8 @@ def _probe_log(browser, wait_s: float) -> list[str]:
 
 
 def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] | None) -> dict:
-    """Play `episodes` oracle episodes of each task in one browser; returns the report dict."""
+    """Play `episodes` oracle episodes of each spec (in one shared browser where its family shares one); returns
+    the report dict."""
     report: dict = {"ok": False, "tasks": {}, "errors": []}
     t0 = time.perf_counter()
     try:
@@ -157,19 +157,23 @@ def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] 
             if not browser.alive:
                 browser.restart()
         for task in tasks:
-            env = (make_env(task, browser=browser, screenshot_size=screenshot_size) if task.startswith(CHAIN_PREFIX)
-                   else MiniWobEnv(task, browser=browser, screenshot_size=screenshot_size))
+            shared = {"browser": browser} if shares_browser(task) else {}
+            size = {"screenshot_size": screenshot_size} if screenshot_size else {}   # else each env's own
+            env, oracle = make_env(task, **size, **shared), task_oracle(task)
             results = []
             for seed in range(episodes):
                 try:
-                    results.append(run_episode(env, seed))
+                    results.append(run_episode(env, seed, oracle))
                 except Exception as exc:  # noqa: BLE001 - the doctor reports every failure and goes on
                     report["errors"].append(f"{task} seed {seed}: {type(exc).__name__}: {exc}")
                     results.append({"success": False, "steps": 0})
                     if not browser.alive:
                         browser.restart()
+            env_timings = getattr(env, "timings", {})   # a browser env's (a browser-free env has none)
             for key in timings:
-                timings[key].extend(env.timings[key])
+                timings[key].extend(env_timings.get(key, ()))
+            if not shared:
+                env.close()
             wins = sum(r["success"] for r in results)
             solved, total = solved + wins, total + len(results)
             report["tasks"][task] = {"success_rate": round(wins / len(results), 3), "episodes": len(results),
@@ -182,33 +186,22 @@ def run_check(tasks: list[str], episodes: int, screenshot_size: tuple[int, int] 
     return report
 
 
-def _chain_spec(task: str) -> bool:
-    """Whether `task` is a valid chain spec ("chain/hard-recall?trap=1")."""
-    if not task.startswith(CHAIN_PREFIX):
-        return False
-    try:
-        check_env_spec(task)
-    except ValueError:
-        return False
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxwebrl.env.check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", default="", help="comma-separated MiniWoB++ tasks and chain specs (default: "
-                                                    "every MiniWoB++ task with an oracle and every chain spec)")
+    parser.add_argument("--tasks", default="", help="comma-separated env specs with an oracle (default: every "
+                                                    "task family's doctor specs)")
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per task")
     parser.add_argument("--threshold", type=float, default=0.9, help="minimum overall success rate")
     parser.add_argument("--screenshot-size", default="", help="resize screenshots to WxH, e.g. 320x420")
     args = parser.parse_args(argv)
 
-    tasks = [t for t in args.tasks.split(",") if t] or oracle_tasks() + chain_names()
-    unknown = [t for t in tasks if t not in oracle_tasks() and not _chain_spec(t)]
-    if unknown:
-        known = "not a MiniWoB++ task" if any(t not in available_tasks() for t in unknown) else "no oracle"
-        parser.error(f"{unknown}: {known}; tasks with oracles: {','.join(oracle_tasks())}, and chain specs "
-                     f"({','.join(chain_names())}, options ?trap=N&horizon=N)")
+    tasks = [t for t in args.tasks.split(",") if t] or doctor_specs()
+    for task in tasks:
+        try:
+            task_oracle(task)
+        except ValueError as err:
+            parser.error(str(err))
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
     size = None

@@ -1,19 +1,22 @@
 """Env specs: the names a run config's `env.tasks` lists, checked before anything starts and built in a worker.
 
-    "toy"               the browser-free toy task (`jaxwebrl.env.tasks.toy`)
+Every spec belongs to one task family (`jaxwebrl.env.families.TaskFamily`, one folder under env/tasks/ each):
+
+    "toy"               the browser-free toy task (`tasks/toy`)
     "miniwob/<task>"    a bundled MiniWoB++ task in headless Chromium; "miniwob" alone in `env.tasks`: all of them;
-                        "miniwob/<task>?reward=strict" wins only on a perfect answer (`miniwob_tasks.REWARDS`)
-    a JSON task spec    a dict, JSON text or a path to a .json file (`jaxwebrl.env.tasks.task_spec`)
-    a task set          in `env.tasks`: a .jsonl file (one task spec per line: line N is the spec "FILE.jsonl:N")
-                        or a directory of .json / .jsonl spec files (sorted by name, not recursive)
-    a registered name   a Python environment class registered with `register_env` (an extension module, see
-                        `jaxwebrl.extensions`), e.g. "counter"; one registered with `options` also takes them
-                        after a "?": "chain/hard?trap=1" (the `chain` family, `jaxwebrl.env.tasks.chain_tasks`)
+                        "miniwob/<task>?reward=strict" wins only on a perfect answer (`tasks/miniwob`)
+    "chain/<split>..."  the `chain` family, options after a "?": "chain/hard?trap=1" (`tasks/chain`)
+    a JSON task spec    a dict, JSON text or a path to a .json file; a task set in `env.tasks`: a .jsonl file (line
+                        N is the spec "FILE.jsonl:N") or a directory of .json / .jsonl spec files (`tasks/webtask`)
+    "webgym:FILE.jsonl" a task file in WebGym's own format (line N: "webgym:FILE.jsonl:N"; `tasks/webgym`)
+    a registered name   a Python environment class registered with `register_env` or a family registered with
+                        `families.register_family` (an extension module, see `jaxwebrl.extensions`)
 
     specs = env_specs("toy,miniwob/click-test,tasks/shop.jsonl")   # env.tasks as a list of specs
     check_env_spec(spec)                             # validated only: no browser starts, no evaluator is imported
     env = make_env(spec, screenshot_size=(W, H), max_steps=N)
     env = make_env(spec, latency={"regime": "web", "seed": 0})   # the "web" latency regime (jaxwebrl.env.latency)
+    texts = action_texts(specs)                      # what a policy decoding under the action grammar may emit
 
 Registering an environment (from outside the package):
 
@@ -27,217 +30,100 @@ grid of a browser page); `needs_browser=True` makes config validation check that
 `takes_browser=True` for a browser env that can share a `browser=` (otherwise `make_env` leaves it out);
 `options(query) -> dict` turns a spec's text after "?" into keyword options for the factory (ValueError naming the
 problem; called by `check_env_spec` too, so a bad option fails before anything starts); `horizon(query) -> int`
-gives a fixed-horizon env's own horizon for a spec (`task_horizon`: what a buffer is sized for).
+gives a fixed-horizon env's own horizon for a spec (`task_horizon`: what a buffer is sized for); `oracle(env,
+observation, step) -> Action` a scripted policy (demonstrations, the doctor).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import re
 from typing import Any, Callable, Mapping
 
+from jaxwebrl.env.agent.action_space import CLICK_GRID
 from jaxwebrl.env.base import Env
+from jaxwebrl.env.families import Oracle, TaskFamily, families, family_of, register_family
 from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
-from jaxwebrl.env.tasks import chain_tasks, toy
-from jaxwebrl.env.tasks.miniwob_tasks import available_tasks, click_grid, horizon, miniwob_options
-from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec, load_spec_file, load_spec_line, spec_lines
-
-MINIWOB_PREFIX = "miniwob/"
-ALL_MINIWOB = "miniwob"   # in env.tasks: every bundled MiniWoB++ task
-JSONL_SUFFIX = ".jsonl"   # a task set: one JSON task spec per line
-_JSONL_LINE = re.compile(r"(.+\.jsonl):(\d+)")   # its line N as an env spec
 
 
-@dataclasses.dataclass(frozen=True)
-class EnvEntry:
-    """A registered environment (see the module docstring): `factory(**options) -> Env`."""
-
-    factory: Callable[..., Env]
-    action_texts: tuple[str, ...] | None = None
-    needs_browser: bool = False
-    takes_max_steps: bool = True
-    takes_browser: bool = False
-    options: Callable[[str], dict] | None = None
-    horizon: Callable[[str], int] | None = None
-
-
-_REGISTRY: dict[str, EnvEntry] = {}
-
-
-def register_env(name: str, factory: Callable[..., Env], *, action_texts=None, needs_browser: bool = False,
-                 takes_max_steps: bool = True, takes_browser: bool = False,
-                 options: Callable[[str], dict] | None = None,
-                 horizon: Callable[[str], int] | None = None) -> None:
-    """Make `name` an env spec every run config can list in `env.tasks` (see the module docstring). Registering
-    the same factory again is a no-op; another factory under a taken name is a ValueError."""
-    if not isinstance(name, str) or not name.strip() or name != name.strip() or "," in name or "?" in name:
-        raise ValueError(f"env name {name!r}: give a non-empty name without commas, '?' or surrounding spaces")
-    if (name == ALL_MINIWOB or name.startswith(MINIWOB_PREFIX) or name.endswith((".json", JSONL_SUFFIX))
-            or name.startswith("{")):
-        raise ValueError(f"env name {name!r} looks like a MiniWoB++ task or a JSON task spec: choose another name")
-    if not callable(factory):
-        raise TypeError(f"register_env({name!r}, ...): the factory must be callable (an Env class), "
-                        f"got {type(factory).__name__}")
-    if options is not None and not callable(options):
-        raise TypeError(f"register_env({name!r}, ...): options must be callable (query text -> dict) or None")
-    if horizon is not None and not callable(horizon):
-        raise TypeError(f"register_env({name!r}, ...): horizon must be callable (query text -> int) or None")
-    entry = EnvEntry(factory, None if action_texts is None else tuple(action_texts), bool(needs_browser),
-                     bool(takes_max_steps), bool(takes_browser), options, horizon)
-    if entry.action_texts is not None and (not entry.action_texts
-                                           or not all(isinstance(t, str) and t for t in entry.action_texts)):
-        raise ValueError(f"register_env({name!r}, ...): action_texts must be non-empty strings (or None)")
-    if _REGISTRY.get(name, entry) != entry:
-        raise ValueError(f"env name {name!r} is already registered to {_REGISTRY[name].factory!r}: choose another name")
-    _REGISTRY[name] = entry
-
-
-def registered_entry(spec: Any) -> EnvEntry | None:
-    """The registry entry of `spec` when it names a registered env (options after "?" aside), else None."""
-    return _REGISTRY.get(spec.strip().partition("?")[0]) if isinstance(spec, str) else None
-
-
-def _spec_options(spec: str, entry: EnvEntry) -> dict:
-    """The keyword options of a registered spec's "?..." part ({} without one); ValueError naming the problem."""
-    name, mark, query = spec.strip().partition("?")
-    if not mark:
-        return {}
-    if entry.options is None:
-        raise ValueError(f"env spec {spec!r}: {name!r} takes no options: drop the '?{query}'")
-    return dict(entry.options(query))
-
-
-def registered_names() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-register_env("toy", toy.ToyEnv, action_texts=toy.ACTION_TEXTS, takes_max_steps=False,
-             horizon=lambda query: toy.NUM_TURNS)
-for _name in chain_tasks.chain_names():
-    register_env(_name, chain_tasks.ChainFactory(_name), needs_browser=True, takes_max_steps=False,
-                 takes_browser=True, options=chain_tasks.ChainOptions(_name), horizon=chain_tasks.ChainHorizon(_name))
-
-
-def env_specs(tasks: str) -> list[str]:
-    """A config's `env.tasks` (comma-separated specs) as a list; "miniwob" alone expands to every bundled task,
-    a .jsonl task set to one "FILE.jsonl:N" per non-blank line, a directory to its .json / .jsonl files. A task
-    set that cannot be read or a directory without spec files is a TaskSpecError (one line naming it)."""
-    out: list[str] = []
-    for spec in (s.strip() for s in str(tasks).split(",")):
-        if spec == ALL_MINIWOB:
-            out.extend(MINIWOB_PREFIX + name for name in available_tasks())
-        elif registered_entry(spec) is not None or spec.startswith(MINIWOB_PREFIX) or spec.startswith("{"):
-            out.append(spec)
-        elif spec.endswith(JSONL_SUFFIX):
-            out.extend(f"{spec}:{number}" for number in spec_lines(spec))
-        elif spec and os.path.isdir(spec):
-            out.extend(_directory_specs(spec))
-        elif spec:
-            out.append(spec)
+def env_specs(tasks: str) -> list:
+    """A config's `env.tasks` (comma-separated specs) as a list, each entry expanded by its family ("miniwob"
+    alone: every bundled task, a .jsonl task set: one "FILE.jsonl:N" per non-blank line, a directory: its .json /
+    .jsonl files). A task set that cannot be read is a ValueError (one line naming it)."""
+    out: list = []
+    for entry in (s.strip() for s in str(tasks).split(",")):
+        if entry:
+            family = family_of(entry)
+            out.extend([entry] if family is None else family.expand(entry))
     return out
 
 
-def _directory_specs(directory: str) -> list[str]:
-    names = sorted(n for n in os.listdir(directory) if n.endswith((".json", JSONL_SUFFIX))
-                   and os.path.isfile(os.path.join(directory, n)))
-    if not names:
-        raise TaskSpecError(f"task set {directory}: no .json or .jsonl task spec files in it: add some, or name "
-                            "the files themselves")
-    out: list[str] = []
-    for name in names:
-        path = os.path.join(directory, name)
-        out.extend([f"{path}:{n}" for n in spec_lines(path)] if name.endswith(JSONL_SUFFIX) else [path])
-    return out
-
-
-def needs_browser(specs) -> bool:
-    """Whether any of `specs` plays in Chromium (MiniWoB++ and JSON web tasks do; registered envs say so)."""
-    for spec in specs:
-        entry = registered_entry(spec)
-        if entry is None or entry.needs_browser:
-            return True
-    return False
+def _family(spec: Any) -> TaskFamily:
+    """The family of a spec (or of what a family checked, e.g. a `WebTaskSpec`); an unknown spec is a ValueError
+    naming the families, one of another type a TypeError."""
+    family = family_of(spec.strip() if isinstance(spec, str) else spec)
+    if family is None and not isinstance(spec, (str, Mapping)):
+        raise TypeError(f"environment spec must be a str or a dict, got {type(spec).__name__}")
+    if family is None:
+        raise ValueError(f"unknown environment spec {spec!r}: use 'toy', 'miniwob/<task>' (e.g. 'miniwob/click-test'), "
+                         f"a chain spec, a JSON task spec, a path to a .json task file, 'webgym:FILE.jsonl', or a "
+                         f"registered env (families: {', '.join(f.name for f in families())}); an extension's env "
+                         f"must be imported first (config.extensions)")
+    return family
 
 
 def check_env_spec(spec: Any) -> Any:
     """Validate an env spec without building anything (no browser starts, no python evaluator is imported).
 
-    Returns the registered name ("toy", ...), "miniwob/<task>" or the `WebTaskSpec` of a JSON spec (dict, JSON
-    text, .json path, or line "FILE.jsonl:N" of a task set). Raises ValueError (a `TaskSpecError` for JSON specs) that names the problem and the fix,
-    TypeError for a spec that is neither str nor dict.
+    Returns what its family checked: the spec text of a named env ("toy", "miniwob/<task>", "chain/easy?trap=1")
+    or the `WebTaskSpec` of a JSON spec (dict, JSON text, .json path, or line "FILE.jsonl:N" of a task set).
+    Raises ValueError (a `TaskSpecError` for JSON specs) that names the problem and the fix, TypeError for a spec
+    that is neither str nor dict.
     """
-    if isinstance(spec, str):
-        text = spec.strip()
-        entry = registered_entry(text)
-        if entry is not None:
-            _spec_options(text, entry)
-            return text
-        if text.startswith(MINIWOB_PREFIX):
-            task, _, query = text[len(MINIWOB_PREFIX):].partition("?")
-            if task not in available_tasks():
-                raise ValueError(f"unknown MiniWoB++ task {text!r}: see the miniwob package's html/miniwob/*.html")
-            miniwob_options(query)
-            return text
-        if text.startswith("{"):
-            try:
-                data = json.loads(text)
-            except (ValueError, RecursionError) as err:
-                raise TaskSpecError(f"task spec (inline JSON text): not valid JSON ({err}): fix the text") from None
-            return WebTaskSpec.from_dict(data)
-        if text.endswith(".json"):
-            return load_spec_file(text)
-        line = _JSONL_LINE.fullmatch(text)
-        if line:
-            return load_spec_line(line.group(1), int(line.group(2)))
-        if text.endswith(JSONL_SUFFIX):
-            raise ValueError(f"task set {text!r} holds one spec per line: list it in env.tasks (or pass it through "
-                             f"env_specs), or name one line as '{text}:N'")
-        registered = f", or a registered env ({', '.join(registered_names())})"
-        raise ValueError(f"unknown environment spec {spec!r}: use 'toy', 'miniwob/<task>' (e.g. 'miniwob/click-test'), "
-                         f"a JSON task spec, a path to a .json task file{registered}; an extension's env must be "
-                         f"imported first (config.extensions)")
-    if isinstance(spec, Mapping):
-        return WebTaskSpec.from_dict(dict(spec))
-    raise TypeError(f"environment spec must be a str or a dict, got {type(spec).__name__}")
+    return _family(spec).check(spec.strip() if isinstance(spec, str) else spec)
 
 
-def make_env(spec: Any, *, latency: Mapping | None = None, **options) -> Env:
-    """Build the environment `spec` names (validated by `check_env_spec` first).
+def _checked(spec: Any) -> tuple[TaskFamily, Any]:
+    family = _family(spec)
+    return family, family.check(spec.strip() if isinstance(spec, str) else spec)
+
+
+def needs_browser(specs) -> bool:
+    """Whether any of `specs` plays in Chromium (its family says so)."""
+    return any(_family(spec).needs_browser for spec in specs)
+
+
+def shares_browser(spec: Any) -> bool:
+    """Whether a rollout worker may give `spec`'s env the one Chromium its envs share (`families.TaskFamily`)."""
+    return _family(spec).shares_browser
+
+
+def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None = None, **options) -> Env:
+    """Build the environment `spec` names (validated by its family first).
 
     latency: a run's `env.latency` as a dict (`jaxwebrl.env.latency.LatencyConfig`; None or regime "local": off).
         In the "web" regime the env is wrapped in a `LatencyEnv` (a page delay after every reset and step) and
-        a MiniWoB++ or JSON web task gets Chromium's network conditions.
-    options: passed to the environment's constructor: `screenshot_size` (W, H), `max_steps` (a cap: the env plays
-    `task_horizon(spec, max_steps)`; left out for an env with a fixed horizon), `browser` (a shared Browser,
-    MiniWoB++ and JSON web tasks only).
+        a browser env gets Chromium's network conditions (where its family takes them).
+    judge: a run's `env.judge` as a dict (the backend and its settings), for families whose reward a judge gives
+        (`TaskFamily.judged`: WebGym tasks); None: the ground truth.
+    options: `screenshot_size` (W, H), `max_steps` (a cap: the env plays `task_horizon(spec, max_steps)`),
+    `browser` (a Browser to play in, not closed by the env; families without a browser leave it out).
     """
-    checked = check_env_spec(spec)
+    family, checked = _checked(spec)
     regime = LatencyConfig.from_dict(latency)
     if options.get("max_steps") is not None:
-        options["max_steps"] = task_horizon(checked, options["max_steps"])
-    env = _make_checked(checked, regime.network, options)
+        options["max_steps"] = family.horizon(checked, options["max_steps"])
+    if family.judged:
+        options["judge"] = judge
+    env = family.make(checked, network=regime.network, **options)
     return LatencyEnv(env, regime) if regime.enabled else env
 
 
 def task_horizon(spec: Any, cap: int) -> int:
     """The steps an episode of `spec` may take under the run's `env.max_episode_steps` = `cap`: the task's own
-    horizon (a JSON spec's `max_steps`, a MiniWoB++ task's split horizon) when it is shorter, else `cap`; a
-    registered env with a fixed horizon (`takes_max_steps=False`: toy, chain) plays its own whatever the cap, and one
-    without a horizon of its own plays `cap` (docs/env.md, "horizon")."""
-    checked = spec if isinstance(spec, WebTaskSpec) else check_env_spec(spec)
-    if isinstance(checked, WebTaskSpec):
-        return min(int(cap), checked.max_steps)
-    entry = registered_entry(checked)
-    if entry is not None:
-        if entry.horizon is None:
-            return int(cap)
-        own = int(entry.horizon(checked.strip().partition("?")[2]))
-        return own if not entry.takes_max_steps else min(int(cap), own)
-    if isinstance(checked, str) and checked.startswith(MINIWOB_PREFIX):
-        return min(int(cap), horizon(checked[len(MINIWOB_PREFIX):].partition("?")[0]))
-    return int(cap)
+    horizon when it is shorter (a JSON spec's `max_steps`, a MiniWoB++ task's split horizon), else `cap`; a
+    family with a fixed horizon (toy, chain) plays its own whatever the cap (docs/env.md, "horizon")."""
+    family, checked = _checked(spec)
+    return int(family.horizon(checked, cap))
 
 
 def run_horizon(specs: list, cap: int) -> int:
@@ -245,30 +131,110 @@ def run_horizon(specs: list, cap: int) -> int:
     return max(task_horizon(spec, cap) for spec in specs)
 
 
-def _make_checked(checked: Any, network, options: dict) -> Env:
-    """The env of a checked spec; `network`: Chromium's emulated network conditions for a browser env, or None."""
-    entry = registered_entry(checked)
-    if entry is not None:
-        if not entry.takes_browser:
-            options.pop("browser", None)
-        if not entry.takes_max_steps:
+def task_oracle(spec: Any) -> Oracle:
+    """The scripted oracle of `spec` (its family's); a ValueError naming the spec when it has none."""
+    family, checked = _checked(spec)
+    oracle = family.oracle(checked) if family.oracle is not None else None
+    if oracle is None:
+        raise ValueError(f"no scripted oracle for {spec!r} (task family {family.name!r}): demonstrations and the "
+                         f"doctor need a spec with one: {', '.join(doctor_specs())}")
+    return oracle
+
+
+def doctor_specs() -> list:
+    """Every family's specs the doctor plays by default (each with an oracle)."""
+    return [spec for family in families() for spec in family.doctor_specs()]
+
+
+def action_texts(specs) -> tuple[str, ...]:
+    """The action texts a constrained policy may emit for these env specs (each text once, in first-seen order):
+    each spec's family's texts, the default click grid (`action_space.CLICK_GRID`) where it has none."""
+    texts: list[str] = []
+    seen: set[str] = set()
+    for spec in specs:
+        family, checked = _checked(spec)
+        own = (family.action_texts(checked) if family.action_texts is not None else None) or CLICK_GRID
+        texts += [t for t in own if t not in seen]
+        seen.update(own)
+    return tuple(texts)
+
+
+def config_action_texts(config) -> tuple[str, ...] | None:
+    """The run config's constrained action texts (of `env.tasks`), or None when `model.constrained_actions` is off."""
+    return action_texts(env_specs(config.env.tasks)) if config.model.constrained_actions else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _NamedEnv:
+    """The record of one environment registered by `register_env` (see the module docstring)."""
+
+    name: str
+    factory: Callable[..., Env]
+    texts: tuple[str, ...] | None
+    takes_max_steps: bool
+    takes_browser: bool
+    options: Callable[[str], dict] | None
+    own_horizon: Callable[[str], int] | None
+
+    def claims(self, spec: Any) -> bool:
+        return isinstance(spec, str) and spec.partition("?")[0] == self.name
+
+    def check(self, spec: str) -> str:
+        self.spec_options(spec)
+        return spec
+
+    def spec_options(self, spec: str) -> dict:
+        """The keyword options of the spec's "?..." part ({} without one); ValueError naming the problem."""
+        name, mark, query = spec.partition("?")
+        if not mark:
+            return {}
+        if self.options is None:
+            raise ValueError(f"env spec {spec!r}: {name!r} takes no options: drop the '?{query}'")
+        return dict(self.options(query))
+
+    def make(self, spec: str, *, network=None, **options) -> Env:
+        del network   # a registered Python env emulates no network
+        if not self.takes_max_steps:
             options.pop("max_steps", None)
-        return entry.factory(**options, **_spec_options(checked, entry))
-    if network is not None:
-        options["network"] = network
-    if isinstance(checked, str):
-        from jaxwebrl.env.tasks.miniwob import MiniWobEnv  # deferred (heavy): a browser env imports Selenium
+        if not self.takes_browser:
+            options.pop("browser", None)
+        return self.factory(**options, **self.spec_options(spec))
 
-        task, _, query = checked[len(MINIWOB_PREFIX):].partition("?")
-        return MiniWobEnv(task, **options, **miniwob_options(query))
-    from jaxwebrl.env.tasks.webtask import WebTaskEnv  # deferred (heavy), as above
+    def horizon(self, spec: str, cap: int) -> int:
+        if self.own_horizon is None:
+            return int(cap)
+        own = int(self.own_horizon(spec.partition("?")[2]))
+        return own if not self.takes_max_steps else min(int(cap), own)
 
-    return WebTaskEnv(checked, **options)
+    def action_texts(self, spec: str) -> tuple[str, ...] | None:
+        return self.texts
 
 
-def click_grid_size(spec: Any) -> tuple[int, int] | None:
-    """(columns, rows) of the click grid an env spec declares (a MiniWoB++ task's `miniwob_tasks.CLICK_GRIDS`),
-    None for the default grid (`jaxwebrl.env.agent.action_space.CLICK_GRID`)."""
-    if isinstance(spec, str) and spec.strip().startswith(MINIWOB_PREFIX):
-        return click_grid(spec.strip()[len(MINIWOB_PREFIX):].partition("?")[0])
-    return None
+def register_env(name: str, factory: Callable[..., Env], *, action_texts=None, needs_browser: bool = False,
+                 takes_max_steps: bool = True, takes_browser: bool = False,
+                 options: Callable[[str], dict] | None = None,
+                 horizon: Callable[[str], int] | None = None, oracle: Oracle | None = None) -> TaskFamily:
+    """Make `name` an env spec every run config can list in `env.tasks` (see the module docstring): a task family
+    of one name. Registering the same factory again is a no-op; a name another family claims is a ValueError."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or "," in name or "?" in name:
+        raise ValueError(f"env name {name!r}: give a non-empty name without commas, '?' or surrounding spaces")
+    if not callable(factory):
+        raise TypeError(f"register_env({name!r}, ...): the factory must be callable (an Env class), "
+                        f"got {type(factory).__name__}")
+    for field, value, what in (("options", options, "query text -> dict"), ("horizon", horizon, "query text -> int"),
+                               ("oracle", oracle, "(env, observation, step) -> Action")):
+        if value is not None and not callable(value):
+            raise TypeError(f"register_env({name!r}, ...): {field} must be callable ({what}) or None")
+    texts = None if action_texts is None else tuple(action_texts)
+    if texts is not None and (not texts or not all(isinstance(t, str) and t for t in texts)):
+        raise ValueError(f"register_env({name!r}, ...): action_texts must be non-empty strings (or None)")
+    named = _NamedEnv(name, factory, texts, bool(takes_max_steps), bool(takes_browser), options, horizon)
+    taken = family_of(name)
+    if taken is not None:
+        if taken.name == name and getattr(taken.make, "__self__", None) == named:
+            return taken
+        raise ValueError(f"env name {name!r} is already taken by the task family {taken.name!r}: choose another name")
+    return register_family(TaskFamily(
+        name=name, claims=named.claims, check=named.check, make=named.make, horizon=named.horizon,
+        action_texts=named.action_texts, needs_browser=bool(needs_browser),
+        oracle=None if oracle is None else (lambda spec: oracle), doctor_specs=(lambda: [name]) if oracle else list))

@@ -8,10 +8,12 @@ Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (shor
 `click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. With a
 free memory grammar (`memory=`, env.memory "free") the oracle writes the memory it keeps, `{"done": "<n>"}`
 after its n-th action (the progress a recall page does not show), and the agent's next prompt carries it, as a
-rollout worker's does. Only episodes the oracle wins are kept. The chain family's oracle reads only the goal and the screenshots (plus, in
-its recall variant, its own press count); MiniWoB++ tasks need an oracle (`jaxwebrl.env.tasks.oracles.oracle_tasks()`).
+rollout worker's does. Only episodes the oracle wins are kept. Each task's oracle is its family's
+(`jaxwebrl.env.registry.task_oracle`; a spec without one is refused): the chain family's reads only the goal and
+the screenshots (plus, in its recall variant, its own press count); MiniWoB++ tasks have one where
+`jaxwebrl.env.tasks.miniwob.oracles.oracle_tasks()` lists them.
 
-`action_texts` (a constrained policy's action space, `jaxwebrl.env.agent.action_space.config_action_texts`) snaps
+`action_texts` (a constrained policy's action space, `jaxwebrl.env.registry.config_action_texts`) snaps
 every oracle click to the nearest allowed click, and that snapped click is what is played and recorded, so the
 demonstrations hold only responses the constrained policy can emit (an episode the snapped oracle loses is
 dropped like any other).
@@ -23,11 +25,10 @@ from typing import Iterable
 
 import numpy as np
 
-from jaxwebrl.env.tasks import toy
 from jaxwebrl.env.agent import action_space
 from jaxwebrl.env.agent.actions import Action, format_action, format_call, parse_action
-from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
+from jaxwebrl.env.registry import make_env, task_oracle
 
 
 def response_text(action: Action, action_style: str, memory: dict | None = None) -> str:
@@ -44,10 +45,13 @@ def oracle_memory(actions_taken: int) -> dict:
 
 
 def snap_click(action: Action, action_texts, task_id: str = "") -> Action:
-    """The click of `action_texts` nearest (Euclidean, 0-1000 space) to the click `action`.
+    """The click of `action_texts` nearest (Euclidean, 0-1000 space) to the click `action`; any action whose call
+    text is one of `action_texts` (a WebGym task's `answer("...")`) as it is.
 
-    Raises ValueError for any other action kind: a constrained policy cannot emit it, so the task does not
-    suit it (choose click-only tasks)."""
+    Raises ValueError for any other action: a constrained policy cannot emit it, so the task does not suit it
+    (choose click-only tasks)."""
+    if action.kind != "click" and format_call(action) in action_texts:
+        return action
     if action.kind != "click":
         raise ValueError(f"{task_id or 'the task'}: the oracle needs a {action.kind!r} action, which the constrained "
                          f"action space (clicks only) cannot express; choose click-only tasks or turn "
@@ -58,24 +62,11 @@ def snap_click(action: Action, action_texts, task_id: str = "") -> Action:
     return min(clicks, key=lambda c: (c.x - action.x) ** 2 + (c.y - action.y) ** 2)
 
 
-def _oracle(task_id: str):
-    """env -> Action for the env's current state."""
-    if task_id == "toy":
-        return lambda env, obs, step: parse_action(toy.oracle_action_text(obs.goal, step))
-    if task_id.startswith(("miniwob/", "chain/")):
-        from jaxwebrl.env.tasks.oracles import get_oracle  # deferred: the oracles import Selenium (heavy)
-
-        oracle = get_oracle(task_id.split("/", 1)[1].partition("?")[0] if task_id.startswith("miniwob/") else task_id)
-        return lambda env, obs, step: oracle(env)
-    raise ValueError(f"no scripted oracle for {task_id!r}: demonstrations need 'toy', a chain spec or a MiniWoB++ "
-                     f"task with an oracle (jaxwebrl.env.tasks.oracles.oracle_tasks())")
-
-
-def play_demonstration(env, seed: int, prompt: PromptConfig, action_texts=None,
+def play_demonstration(env, oracle, seed: int, prompt: PromptConfig, action_texts=None,
                        memory: action_space.MemoryGrammar | None = None) -> tuple[list[dict], float]:
-    """One oracle episode on `env` (clicks snapped to `action_texts` when given; the oracle's memory written
-    when `memory` is given): its steps (see module docstring) and the final reward."""
-    oracle = _oracle(env.task_id)
+    """One episode of `oracle` (`jaxwebrl.env.families.Oracle`) on `env` (clicks snapped to `action_texts` when
+    given; the oracle's memory written when `memory` is given): its steps (see module docstring) and the final
+    reward."""
     obs = env.reset(seed)
     images: list[np.ndarray] = []
     history: list[StepRecord] = []
@@ -110,10 +101,11 @@ def oracle_demonstrations(tasks: Iterable[str], seeds: Iterable[int], *, prompt:
     prompt = prompt or PromptConfig()
     out: list[dict] = []
     for task in tasks:
+        oracle = task_oracle(task)
         env = make_env(task, **(env_options or {}))
         try:
             for seed in seeds:
-                steps, reward = play_demonstration(env, int(seed), prompt, action_texts, memory)
+                steps, reward = play_demonstration(env, oracle, int(seed), prompt, action_texts, memory)
                 if reward > 0:
                     out.extend(steps)
         finally:

@@ -4,7 +4,7 @@
     text = markdown(report, title=...)
 
 Success is reward > 0 (binary MiniWoB++ reward, exact toy verifier). Env-failed episodes are counted, never
-scored. Splits: MiniWoB++ tasks by `jaxwebrl.env.tasks.miniwob_tasks.SPLITS`, JSON web tasks by their own `difficulty`,
+scored. Splits: MiniWoB++ tasks by `jaxwebrl.env.tasks.miniwob.miniwob_tasks.SPLITS`, JSON web tasks by their own `difficulty`,
 the toy env (three turns) as "easy"; the toy's four instructions are reported as tasks `toy/A` ... `toy/D`.
 """
 
@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from jaxwebrl.buffer.episode import Episode
-from jaxwebrl.env.tasks.miniwob_tasks import task_split
+from jaxwebrl.env.tasks.miniwob.miniwob_tasks import task_split
 
 SPLIT_ORDER = ("easy", "medium", "hard", "other")
 TOY_PATTERNS = "ABCD"

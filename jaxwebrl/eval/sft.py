@@ -27,9 +27,9 @@ import optax
 
 from jaxwebrl.checkpoint.layout import save_params
 from jaxwebrl.checkpoint.policies import initial_policy
-from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar
+from jaxwebrl.env.agent.action_space import config_memory_grammar
 from jaxwebrl.env.agent.prompt import PromptConfig
-from jaxwebrl.env.registry import env_specs
+from jaxwebrl.env.registry import config_action_texts, env_specs
 from jaxwebrl.eval.demos import oracle_demonstrations
 from jaxwebrl.rollout.action_grammar import config_constraint
 from jaxwebrl.rollout.spec import worker_fields

@@ -12,8 +12,8 @@ other; train and eval import this module.)
 
 from __future__ import annotations
 
-from jaxwebrl.env.agent.action_space import (MemoryGrammar, config_action_texts, config_memory_grammar,
-                                             response_regex, response_texts)
+from jaxwebrl.env.agent.action_space import MemoryGrammar, config_memory_grammar, response_regex, response_texts
+from jaxwebrl.env.registry import config_action_texts
 from jaxwebrl.models.constraints import TokenConstraint
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from jaxwebrl.env.agent.prompt import PromptConfig, build_prompt
 from jaxwebrl.env.registry import check_env_spec, env_specs, task_horizon
-from jaxwebrl.env.tasks.task_spec import WebTaskSpec
+from jaxwebrl.env.tasks.webtask.task_spec import WebTaskSpec
 from jaxwebrl.errors import CannotTrain
 from jaxwebrl.rollout.spec import worker_fields
 

@@ -12,8 +12,9 @@ stepped and closed on a single long-lived thread; the worker waits at most ``tim
 
 A call that outlives ``timeout_s`` raises EnvTimeout; the host then closes every env and the shared
 browser (killing the processes frees the hung thread), abandons that thread and starts a new one.
-With ``share_browser``, all MiniWoB++ envs of the worker use one Chromium (same viewport), so switching
-tasks loads a page instead of starting a browser.
+With ``share_browser``, all envs of the worker whose task family shares a browser (MiniWoB++,
+`registry.shares_browser`) use one Chromium (same viewport), so switching tasks loads a page instead of
+starting a browser.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import threading
 from typing import Any, Callable
 
 from jaxwebrl.env.base import EnvTimeout
-from jaxwebrl.env.registry import MINIWOB_PREFIX
+from jaxwebrl.env.registry import shares_browser
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +120,12 @@ class EnvHost:
 
     def _create(self, task: Any) -> Any:  # runs on the env thread
         browser = None
-        if self.share_browser and isinstance(task, str) and task.startswith(MINIWOB_PREFIX):
+        if self.share_browser and isinstance(task, str) and shares_browser(task):
             if self._browser is None:
                 # deferred (heavy): the browser imports Selenium; browser-free workers never load it
                 from jaxwebrl.env.browser.browser import Browser
                 from jaxwebrl.env.browser.chromium import BrowserConfig
-                from jaxwebrl.env.tasks.miniwob import VIEWPORT
+                from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT
 
                 self._browser = Browser(BrowserConfig(viewport=VIEWPORT))
             browser = self._browser

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxwebrl.env.agent.action_space import MemoryGrammar, config_action_texts, config_memory_grammar
+from jaxwebrl.env.agent.action_space import MemoryGrammar, config_memory_grammar
+from jaxwebrl.env.registry import config_action_texts
 from jaxwebrl.models.sampler import Sampler, SamplingParams
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.admission import Admission

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.tasks.toy import toy
 from jaxwebrl.env.agent.prompt import read_goal_and_step
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import GENERATE_OP, Generation

@@ -19,8 +19,8 @@ import json
 
 import dataclasses
 
-from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar
-from jaxwebrl.env.registry import env_specs
+from jaxwebrl.env.agent.action_space import config_memory_grammar
+from jaxwebrl.env.registry import config_action_texts, env_specs
 from jaxwebrl.extensions import extension_names
 
 
@@ -35,6 +35,9 @@ def worker_fields(config) -> dict:
     latency = e.get("latency")
     if latency is not None and latency.regime != "local":   # off by default: the local spec stays as it was
         env_options["latency"] = dict(latency.to_dict(), seed=config.seed)
+    judge = e.get("judge")
+    if judge is not None and judge.backend != "ground_truth":   # the default judge needs no settings
+        env_options["judge"] = judge.to_dict()
     fields = {"tasks": env_specs(e.tasks), "group_size": e.group_size, "env_options": env_options,
               "step_timeout_s": e.step_timeout_s, "max_new_tokens": m.max_new_tokens,
               "temperature": m.temperature, "top_p": m.top_p, "prompt": prompt, "seed": config.seed}

@@ -29,7 +29,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxwebrl.env.agent.action_space import MemoryGrammar, config_action_texts, config_memory_grammar, response_regex
+from jaxwebrl.env.agent.action_space import MemoryGrammar, config_memory_grammar, response_regex
+from jaxwebrl.env.registry import config_action_texts
 from jaxwebrl.models.hf_io import hf_arrays, save_pretrained
 from jaxwebrl.rollout.engines.vllm_client import VllmEngine
 from jaxwebrl.rollout.policy_server import PolicyServer, _settle

@@ -19,10 +19,10 @@ from ml_collections import config_dict
 
 from configs.base import FIELDS
 from jaxwebrl.checkpoint.layout import holds_params
-from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar, response_text
+from jaxwebrl.env.agent.action_space import config_memory_grammar, response_text
 from jaxwebrl.env.latency import LatencyConfig
-from jaxwebrl.env.registry import check_env_spec, env_specs, needs_browser
-from jaxwebrl.env.tasks.task_spec import MAX_STEPS, TaskSpecError
+from jaxwebrl.env.registry import check_env_spec, config_action_texts, env_specs, needs_browser
+from jaxwebrl.env.tasks.webtask.task_spec import MAX_STEPS, TaskSpecError
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.models import presets
 from jaxwebrl.models.layers import REMAT_POLICIES
@@ -212,6 +212,10 @@ def _check_env(c) -> None:
         _fail("env.max_episode_steps", e.max_episode_steps, f"must be in 1..{MAX_STEPS}")
     _check_memory(c)
     _check_latency(e)
+    judge = e.get("judge")
+    if judge is not None and judge.backend == "chat" and not (judge.url and judge.model):
+        _fail("env.judge.backend", judge.backend, "the chat judge needs env.judge.url and env.judge.model (an "
+                                                  "OpenAI-compatible endpoint and its model)")
     if needs_browser(specs):
         if _which(e.chromium) is None:
             _fail("env.chromium", e.chromium, "Chromium not found: apt-get install -y chromium (or set the path)")

@@ -14,8 +14,9 @@ from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig, check_installation
 from jaxwebrl.env.browser.keys import key_events
-from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
-from jaxwebrl.env.tasks.oracles import run_episode
+from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT, MiniWobEnv
+from jaxwebrl.env.registry import task_oracle
+from jaxwebrl.env.tasks.episode import run_episode
 
 
 def _gone(pids, timeout=5.0):
@@ -88,7 +89,7 @@ def test_killed_chromium_raises_env_failure_and_reset_restarts():
         assert isinstance(caught.value, (BrowserCrashed, EnvTimeout))
         assert not env.browser.alive
         # the next reset starts a fresh browser and the task is playable again
-        assert run_episode(env, seed=1)["success"]
+        assert run_episode(env, 1, task_oracle(env.task_id))["success"]
         assert _gone(pids), "processes of the crashed browser are still running"
     finally:
         env.close()

@@ -8,10 +8,11 @@ import pytest
 from jaxwebrl.env.agent.action_space import CLICK_GRID, RESPONSE_PREFIX
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
-from jaxwebrl.env.registry import make_env
-from jaxwebrl.env.tasks.chain_tasks import COLOURS, SLOTS, chain_names, slot_centre, strip_cells
-from jaxwebrl.env.tasks.miniwob import VIEWPORT
-from jaxwebrl.env.tasks.oracles import chain_oracle, run_episode
+from jaxwebrl.env.registry import make_env, task_oracle
+from jaxwebrl.env.tasks.chain.chain_tasks import COLOURS, SLOTS, chain_names, slot_centre, strip_cells
+from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT
+from jaxwebrl.env.tasks.chain.oracle import chain_oracle
+from jaxwebrl.env.tasks.episode import run_episode
 from jaxwebrl.eval.demos import oracle_demonstrations
 from jaxwebrl.seeds import EVAL_SEED_START
 
@@ -35,7 +36,7 @@ def _env(spec, browser, size=(64, 64)):
                                   for s in chain_names() + ["chain/medium-recall?trap=1", "chain/hard-recall?trap=2"]])
 def test_the_oracle_solves_every_variant_on_held_out_seeds(browser, spec):
     env = _env(spec, browser)
-    results = [run_episode(env, seed) for seed in (HELD_OUT if spec in FAST else SLOW_HELD_OUT)]
+    results = [run_episode(env, seed, task_oracle(spec)) for seed in (HELD_OUT if spec in FAST else SLOW_HELD_OUT)]
     wins = [r for r in results if r["success"]]
     assert len(wins) >= 0.95 * len(results), [(r["success"], r["steps"]) for r in results]
     assert {r["steps"] for r in wins} == {env.spec.presses} and all(r["invalid_actions"] == 0 for r in results)

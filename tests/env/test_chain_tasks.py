@@ -3,13 +3,13 @@
 
 import pytest
 
-from jaxwebrl.env.agent.action_space import CLICK_GRID, action_texts, click_grid
-from jaxwebrl.env import registry
-from jaxwebrl.env.registry import check_env_spec, needs_browser, registered_entry
-from jaxwebrl.env.tasks import chain_tasks
-from jaxwebrl.env.tasks.chain_tasks import (COLOUR_RGB, COLOURS, DONE_RGB, SLOTS, TODO_RGB, ChainEpisode,
+from jaxwebrl.env.agent.action_space import CLICK_GRID, click_grid
+from jaxwebrl.env import families, registry
+from jaxwebrl.env.registry import action_texts, check_env_spec, needs_browser, shares_browser, task_horizon
+from jaxwebrl.env.tasks.chain import chain_tasks
+from jaxwebrl.env.tasks.chain.chain_tasks import (COLOUR_RGB, COLOURS, DONE_RGB, SLOTS, TODO_RGB, ChainEpisode,
                                             goal_sequence, held_out_sequence, parse_chain_spec, slot_centre)
-from jaxwebrl.env.tasks.miniwob_tasks import miniwob_options
+from jaxwebrl.env.tasks.miniwob.miniwob_tasks import miniwob_options
 from jaxwebrl.seeds import EVAL_SEED_START
 
 
@@ -25,7 +25,7 @@ def test_splits_have_the_papers_horizons_and_short_successes():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("chain/impossible", "unknown environment spec .chain/impossible.*registered env .chain/easy, chain/easy-cue"),
+    ("chain/impossible", "unknown chain spec .chain/impossible.: use one of chain/easy, chain/easy-cue"),
     ("chain/easy?traps=1", "unknown option 'traps'"),
     ("chain/easy?trap=3", "at most|use 0..2"),
     ("chain/easy?trap=-1", "non-negative integer"),
@@ -42,8 +42,8 @@ def test_bad_specs_fail_before_anything_starts_with_the_fix(spec, message):
 def test_chain_specs_are_registered_browser_envs_on_the_click_grid():
     specs = ["chain/easy", "chain/hard-recall?trap=1", "chain/medium-cue"]
     assert all(check_env_spec(s) == s for s in specs)
-    entry = registered_entry("chain/hard-recall?trap=1")
-    assert entry is not None and entry.needs_browser and not entry.takes_max_steps and entry.takes_browser
+    assert families.family_of("chain/hard-recall?trap=1").name == "chain"
+    assert task_horizon("chain/hard-recall?trap=1", 5) == 30 and not shares_browser("chain/easy")   # its own horizon
     assert needs_browser(["toy", "chain/easy"]) and not needs_browser(["toy"])
     assert action_texts(specs) == CLICK_GRID
     assert all(f"click({x}, {y})" in CLICK_GRID for x, y in map(slot_centre, range(len(SLOTS))))
@@ -131,7 +131,7 @@ def test_a_registered_env_gets_the_options_its_spec_names():
         with pytest.raises(ValueError, match="bad option 'lvl=3': use level=N"):
             check_env_spec("test-options?lvl=3")
     finally:
-        registry._REGISTRY.pop("test-options")
+        families._FAMILIES.pop("test-options")
     with pytest.raises(ValueError, match="without commas, '\\?'"):
         registry.register_env("bad?name", Fake)
 

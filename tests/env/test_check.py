@@ -9,11 +9,11 @@ from jaxwebrl.env import check
 
 @pytest.mark.browser
 def test_doctor_reports_success_and_timings(capsys):
-    rc = check.main(["--tasks", "click-test,enter-text", "--episodes", "2", "--screenshot-size", "80x105"])
+    rc = check.main(["--tasks", "miniwob/click-test,miniwob/enter-text", "--episodes", "2", "--screenshot-size", "80x105"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["ok"], report
-    assert set(report["tasks"]) == {"click-test", "enter-text"}
-    assert report["tasks"]["enter-text"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 2.0}
+    assert set(report["tasks"]) == {"miniwob/click-test", "miniwob/enter-text"}
+    assert report["tasks"]["miniwob/enter-text"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 2.0}
     assert report["chromium"] and report["chromedriver"] and report["request_guard"] is True
     assert report["allowlist"] == {"page_works": True, "navigate_refused": True, "subresource_blocked": True,
                                    "outside_requests": 0, "websocket_allowed_works": True,
@@ -25,19 +25,19 @@ def test_doctor_reports_success_and_timings(capsys):
 
 @pytest.mark.browser
 def test_doctor_fails_below_threshold(capsys):
-    assert check.main(["--tasks", "click-test", "--episodes", "1", "--threshold", "1.01"]) == 1
+    assert check.main(["--tasks", "miniwob/click-test", "--episodes", "1", "--threshold", "1.01"]) == 1
     assert json.loads(capsys.readouterr().out)["ok"] is False
 
 
 @pytest.mark.browser
 def test_doctor_plays_the_chain_family_and_the_long_miniwob_tasks(capsys):
-    rc = check.main(["--tasks", "chain/easy-recall,chain/medium?trap=1,choose-date", "--episodes", "2",
+    rc = check.main(["--tasks", "chain/easy-recall,chain/medium?trap=1,miniwob/choose-date", "--episodes", "2",
                      "--screenshot-size", "64x64"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["ok"], report
     assert report["tasks"]["chain/easy-recall"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 3.0}
     assert report["tasks"]["chain/medium?trap=1"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 5.0}
-    assert report["tasks"]["choose-date"]["success_rate"] == 1.0
+    assert report["tasks"]["miniwob/choose-date"]["success_rate"] == 1.0
 
 
 def test_doctor_checks_every_new_task_by_default(monkeypatch, capsys):
@@ -46,11 +46,11 @@ def test_doctor_checks_every_new_task_by_default(monkeypatch, capsys):
                         {"errors": [], "success_rate": 1.0})
     assert check.main([]) == 0
     capsys.readouterr()
-    assert {"click-checkboxes-large", "choose-date", "chain/easy", "chain/medium-cue",
+    assert {"toy", "miniwob/click-checkboxes-large", "miniwob/choose-date", "chain/easy", "chain/medium-cue",
             "chain/hard-recall"} <= set(seen["tasks"])
 
 
-@pytest.mark.parametrize("argv", [["--tasks", "book-flight"], ["--tasks", "no-such-task"], ["--episodes", "0"],
+@pytest.mark.parametrize("argv", [["--tasks", "miniwob/book-flight"], ["--tasks", "no-such-task"], ["--episodes", "0"],
                                   ["--screenshot-size", "big"], ["--tasks", "chain/easy?trap=9"]])
 def test_doctor_rejects_bad_arguments(argv):
     with pytest.raises(SystemExit) as exit_info:

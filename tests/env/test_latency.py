@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import base
-from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.tasks.toy import toy
 from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.latency import FAST_4G, LatencyConfig, LatencyEnv, NetworkConditions, page_delays
 from jaxwebrl.env.browser.probes import serve_directory

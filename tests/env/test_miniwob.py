@@ -4,12 +4,13 @@ seeded and never time out, rewards come from the page, invalid actions are count
 import pytest
 
 from jaxwebrl.env.agent.actions import Action, format_action
-from jaxwebrl.env.registry import make_env
+from jaxwebrl.env.registry import make_env, task_oracle
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
-from jaxwebrl.env.tasks.miniwob import MAX_EPISODE_TIME_MS, VIEWPORT, MiniWobEnv
-from jaxwebrl.env.tasks.miniwob_tasks import SPLITS, available_tasks, horizon
-from jaxwebrl.env.tasks.oracles import get_oracle, oracle_tasks, oracle_text, run_episode
+from jaxwebrl.env.tasks.miniwob.miniwob import MAX_EPISODE_TIME_MS, VIEWPORT, MiniWobEnv
+from jaxwebrl.env.tasks.miniwob.miniwob_tasks import SPLITS, available_tasks, horizon
+from jaxwebrl.env.tasks.episode import run_episode
+from jaxwebrl.env.tasks.miniwob.oracles import get_oracle, oracle_tasks, oracle_text
 
 pytestmark = pytest.mark.browser
 SEEDS = (0, 1, 2)
@@ -36,7 +37,7 @@ def test_oracles_solve_ninety_percent_of_episodes(browser):
     outcomes = {}
     for task in oracle_tasks():
         env = MiniWobEnv(task, browser=browser)
-        outcomes[task] = [run_episode(env, seed) for seed in SEEDS]
+        outcomes[task] = [run_episode(env, seed, task_oracle(env.task_id)) for seed in SEEDS]
     episodes = [r for results in outcomes.values() for r in results]
     solved = sum(r["success"] for r in episodes)
     assert solved >= 0.9 * len(episodes), {t: [r["success"] for r in rs] for t, rs in outcomes.items()}

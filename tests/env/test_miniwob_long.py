@@ -9,9 +9,10 @@ from jaxwebrl.env.agent.action_space import click_grid
 from jaxwebrl.env.agent.actions import parse_action
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
-from jaxwebrl.env.registry import make_env
-from jaxwebrl.env.tasks.miniwob import VIEWPORT, MiniWobEnv
-from jaxwebrl.env.tasks.oracles import oracle_text, run_episode
+from jaxwebrl.env.registry import make_env, task_oracle
+from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT, MiniWobEnv
+from jaxwebrl.env.tasks.episode import run_episode
+from jaxwebrl.env.tasks.miniwob.oracles import oracle_text
 from jaxwebrl.seeds import EVAL_SEED_START
 
 pytestmark = pytest.mark.browser
@@ -31,7 +32,7 @@ def test_the_oracle_wins_strictly_on_held_out_seeds_in_long_episodes(browser, ta
     texts = []
     results = []
     for seed in range(EVAL_SEED_START, EVAL_SEED_START + seeds):
-        results.append(run_episode(env, seed))
+        results.append(run_episode(env, seed, task_oracle(env.task_id)))
         env.reset(seed)
         texts.append(oracle_text(env))
     assert sum(r["success"] for r in results) >= 0.95 * seeds, [(r["success"], r["steps"]) for r in results]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from jaxwebrl.env.registry import check_env_spec, env_specs
-from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec
+from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError, WebTaskSpec
 from jaxwebrl.train.config_validation import ConfigError, validate
 from tests.configs.test_recipes import load
 

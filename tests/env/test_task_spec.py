@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from jaxwebrl.env.tasks import task_spec
+from jaxwebrl.env.tasks.webtask import task_spec
 from jaxwebrl.env.registry import check_env_spec
-from jaxwebrl.env.tasks.task_spec import TaskSpecError, WebTaskSpec, load_function, load_spec_file
+from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError, WebTaskSpec, load_function, load_spec_file
 
 GOOD = {"task_id": "shop/find", "start_url": "http://127.0.0.1:8000/index.html", "goal": "find it",
         "evaluator": {"type": "js", "expression": "true"}}

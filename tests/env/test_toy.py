@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.tasks.toy import toy
 from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.base import Env
 from jaxwebrl.env.registry import make_env

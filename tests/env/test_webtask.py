@@ -13,7 +13,7 @@ from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.browser.probes import serve_directory
-from jaxwebrl.env.tasks.webtask import WebTaskEnv, WebTaskSpec
+from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv, WebTaskSpec
 
 pytestmark = pytest.mark.browser
 VIEWPORT = (400, 300)

@@ -1,5 +1,5 @@
-"""An extension written outside the package: one loss, one advantage estimator and one Python environment,
-registered under new names that `tests/extension/config.py` uses (via `config.extensions`, so every process of
+"""An extension written outside the package: one loss, one advantage estimator and one task family (a Python
+environment with its action texts, horizon and oracle), registered under new names that `tests/extension/config.py` uses (via `config.extensions`, so every process of
 the run, rollout workers included, imports this module first). docs/interfaces.md, "Extending", points here.
 """
 
@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwebrl.env.agent.actions import parse_action
+from jaxwebrl.env.agent.actions import Action, parse_action
 from jaxwebrl.env.base import Observation, StepResult
-from jaxwebrl.env.registry import register_env
+from jaxwebrl.env.families import TaskFamily, register_family
 from jaxwebrl.rl.estimators import register_estimator
 from jaxwebrl.rl.losses import register_loss
 
@@ -74,4 +74,24 @@ class TwoPressesEnv:
 
 register_loss("capped_pg", capped_pg_loss, ratio_cap=2.0)
 register_estimator("signed", signed_estimator, reward_norm=(None, None, False))
-register_env("two_presses", TwoPressesEnv, action_texts=(LEFT, RIGHT), takes_max_steps=False)
+def press_the_goal(env, observation, step):
+    """The oracle: press the button the goal names, every turn."""
+    return Action("click", x=250 if observation.goal == TwoPressesEnv.GOALS[0] else 750, y=500)
+
+
+def make_two_presses(spec, *, screenshot_size=(64, 64), max_steps=None, browser=None, network=None):
+    del max_steps, browser, network   # two turns of its own, no browser
+    return TwoPressesEnv(screenshot_size=screenshot_size)
+
+
+def check_two_presses(spec):
+    if spec != "two_presses":
+        raise ValueError(f"env spec {spec!r}: two_presses takes no options")
+    return spec
+
+
+register_family(TaskFamily(
+    name="two_presses", claims=lambda spec: isinstance(spec, str) and spec.partition("?")[0] == "two_presses",
+    check=check_two_presses, make=make_two_presses, horizon=lambda spec, cap: 2,
+    action_texts=lambda spec: (LEFT, RIGHT), needs_browser=False, oracle=lambda spec: press_the_goal,
+    doctor_specs=lambda: ["two_presses"]))

@@ -1,5 +1,6 @@
-"""A loss, an estimator and a Python environment registered from outside the package, used by a config, run through
-the real launcher, policy server, worker processes and trainer (docs/interfaces.md, "Extending")."""
+"""A loss, an estimator and a task family registered from outside the package, used by a config, run through the
+real launcher, policy server, worker processes and trainer; the family's oracle serves the doctor and supervised
+demonstrations (docs/interfaces.md, "Extending")."""
 
 import importlib.util
 import json
@@ -11,8 +12,10 @@ import numpy as np
 import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
-from jaxwebrl.env.agent.action_space import config_action_texts
-from jaxwebrl.env.registry import make_env
+from jaxwebrl.env.registry import config_action_texts
+from jaxwebrl.env import check
+from jaxwebrl.env.registry import doctor_specs, make_env
+from jaxwebrl.eval.demos import oracle_demonstrations
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rl import advantages
 from jaxwebrl.rollout.spec import worker_spec
@@ -45,6 +48,9 @@ def test_the_config_validates_and_every_registration_takes_effect(tmp_path):
     obs = env.reset(1)
     assert obs.goal == "Press right." and env.max_steps == 2 and obs.screenshot.shape == (32, 32, 3)
     assert env.step("click(750, 500)").reward == 0.0 and env.step("click(750, 500)").reward == 1.0
+    demos = oracle_demonstrations(["two_presses"], range(2), action_texts=config_action_texts(config))
+    assert [d["response"].split("Action: ")[1] for d in demos] == ["click(250, 500)"] * 2 + ["click(750, 500)"] * 2
+    assert "two_presses" in doctor_specs()
     spec = worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t", stats_dir=None)
     assert spec["extensions"] == ["tests.extension.plugin"] and spec["worker"]["tasks"] == ["two_presses"]
 
@@ -55,6 +61,14 @@ def test_the_config_validates_and_every_registration_takes_effect(tmp_path):
     config.extensions = "tests.extension.no_such_module"
     with pytest.raises(ConfigError, match=r"^extensions: cannot import 'tests\.extension\.no_such_module'"):
         validate(config, str(tmp_path))
+
+
+@pytest.mark.browser
+def test_the_doctor_plays_the_extension_family_with_its_oracle(capsys):
+    import_extensions("tests.extension.plugin")
+    assert check.main(["--tasks", "two_presses", "--episodes", "2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tasks"]["two_presses"] == {"success_rate": 1.0, "episodes": 2, "mean_steps": 2.0}
 
 
 def test_registering_a_taken_name_or_a_wrong_shape_fails_in_one_line():
@@ -73,9 +87,9 @@ def test_registering_a_taken_name_or_a_wrong_shape_fails_in_one_line():
         register_loss("other", plugin.capped_pg_loss, nope=1)
     with pytest.raises(ValueError, match="reward_norm="):
         register_estimator("bad_norm", plugin.signed_estimator, reward_norm=("episode", None, False))
-    with pytest.raises(ValueError, match="looks like a MiniWoB"):
+    with pytest.raises(ValueError, match="already taken by the task family 'miniwob'"):
         register_env("miniwob/mine", plugin.TwoPressesEnv)
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="already taken by the task family .toy."):
         register_env("toy", plugin.TwoPressesEnv)
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.tasks.toy import toy
 from jaxwebrl.train.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

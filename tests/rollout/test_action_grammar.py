@@ -4,7 +4,8 @@ tiny policy decodes under and the trainer replays: states, decisions, fallback."
 import numpy as np
 import pytest
 
-from jaxwebrl.env.agent.action_space import CLICK_GRID, RESPONSE_PREFIX, action_texts
+from jaxwebrl.env.agent.action_space import CLICK_GRID, RESPONSE_PREFIX
+from jaxwebrl.env.registry import action_texts
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.action_grammar import action_constraint
 

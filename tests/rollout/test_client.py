@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.tasks.toy import toy
 from jaxwebrl.env.agent.actions import parse_action
 from jaxwebrl.env.agent.memory import split_memory
 from jaxwebrl.env.agent.prompt import PromptConfig, build_prompt

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from jaxwebrl.env.base import EnvTimeout
-from jaxwebrl.env.tasks.toy import ToyEnv
+from jaxwebrl.env.tasks.toy.toy import ToyEnv
 from jaxwebrl.rollout.env_host import EnvHost, task_name
 
 

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from configs.constT10 import get_config
-from jaxwebrl.env.agent.action_space import config_action_texts, config_memory_grammar, response_regex
+from jaxwebrl.env.agent.action_space import config_memory_grammar, response_regex
+from jaxwebrl.env.registry import config_action_texts
 from jaxwebrl.rollout.engines.regex_residual import residual_regex
 
 SMALL = [r"ab|a(b|c)*d", r"[a-c]{2,3}b?", r"(ab){1,2}c|a[^b]", r"\d+x|\dy{0,2}", r"(a|ab)(c|bcd)?", r"a.b", r"[^ab]c*",

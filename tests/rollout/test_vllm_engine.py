@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxwebrl.env.agent.action_space import action_texts
+from jaxwebrl.env.registry import action_texts
 from jaxwebrl.models.hf_io import hf_arrays
 from jaxwebrl.models.presets import build_policy
 from jaxwebrl.models.sampler import Sampler, SamplingParams

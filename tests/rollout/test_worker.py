@@ -8,7 +8,7 @@ import pytest
 
 from configs.constT10 import get_config
 from jaxwebrl.buffer.ring import RingBuffer
-from jaxwebrl.env.tasks import toy
+from jaxwebrl.env.tasks.toy import toy
 from jaxwebrl.env.agent.actions import parse_action
 from jaxwebrl.env.base import BrowserCrashed
 from jaxwebrl.env.agent.memory import memory_stats, parse_memory, split_memory

@@ -9,7 +9,8 @@ import pytest
 
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.rollout.client import InProcessClient
-from jaxwebrl.env.agent.action_space import MemoryGrammar, action_texts
+from jaxwebrl.env.agent.action_space import MemoryGrammar
+from jaxwebrl.env.registry import action_texts
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS, RolloutWorker, WorkerConfig

@@ -441,7 +441,8 @@ def format_action(action: Action) -> str:
 
 
 def format_call(action: Action) -> str:
-    """The short call-style text of an action (`click(250, 500)`, `type(text="abc")`, `key("Enter")`), what the
+    """The short call-style text of an action (`click(250, 500)`, `type(text="abc")`, `key("Enter")`,
+    `answer("4.20")`), what the
     "call" action style prompts for; the canonical tool call (`format_action`) where there is no shorter form.
     `parse_action` reads both."""
     if action.kind == "click" and action.clicks == 1:
@@ -450,6 +451,8 @@ def format_call(action: Action) -> str:
         return f"type(text={json.dumps(action.text, ensure_ascii=False)})"
     if action.kind == "key":
         return f"key({', '.join(json.dumps(k) for k in action.keys or ())})"
+    if action.kind == "answer":
+        return f"answer({json.dumps(action.text, ensure_ascii=False)})"
     return format_action(action)
 
 

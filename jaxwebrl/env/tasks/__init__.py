@@ -1,9 +1,12 @@
-"""jaxwebrl.env.tasks: the tasks behind the Env interface.
+"""jaxwebrl.env.tasks: the tasks behind the Env interface, one folder per task family (`jaxwebrl.env.families`).
 
-  toy              the browser-free toy task
-  miniwob_tasks    the bundled MiniWoB++ task names and difficulty splits (no browser needed)
-  task_spec        JSON web-task specs, validated before any browser starts
+  toy/             the browser-free toy task
+  miniwob/         the bundled MiniWoB++ tasks (names and splits without a browser), their env, scripted oracles
+  chain/           the chain family: rules and instances, its page and env, its screenshot-reading oracle
+  webtask/         JSON web-task specs (validated before any browser starts) and their env
+  webgym/          task files in WebGym's own JSONL format, played as JSON web tasks answered by the agent
   browser_env      what every browser-backed env shares (owning or borrowing a Browser, restarts, timings)
-  miniwob, webtask MiniWoB++ and JSON web tasks in a browser
-  oracles          scripted oracle policies for MiniWoB++ tasks
+  episode          an oracle plays one episode (the doctor, tests)
+
+Each family folder has a `family.py` that registers its `TaskFamily` record.
 """

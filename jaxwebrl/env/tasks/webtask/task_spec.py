@@ -85,7 +85,7 @@ class WebTaskSpec:
                            else "(inline)")
 
         def fail(key: str, value: Any, fix: str) -> None:
-            raise TaskSpecError(f"task spec {where}: {key!r}={_short(value)}: {fix}")
+            raise TaskSpecError(f"task spec {where}: {key!r}={short_repr(value)}: {fix}")
 
         if not isinstance(spec, dict):
             raise TaskSpecError(f"task spec {where} must be a JSON object, got {type(spec).__name__}")
@@ -143,30 +143,31 @@ def load_spec_file(path: str) -> WebTaskSpec:
     except OSError as err:
         raise TaskSpecError(f"task spec {path}: cannot read it ({err.strerror}): give an existing .json file") from None
     except (ValueError, RecursionError) as err:
-        raise TaskSpecError(f"task spec {path}: not valid JSON ({_short(err, 120)}): fix the file") from None
+        raise TaskSpecError(f"task spec {path}: not valid JSON ({short_repr(err, 120)}): fix the file") from None
     return WebTaskSpec.from_dict(spec, base_dir=os.path.dirname(os.path.abspath(path)), source=path)
 
 
 def spec_lines(path: str) -> list[int]:
     """The 1-based numbers of the non-blank lines of a .jsonl task set (one task spec per line)."""
-    return [number for number, line in enumerate(_read_lines(path), 1) if line.strip()]
+    return [number for number, line in enumerate(read_lines(path), 1) if line.strip()]
 
 
 def load_spec_line(path: str, number: int) -> WebTaskSpec:
     """Read and validate line `number` (1-based) of a .jsonl task set; TaskSpecError names `path:number`."""
     where = f"{path}:{number}"
-    lines = _read_lines(path)
+    lines = read_lines(path)
     if not 1 <= number <= len(lines) or not lines[number - 1].strip():
         raise TaskSpecError(f"task spec {where}: no task spec on that line ({path} has {len(lines)} lines)")
     try:
         spec = json.loads(lines[number - 1])
     except (ValueError, RecursionError) as err:
-        raise TaskSpecError(f"task spec {where}: not valid JSON ({_short(err, 120)}): one JSON object per line, "
+        raise TaskSpecError(f"task spec {where}: not valid JSON ({short_repr(err, 120)}): one JSON object per line, "
                             "fix that line") from None
     return WebTaskSpec.from_dict(spec, base_dir=os.path.dirname(os.path.abspath(path)), source=where)
 
 
-def _read_lines(path: str) -> list[str]:
+def read_lines(path: str) -> list[str]:
+    """The lines of a task file (read once per modification); TaskSpecError naming it when it cannot be read."""
     try:
         stat = os.stat(path)
         return list(_cached_lines(os.path.abspath(path), stat.st_mtime_ns, stat.st_size))
@@ -174,7 +175,7 @@ def _read_lines(path: str) -> list[str]:
         raise TaskSpecError(f"task set {path}: cannot read it ({err.strerror}): give an existing .jsonl file "
                             "(one task spec per line)") from None
     except UnicodeDecodeError as err:
-        raise TaskSpecError(f"task set {path}: not UTF-8 text ({_short(err, 80)}): save it as UTF-8") from None
+        raise TaskSpecError(f"task set {path}: not UTF-8 text ({short_repr(err, 80)}): save it as UTF-8") from None
 
 
 @functools.lru_cache(maxsize=8)
@@ -220,10 +221,20 @@ def normalise_text(text: str, case_sensitive: bool) -> str:
     return text if case_sensitive else text.lower()
 
 
+def text_matches(value: str, target: str, mode: str, case_sensitive: bool) -> bool:
+    """Whether `value` matches `target` under `mode` (exact, contains, regex), both normalised first."""
+    value, target = normalise_text(value, case_sensitive), normalise_text(target, case_sensitive)
+    if mode == "exact":
+        return value == target
+    if mode == "contains":
+        return target in value
+    return re.search(target, value, 0 if case_sensitive else re.IGNORECASE) is not None
+
+
 def check_evaluator(evaluator: Any) -> dict:
     """The evaluator with its `when` filled in; ValueError (one line, naming the field) when it is malformed."""
     if not isinstance(evaluator, dict) or evaluator.get("type") not in EVALUATOR_KEYS:
-        raise ValueError(f"must be an object with type in {sorted(EVALUATOR_KEYS)}, got {_short(evaluator)}")
+        raise ValueError(f"must be an object with type in {sorted(EVALUATOR_KEYS)}, got {short_repr(evaluator)}")
     kind = evaluator["type"]
     required, optional = EVALUATOR_KEYS[kind]
     keys = set(evaluator) - {"type"}
@@ -234,28 +245,28 @@ def check_evaluator(evaluator: Any) -> dict:
                          f"allowed: {sorted(required | optional)}")
     text = evaluator[_TEXT_FIELD[kind]]
     if not isinstance(text, str) or (kind in ("js", "python") and not text.strip()):
-        raise ValueError(f"{_TEXT_FIELD[kind]!r}={_short(text)} must be a {'non-empty ' if kind in ('js', 'python') else ''}"
+        raise ValueError(f"{_TEXT_FIELD[kind]!r}={short_repr(text)} must be a {'non-empty ' if kind in ('js', 'python') else ''}"
                          "string")
     when = evaluator.get("when", "answer" if kind == "answer_match" else "step")
     if when not in ("step", "answer"):
-        raise ValueError(f"'when'={_short(when)} must be 'step' or 'answer'")
+        raise ValueError(f"'when'={short_repr(when)} must be 'step' or 'answer'")
     case_sensitive = evaluator.get("case_sensitive", False)
     if type(case_sensitive) is not bool:
-        raise ValueError(f"'case_sensitive'={_short(case_sensitive)} must be true or false")
+        raise ValueError(f"'case_sensitive'={short_repr(case_sensitive)} must be true or false")
     if not isinstance(evaluator.get("selector", "body"), str):
-        raise ValueError(f"'selector'={_short(evaluator['selector'])} must be a CSS selector string")
+        raise ValueError(f"'selector'={short_repr(evaluator['selector'])} must be a CSS selector string")
     if "mode" in evaluator and evaluator["mode"] not in EVALUATOR_MODES.get(kind, ()):
-        raise ValueError(f"{kind} 'mode'={_short(evaluator['mode'])} must be one of {EVALUATOR_MODES[kind]}")
+        raise ValueError(f"{kind} 'mode'={short_repr(evaluator['mode'])} must be one of {EVALUATOR_MODES[kind]}")
     if evaluator.get("mode") == "regex":
         pattern = text if kind == "url_match" else normalise_text(text, case_sensitive)
         try:
             re.compile(pattern, 0 if kind == "url_match" or case_sensitive else re.IGNORECASE)
         except re.error as err:
-            raise ValueError(f"{_TEXT_FIELD[kind]!r}={_short(text)} is not a valid regex ({err})") from None
+            raise ValueError(f"{_TEXT_FIELD[kind]!r}={short_repr(text)} is not a valid regex ({err})") from None
     if kind == "python":
         check_function_name(text)
         if not isinstance(evaluator.get("args", {}), dict):
-            raise ValueError(f"'args'={_short(evaluator['args'])} must be a JSON object (the function sees ctx.args)")
+            raise ValueError(f"'args'={short_repr(evaluator['args'])} must be a JSON object (the function sees ctx.args)")
     return {**evaluator, "when": when}
 
 
@@ -294,6 +305,7 @@ def load_function(dotted: str) -> Callable:
     return target
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def short_repr(value: Any, limit: int = 80) -> str:
+    """A value (or an error) as one line of at most `limit` characters, for error messages."""
     text = " ".join(repr(value).split()) if not isinstance(value, BaseException) else " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

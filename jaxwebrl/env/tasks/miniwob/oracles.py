@@ -1,13 +1,11 @@
-"""Scripted oracle policies for MiniWoB++ tasks and the chain family: they emit model-style text.
+"""Scripted oracle policies for MiniWoB++ tasks: they emit model-style text.
 
 An oracle is a function `oracle(env) -> Action` that looks at the current page of a `MiniWobEnv` (through
-`env.goal`, `env.run_js` and `env.element_point`) and returns the next action. The chain oracle (`get_oracle`
-of any "chain/..." spec) reads only what the agent has: the goal, the screenshot it saw (the variant's progress
-strip, the buttons' colours) and, in the recall variant, how many presses it made. `oracle_text` formats it with
+`env.goal`, `env.run_js` and `env.element_point`) and returns the next action. `oracle_text` formats it with
 `format_action`, so driving the env through oracles also exercises the action parser end to end; the same text
-serves as supervised demonstrations.
+serves as supervised demonstrations (the family's record hands the oracle to `eval.demos` and the doctor).
 
-    result = run_episode(env, seed=0)   # {"success", "reward", "steps", "invalid_actions", "step_seconds"}
+    result = run_episode(env, seed=0, oracle=task_oracle("miniwob/click-test"))   # jaxwebrl.env.tasks.episode
 """
 
 from __future__ import annotations
@@ -16,18 +14,12 @@ import re
 import time
 from typing import Callable
 
-import numpy as np
-
 from jaxwebrl.env.agent.actions import Action, format_action
-from jaxwebrl.env.tasks import chain_tasks
-from jaxwebrl.env.tasks.miniwob import MiniWobEnv
+from jaxwebrl.env.tasks.episode import OracleError
+from jaxwebrl.env.tasks.miniwob.miniwob import MiniWobEnv
 
 Oracle = Callable[[MiniWobEnv], Action]
 ORACLES: dict[str, Oracle] = {}
-
-
-class OracleError(RuntimeError):
-    """The page is not in a state the oracle understands (a changed task or a broken page)."""
 
 
 def register(*tasks: str):
@@ -44,9 +36,7 @@ def oracle_tasks() -> list[str]:
 
 
 def get_oracle(task: str) -> Oracle:
-    """The oracle of a MiniWoB++ task name or of a chain spec ("chain/hard-recall?trap=1")."""
-    if task.startswith(chain_tasks.PREFIX):
-        return chain_oracle
+    """The oracle of a MiniWoB++ task name ("click-test")."""
     if task not in ORACLES:
         raise KeyError(f"no oracle for MiniWoB++ task {task!r}; oracles exist for {oracle_tasks()}")
     return ORACLES[task]
@@ -55,24 +45,6 @@ def get_oracle(task: str) -> Oracle:
 def oracle_text(env: MiniWobEnv) -> str:
     """The oracle's next action for env's current page, as model text."""
     return format_action(get_oracle(env.task)(env))
-
-
-def run_episode(env: MiniWobEnv, seed: int) -> dict:
-    """Reset env with seed and let its oracle act until the episode ends; returns the outcome and timings."""
-    env.reset(seed)
-    steps, invalid, reward, success, step_seconds = 0, 0, 0.0, False, []
-    while True:
-        text = oracle_text(env)
-        t0 = time.perf_counter()
-        result = env.step(text)
-        step_seconds.append(time.perf_counter() - t0)
-        steps += 1
-        invalid += int(result.info["invalid_action"])
-        if result.done:
-            reward, success = result.reward, bool(result.info.get("success"))
-            break
-    return {"success": success, "reward": reward, "steps": steps, "invalid_actions": invalid,
-            "truncated": result.truncated, "step_seconds": step_seconds}
 
 
 # ---- helpers --------------------------------------------------------------------------------------------
@@ -313,38 +285,3 @@ def choose_date(env: MiniWobEnv) -> Action:
     if at != (year, month):
         return _click(env, ".ui-datepicker-prev" if at > (year, month) else ".ui-datepicker-next")
     return _click(env, _find(env, "#ui-datepicker-div .ui-datepicker-calendar a", str(day)))
-
-
-# ---- the chain family -----------------------------------------------------------------------------------
-_PALETTE = {**chain_tasks.COLOUR_RGB, "done": chain_tasks.DONE_RGB, "todo": chain_tasks.TODO_RGB,
-            "page": (244, 244, 244)}
-
-
-def _colour_at(shot: np.ndarray, point: tuple[int, int]) -> str:
-    """The palette name nearest the screenshot's pixel at a 0..1000 point (any screenshot size)."""
-    height, width = shot.shape[:2]
-    x = min(int(point[0] / 1000 * width), width - 1)
-    y = min(int(point[1] / 1000 * height), height - 1)
-    pixel = shot[y, x].astype(int)
-    return min(_PALETTE, key=lambda name: int(((pixel - np.array(_PALETTE[name])) ** 2).sum()))
-
-
-def chain_oracle(env) -> Action:
-    """Press the goal's next colour: how far it got comes from the progress strip (plain), the strip's cue cell
-    names the colour itself (cue), or its own count of presses, all correct (recall)."""
-    spec, shot = env.spec, env.last_screenshot
-    names = re.findall(r"[a-z]+", env.goal.removeprefix("Press "))
-    if shot is None or not names or any(n not in chain_tasks.COLOURS for n in names):
-        raise OracleError(f"{env.task_id}: no screenshot yet or a goal {env.goal!r} that names no colours")
-    cells = [_colour_at(shot, ((x0 + x1) // 2, (y0 + y1) // 2))
-             for x0, y0, x1, y1 in chain_tasks.strip_cells(spec.presses)]
-    if spec.variant == "cue":
-        wanted = next((c for c in cells if c in chain_tasks.COLOURS), None)
-    else:
-        progress = env.steps_taken if spec.variant == "recall" else cells.count("done")
-        wanted = names[progress] if progress < len(names) else None
-    slots = [_colour_at(shot, chain_tasks.slot_centre(s)) for s in range(len(chain_tasks.SLOTS))]
-    if wanted not in slots:
-        raise OracleError(f"{env.task_id}: the colour to press ({wanted}) is not on the page ({slots})")
-    x, y = chain_tasks.slot_centre(slots.index(wanted))
-    return Action("click", x=x, y=y)

@@ -4,7 +4,7 @@
     obs = env.reset(seed=3)           # obs.goal = "Press red, blue, ...", the 160 x 160 page
     res = env.step("click(450, 250)")  # a real click; the page reports what it hit, `ChainEpisode` judges it
 
-The rules, variants and instances are `jaxwebrl.env.tasks.chain_tasks` (no browser). The page is served like
+The rules, variants and instances are `jaxwebrl.env.tasks.chain.chain_tasks` (no browser). The page is served like
 MiniWoB++'s: its folder is exposed to the browser and the allowlist confines it to that folder; it is loaded once
 per browser and redrawn by JavaScript. The horizon is the spec's own (`horizon=`), so `make_env` leaves a run's
 `max_steps` out. StepResult.info holds `event` (advance / wrong / back / trap / miss / success) and `progress`;
@@ -23,9 +23,9 @@ from jaxwebrl.env.browser.allowlist import blocked_message
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.tasks.browser_env import LocalPageEnv
-from jaxwebrl.env.tasks.chain_tasks import (BACK_LINK, COLOUR_RGB, PAGE_SIZE, SLOTS, ChainEpisode, chain_spec,
+from jaxwebrl.env.tasks.chain.chain_tasks import (BACK_LINK, COLOUR_RGB, PAGE_SIZE, SLOTS, ChainEpisode, chain_spec,
                                             strip_cells)
-from jaxwebrl.env.tasks.miniwob import VIEWPORT
+from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT
 
 PAGES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pages")
 PAGE_NAME = "chain.html"

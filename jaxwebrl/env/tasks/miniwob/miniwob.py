@@ -26,7 +26,7 @@ from jaxwebrl.env.browser.allowlist import blocked_message
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.tasks.browser_env import LocalPageEnv
-from jaxwebrl.env.tasks.miniwob_tasks import REWARDS, available_tasks, click_grid, horizon, html_dir, task_split
+from jaxwebrl.env.tasks.miniwob.miniwob_tasks import REWARDS, available_tasks, click_grid, horizon, html_dir, task_split
 
 TASK_AREA = (0, 0, 160, 210)  # x, y, width, height of #wrap in CSS pixels
 VIEWPORT = (320, 240)  # room for the task area; the reward display to its right is never captured

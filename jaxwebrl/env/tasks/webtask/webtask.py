@@ -31,8 +31,8 @@ from jaxwebrl.env.browser.allowlist import UrlAllowlist
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
 from jaxwebrl.env.tasks.browser_env import BrowserEnv
-from jaxwebrl.env.tasks.task_spec import (DEFAULT_VIEWPORT, TaskSpecError, WebTaskSpec, load_function,  # noqa: F401
-                                    load_spec_file, normalise_text, task_allowlist)
+from jaxwebrl.env.tasks.webtask.task_spec import (DEFAULT_VIEWPORT, TaskSpecError, WebTaskSpec, load_function,  # noqa: F401
+                                    load_spec_file, normalise_text, task_allowlist, text_matches)
 
 
 @dataclasses.dataclass
@@ -48,15 +48,6 @@ class EvalContext:
     def page_text(self, selector: str = "body") -> str:
         return self.run_js("var el = document.querySelector(arguments[0]); return el ? el.innerText : '';",
                            selector) or ""
-
-
-def _text_matches(value: str, target: str, mode: str, case_sensitive: bool) -> bool:
-    value, target = normalise_text(value, case_sensitive), normalise_text(target, case_sensitive)
-    if mode == "exact":
-        return value == target
-    if mode == "contains":
-        return target in value
-    return re.search(target, value, 0 if case_sensitive else re.IGNORECASE) is not None
 
 
 class WebTaskEnv(BrowserEnv):
@@ -120,9 +111,9 @@ class WebTaskEnv(BrowserEnv):
         if kind == "text_match":
             text = browser.run_js("var el = document.querySelector(arguments[0]); return el ? el.innerText : null;",
                                   ev.get("selector", "body"))
-            return float(text is not None and _text_matches(text, ev["text"], ev.get("mode", "contains"), case))
+            return float(text is not None and text_matches(text, ev["text"], ev.get("mode", "contains"), case))
         if kind == "answer_match":
-            return float(answer is not None and _text_matches(answer, ev["answer"], ev.get("mode", "exact"), case))
+            return float(answer is not None and text_matches(answer, ev["answer"], ev.get("mode", "exact"), case))
         ctx = EvalContext(spec=self.spec, url=browser.current_url(), answer=answer, run_js=browser.run_js,
                           args=dict(ev.get("args", {})))
         try:

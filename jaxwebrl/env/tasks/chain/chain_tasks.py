@@ -147,41 +147,6 @@ def chain_spec(name: str, trap: int = 0, horizon: int | None = None, layout: str
     return ChainSpec(full, split, variant, presses, horizon, int(trap), layout)
 
 
-@dataclasses.dataclass(frozen=True)
-class ChainOptions:
-    """The registry's option parser of one chain name: query text -> keyword options, validated."""
-
-    name: str
-
-    def __call__(self, query: str) -> dict:
-        options = chain_options(query, self.name)
-        chain_spec(self.name, **options)
-        return options
-
-
-@dataclasses.dataclass(frozen=True)
-class ChainHorizon:
-    """The registry's horizon of one chain name: query text -> the steps an episode of that spec may take."""
-
-    name: str
-
-    def __call__(self, query: str) -> int:
-        return chain_spec(self.name, **chain_options(query, self.name)).horizon if query else \
-            chain_spec(self.name).horizon
-
-
-@dataclasses.dataclass(frozen=True)
-class ChainFactory:
-    """The registry's factory of one chain name: builds a `jaxwebrl.env.tasks.chain.ChainEnv`."""
-
-    name: str
-
-    def __call__(self, **options):
-        from jaxwebrl.env.tasks.chain import ChainEnv  # deferred (heavy): the browser env imports Selenium
-
-        return ChainEnv(self.name, **options)
-
-
 def held_out_sequence(sequence) -> bool:
     """Whether a goal sequence (colour indices) is reserved for evaluation (about one in four)."""
     return sum((i + 1) * int(c) for i, c in enumerate(sequence)) % 4 == 0

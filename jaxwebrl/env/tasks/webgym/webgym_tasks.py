@@ -1,0 +1,168 @@
+"""WebGym's task format, read as it is: one JSON object per line of a .jsonl file.
+
+    {"task_id": "shop-0007", "task_name": "Find the cheapest red mug and answer with its price.",
+     "website": "http://127.0.0.1:8000/shop/index.html", "domain": "shopping", "subdomain": "kitchen",
+     "difficulty": "easy", "evaluator_reference": ["The answer names a red mug", {"description": "... its price"}],
+     "reference_answer": "4.20"}
+
+Required: `task_id`, `task_name` (the instruction), `website` (the start URL), `evaluator_reference` (the rubric: a
+non-empty list of facts, each a string or {"description": "..."}). Optional: `domain`, `subdomain`, `difficulty`,
+`reference_answer`, and `ground_truth` ({"answer": "...", "mode": "exact" | "contains" | "regex"}: the programmatic
+answer of a task whose site is known, e.g. the bundled ones) and `solution` (the plan its oracle plays,
+`oracle.py`). Fields WebGym adds later, or a user adds, are kept (`WebGymTask.extra`). A problem is one `TaskSpecError` line naming `FILE.jsonl:N`.
+
+Difficulty is the number of facts (WebGym's rule): easy 1-3, medium 4-6, hard 7+; a line's own "easy" / "medium" /
+"hard" wins. Each difficulty has its training horizon (HORIZONS: 10, 20, 30 steps).
+
+Held-out split by `task_id`: a task is held out (`split=test`) when the first 8 hex digits of sha256(task_id) are
+0 mod 5 (about one task in five, the same on every machine and whatever the file's order); the others are
+`split=train`.
+
+The reward without a judge is the ground truth: the agent's `answer(...)` against `ground_truth` (else
+`reference_answer`, exact after collapsing whitespace and case). A task with neither needs a rubric judge, which
+this family does not have yet: it is refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import urllib.parse
+from typing import Any
+
+from jaxwebrl.env.tasks.webgym.oracle import check_solution
+from jaxwebrl.env.tasks.webtask.task_spec import (EVALUATOR_MODES, TaskSpecError, WebTaskSpec, read_lines, short_repr,
+                                                  spec_lines)
+
+REQUIRED_FIELDS = ("task_id", "task_name", "website", "evaluator_reference")
+KNOWN_FIELDS = REQUIRED_FIELDS + ("domain", "subdomain", "difficulty", "reference_answer", "ground_truth")
+HORIZONS = {"easy": 10, "medium": 20, "hard": 30}
+SPLITS = ("train", "test")
+HELD_OUT_MODULUS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class WebGymTask:
+    """One line of a WebGym task file. `facts` are the rubric's texts; `extra` the line's other fields, as given."""
+
+    task_id: str
+    task_name: str
+    website: str
+    facts: tuple[str, ...]
+    difficulty: str
+    domain: str | None = None
+    subdomain: str | None = None
+    reference_answer: str | None = None
+    ground_truth: dict | None = None
+    extra: dict = dataclasses.field(default_factory=dict, compare=False)
+    source: str | None = dataclasses.field(default=None, compare=False)
+
+    @property
+    def horizon(self) -> int:
+        return HORIZONS[self.difficulty]
+
+    @property
+    def split(self) -> str:
+        return "test" if held_out(self.task_id) else "train"
+
+    def web_spec(self) -> WebTaskSpec:
+        """The JSON web-task spec this task plays as: start at `website`, confined to its origin, ended by an
+        answer judged against the ground truth."""
+        truth = self.ground_truth or {"answer": self.reference_answer, "mode": "exact"}
+        parts = urllib.parse.urlsplit(self.website)
+        allowlist = [f"{parts.scheme}://{parts.netloc}/*"] if parts.scheme in ("http", "https") else []   # file: its folder
+        return WebTaskSpec.from_dict(
+            {"task_id": self.task_id, "start_url": self.website, "goal": self.task_name, "max_steps": self.horizon,
+             "difficulty": self.difficulty, "allowlist": allowlist,
+             "evaluator": {"type": "answer_match", "answer": truth["answer"], "mode": truth.get("mode", "exact")}},
+            base_dir=os.path.dirname(self.source.rpartition(":")[0]) if self.source else None, source=self.source)
+
+
+def held_out(task_id: str) -> bool:
+    """Whether a task is in the held-out (test) split (see the module docstring)."""
+    return int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) % HELD_OUT_MODULUS == 0
+
+
+def difficulty_of(facts: int) -> str:
+    return "easy" if facts <= 3 else "medium" if facts <= 6 else "hard"
+
+
+def task_lines(path: str, split: str | None = None) -> list[int]:
+    """The numbers of the task lines of a WebGym file (non-blank), only those of `split` when given."""
+    if split is not None and split not in SPLITS:
+        raise TaskSpecError(f"webgym task file {path}: split={split!r}: use one of {list(SPLITS)}")
+    numbers = spec_lines(path)
+    return numbers if split is None else [n for n in numbers if load_task_line(path, n).split == split]
+
+
+def load_task_line(path: str, number: int) -> WebGymTask:
+    """Read and validate line `number` (1-based) of a WebGym task file; TaskSpecError names `path:number`."""
+    where = f"{path}:{number}"
+    lines = read_lines(path)
+    if not 1 <= number <= len(lines) or not lines[number - 1].strip():
+        raise TaskSpecError(f"webgym task {where}: no task on that line ({path} has {len(lines)} lines)")
+    try:
+        record = json.loads(lines[number - 1])
+    except (ValueError, RecursionError) as err:
+        raise TaskSpecError(f"webgym task {where}: not valid JSON ({short_repr(err, 120)}): one JSON object per line, "
+                            "fix that line") from None
+    return parse_task(record, os.path.abspath(path) + f":{number}", where)
+
+
+def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
+    """A WebGym record as a `WebGymTask`; TaskSpecError (one line naming `where`, the field and the fix)."""
+    def fail(field: str, fix: str) -> None:
+        raise TaskSpecError(f"webgym task {where}: {field!r}={short_repr(record.get(field))}: {fix}")
+
+    if not isinstance(record, dict):
+        raise TaskSpecError(f"webgym task {where} must be a JSON object, got {type(record).__name__}")
+    missing = [f for f in REQUIRED_FIELDS if f not in record]
+    if missing:
+        raise TaskSpecError(f"webgym task {where} is missing {missing}; WebGym's required fields: "
+                            f"{list(REQUIRED_FIELDS)}")
+    for field in ("task_id", "task_name", "website"):
+        if not isinstance(record[field], str) or not record[field].strip():
+            fail(field, "must be a non-empty string")
+    for field in ("domain", "subdomain", "reference_answer"):
+        if record.get(field) is not None and not isinstance(record[field], str):
+            fail(field, "must be a string (or left out)")
+    rubric = record["evaluator_reference"]
+    if not isinstance(rubric, list) or not rubric:
+        fail("evaluator_reference", "must be a non-empty list of facts (strings or {\"description\": ...})")
+    facts = []
+    for fact in rubric:
+        text = fact.get("description") if isinstance(fact, dict) else fact
+        if not isinstance(text, str) or not text.strip():
+            fail("evaluator_reference", "each fact must be a non-empty string or {\"description\": \"...\"}")
+        facts.append(text)
+    difficulty = record.get("difficulty")
+    if difficulty is None or isinstance(difficulty, int) and not isinstance(difficulty, bool):
+        difficulty = difficulty_of(len(facts))
+    elif difficulty not in HORIZONS:
+        fail("difficulty", f"must be one of {list(HORIZONS)} (or left out: the number of facts decides)")
+    truth = record.get("ground_truth")
+    if truth is not None:
+        if (not isinstance(truth, dict) or not isinstance(truth.get("answer"), str) or not truth["answer"].strip()
+                or truth.get("mode", "exact") not in EVALUATOR_MODES["answer_match"]):
+            fail("ground_truth", f"must be {{\"answer\": \"...\", \"mode\": "
+                                 f"{' | '.join(EVALUATOR_MODES['answer_match'])}}}")
+    elif not (record.get("reference_answer") or "").strip():
+        fail("reference_answer", "the task has no reference_answer and no ground_truth: its reward needs a rubric "
+                                 "judge, which jaxwebrl does not have yet; add the answer, or drop the line")
+    if "solution" in record:
+        try:
+            check_solution(record["solution"])
+        except ValueError as err:
+            fail("solution", str(err))
+    task = WebGymTask(task_id=record["task_id"], task_name=record["task_name"], website=record["website"],
+                      facts=tuple(facts), difficulty=difficulty, domain=record.get("domain"),
+                      subdomain=record.get("subdomain"), reference_answer=record.get("reference_answer"),
+                      ground_truth=truth, extra={k: v for k, v in record.items() if k not in KNOWN_FIELDS},
+                      source=source)
+    try:
+        task.web_spec()
+    except TaskSpecError as err:
+        raise TaskSpecError(f"webgym task {where}: {str(err).partition(': ')[2]}") from None
+    return task

@@ -1,0 +1,211 @@
+"""The WebGym judges: the ground truth; an OpenAI-compatible chat endpoint (a real HTTP server on loopback that
+answers as the test scripts it) through success, a fact not met, a timeout, 5xx (retried), a malformed verdict, a
+blocked page and a dead server, each failure a JudgeFailure naming its cause; the key from the environment, never
+in a message; the pool judges concurrently; a WebGym episode in Chromium rewarded by the run's judge."""
+
+import http.server
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from configs import base
+from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.registry import env_specs, make_env
+from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
+                                             verdict_schema)
+from jaxwebrl.rollout.spec import worker_spec
+from jaxwebrl.train.config_validation import ConfigError, validate
+
+KEY = "sk-test-secret-0123456789"
+FACTS = ("opened the Kitchen category", "opened the Red Mug page", "answered its price")
+
+
+def request(answer="4.20", **kw):
+    shots = tuple(np.full((24, 32, 3), i, np.uint8) for i in range(kw.pop("shots", 3)))
+    return JudgeRequest(task_id="shop-1", goal="Find the red mug's price.", facts=FACTS, answer=answer,
+                        reference_answer=kw.pop("reference_answer", "4.20"), screenshots=shots, **kw)
+
+
+class Endpoint:
+    """An OpenAI-compatible /v1/chat/completions on 127.0.0.1 that answers from a script of (status, content,
+    delay) entries, one per request (the last repeats); records every request body and its headers."""
+
+    def __init__(self, script):
+        self.script, self.bodies, self.headers, self.in_flight, self.max_in_flight = list(script), [], [], 0, 0
+        lock, endpoint = threading.Lock(), self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    endpoint.bodies.append(body)
+                    endpoint.headers.append(dict(self.headers))
+                    status, content, delay = endpoint.script[min(len(endpoint.bodies), len(endpoint.script)) - 1]
+                    endpoint.in_flight += 1
+                    endpoint.max_in_flight = max(endpoint.max_in_flight, endpoint.in_flight)
+                time.sleep(delay)
+                with lock:
+                    endpoint.in_flight -= 1
+                payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass   # the client gave up (a timeout)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def verdict(facts=(True, True, True), supported=True, blocked=False, matched=True):
+    return json.dumps({"blocked": blocked, "answer_supported": supported, "facts": list(facts),
+                       "reference_matched": matched})
+
+
+@pytest.fixture
+def endpoint(request):
+    server = Endpoint(request.param)
+    yield server
+    server.close()
+
+
+def judge_of(endpoint, **kw):
+    return ChatJudge(base_url=endpoint.url, model="judge-model", api_key_env="TEST_JUDGE_KEY", backoff_s=0.01, **kw)
+
+
+def test_the_ground_truth_judges_the_answer():
+    judge = GroundTruthJudge()
+    assert judge.judge(request(" 4.20 ")).reward == 1.0 and judge.judge(request("5.00")).reward == 0.0
+    assert judge.judge(request(None)).reward == 0.0
+    assert judge.judge(request("about 4.20", ground_truth={"answer": "4.20", "mode": "contains"})).reward == 1.0
+    with pytest.raises(JudgeFailure, match="needs a ground_truth or reference_answer"):
+        judge.judge(request(reference_answer=None))
+
+
+@pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.0)]], indirect=True)
+def test_a_met_rubric_is_reward_one_and_the_request_is_what_webgym_sends(endpoint, monkeypatch):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    result = judge_of(endpoint, max_screenshots=2).judge(request(shots=3))
+    assert result.reward == 1.0 and result.raw == verdict() and result.backend == "chat"
+    assert [name for name, _ in result.criteria] == ["B: the screenshots support the answer"] + \
+        [f"A: {f}" for f in FACTS] + ["the answer matches the reference answer"]
+    (body,), (headers,) = endpoint.bodies, endpoint.headers
+    assert headers["Authorization"] == f"Bearer {KEY}" and body["model"] == "judge-model"
+    images = [c for c in body["messages"][1]["content"] if c["type"] == "image_url"]
+    assert len(images) == 2 and all(c["image_url"]["url"].startswith("data:image/png;base64,") for c in images)
+    assert body["response_format"]["json_schema"]["schema"] == verdict_schema(3)
+
+
+@pytest.mark.parametrize("endpoint", [[(200, verdict(facts=(True, False, True)), 0.0)]], indirect=True)
+def test_criterion_a_stops_at_the_first_fact_not_met(endpoint, monkeypatch):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    result = judge_of(endpoint).judge(request())
+    assert result.reward == 0.0 and [met for _, met in result.criteria] == [True, True, False]
+
+
+@pytest.mark.parametrize("endpoint, cause, attempts", [
+    ([(503, "", 0.0), (502, "", 0.0), (200, verdict(), 0.0)], None, 3),                   # retried, then judged
+    ([(500, "", 0.0)], r"HTTP 500 after 3 attempt\(s\)", 3),
+    ([(401, "", 0.0)], r"HTTP 401 after 1 attempt\(s\)", 1),                               # not retried
+    ([(200, "I think the agent did well", 0.0)], "malformed verdict 'I think", 1),
+    ([(200, verdict(facts=(True,)), 0.0)], "malformed verdict .*with 3 facts", 1),
+    ([(200, verdict(blocked=True), 0.0)], "blocked page", 1),
+    ([(200, verdict(), 2.0)], r"timed out after 3 attempt\(s\)", 3),
+], indirect=["endpoint"])
+def test_every_judge_failure_is_an_env_failure_naming_its_cause_and_never_the_key(endpoint, cause, attempts,
+                                                                                  monkeypatch, caplog):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    judge = judge_of(endpoint, timeout_s=0.3)
+    if cause is None:
+        assert judge.judge(request()).reward == 1.0
+    else:
+        with pytest.raises(JudgeFailure, match=cause) as info:
+            judge.judge(request())
+        assert isinstance(info.value, EnvFailure) and KEY not in str(info.value)
+    assert len(endpoint.bodies) == attempts and KEY not in caplog.text
+
+
+def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]   # closed again: nothing listens there
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    dead = ChatJudge(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key_env="TEST_JUDGE_KEY", retries=1,
+                     backoff_s=0.01)
+    with pytest.raises(JudgeFailure, match=r"unreachable .*refused.* after 2 attempt"):
+        dead.judge(request())
+    monkeypatch.delenv("TEST_JUDGE_KEY")
+    with pytest.raises(JudgeFailure, match="TEST_JUDGE_KEY holding its API key is not set"):
+        dead.judge(request())
+
+
+@pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.3), (200, "bad", 0.3), (200, verdict(), 0.3),
+                                       (200, verdict(), 0.3)]], indirect=True)
+def test_the_pool_judges_a_batch_concurrently_and_keeps_failures_apart(endpoint, monkeypatch):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    pool = JudgePool(judge_of(endpoint), concurrency=4)
+    try:
+        results = pool.judge_batch([request() for _ in range(4)])
+    finally:
+        pool.close()
+    assert sum(isinstance(r, JudgeFailure) for r in results) == 1 and sum(
+        getattr(r, "reward", 0) == 1.0 for r in results) == 3
+    assert endpoint.max_in_flight >= 2   # the requests overlapped at the server
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.0), (200, "not json", 0.0)]], indirect=True)
+def test_a_webgym_episode_is_rewarded_by_the_chat_judge_and_a_bad_verdict_is_an_env_failure(endpoint, monkeypatch):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    spec = env_specs("sites")[0]     # shop-price-00: three facts, the answer 62.42
+    settings = {"backend": "chat", "url": endpoint.url, "model": "judge-model", "api_key_env": "TEST_JUDGE_KEY",
+                "retries": 0}
+    env = make_env(spec, screenshot_size=(128, 96), judge=settings)
+    try:
+        env.reset(0)
+        env.step("click(500, 500)")
+        result = env.step('answer("the agent guesses")')    # the (scripted) judge, not the ground truth, decides
+        assert result.terminated and result.reward == 1.0 and result.info["judge_backend"] == "chat"
+        assert result.info["verdict"][0] == ["B: the screenshots support the answer", True]
+        images = [c for c in endpoint.bodies[0]["messages"][1]["content"] if c["type"] == "image_url"]
+        assert len(images) == 2   # the two pages the agent saw
+        env.reset(1)
+        with pytest.raises(JudgeFailure, match="malformed verdict 'not json'"):
+            env.step('answer("62.42")')
+    finally:
+        env.close()
+    ground = make_env(spec, screenshot_size=(128, 96))          # no judge settings: the ground truth
+    try:
+        ground.reset(0)
+        result = ground.step('answer("62.42")')
+        assert result.reward == 1.0 and result.info["judge_backend"] == "ground_truth"
+    finally:
+        ground.close()
+
+
+def test_the_run_config_carries_the_judge_to_the_workers_and_refuses_an_incomplete_one(tmp_path):
+    config = base.config()
+    base.SCALES[base.variant("toy")](config)
+    assert "judge" not in worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
+                                      stats_dir=None)["worker"]["env_options"]
+    config.env.judge.backend = "chat"
+    with pytest.raises(ConfigError, match=r"^env\.judge\.backend='chat': the chat judge needs env\.judge\.url"):
+        validate(config, str(tmp_path))
+    config.env.judge.url, config.env.judge.model = "http://127.0.0.1:9/v1", "m"
+    options = worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
+                          stats_dir=None)["worker"]["env_options"]
+    assert options["judge"]["backend"] == "chat" and options["judge"]["url"] == "http://127.0.0.1:9/v1"

@@ -1,0 +1,129 @@
+"""WebGym task files read as they are: the fields, the rubric, difficulty -> horizon, held-out splits by task_id,
+one-line refusals naming the line; in real Chromium the agent's answer ends the episode and is judged against the
+ground truth."""
+
+import json
+
+import pytest
+
+from jaxwebrl.env.agent.action_space import CLICK_GRID
+from jaxwebrl.env.agent.actions import Action, parse_action
+from jaxwebrl.env.agent.prompt import summarize_action
+from jaxwebrl.env.browser.probes import serve_directory
+from jaxwebrl.env.registry import action_texts, check_env_spec, env_specs, make_env, task_horizon
+from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, held_out, load_task_line
+from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError
+
+
+def task(n_facts=2, **fields):
+    record = {"task_id": "t", "task_name": "Find the price of the red mug.", "website": "http://127.0.0.1:8000/",
+              "domain": "shopping", "subdomain": "kitchen",
+              "evaluator_reference": [f"fact {i}" if i % 2 else {"description": f"fact {i}"} for i in range(n_facts)],
+              "reference_answer": "4.20"}
+    record.update(fields)
+    return {k: v for k, v in record.items() if v is not None}
+
+
+def write(path, records):
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return str(path)
+
+
+def test_a_line_is_read_as_webgym_writes_it_and_unknown_fields_are_kept(tmp_path):
+    path = write(tmp_path / "tasks.jsonl", [task(5, task_id="a", annotator="x", extra_score=3)])
+    loaded = load_task_line(path, 1)
+    assert loaded.facts == tuple(f"fact {i}" for i in range(5)) and loaded.difficulty == "medium"
+    assert (loaded.domain, loaded.subdomain, loaded.reference_answer) == ("shopping", "kitchen", "4.20")
+    assert loaded.extra == {"annotator": "x", "extra_score": 3}
+    spec = check_env_spec(f"webgym:{path}:1")
+    assert (spec.task_id, spec.goal, spec.start_url, spec.max_steps) == ("a", loaded.task_name,
+                                                                         "http://127.0.0.1:8000/", 20)
+    assert spec.evaluator["type"] == "answer_match" and spec.evaluator["answer"] == "4.20"
+
+
+@pytest.mark.parametrize("facts, difficulty, horizon", [(1, "easy", 10), (3, "easy", 10), (4, "medium", 20),
+                                                         (6, "medium", 20), (7, "hard", 30), (12, "hard", 30)])
+def test_difficulty_is_the_number_of_facts_and_sets_the_horizon(tmp_path, facts, difficulty, horizon):
+    path = write(tmp_path / "t.jsonl", [task(facts)])
+    assert load_task_line(path, 1).difficulty == difficulty and HORIZONS[difficulty] == horizon
+    assert task_horizon(f"webgym:{path}:1", 50) == horizon and task_horizon(f"webgym:{path}:1", 5) == 5
+
+
+def test_a_lines_own_difficulty_wins(tmp_path):
+    path = write(tmp_path / "t.jsonl", [task(1, difficulty="hard")])
+    assert load_task_line(path, 1).difficulty == "hard" and task_horizon(f"webgym:{path}:1", 100) == 30
+
+
+def test_held_out_split_by_task_id_whatever_the_order(tmp_path):
+    records = [task(task_id=f"task-{i}") for i in range(60)]
+    forward = write(tmp_path / "a.jsonl", records)
+    backward = write(tmp_path / "b.jsonl", records[::-1])
+    ids = {}
+    for path in (forward, backward):
+        for split in ("train", "test"):
+            ids[path, split] = {check_env_spec(s).task_id for s in env_specs(f"webgym:{path}?split={split}")}
+    assert ids[forward, "test"] == ids[backward, "test"] and ids[forward, "train"] == ids[backward, "train"]
+    assert not ids[forward, "test"] & ids[forward, "train"]
+    assert ids[forward, "test"] | ids[forward, "train"] == {r["task_id"] for r in records}
+    assert 6 <= len(ids[forward, "test"]) <= 20 and all(held_out(t) for t in ids[forward, "test"])
+    assert len(env_specs(f"webgym:{forward}")) == 60
+
+
+@pytest.mark.parametrize("record, message", [
+    (task(task_name=None), r"webgym task .*t\.jsonl:2 is missing \['task_name'\]"),
+    (task(evaluator_reference=[]), r"t\.jsonl:2: 'evaluator_reference'=\[\]: must be a non-empty list"),
+    (task(evaluator_reference=[{"text": "x"}]), r"t\.jsonl:2: 'evaluator_reference'.*\{\"description\""),
+    (task(difficulty="extreme"), r"t\.jsonl:2: 'difficulty'='extreme': must be one of"),
+    (task(reference_answer=None), r"t\.jsonl:2: 'reference_answer'=None: .*needs a rubric judge"),
+    (task(ground_truth={"answer": "x", "mode": "fuzzy"}), r"t\.jsonl:2: 'ground_truth'"),
+    (task(website="ftp://x/"), r"t\.jsonl:2: 'start_url'='ftp://x/'"),
+])
+def test_a_bad_line_is_refused_in_one_line_naming_its_number(tmp_path, record, message):
+    path = write(tmp_path / "t.jsonl", [task(task_id="fine"), record])
+    check_env_spec(f"webgym:{path}:1")
+    with pytest.raises(TaskSpecError, match=message) as info:
+        check_env_spec(f"webgym:{path}:2")
+    assert "\n" not in str(info.value)
+
+
+def test_a_file_or_a_bad_option_is_not_one_task(tmp_path):
+    path = write(tmp_path / "t.jsonl", [task()])
+    with pytest.raises(TaskSpecError, match="one task per line"):
+        check_env_spec(f"webgym:{path}")
+    with pytest.raises(TaskSpecError, match="split='dev'"):
+        env_specs(f"webgym:{path}?split=dev")
+    with pytest.raises(TaskSpecError, match="use 'webgym:FILE.jsonl'"):
+        env_specs(f"webgym:{path}?shuffle=1")
+
+
+def test_the_prompt_carries_the_answer():
+    assert summarize_action(Action("answer", text="4.20")) == "answer('4.20')"
+
+
+@pytest.mark.browser
+def test_the_answer_ends_the_episode_and_is_judged_by_the_ground_truth(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<html><body><h1>Mugs</h1><p>Red mug: 4.20</p></body></html>")
+    server, url, _ = serve_directory(str(site))
+    try:
+        path = write(tmp_path / "t.jsonl", [task(website=f"{url}/index.html", ground_truth={"answer": "4.20"})])
+        env = make_env(f"webgym:{path}:1", screenshot_size=(128, 96), max_steps=50)
+        try:
+            for answer, reward in (("4.20", 1.0), ("  4.20 ", 1.0), ("5.00", 0.0)):
+                obs = env.reset(0)
+                assert obs.goal == "Find the price of the red mug." and env.max_steps == 10
+                result = env.step(f'answer("{answer}")')
+                assert result.terminated and result.reward == reward and result.info["success"] == (reward > 0)
+        finally:
+            env.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_constrained_policy_may_answer_each_tasks_reference_answer(tmp_path):
+    path = write(tmp_path / "t.jsonl", [task(task_id="a"), task(task_id="b", reference_answer='say "hi"')])
+    texts = action_texts(env_specs(f"webgym:{path}"))
+    assert texts[:100] == CLICK_GRID and texts[100:] == ('answer("4.20")', 'answer("say \\"hi\\"")')
+    assert [parse_action(t).text for t in texts[100:]] == ["4.20", 'say "hi"']
