@@ -212,6 +212,11 @@ SCHEMA = {
                                          "what is queued when the server is free)",
                                     at_least(0, "must be >= 0 milliseconds")),
         "decode_chunk": Field(8, "decode steps between weight-swap checks", at_least(1, "must be >= 1 decode step")),
+        "decode_block": Field(256, "key slots a decode step reads at a time, up to the batch's furthest filled slot "
+                                   "(0: every cache slot at once)", at_least(0, "must be >= 0 (0: dense read)")),
+        "serve_dtype": Field(None, "dtype of the weights the policy server decodes from (None: model.dtype, so a "
+                                   "bf16 run serves a bf16 copy of its fp32 master weights)",
+                             one_of(DTYPES, "use 'float32', 'bfloat16' or None (= model.dtype)"), type=str),
         "worker_nice": Field(0, "niceness of worker processes and their browsers (0..19)",
                              between(0, 19, "must be a niceness in 0..19 (higher: workers yield the CPU)")),
         "worker_cpus": Field("", "'0,1': pin workers and their browsers to these CPUs ('' any)"),

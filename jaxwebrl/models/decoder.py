@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from jaxwebrl.models import kv_cache
+from jaxwebrl.models import decode_attention, kv_cache
 from jaxwebrl.models.config import TextConfig
 from jaxwebrl.models.lora import LoraConfig
 from jaxwebrl.models.attention import AttentionMask, attend, causal_mask
@@ -45,7 +45,7 @@ class TextAttention(nn.Module):
     @nn.compact
     def __call__(self, x, cos, sin, mask: AttentionMask, layer_cache=None, cache_index=None):
         """x [B, T, E]; cos/sin [B, T, D] f32; mask over [B, T] queries and [B, S] keys; layer_cache
-        {"k","v": [B, S, K, D]}.
+        {"k","v": [B, K, S, D], "read": kv_cache.DecodeRead} (`models/kv_cache.py`).
 
         Returns (out [B, T, E], new layer_cache or None).
         """
@@ -68,11 +68,14 @@ class TextAttention(nn.Module):
         k = apply_rotary(k, cos[:, :, None, :], sin[:, :, None, :])
         new_cache = None
         if layer_cache is not None:
-            k = kv_cache.write_rows(layer_cache["k"], k, cache_index)
-            v = kv_cache.write_rows(layer_cache["v"], v, cache_index)
-            new_cache = {"k": k, "v": v}
-        out = attend(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5, self.attention_chunk,
-                     self.attention_impl)
+            new_cache = kv_cache.write_layer(layer_cache, k, v, cache_index)
+        if new_cache is not None and t == 1:   # a decode step reads the cache in its own layout
+            out = decode_attention.attend_cache(q, new_cache, mask, c.head_dim**-0.5, layer_cache["read"])
+        else:
+            if new_cache is not None:   # the prefill attends over the whole cache
+                k, v = kv_cache.keys_values(new_cache)
+            out = attend(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5, self.attention_chunk,
+                         self.attention_impl)
         out = checkpoint_name(out, "attention_out")
         out = dense(x.shape[-1], use_bias=False, name="o_proj", **kw_lora)(out.reshape(b, t, -1))
         return checkpoint_name(out, "out_proj"), new_cache
@@ -187,7 +190,7 @@ class TextDecoder(nn.Module):
             return self.norm(x), None
         new_layers = []
         for i, layer in enumerate(self.layers):
-            layer_cache = None if cache is None else cache["layers"][i]
+            layer_cache = None if cache is None else dict(cache["layers"][i], read=cache["read"])
             x, new_layer_cache = layer(x, cos, sin, mask, layer_cache, index)
             new_layers.append(new_layer_cache)
             if i < len(deepstack):
@@ -201,5 +204,6 @@ class TextDecoder(nn.Module):
             "index": cache["index"] + t,
             "valid": valid,
             "next_position": jnp.maximum(cache["next_position"], last).astype(jnp.int32),
+            "read": cache["read"],
         }
         return x, new_cache

@@ -3,11 +3,17 @@
 Layout, for a decoder with L layers, K kv heads of size D, batch B and capacity S:
 
     cache = {
-        "layers": [{"k": [B, S, K, D], "v": [B, S, K, D]}] * L,   # keys are stored after rotary
+        "layers": [{"k": [B, K, S, D], "v": [B, K, S, D]}] * L,   # keys are stored after rotary
         "index": [B] int32,          # next slot to write, per row
         "valid": [B, S] bool,        # slot holds a real (non-padding) key
         "next_position": [B] int32,  # M-RoPE position of the next text token (max position so far + 1)
+        "read": DecodeRead,          # static (no leaves): how a decode step reads the cache
     }
+
+Heads before slots: a decode step's attention contracts each (row, kv head)'s [S, D] keys with its query heads
+(`models/decode_attention.py`), so [B, K, S, D] is read in place, with no per-step relayout of the cache; a step
+writes its one new key per head ([B, K, 1, D]). The prefill's `attend` takes [B, S, K, D] views
+(`keys_values`): one relayout per prefill, none per decoded token.
 
 A forward call with `cache=` writes its T new keys at slots index..index+T-1 (their validity is the call's
 attention_mask), then every query attends to all valid slots at or before its own slot. Left-padded prompts
@@ -17,14 +23,36 @@ caller (slots past S are not written); size S = prompt length + max new tokens.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
+DECODE_BLOCK = 256   # key slots a ragged decode step reads at a time (models/decode_attention.py)
 
-def init_cache(config, batch: int, max_len: int, dtype=jnp.float32) -> dict:
-    """An empty cache for `config` (a ModelConfig or TextConfig): nothing valid, index 0."""
+
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class DecodeRead:
+    """How a decode step reads the cache (static: part of the compiled program, never an array).
+
+    block > 0: ragged, the slots up to the batch's furthest filled one, `block` at a time with an online softmax;
+    block = 0: dense, every slot in one pass, filled or not.
+    """
+
+    block: int = DECODE_BLOCK
+
+    def __post_init__(self):
+        if self.block < 0:
+            raise ValueError(f"decode block={self.block}: use > 0 (ragged, slots read that many at a time) or 0 "
+                             "(dense: every slot)")
+
+
+def init_cache(config, batch: int, max_len: int, dtype=jnp.float32, *, decode_block: int = DECODE_BLOCK) -> dict:
+    """An empty cache for `config` (a ModelConfig or TextConfig): nothing valid, index 0; `decode_block` as in
+    `DecodeRead`."""
     text = getattr(config, "text", config)
-    shape = (batch, max_len, text.num_kv_heads, text.head_dim)
+    shape = (batch, text.num_kv_heads, max_len, text.head_dim)
     return {
         "layers": [
             {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(text.num_layers)
@@ -32,17 +60,30 @@ def init_cache(config, batch: int, max_len: int, dtype=jnp.float32) -> dict:
         "index": jnp.zeros((batch,), jnp.int32),
         "valid": jnp.zeros((batch, max_len), bool),
         "next_position": jnp.zeros((batch,), jnp.int32),
+        "read": DecodeRead(decode_block),
     }
 
 
-def write_rows(buffer: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array:
-    """Write new [B, T, ...] into buffer [B, S, ...] at per-row slot index [B]."""
+def write_rows(buffer: jax.Array, new: jax.Array, index: jax.Array, axis: int = 1) -> jax.Array:
+    """Write new [B, ..., T, ...] into buffer [B, ..., S, ...] at per-row slot index [B] along `axis`."""
 
     def one(buf, upd, i):
-        start = (i,) + (0,) * (buf.ndim - 1)
+        start = tuple(i if d == axis - 1 else 0 for d in range(buf.ndim))
         return jax.lax.dynamic_update_slice(buf, upd.astype(buf.dtype), start)
 
     return jax.vmap(one)(buffer, new, index)
+
+
+def write_layer(layer_cache: dict, k: jax.Array, v: jax.Array, index: jax.Array) -> dict:
+    """One layer's cache {"k", "v": [B, K, S, D]} with this call's keys/values k, v [B, T, K, D] written at slots
+    index [B]..index + T - 1."""
+    return {name: write_rows(layer_cache[name], jnp.swapaxes(new, 1, 2), index, axis=2)
+            for name, new in (("k", k), ("v", v))}
+
+
+def keys_values(layer_cache: dict) -> tuple[jax.Array, jax.Array]:
+    """[B, S, K, D] views of a layer's keys and values (the prefill's `attention.attend` takes that layout)."""
+    return jnp.swapaxes(layer_cache["k"], 1, 2), jnp.swapaxes(layer_cache["v"], 1, 2)
 
 
 def cached_query_slots(cache: dict, attention_mask: jax.Array):

@@ -133,11 +133,16 @@ class Sampler:
       prefill_forced: prefill the constraint's forced prefix with the prompt (same tokens and log-probs as
         decoding it, fewer sequential steps); False decodes it token by token.
       mesh: optional Mesh; params, cache and batch are then sharded by `jaxwebrl.parallel.partition`.
+      decode_block: key slots a decode step reads at a time, up to the furthest filled slot (0: every slot at
+        once; `kv_cache.DecodeRead`, `models/decode_attention.py`).
+
+    The weights are decoded in the dtype they arrive in: a server passes a bf16 copy of fp32 master weights
+    (`models/serving_weights.py`); the logits and log-probs are fp32 whatever the weights' dtype.
     """
 
     def __init__(self, module, config, *, pad_token_id: int = 0, decode_chunk: int = 8, prompt_multiple: int = 16,
                  batch_multiple: int = 1, constraint: TokenConstraint | None = None, prefill_forced: bool = True,
-                 mesh=None):
+                 mesh=None, decode_block: int = kv_cache.DECODE_BLOCK):
         if decode_chunk < 1:
             raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
         self._stacked_config = config if config.scan_layers else None
@@ -153,6 +158,7 @@ class Sampler:
         self.prompt_multiple = int(prompt_multiple)
         self.batch_multiple = int(batch_multiple) * (1 if mesh is None else batch_divisor(mesh))
         self.mesh = mesh
+        self.decode_block = kv_cache.DecodeRead(int(decode_block)).block   # a bad value fails here
         self.constraint = constraint
         self.prefill_forced = bool(prefill_forced)
         self._prefixes: dict[tuple, tuple[np.ndarray, int]] = {}   # (stop ids, max_new_tokens) -> forced_prefix
@@ -308,7 +314,8 @@ class Sampler:
         prefix, prefix_state = self._forced_prefix(sampling)
         ids, mask, pixels, grid = self._batch(prompts, prefix)
         rows, width = ids.shape
-        cache = kv_cache.init_cache(self.config, rows, width + sampling.max_new_tokens, jnp.dtype(self.config.dtype))
+        cache = kv_cache.init_cache(self.config, rows, width + sampling.max_new_tokens, jnp.dtype(self.config.dtype),
+                                    decode_block=self.decode_block)
         if self.mesh is not None:
             cache = jax.device_put(cache, partition.cache_shardings(cache, self.mesh))
         rng = self._place(row_keys(seed, len(prompts), rows))   # [rows, 2]: split with the batch on a mesh

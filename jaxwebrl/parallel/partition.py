@@ -158,12 +158,12 @@ def data_shardings(tree: Any, mesh: Mesh) -> Any:
 
 
 def cache_shardings(cache: Mapping[str, Any], mesh: Mesh) -> Any:
-    """KV-cache shardings: k/v `[B, S, K, D]` over (batch axes, -, `tensor`, -); per-row arrays over batch axes."""
+    """KV-cache shardings: k/v `[B, K, S, D]` over (batch axes, `tensor`, -, -); per-row arrays over batch axes."""
 
     def one(path, leaf):
         shape = np.shape(leaf)
         if path_string(path).endswith(("/k", "/v")):
-            return NamedSharding(mesh, fit_spec(P(BATCH_AXES, None, "tensor", None), shape, mesh))
+            return NamedSharding(mesh, fit_spec(P(BATCH_AXES, "tensor", None, None), shape, mesh))
         return NamedSharding(mesh, fit_spec(batch_spec(len(shape)), shape, mesh) if shape else P())
 
     return jax.tree_util.tree_map_with_path(one, cache)

@@ -13,7 +13,10 @@ A request that names its (worker, group) may wait first: a worker's new group is
 trainer can use it (`set_admission`, rollout/admission.py).
 
 `set_weights(params, version)` (the trainer, after each update) swaps the weights between decode chunks of
-`decode_chunk` tokens, so a long generation may span versions and records that per token. `pause()`/`resume()`
+`decode_chunk` tokens, so a long generation may span versions and records that per token. The server decodes
+from weights in `serve_dtype` (None: the model's compute dtype): floating leaves that arrive in another dtype are
+cast once on receipt (the trainer already publishes that copy; `models/serving_weights.py` says what bf16 serving
+changes in the behaviour log-probs). `pause()`/`resume()`
 hold new batches back (synchronous mode).
 """
 
@@ -30,7 +33,10 @@ import numpy as np
 
 from jaxwebrl.env.agent.action_space import MemoryGrammar, config_memory_grammar
 from jaxwebrl.env.registry import config_action_texts
+from jaxwebrl.models.kv_cache import DECODE_BLOCK
 from jaxwebrl.models.sampler import Sampler, SamplingParams
+from jaxwebrl.models.serving_weights import serving_dtype
+from jaxwebrl.parallel.partition import cast_floating
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.admission import Admission
 from jaxwebrl.rollout.wire import RequestRefused
@@ -43,7 +49,8 @@ class PolicyServer:
 
     def __init__(self, policy, buffer, *, max_batch: int = 8, deadline_ms: float = 0.0, decode_chunk: int = 8,
                  top_k: int = 0, action_texts: tuple[str, ...] | None = None, memory: MemoryGrammar | None = None,
-                 seed: int = 0, group_size: int = 1):
+                 seed: int = 0, group_size: int = 1, serve_dtype: str | None = None,
+                 decode_block: int = DECODE_BLOCK):
         self.policy = policy
         self.processor = policy.processor
         self.buffer = buffer
@@ -53,8 +60,10 @@ class PolicyServer:
         self.top_k = int(top_k)
         self.action_texts = tuple(action_texts) if action_texts else None
         self.memory = memory    # the free memory grammar of the constrained responses (None: Memory: {})
+        self.serve_dtype = serving_dtype(serve_dtype, policy.config)
+        self.decode_block = int(decode_block)
         self._weights_lock = threading.Lock()
-        self._params, self._version = policy.params, 0
+        self._params, self._version = cast_floating(policy.params, self.serve_dtype), 0
         self._requests: queue.Queue = queue.Queue()
         self._running = threading.Event()
         self._running.set()
@@ -74,11 +83,14 @@ class PolicyServer:
         texts = config_action_texts(config)
         return cls(policy, buffer, max_batch=r.server_max_batch, deadline_ms=r.server_deadline_ms,
                    decode_chunk=r.decode_chunk, top_k=config.model.top_k, action_texts=texts,
-                   memory=config_memory_grammar(config), seed=config.seed, group_size=config.env.group_size)
+                   memory=config_memory_grammar(config), seed=config.seed, group_size=config.env.group_size,
+                   serve_dtype=r.serve_dtype, decode_block=r.decode_block)
 
     # ------------------------------------------------------------------ trainer side
     def set_weights(self, params, version: int) -> None:
-        """Publish `params` as policy version `version`; in-flight generations switch at their next chunk."""
+        """Publish `params` as policy version `version`; in-flight generations switch at their next chunk. Floating
+        leaves not in `serve_dtype` are cast to it (leaves already in it are used as they are, not copied)."""
+        params = cast_floating(params, self.serve_dtype)
         with self._weights_lock:
             self._params, self._version = params, int(version)
 
@@ -210,7 +222,8 @@ class PolicyServer:
             constraint = action_constraint(self.processor, self.action_texts, self.policy.config.text.vocab_size,
                                            memory=self.memory)
         return Sampler(self.policy.module, self.policy.config, pad_token_id=tokenizer.pad_token_id or 0,
-                       decode_chunk=self.decode_chunk, batch_multiple=min(4, self.max_batch), constraint=constraint)
+                       decode_chunk=self.decode_chunk, batch_multiple=min(4, self.max_batch), constraint=constraint,
+                       decode_block=self.decode_block)
 
     def _encode(self, request: dict) -> dict:
         refs = np.asarray(request["image_refs"], np.int64).reshape(-1)

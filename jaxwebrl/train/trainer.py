@@ -40,6 +40,7 @@ from jaxwebrl.checkpoint.checkpointer import Checkpointer
 from jaxwebrl.checkpoint.resume import restore_or_init
 from jaxwebrl.errors import CannotTrain, TrainingDiverged
 from jaxwebrl.models import lora
+from jaxwebrl.models.serving_weights import serving_copy, serving_dtype
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
@@ -169,10 +170,13 @@ class Trainer:
         self._publish_admission()
 
     def _publish(self, params) -> None:
-        """Hand a copy of `params` (the update donates its own buffers) to the policy server as the current version;
-        the greedy check reads the same copy. A LoRA run publishes the merged weights (`models/lora.merge_params`:
-        the server decodes `policy.merged_policy`'s adapter-free model)."""
-        self._published = lora.merge_params(params, self.policy.config.lora, copy=True)
+        """Hand a copy of `params` (the update donates its own buffers) to the policy server as the current version,
+        in the serving dtype (`rollout.serve_dtype`, by default the compute dtype: a bf16 copy of fp32 master
+        weights, `models/serving_weights.py`; the master stays here); the greedy check reads the same copy. A LoRA
+        run publishes the merged weights (`models/lora.merge_params`: the server decodes `policy.merged_policy`'s
+        adapter-free model)."""
+        dtype = serving_dtype(self.config.rollout.serve_dtype, self.policy.config)
+        self._published = serving_copy(lora.merge_params(params, self.policy.config.lora), dtype)
         self.sink.set_weights(self._published, self.state.version)
 
     def _publish_admission(self) -> None:
