@@ -1,7 +1,8 @@
 """One part of bench/device_check.sh: measure a program on the local accelerator next to its roofline prediction.
 
     python bench/device_check.py train  [--tiny]   # bf16 MFU of the Qwen3-VL-2B-width train step
-    python bench/device_check.py decode [--tiny]   # sampler decode tokens/s at batch 64 (KV cache)
+    python bench/device_check.py decode [--tiny]   # sampler decode tokens/s at batch 64 (KV cache), old and new
+                                                   # path side by side (--decode_variants, DECODE_VARIANTS)
 
 Prints one JSON object. The programs are the project's own: the Updater's jitted minibatch step
 (`train/update.py`: forward + backward of the vision-language model, the PPO loss, AdamW) and the Sampler's
@@ -138,24 +139,69 @@ def train(args) -> dict:
                    {"rows": rows, "seq_len": seq, "image_tokens_per_row": merged, "params": param_count})
 
 
+# name -> (dtype of the weights decoded from, ragged read): the old and new paths side by side. The old cache
+# layout ([B, S, K, D], relaid out every step) is gone from the code: "old" is its weights and its full read.
+DECODE_VARIANTS = {
+    "old": ("float32", False),          # the server before: the trainer's fp32 master weights, every slot read
+    "bf16_dense": ("bfloat16", False),  # a bf16 serving copy, every cache slot read
+    "new": ("bfloat16", True),          # a bf16 serving copy, only the filled key blocks (--decode_block) read
+}
+
+
 def decode(args) -> dict:
+    """Each variant of `--decode_variants` on the same fp32 master weights, one after another in this process.
+    The top level is the last variant's report; `variants` holds every one's step time and its fraction of the
+    bandwidth roofline of bf16 weights and a full cache (the denominator of the first H200 run)."""
+    from jaxwebrl.models.policy import init_params
+    from jaxwebrl.models.serving_weights import serving_copy
+    from jaxwebrl.parallel import cost
+
+    names = args.decode_variants.split(",")
+    unknown = [n for n in names if n not in DECODE_VARIANTS]
+    if unknown:
+        raise SystemExit(f"--decode_variants: unknown {unknown}; use names from {sorted(DECODE_VARIANTS)}")
+    config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="float32", remat="none")
+    rows = 8 if args.tiny else args.batch
+    prompt = 32 if args.tiny else args.prompt_len
+    new = 24 if args.tiny else args.new_tokens
+    module, master = init_params(config, seed=0)
+    chip = chip_of(args.chip)
+    bf16_full = cost.decode_step(config.replace(param_dtype="bfloat16"), rows=rows, cache_len=prompt + new, devices=1)
+    roofline_s = None if chip is None else cost.roofline(bf16_full.executed_flops, bf16_full.hbm_bytes,
+                                                         chip.peak_bf16_flops, chip.hbm_bandwidth)
+    reports = {}
+    for name in names:
+        dtype, ragged = DECODE_VARIANTS[name]
+        block = (16 if args.tiny else args.decode_block) if ragged else 0
+        weights = serving_copy(master, dtype)
+        out = _decode_variant(config.replace(param_dtype=dtype), module, weights, block, rows, prompt, new, args)
+        del weights
+        out.update(variant=name, weights_dtype=dtype, decode_block=block)
+        if roofline_s is not None:
+            out["bf16_full_cache_roofline_fraction"] = roofline_s / out["measured_step_s"]
+        reports[name] = out
+    result = dict(reports[names[-1]])
+    result["variants"] = {name: {k: r[k] for k in ("weights_dtype", "decode_block", "measured_step_s",
+                                                   "measured_tokens_per_s", "compile_s", "predicted_tokens_per_s",
+                                                   "bf16_full_cache_roofline_fraction") if k in r}
+                          for name, r in reports.items()}
+    if "old" in reports and len(reports) > 1:
+        result["speedup_over_old"] = reports["old"]["measured_step_s"] / reports[names[-1]]["measured_step_s"]
+    return result
+
+
+def _decode_variant(config, module, params, block, rows, prompt, new, args) -> dict:
+    """Prefill + chunked decode of the Sampler at one variant; seconds a decode step beside its roofline."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from jaxwebrl.models import kv_cache
-    from jaxwebrl.models.policy import init_params
     from jaxwebrl.models.sampler import Sampler, SamplingParams, row_keys
     from jaxwebrl.parallel import cost
 
-    config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="bfloat16"
-                   if not args.tiny else "float32", remat="none")
-    rows = 8 if args.tiny else args.batch
-    prompt = 32 if args.tiny else args.prompt_len
-    new = 24 if args.tiny else args.new_tokens
-    module, params = init_params(config, seed=0)
     chunk = 8
-    sampler = Sampler(module, config, pad_token_id=0, decode_chunk=chunk)
+    sampler = Sampler(module, config, pad_token_id=0, decode_chunk=chunk, decode_block=block)
     sampling = SamplingParams(max_new_tokens=new, temperature=1.0)
     weights, _ = sampler._weights((params, 0))
     rng = np.random.default_rng(0)
@@ -163,7 +209,7 @@ def decode(args) -> dict:
     mask = jnp.ones((rows, prompt), jnp.int32)
     static = sampling
     t0 = time.perf_counter()
-    cache = kv_cache.init_cache(sampler.config, rows, prompt + new, jnp.dtype(config.dtype))
+    cache = kv_cache.init_cache(sampler.config, rows, prompt + new, jnp.dtype(config.dtype), decode_block=block)
     state = sampler._prefill(weights, ids, mask, None, cache, row_keys(0, rows, rows), jnp.int32(0),
                              jnp.asarray([-1], jnp.int32), None, jnp.zeros((0,), jnp.int32), jnp.int32(0),
                              grid=None, sampling=static)
@@ -243,6 +289,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--prompt_len", type=int, default=1024)
     parser.add_argument("--new_tokens", type=int, default=256)
+    parser.add_argument("--decode_variants", default="old,bf16_dense,new",
+                        help=f"decode paths to measure side by side, in order: {', '.join(DECODE_VARIANTS)}")
+    parser.add_argument("--decode_block", type=int, default=256,
+                        help="key slots a ragged decode step reads at a time (--tiny: 16)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
     args = parser.parse_args()

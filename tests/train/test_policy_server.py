@@ -4,10 +4,13 @@ versions, hot-swapped weights, and behaviour log-probs equal to what the trainer
 import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.models.config import tiny_config
+from jaxwebrl.models.policy import Policy, init_params, tiny_policy
+from jaxwebrl.models.serving_weights import serving_copy
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.env.agent.action_space import MemoryGrammar
 from jaxwebrl.env.registry import action_texts
@@ -96,3 +99,28 @@ def test_new_weights_take_effect_and_are_recorded(policy, toy_buffer):
         assert server.version == 7
     finally:
         server.close()
+
+
+def test_weights_arrive_in_the_serving_dtype(toy_buffer):
+    """fp32 master weights with bf16 compute: the server decodes from a bf16 copy, made once on receipt (leaves
+    already bf16, as the trainer publishes them, are kept); serve_dtype='float32' keeps the master precision."""
+    config = tiny_config(dtype="bfloat16").replace(param_dtype="float32")
+    module, params = init_params(config, seed=0)
+    master = Policy(config, module, params, tiny_policy().processor)
+    server = PolicyServer(master, toy_buffer, max_batch=2)
+    try:
+        assert {leaf.dtype for leaf in jax.tree.leaves(server.weights()[0])} == {jnp.dtype(jnp.bfloat16)}
+        published = serving_copy(params, jnp.bfloat16)
+        server.set_weights(published, 3)
+        assert all(a is b for a, b in zip(jax.tree.leaves(server.weights()[0]), jax.tree.leaves(published)))
+        server.set_weights(params, 4)
+        served = jax.tree.leaves(server.weights()[0])
+        assert {leaf.dtype for leaf in served} == {jnp.dtype(jnp.bfloat16)}
+        np.testing.assert_array_equal(np.asarray(served[0]), np.asarray(jax.tree.leaves(published)[0]))
+    finally:
+        server.close()
+    fp32 = PolicyServer(master, toy_buffer, max_batch=2, serve_dtype="float32")
+    try:
+        assert all(a is b for a, b in zip(jax.tree.leaves(fp32.weights()[0]), jax.tree.leaves(params)))
+    finally:
+        fp32.close()

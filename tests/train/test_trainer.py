@@ -6,13 +6,15 @@ import struct
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
 from tensorboardX.proto import event_pb2
 
 from configs.constT10 import get_config
-from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.models.config import tiny_config
+from jaxwebrl.models.policy import Policy, init_params, tiny_policy
 from jaxwebrl.train.metrics import DASHBOARD_KEYS, read_metrics
 from jaxwebrl.train.trainer import Trainer
 from tests.train.conftest import play_toy
@@ -183,3 +185,29 @@ def test_sampled_episodes_reach_tensorboard_as_images_and_text(policy, filled_bu
     outcomes = [t.split(" · ")[1] for t in texts.values()]
     assert "success" in outcomes and "failure" in outcomes     # the sample mixes outcomes
     assert all("**step 3**" in t and "Action: click(" in t for t in texts.values())
+
+
+class KeepingSink(RecordingSink):
+    def set_weights(self, params, version):
+        super().set_weights(params, version)
+        self.params = params
+
+
+@pytest.mark.parametrize("serve_dtype", [None, "float32"], ids=["compute_dtype", "fp32"])
+def test_publishes_a_fresh_copy_in_the_serving_dtype_and_keeps_the_fp32_master(toy_buffer, tmp_path, serve_dtype):
+    config_model = tiny_config(dtype="bfloat16").replace(param_dtype="float32")
+    module, params = init_params(config_model, seed=0)
+    policy = Policy(config_model, module, params, tiny_policy().processor)
+    config = toy_config(1)
+    config.rollout.serve_dtype = serve_dtype
+    sink = KeepingSink()
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=toy_buffer, weight_sink=sink)
+    try:
+        dtype = jnp.dtype(serve_dtype or "bfloat16")
+        assert sink.versions == [0]
+        for master, served in zip(jax.tree.leaves(trainer.state.params), jax.tree.leaves(sink.params)):
+            assert master.dtype == jnp.float32 and served.dtype == dtype
+            assert served.unsafe_buffer_pointer() != master.unsafe_buffer_pointer()   # the update donates master
+            np.testing.assert_array_equal(np.asarray(served), np.asarray(master.astype(dtype)))
+    finally:
+        trainer.close()
