@@ -143,8 +143,8 @@ def train(args) -> dict:
 # layout ([B, S, K, D], relaid out every step) is gone from the code: "old" is its weights and its full read.
 DECODE_VARIANTS = {
     "old": ("float32", False),          # the server before: the trainer's fp32 master weights, every slot read
-    "bf16_dense": ("bfloat16", False),  # a bf16 serving copy, every cache slot read
-    "new": ("bfloat16", True),          # a bf16 serving copy, only the filled key blocks (--decode_block) read
+    "new": ("bfloat16", False),         # the server now: a bf16 serving copy, every slot read in place
+    "new_ragged": ("bfloat16", True),   # a bf16 serving copy, only the filled key blocks (--decode_block) read
 }
 
 
@@ -289,7 +289,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--prompt_len", type=int, default=1024)
     parser.add_argument("--new_tokens", type=int, default=256)
-    parser.add_argument("--decode_variants", default="old,bf16_dense,new",
+    parser.add_argument("--decode_variants", default="old,new_ragged,new",
                         help=f"decode paths to measure side by side, in order: {', '.join(DECODE_VARIANTS)}")
     parser.add_argument("--decode_block", type=int, default=256,
                         help="key slots a ragged decode step reads at a time (--tiny: 16)")

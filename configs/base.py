@@ -212,8 +212,10 @@ SCHEMA = {
                                          "what is queued when the server is free)",
                                     at_least(0, "must be >= 0 milliseconds")),
         "decode_chunk": Field(8, "decode steps between weight-swap checks", at_least(1, "must be >= 1 decode step")),
-        "decode_block": Field(256, "key slots a decode step reads at a time, up to the batch's furthest filled slot "
-                                   "(0: every cache slot at once)", at_least(0, "must be >= 0 (0: dense read)")),
+        "decode_block": Field(0, "0: a decode step reads every cache slot in one pass; > 0: only the key blocks "
+                                 "of that many slots up to the batch's furthest filled one (ragged; "
+                                 "models/decode_attention.py says when it pays)",
+                              at_least(0, "must be >= 0 (0: dense read)")),
         "serve_dtype": Field(None, "dtype of the weights the policy server decodes from (None: model.dtype, so a "
                                    "bf16 run serves a bf16 copy of its fp32 master weights)",
                              one_of(DTYPES, "use 'float32', 'bfloat16' or None (= model.dtype)"), type=str),

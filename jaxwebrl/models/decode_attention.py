@@ -16,9 +16,12 @@ in tests/models/test_decode_attention.py). Scores, softmax and accumulation are 
 averages the values it read uniformly (finite, never NaN); a decode step's own new key is always allowed, so the
 two reads agree to fp32 rounding.
 
-Per backend the trade-off differs: a loop with a dynamic trip count is a while loop, whose condition XLA:GPU
-reads back on the host each iteration; which read pays at a given cache length is what `bench/device_check.py
-decode` measures, dense and ragged side by side.
+Which read pays is measured, not assumed (`bench/device_check.py decode`: both side by side), so dense is the
+default (`rollout.decode_block = 0`). The ragged read costs more per slot it reads: XLA materialises each block's
+dynamic slice of the cache before the dot (a copy fusion a block, in the CPU's compiled HLO and in a TPU v5e AOT
+compile alike; the dense read feeds the cache itself to the dot), and a loop whose trip count is known only on the
+device is a while loop, whose condition XLA:GPU reads back on the host every iteration. It can pay where most of
+the cache is empty (a long response budget, early in the response).
 """
 
 from __future__ import annotations

@@ -28,9 +28,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-DECODE_BLOCK = 256   # key slots a ragged decode step reads at a time (models/decode_attention.py)
-
-
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class DecodeRead:
@@ -40,7 +37,7 @@ class DecodeRead:
     block = 0: dense, every slot in one pass, filled or not.
     """
 
-    block: int = DECODE_BLOCK
+    block: int = 0
 
     def __post_init__(self):
         if self.block < 0:
@@ -48,7 +45,7 @@ class DecodeRead:
                              "(dense: every slot)")
 
 
-def init_cache(config, batch: int, max_len: int, dtype=jnp.float32, *, decode_block: int = DECODE_BLOCK) -> dict:
+def init_cache(config, batch: int, max_len: int, dtype=jnp.float32, *, decode_block: int = 0) -> dict:
     """An empty cache for `config` (a ModelConfig or TextConfig): nothing valid, index 0; `decode_block` as in
     `DecodeRead`."""
     text = getattr(config, "text", config)

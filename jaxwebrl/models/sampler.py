@@ -133,8 +133,8 @@ class Sampler:
       prefill_forced: prefill the constraint's forced prefix with the prompt (same tokens and log-probs as
         decoding it, fewer sequential steps); False decodes it token by token.
       mesh: optional Mesh; params, cache and batch are then sharded by `jaxwebrl.parallel.partition`.
-      decode_block: key slots a decode step reads at a time, up to the furthest filled slot (0: every slot at
-        once; `kv_cache.DecodeRead`, `models/decode_attention.py`).
+      decode_block: 0: a decode step reads every cache slot in one pass; > 0: the key blocks of that many slots up
+        to the furthest filled one (`kv_cache.DecodeRead`, `models/decode_attention.py`).
 
     The weights are decoded in the dtype they arrive in: a server passes a bf16 copy of fp32 master weights
     (`models/serving_weights.py`); the logits and log-probs are fp32 whatever the weights' dtype.
@@ -142,7 +142,7 @@ class Sampler:
 
     def __init__(self, module, config, *, pad_token_id: int = 0, decode_chunk: int = 8, prompt_multiple: int = 16,
                  batch_multiple: int = 1, constraint: TokenConstraint | None = None, prefill_forced: bool = True,
-                 mesh=None, decode_block: int = kv_cache.DECODE_BLOCK):
+                 mesh=None, decode_block: int = 0):
         if decode_chunk < 1:
             raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
         self._stacked_config = config if config.scan_layers else None

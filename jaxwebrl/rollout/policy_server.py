@@ -16,8 +16,7 @@ trainer can use it (`set_admission`, rollout/admission.py).
 `decode_chunk` tokens, so a long generation may span versions and records that per token. The server decodes
 from weights in `serve_dtype` (None: the model's compute dtype): floating leaves that arrive in another dtype are
 cast once on receipt (the trainer already publishes that copy; `models/serving_weights.py` says what bf16 serving
-changes in the behaviour log-probs). `pause()`/`resume()`
-hold new batches back (synchronous mode).
+changes in the behaviour log-probs). `pause()`/`resume()` hold new batches back (synchronous mode).
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ import numpy as np
 
 from jaxwebrl.env.agent.action_space import MemoryGrammar, config_memory_grammar
 from jaxwebrl.env.registry import config_action_texts
-from jaxwebrl.models.kv_cache import DECODE_BLOCK
 from jaxwebrl.models.sampler import Sampler, SamplingParams
 from jaxwebrl.models.serving_weights import serving_dtype
 from jaxwebrl.parallel.partition import cast_floating
@@ -50,7 +48,7 @@ class PolicyServer:
     def __init__(self, policy, buffer, *, max_batch: int = 8, deadline_ms: float = 0.0, decode_chunk: int = 8,
                  top_k: int = 0, action_texts: tuple[str, ...] | None = None, memory: MemoryGrammar | None = None,
                  seed: int = 0, group_size: int = 1, serve_dtype: str | None = None,
-                 decode_block: int = DECODE_BLOCK):
+                 decode_block: int = 0):
         self.policy = policy
         self.processor = policy.processor
         self.buffer = buffer

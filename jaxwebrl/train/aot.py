@@ -49,6 +49,7 @@ from jaxwebrl.models.config import ModelConfig
 from jaxwebrl.models.policy import init_params_shapes
 from jaxwebrl.models.presets import image_processor_for
 from jaxwebrl.models.sampler import Sampler, SamplingParams
+from jaxwebrl.models.serving_weights import serving_dtype
 from jaxwebrl.models.vl_model import VisionLanguageModel
 from jaxwebrl.parallel import cost, partition
 from jaxwebrl.parallel.mesh import batch_divisor, batch_spec
@@ -323,15 +324,17 @@ class Programs:
 
     @property
     def server_config(self) -> ModelConfig:
-        """The policy server's model: a LoRA run's merged weights (`policy.merged_policy`), no adapters."""
+        """The policy server's model: a LoRA run's merged weights (`policy.merged_policy`), no adapters, stored in
+        the serving dtype (`rollout.serve_dtype`: by default the compute dtype, `models/serving_weights.py`)."""
         c = self.model_config
-        return c if c.lora is None else c.replace(lora=None, param_dtype=c.base_param_dtype)
+        dtype = serving_dtype(self.config.rollout.serve_dtype, c)
+        return c.replace(lora=None, param_dtype=jnp.dtype(dtype).name)
 
     def _sampler(self):
         r = self.config.rollout
         sampler = Sampler(VisionLanguageModel(self.server_config), self.server_config, decode_chunk=int(r.decode_chunk),
-                          mesh=self.mesh,
-                          batch_multiple=min(4, int(r.server_max_batch)))
+                          mesh=self.mesh, batch_multiple=min(4, int(r.server_max_batch)),
+                          decode_block=int(r.decode_block))
         sampling = SamplingParams(max_new_tokens=self.shapes.max_new_tokens, temperature=float(
             self.config.model.temperature), top_k=int(self.config.model.top_k), top_p=float(self.config.model.top_p))
         return sampler, sampling
@@ -345,7 +348,8 @@ class Programs:
         s, mesh = self.shapes, self.mesh
         rows, width = s.server_rows, s.prompt_len
         cache_shapes = jax.eval_shape(lambda: kv_cache.init_cache(sampler.config, rows, width + s.max_new_tokens,
-                                                                  jnp.dtype(self.model_config.dtype)))
+                                                                  jnp.dtype(self.model_config.dtype),
+                                                                  decode_block=sampler.decode_block))
         cache = _abstract(cache_shapes, partition.cache_shardings(cache_shapes, mesh))
         patches = rows * s.images_per_row * int(np.prod(s.grid))
         args = (self._server_params(), _batch(mesh, (rows, width), jnp.int32), _batch(mesh, (rows, width), jnp.int32),
