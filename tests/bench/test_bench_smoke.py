@@ -79,3 +79,9 @@ def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, p
     peak = 989e12
     assert out["measured_mfu"] == pytest.approx(out["model_flops"] / (out["measured_step_s"] * peak))
     assert out["roofline_flops_utilisation"] == pytest.approx(out["model_flops"] / (out["predicted_step_s"] * peak))
+    if part == "decode":   # the old and new decode paths side by side, the new one reported at the top level
+        variants = out["variants"]
+        assert list(variants) == ["old", "new_ragged", "new"] and out["variant"] == "new"
+        assert variants["old"]["weights_dtype"] == "float32" and variants["new"]["weights_dtype"] == "bfloat16"
+        assert variants["new_ragged"]["decode_block"] > 0 == variants["new"]["decode_block"]
+        assert out["speedup_over_old"] == pytest.approx(variants["old"]["measured_step_s"] / out["measured_step_s"])
