@@ -20,13 +20,13 @@ FILLED = np.array([10, 23, 38])        # slots written per row (the decode step'
 PADDING = np.array([0, 4, 7])          # left padding of each row: never attended
 
 
-def _case(seed=0):
+def _case(seed=0, filled=FILLED):
     rng = np.random.default_rng(seed)
     q = jnp.asarray(rng.standard_normal((B, 1, H, D)), jnp.float32)
     cache = {name: jnp.asarray(rng.standard_normal((B, K, S, D)), jnp.float32) for name in ("k", "v")}
     slots = np.arange(S)[None, :]
-    valid = (slots < FILLED[:, None]) & (slots >= PADDING[:, None])
-    mask = AttentionMask(jnp.asarray(valid), jnp.asarray(FILLED - 1, jnp.int32)[:, None])
+    valid = (slots < filled[:, None]) & (slots >= PADDING[:, None])
+    mask = AttentionMask(jnp.asarray(valid), jnp.asarray(filled - 1, jnp.int32)[:, None])
     return q, cache, mask
 
 
@@ -34,9 +34,10 @@ def _attend(q, cache, mask, block):
     return np.asarray(jax.jit(lambda *a: attend_cache(*a, 0.3, kv_cache.DecodeRead(block)))(q, cache, mask))
 
 
-@pytest.mark.parametrize("block", [8, 16, 24], ids=["divides", "divides_2", "last_block_moved_back"])
-def test_ragged_read_equals_dense_read_and_the_old_layout_kernel(block):
-    q, cache, mask = _case()
+@pytest.mark.parametrize("block, filled", [(8, FILLED), (16, FILLED), (24, np.array([10, 23, 75]))],
+                         ids=["divides", "divides_2", "last_block_moved_back"])
+def test_ragged_read_equals_dense_read_and_the_old_layout_kernel(block, filled):
+    q, cache, mask = _case(filled=filled)
     dense = _attend(q, cache, mask, 0)
     old = np.asarray(masked_attention(q, jnp.swapaxes(cache["k"], 1, 2), jnp.swapaxes(cache["v"], 1, 2),
                                       mask.dense(0, 1), 0.3))
