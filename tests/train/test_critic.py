@@ -95,6 +95,32 @@ def test_critic_update_trains_the_value_model_next_to_the_policy(policy, toy_buf
     ck.close()
 
 
+def test_the_policy_step_follows_the_critics_values(policy, toy_buffer):
+    """The critic's values are GAE's baseline: the same batch and policy with a critic whose value head reads the
+    trunk (a non-zero kernel, so V varies token by token) takes another policy step than with the zero head, whose
+    values are all 0. A run whose GAE never saw V (the values dropped on the way) steps the same under both."""
+    config = _config()
+    config.train.ppo_n_epochs = 1
+    batch = _batch(policy, toy_buffer)
+
+    def policy_step(head_scale):
+        critic = rl_config.value_model(config, policy)
+        critic.state = critic.init_state(policy.params)
+        head = critic.state.params["value_head"]
+        kernel = jax.random.normal(jax.random.key(7), head["kernel"].shape, jnp.float32) * head_scale
+        critic.state = critic.state._replace(params={**critic.state.params,
+                                                     "value_head": {**head, "kernel": kernel}})
+        updater = Updater(policy.module, rl_config.update_settings(config), rl_config.optimizer_settings(config),
+                          critic=critic)
+        params = jax.tree.map(lambda x: x.copy(), policy.params)
+        new_params, _, _ = updater(params, updater.optimizer.init(params), batch)
+        return new_params
+
+    zero, reading = policy_step(0.0), policy_step(1.0)
+    moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), zero, reading))
+    assert max(moved) > 0, "the critic's values did not reach the advantages (GAE ran without V)"
+
+
 def test_turn_unit_gae_runs_through_the_update(policy, toy_buffer):
     """gae_timestep_unit='turn' from the config: the Updater numbers each row's turns from its loss mask, GAE reads
     V at each turn's first token, and the critic's loss is taken there only."""
