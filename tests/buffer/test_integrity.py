@@ -96,6 +96,20 @@ def test_random_bytes_over_rows_are_counted_corrupt_logged_and_not_inspected_as_
     assert cli.returncode == 0 and json.loads(cli.stdout)["corrupt_episodes"] == 1, cli.stderr
 
 
+def test_one_flipped_byte_in_a_row_with_its_stamp_intact_is_corrupt(tmp_path):
+    """Only the checksum can tell this one: the stamp still says the row is the one committed there."""
+    path = tmp_path / "buf"
+    buf = create(path)
+    ids = [buf.append(make_episode(seed, num_steps=2)) for seed in range(2)]
+    victim = _chunk(path, "rows", ids[1])
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF                                   # the stamp (the first 8 bytes) intact
+    victim.write_bytes(bytes(raw))
+    result = RingBuffer.open(path).read()
+    assert [e.episode_id for e in result.episodes] == [ids[0]]
+    assert result.stats["corrupt"] == 1 and result.stats["overwritten"] == 0
+
+
 def test_random_bytes_over_a_screenshot_raise_corrupt_and_inspect_reports_it(tmp_path):
     path = tmp_path / "buf"
     buf = create(path)
