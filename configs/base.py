@@ -276,6 +276,11 @@ SCHEMA = {
         "stop_after_unusable_episodes": Field(64, "stop the run, naming the cause, once this many episodes in a row "
                                                   "were all cut (a step > buffer.max_seq_len) or all env-failed "
                                                   "(0: never)", at_least(0, "must be >= 0 episodes (0 = never)")),
+        # 128 groups of a policy at 2% success and G = 8 are all uniform by chance with p ~ 1e-9.
+        "stop_after_uniform_groups": Field(128, "stop the run, naming the likely cause, once this many groups in a "
+                                                "row each got one reward (an evaluator never or always satisfied: "
+                                                "no advantage signal; 0: never)",
+                                           at_least(0, "must be >= 0 groups (0 = never)")),
     },
     "actor": {
         "loss": Field("ppo", "name in the jaxwebrl.rl.losses registry"),

@@ -15,7 +15,9 @@ groups and, when a batch is asked for, decides per group:
 - the rest are handed out, whole groups only, once at least `consumer_batch_size` trajectories are accepted.
 
 `unusable_run(n)` says why the run cannot train when the last `n` episodes read were all cut or env-failed (the
-trainer's stop rule, `train.stop_after_unusable_episodes`).
+trainer's stop rule, `train.stop_after_unusable_episodes`); `uniform_run(n)` when the last `n` groups read each got
+one reward (all success or all failure: no group carries an advantage signal, `train.stop_after_uniform_groups`),
+naming the likely cause from their success rate.
 
 Episodes are `jaxwebrl.buffer.episode.Episode`s as `RingBuffer.read` returns them (episode_id set).
 """
@@ -59,6 +61,7 @@ class BatchGatherer:
         # unusable (cut or env-failed) episodes read in a row: (how many, how many of them cut, the last env
         # failure's and the last cut's details with the task)
         self._unusable: tuple[int, int, dict] = (0, 0, {})
+        self._uniform = UniformStreak()
 
     def add_groups(self, groups: list[list[Episode]]) -> None:
         """Queue whole groups (as `RingBuffer.read(group_size=G)` returns them)."""
@@ -69,6 +72,7 @@ class BatchGatherer:
                 if not unusable and episode.reward > 0:
                     self.counts.successes_seen += 1
                 self._note_usable(episode, unusable)
+            self._uniform.note(group)
             self._ready.append(list(group))
 
     def _note_usable(self, episode: Episode, unusable: bool) -> None:
@@ -125,6 +129,10 @@ class BatchGatherer:
                 f"{last['task_id']}: {failure}: fix that cause (python -m jaxwebrl.env.check checks the browser); "
                 f"{knob}")
 
+    def uniform_run(self, n: int) -> str:
+        """Why the run cannot learn ("" when it can, or `n` is 0): the last `n` groups read each got one reward."""
+        return self._uniform.why(n)
+
     def _filter(self, group: list[Episode], current_version: int) -> list[Episode]:
         kept = []
         for episode in group:
@@ -144,3 +152,46 @@ class BatchGatherer:
             self.counts.dropped_uniform_groups += 1
             return []
         return kept
+
+
+@dataclasses.dataclass
+class UniformStreak:
+    """Groups read in a row whose usable episodes (not cut, not env-failed) all got one reward, with their
+    episodes, successes and tasks. A group with no usable episode neither extends nor ends the streak (the
+    unusable-episode rule speaks for those); one with two rewards ends it."""
+
+    groups: int = 0
+    episodes: int = 0
+    successes: int = 0
+    tasks: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    def note(self, group: list[Episode]) -> None:
+        usable = [e for e in group if not (e.env_failed or e.cut)]
+        if not usable:
+            return
+        if len({e.reward for e in usable}) > 1:
+            self.groups, self.episodes, self.successes, self.tasks = 0, 0, 0, collections.Counter()
+            return
+        self.groups += 1
+        self.episodes += len(usable)
+        self.successes += sum(e.reward > 0 for e in usable)
+        self.tasks[usable[0].task_id] += 1
+
+    def why(self, n: int) -> str:
+        if n <= 0 or self.groups < n:
+            return ""
+        rate = self.successes / self.episodes
+        if self.successes == 0:
+            cause = ("every episode failed: an evaluator that is never satisfied (check the task's evaluator and "
+                     "its start page), or tasks out of this policy's reach")
+        elif self.successes == self.episodes:
+            cause = ("every episode succeeded: an evaluator that is always satisfied (check the task's evaluator), "
+                     "or tasks already learned (train.stop_at_success ends such a run)")
+        else:
+            cause = ("each instance's G episodes always end the same way: raise model.temperature or "
+                     "env.group_size so a group can disagree")
+        tasks = ", ".join(f"{task} ({k})" for task, k in self.tasks.most_common(3))
+        more = f" and {len(self.tasks) - 3} more" if len(self.tasks) > 3 else ""
+        return (f"the last {self.groups} groups each got one reward (success rate {rate:.0%} over their "
+                f"{self.episodes} episodes; tasks {tasks}{more}), so none carries an advantage signal: {cause}; "
+                f"train.stop_after_uniform_groups={n} stops a run whose last {n} groups are all uniform (0: never)")

@@ -204,7 +204,9 @@ class Trainer:
             while not stop():
                 self.poll()
                 self._say_first_episodes()
-                cannot = self.gatherer.unusable_run(int(self.config.train.stop_after_unusable_episodes))
+                stops = self.config.train
+                cannot = (self.gatherer.unusable_run(int(stops.stop_after_unusable_episodes))
+                          or self.gatherer.uniform_run(int(stops.stop_after_uniform_groups)))
                 if cannot:
                     raise CannotTrain(f"{cannot}; stopped at train step {self.state.step}")
                 if self._held is None:

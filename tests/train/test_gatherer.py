@@ -72,3 +72,29 @@ def test_a_run_whose_last_n_episodes_are_all_cut_or_all_env_failed_is_told_why()
     assert why.startswith("the last 2 episodes all failed in the environment") and "did not load" in why
     g.add_groups([[episode(7, 5, 0, cut=True, info=CUT)]])
     assert "(1 cut)" in g.unusable_run(3)
+
+
+def test_a_run_whose_last_n_groups_each_got_one_reward_is_told_the_likely_cause():
+    g = BatchGatherer(consumer_batch_size=8, max_head_offpolicyness=1)
+    ids = iter(range(1000))
+
+    def group(rewards, **kw):
+        gid = next(ids)
+        return [episode(next(ids), gid, r, **kw) for r in rewards]
+
+    g.add_groups([group([0, 0, 0]) for _ in range(2)])
+    assert g.uniform_run(3) == "" and g.uniform_run(0) == ""
+    g.add_groups([group([0, 0], env_failed=True)])        # nothing usable: neither extends nor ends the streak
+    assert g.uniform_run(3) == ""
+    g.add_groups([group([0, 0, 0])])
+    why = g.uniform_run(3)
+    assert why.startswith("the last 3 groups each got one reward (success rate 0% over their 9 episodes")
+    assert "never satisfied" in why and "train.stop_after_uniform_groups=3" in why and "toy (3)" in why
+    g.add_groups([group([1, 0, 0])])                      # a group that disagrees starts the count again
+    assert g.uniform_run(1) == ""
+    g.add_groups([group([1, 1, 1, 1]), group([1, 1], cut=True), group([1, 1])])
+    assert "always satisfied" in g.uniform_run(2) and "success rate 100%" in g.uniform_run(2)
+    g.add_groups([group([0, 0])])
+    why = g.uniform_run(3)
+    assert "success rate 75% over their 8 episodes" in why and "model.temperature" in why
+    assert g.unusable_run(1) == ""                        # the other rule is untouched

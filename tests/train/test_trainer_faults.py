@@ -229,6 +229,22 @@ def test_a_run_whose_episodes_are_all_cut_stops_naming_the_cause_and_the_knob(po
     assert trainer.state.step == 0 and trainer.gatherer.counts.episodes_seen == 6
 
 
+def test_a_run_whose_evaluator_is_never_satisfied_stops_in_one_line(policy, two_groups, tmp_path):  # noqa: F811
+    """Issue 44.4: every group failed (an evaluator never satisfied), dynamic sampling dropped them all, and the run
+    waited for ever with 0 train steps; now the trainer stops once the last N groups each got one reward."""
+    buffer, (a, b) = two_groups    # then three failed groups: the first read holds all five, the check comes first
+    failed = lambda e: dataclasses.replace(e, reward=0.0, terminated=False, truncated=True)   # noqa: E731
+    for group_id in range(10, 13):
+        append_group(buffer, a if group_id % 2 else b, group_id, failed)
+    config = toy_config(4)
+    config.train.dynamic_sampling, config.train.stop_after_uniform_groups = True, 3
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=buffer, weight_sink=FiniteSink())
+    with pytest.raises(CannotTrain, match=r"the last [35] groups each got one reward \(success rate 0% ") as err:
+        trainer.run()
+    assert "never satisfied" in str(err.value) and "train.stop_after_uniform_groups=3" in str(err.value)
+    assert "\n" not in str(err.value) and trainer.state.step == 0
+
+
 def test_cut_episodes_are_not_trained_and_counted_in_metrics_jsonl(policy, two_groups, tmp_path):  # noqa: F811
     """A cut episode (a step outgrew max_seq_len) is excluded like an env-failed one and counted, never a 0."""
     buffer, (a, b) = two_groups
