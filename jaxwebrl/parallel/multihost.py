@@ -229,6 +229,9 @@ class NullMetrics:
     def write_skipped(self, step, episode_ids, reason) -> None:
         pass
 
+    def write_stopped(self, step, counts, reason) -> None:
+        pass
+
     def write_samples(self, step, episodes, fetch_image, count) -> None:
         pass
 

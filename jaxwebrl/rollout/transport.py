@@ -54,6 +54,7 @@ import zmq
 from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
+from jaxwebrl.rollout.rate_limited_log import RateLimitedLog
 from jaxwebrl.rollout.wire import (PROTOCOL, RequestRefused, TransportAuthError, TransportError, TransportRequestRefused,
                                    TransportTimeout, decode_message, echoable_id, encode_message, error_reply,
                                    short_text)
@@ -91,28 +92,6 @@ def _check_token(token: str | None) -> str:
         raise ValueError("transport token must be at most 255 bytes of printable text; use "
                          "jaxwebrl.rollout.transport.new_token()")
     return token
-
-
-class _RateLimitedLog:
-    """At most one warning per ``period_s`` per kind; the next one says how many were suppressed."""
-
-    def __init__(self, period_s: float = 10.0):
-        self.period_s = period_s
-        self._last: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def warning(self, kind: str, message: str, *args) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last.get(kind, -1e9) < self.period_s:
-                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
-                return
-            self._last[kind] = now
-            suppressed = self._suppressed.pop(kind, 0)
-        if suppressed:
-            message += f" ({suppressed} more like it in the last {self.period_s:g} s)"
-        log.warning(message, *args)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -154,7 +133,7 @@ class TransportServer:
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         self._counts_lock = threading.Lock()
-        self._warn = _RateLimitedLog()
+        self._warn = RateLimitedLog(log)
         self.address: str | None = None
         self.requests_served = 0
         self.requests_refused = 0

@@ -55,12 +55,14 @@ from jaxwebrl.seeds import training_seed
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.agent import Agent, step_texts
 from jaxwebrl.rollout.env_host import EnvHost, task_name
+from jaxwebrl.rollout.rate_limited_log import RateLimitedLog
 from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportRequestRefused
 
 log = logging.getLogger(__name__)
 
 STEP_TEXT_CHARS = 1000   # each text of info["steps"] is cut to this (commit records stay small)
 RECENT_STEPS = 512       # per-step timings a worker keeps (WorkerStats.recent_steps)
+WARN_PERIOD_S = 30.0     # a worker's repeated warnings (cut episodes, env failures): one per kind per period
 # One browser step, in order: screenshot written to the buffer, prompt built, generate round trip (what the worker
 # waits for the policy), env step; then the server's own report of that request (rollout/client.py).
 STEP_TIMING_FIELDS = ("screenshot_put_s", "prompt_s", "generate_s", "env_step_s",
@@ -209,6 +211,7 @@ class RolloutWorker:
         self._rng = np.random.default_rng([config.seed, self.worker_id])
         self._stop = threading.Event()
         self._last_env_failure: BaseException | None = None
+        self._warn = RateLimitedLog(log, WARN_PERIOD_S)
         self._buffer_failures_in_a_row = 0
         buffer_config = getattr(buffer, "config", None)
         self._max_seq_len = getattr(buffer_config, "max_seq_len", None)
@@ -266,7 +269,9 @@ class RolloutWorker:
             if episode is None:
                 empty_failures += 1
                 if empty_failures > self.config.max_env_retries:
-                    raise EnvGivenUp(given_up_message(task_name(task), empty_failures, self._last_env_failure))
+                    cause = self._last_env_failure
+                    raise EnvGivenUp(given_up_message(task_name(task), empty_failures, cause),
+                                     task_fault=cause is not None and not browser_is_the_cause(cause))
                 continue
             empty_failures = 0
         return episode_ids
@@ -311,7 +316,8 @@ class RolloutWorker:
             env_failed, failure = True, f"{type(exc).__name__}: {exc}"
             self._envs.discard(task)
             self.stats.env_failures += 1
-            log.warning("worker %d: env failure on %s (%s); env restarted", self.worker_id, task_name(task), failure)
+            self._warn.warning("env", "worker %d: env failure on %s (%s); env restarted (%d env failures so far)",
+                               self.worker_id, task_name(task), failure, self.stats.env_failures)
         if not steps:
             return None
         self.stats.steps += len(steps)
@@ -346,9 +352,10 @@ class RolloutWorker:
                 raise ValueError(f"the first prompt + response of {env.task_id} is "
                                  f"{len(generation.input_ids)} tokens, more than the buffer's max_seq_len="
                                  f"{self._max_seq_len}: create the buffer with a larger max_seq_len")
-            log.warning("worker %d: step %d of %s is %d tokens, more than buffer.max_seq_len=%d: the episode is cut "
-                        "before it (excluded from training, counted as rollout/cut_episodes)", self.worker_id,
-                        len(history), env.task_id, len(generation.input_ids), self._max_seq_len)
+            self._warn.warning("cut", "worker %d: step %d of %s is %d tokens, more than buffer.max_seq_len=%d: the "
+                               "episode is cut before it (excluded from training, counted as rollout/cut_episodes; "
+                               "%d cut so far)", self.worker_id, len(history), env.task_id,
+                               len(generation.input_ids), self._max_seq_len, self.stats.cut_episodes + 1)
             return {"step": len(history), "tokens": len(generation.input_ids), "max_seq_len": self._max_seq_len}
         t_env = time.perf_counter()
         result = self._env_call(lambda: env.step(turn.action), "step")
@@ -422,7 +429,12 @@ class BufferUnusable(RuntimeError):
 
 
 class EnvGivenUp(RuntimeError):
-    """The environment keeps breaking before any step: the worker cannot make progress."""
+    """The environment keeps breaking before any step: the worker cannot make progress. `task_fault`: the task's
+    own page, spec or evaluator is the cause (restarting the worker cannot help), not the browser."""
+
+    def __init__(self, message: str, task_fault: bool = False):
+        super().__init__(message)
+        self.task_fault = task_fault
 
 
 def step_seed(seed: int, task: str, instance_seed: int, slot: int, step: int) -> int:

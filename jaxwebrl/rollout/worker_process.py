@@ -5,9 +5,10 @@ JSON spec, serving until it is told to stop, its failure reported in one line.
     serve_worker(spec, worker_id, report_path=PATH)           # play until SIGTERM; exit codes below
     worker_process_main(spec_json, worker_id, ...)            # WorkerPool's process target: own group, dies with it
 
-Exit codes: EXIT_FATAL (a bad configuration, a refused token, a buffer that keeps refusing episodes: restarting
-cannot help) and EXIT_CRASH (anything else: the pool restarts it unless it keeps failing the same way). Either way
-the error goes to the report file as one line first, for the pool to quote.
+Exit codes: EXIT_FATAL (a bad configuration, a refused token, a buffer that keeps refusing episodes, a task whose
+own page or spec fails before its first step: restarting cannot help) and EXIT_CRASH (anything else: the pool
+restarts it unless it keeps failing the same way). Either way the error goes to the report file as one line first,
+for the pool to quote; only an unexpected error is logged with its traceback.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rollout.client import InProcessClient, PolicyClient
 from jaxwebrl.rollout.scripted import ScriptedBackend
 from jaxwebrl.rollout.wire import TransportAuthError, TransportRequestRefused
-from jaxwebrl.rollout.worker import BufferUnusable, RolloutWorker, WorkerConfig
+from jaxwebrl.rollout.worker import BufferUnusable, EnvGivenUp, RolloutWorker, WorkerConfig
 
 EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
 EXIT_CRASH = 1   # an unexpected error: restarted, unless it keeps being the same one
@@ -81,9 +82,9 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
     worker = client = None
     apply_placement(spec.get("placement"))
 
-    def stop(code: int, exc: BaseException, what: str) -> None:
+    def stop(code: int, exc: BaseException, what: str, traceback: bool = False) -> None:
         line = one_line(exc, limit=1000)
-        log.error("worker %d %s: %s", worker_id, what, line, exc_info=code == EXIT_CRASH)
+        log.error("worker %d %s: %s", worker_id, what, line, exc_info=traceback)
         write_report(report_path, line)
         close_quietly(worker, client)
         os._exit(code)
@@ -103,8 +104,10 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
                     log.warning("worker %d: stats not written: %s", worker_id, exc)
     except (TransportAuthError, TransportRequestRefused, BufferUnusable) as exc:
         stop(EXIT_FATAL, exc, "stops for good")
+    except EnvGivenUp as exc:   # its line names the task and the cause; a fresh browser may help, a fresh task not
+        stop(EXIT_FATAL if exc.task_fault else EXIT_CRASH, exc, "gives up")
     except Exception as exc:  # noqa: BLE001 - reported in one line; the pool decides whether to restart
-        stop(EXIT_CRASH, exc, "failed")
+        stop(EXIT_CRASH, exc, "failed", traceback=True)
     finally:
         close_quietly(worker, client)
 

@@ -48,6 +48,13 @@ class GatherCounts:
     dropped_uniform_groups: int = 0
     groups_accepted: int = 0
 
+    def as_metrics(self) -> dict[str, int]:
+        """The running totals a metrics.jsonl record carries (every step's, and the record of a run stopped at 0)."""
+        return {"rollout/env_failed": self.env_failed, "rollout/cut_episodes": self.cut_episodes,
+                "rollout/cut_steps": self.cut_steps, "rollout/dropped_stale": self.dropped_stale,
+                "rollout/dropped_uniform_groups": self.dropped_uniform_groups,
+                "rollout/episodes_seen": self.episodes_seen}
+
 
 class BatchGatherer:
     """Filter and batch whole groups of episodes for the trainer (see the module docstring)."""
@@ -93,6 +100,15 @@ class BatchGatherer:
     def pending_episode_ids(self) -> list[int]:
         """Episodes read but not yet trained or dropped, ascending."""
         return sorted(e.episode_id for group in self._ready for e in group)
+
+    def counts_with_queued(self) -> GatherCounts:
+        """The counts with the cut and env-failed episodes still queued counted too (they are counted when a batch
+        filters them out): what a run that stops before its next batch saw."""
+        queued = [e for group in self._ready for e in group]
+        cut = [e for e in queued if e.cut]
+        return dataclasses.replace(self.counts, cut_episodes=self.counts.cut_episodes + len(cut),
+                                   cut_steps=self.counts.cut_steps + sum(e.num_steps for e in cut),
+                                   env_failed=self.counts.env_failed + sum(e.env_failed and not e.cut for e in queued))
 
     def pop_batch(self, current_version: int) -> list[Episode] | None:
         """Whole filtered groups totalling >= consumer_batch_size trajectories, or None while too few are ready."""

@@ -125,6 +125,13 @@ class MetricsWriter:
             self._tb.add_text(f"episodes/{k}", episode_markdown(view), step)
         self._tb.flush()
 
+    def write_stopped(self, step: int, counts: dict[str, int], reason: str) -> None:
+        """The running counts of a run that stops before train step `step` + 1 could be written (a run stopped at
+        step 0 would otherwise leave metrics.jsonl empty): one record with `stopped` = `reason`, no console line."""
+        record = {"step": int(step), "time": time.time(), "stopped": " ".join(reason.split())[:1000], **counts}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
     def write(self, step: int, scalars: dict[str, float], histograms: dict[str, list[float]] | None = None) -> None:
         """Record train step `step`: scalars become flat keys; histograms are logged to TensorBoard and wandb."""
         record: dict[str, Any] = {"step": int(step), "time": time.time()}

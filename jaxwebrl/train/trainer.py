@@ -27,6 +27,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import sys
 import time
 from typing import Any, Callable, Protocol
 
@@ -366,6 +367,11 @@ class Trainer:
                     log.info("step %d: %s; stopping", self.state.step, reached)
                     break
         finally:
+            if self.state.step == 0 and self.gatherer.counts.episodes_seen:   # what it saw, though it never trained
+                err = sys.exc_info()[1]
+                self.metrics.write_stopped(0, {**self.gatherer.counts_with_queued().as_metrics(),
+                                               **{f"buffer/{k}": n for k, n in self.buffer_losses.items()}},
+                                           f"{type(err).__name__}: {err}" if err else "stopped before train step 1")
             self.close()
         return taken
 
@@ -416,16 +422,11 @@ class Trainer:
             "rollout/steps_success/avg": float(steps[success].mean()) if success.any() else float("nan"),
             "rollout/steps_failure/avg": float(steps[~success].mean()) if (~success).any() else float("nan"),
             **memory_metrics(episodes, success),
-            "rollout/env_failed": counts.env_failed,
-            "rollout/cut_episodes": counts.cut_episodes,
-            "rollout/cut_steps": counts.cut_steps,
-            "rollout/dropped_stale": counts.dropped_stale,
-            "rollout/dropped_uniform_groups": counts.dropped_uniform_groups,
+            **counts.as_metrics(),
             **{f"buffer/{k}": n for k, n in self.buffer_losses.items()},
             "trainer/dropped_invalid_episodes": self.dropped_invalid_episodes,
             "trainer/skipped_batches": self.skipped_batches,
             "trainer/skipped_updates": self.skipped_updates,
-            "rollout/episodes_seen": counts.episodes_seen,
             # every episode read since the last step, before dynamic sampling (which keeps the batch near 50%)
             "rollout/success_rate_seen": self._seen_success_rate(counts),
             "rollout/staleness/mean": float(np.mean(lags)),

@@ -157,3 +157,32 @@ def test_a_worker_whose_start_page_does_not_load_gives_up_naming_the_url_not_the
     line = str(err.value)
     assert f"PageFault: the page {dead} did not load" in line and "fix its spec, page or evaluator" in line
     assert "check the browser installation" not in line and worker.stats.env_failures == 2
+
+
+def test_a_file_start_page_gone_after_validation_is_a_page_fault_naming_the_file_or_its_folder(browser, tmp_path):
+    """Issue 44.5: a missing file:// page was told "nothing answered there; start its server", and a page in a
+    missing folder surfaced as _EnvBroken ... FileNotFoundError."""
+    for gone in ("file", "folder"):
+        task = tmp_path / gone / "task"
+        task.mkdir(parents=True)
+        (task / "index.html").write_text(PAGES["index.html"])
+        env = make_env(spec_file(tmp_path / gone, str(task / "index.html")), browser=browser)   # validated here
+        (task / "index.html").unlink()
+        if gone == "folder":
+            task.rmdir()
+        with pytest.raises(PageFault) as err:
+            env.reset(0)
+        line = str(err.value)
+        expected = f"the file {task / 'index.html'} does not exist" if gone == "file" else \
+            f"folder {task} does not exist"
+        assert expected in line and "start its server" not in line and "\n" not in line, line
+        assert not browser_is_the_cause(err.value)
+
+
+def test_a_spec_whose_file_start_page_is_missing_is_refused_before_any_browser(tmp_path):
+    (tmp_path / "task").mkdir()
+    for start_url, missing in ((str(tmp_path / "task" / "nope.html"), "the file"),
+                               (f"file://{tmp_path}/no_folder/index.html", "the page's folder"),
+                               ("nope.html", "the file")):
+        with pytest.raises(ValueError, match=f"'start_url'.*{missing} .* does not exist"):
+            make_env(spec_file(tmp_path, start_url))

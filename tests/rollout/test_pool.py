@@ -180,6 +180,30 @@ def test_a_worker_failing_the_same_way_stops_the_pool_with_that_error(tmp_path, 
     assert "browser" not in message and "\n" not in message
 
 
+@pytest.mark.browser
+def test_a_start_page_that_does_not_load_stops_the_worker_at_once_in_one_line(tmp_path, capfd):
+    """Issue 44.5: the task's own fault went through the generic crash path: a traceback per worker life and
+    restarts that could not help; now it is fatal at once, one line naming the page, no traceback."""
+    import socket
+
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/index.html"
+    spec = toy_spec(tmp_path)
+    spec["worker"].update(tasks=[{"task_id": "t", "start_url": dead, "goal": "g",
+                                  "evaluator": {"type": "js", "expression": "false"}}],
+                          max_env_retries=1, env_options={"screenshot_size": [64, 64]})
+    with WorkerPool(spec, num_workers=1, max_backoff_s=0.5) as pool:
+        wait_for(lambda: pool.fatal, 120, "the worker to give up on the task")
+        with pytest.raises(RuntimeError) as err:
+            pool.raise_if_failed()
+        assert pool.restarts == 0
+    line = str(err.value)
+    assert f"exited with a fatal error (code {EXIT_FATAL}): EnvGivenUp: t failed 2 times in a row before its first step" in line
+    assert f"the page {dead} did not load" in line and "fix its spec, page or evaluator" in line and "\n" not in line
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_specs_are_checked_in_the_parent_before_any_worker_starts(tmp_path):
     spec = toy_spec(tmp_path)
     spec["worker"]["tasks"] = ["toy", {"task_id": "t", "start_url": "http://127.0.0.1:8000/", "goal": "g",

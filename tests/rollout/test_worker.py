@@ -1,5 +1,6 @@
 """Rollout worker on the toy env with the scripted backend, writing into a real TensorStore RingBuffer."""
 
+import logging
 import threading
 import time
 
@@ -219,16 +220,20 @@ def test_bad_worker_config_is_refused():
         WorkerConfig(tasks=())
 
 
-def test_a_step_longer_than_max_seq_len_cuts_the_episode_before_it_flagged_and_stored(tmp_path):
+def test_a_step_longer_than_max_seq_len_cuts_the_episode_before_it_flagged_and_stored(tmp_path, caplog):
     probe = make_buffer(tmp_path / "probe")
     make_worker(probe, toy_oracle_responder(), group_size=1)[0].run(max_groups=1)
     first_len = probe.read().episodes[0].steps[0].num_tokens
     buffer = RingBuffer.create(str(tmp_path / "short"), capacity_steps=64, max_seq_len=first_len + 5,
                                screenshot_shape=(64, 64, 3), max_images_per_step=2)
     worker, _ = make_worker(buffer, toy_oracle_responder(), group_size=2)
-    worker.run(max_groups=1)
+    with caplog.at_level(logging.WARNING, logger="jaxwebrl.rollout.worker"):
+        worker.run(max_groups=1)
     episodes = buffer.read().episodes
     assert len(episodes) == 2 and worker.stats.overlong_steps == 2 and worker.stats.cut_episodes == 2
+    # issue 44.6: one warning per cut episode flooded the log; now one per WARN_PERIOD_S, with the count so far
+    (warning,) = [r.getMessage() for r in caplog.records if "more than buffer.max_seq_len" in r.getMessage()]
+    assert "1 cut so far" in warning
     for e in episodes:   # read back from the ring: the cut flag is stored
         assert e.num_steps == 1 and e.truncated and not e.terminated and e.cut
         assert e.reward == 0.0 and not e.env_failed

@@ -72,6 +72,8 @@ def test_a_run_whose_last_n_episodes_are_all_cut_or_all_env_failed_is_told_why()
     assert why.startswith("the last 2 episodes all failed in the environment") and "did not load" in why
     g.add_groups([[episode(7, 5, 0, cut=True, info=CUT)]])
     assert "(1 cut)" in g.unusable_run(3)
+    queued = g.counts_with_queued()      # what a run stopped now saw: the queued unusable episodes counted too
+    assert (queued.cut_episodes, queued.cut_steps, queued.env_failed) == (5, 10, 2) and g.counts.cut_episodes == 0
 
 
 def test_a_run_whose_last_n_groups_each_got_one_reward_is_told_the_likely_cause():

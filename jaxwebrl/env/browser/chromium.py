@@ -32,7 +32,7 @@ from typing import Any
 
 import psutil
 
-from jaxwebrl.env.base import BrowserCrashed
+from jaxwebrl.env.base import BrowserCrashed, PageFault
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +273,8 @@ class ChromiumProcess:
     def expose_directory(self, directory: str) -> str:
         """A path to `directory` that the browser user can read: itself, or a private read-only copy."""
         directory = os.path.abspath(directory)
+        if not os.path.isdir(directory):
+            raise PageFault(f"the start page's folder {directory} does not exist; fix the task's start_url")
         if self._uid is None or readable_by_others(directory):
             return directory
         if directory not in self._exposed:

@@ -18,7 +18,9 @@ proxy (egress_proxy.py); this module is the page-level policy on top. The mixin 
 from __future__ import annotations
 
 import logging
+import os
 import time
+import urllib.parse
 from typing import Any
 
 from jaxwebrl.env.base import PageFault
@@ -113,9 +115,10 @@ class NavigationPolicy:
         return {t["targetId"]: t.get("url", "") for t in targets.get("targetInfos", [])
                 if t.get("type") == "page" and t["targetId"] != self._main_window}
 
-    def check_loaded(self, url: str) -> None:
+    def check_loaded(self, url: str, source: str | None = None) -> None:
         """PageFault naming `url` when the page just navigated to did not load: Chromium's network error page
-        (connection refused, unknown host, missing file) or an HTTP status >= 400."""
+        (connection refused, unknown host, missing file) or an HTTP status >= 400. `source`: the task's own URL of a
+        file:// page the browser reads from a private copy (`expose_directory`), named instead of the copy."""
         href, status = self._guard("execute_script", self.driver.execute_script, LOAD_CHECK_JS)
         if str(href).startswith("chrome-error:"):
             history = self._cdp("Page.getNavigationHistory")   # its entry names the URL whose load failed
@@ -123,8 +126,7 @@ class NavigationPolicy:
             if failed != url and not self.allowlist.allows(failed):
                 raise PageFault(f"the page {url} left its allowed origin for {failed} at once (blocked, nothing "
                                 f"to play): fix the task's page")
-            raise PageFault(f"the page {url} did not load (a network error: nothing answered there); start its "
-                            f"server or fix the URL")
+            raise PageFault(not_loaded_message(url, source or url))
         if int(status or 0) >= 400:
             raise PageFault(f"the page {url} did not load (HTTP status {int(status)}); fix the URL or its server")
 
@@ -141,6 +143,22 @@ class NavigationPolicy:
             else:
                 refused = url
         return refused
+
+
+def not_loaded_message(url: str, source: str) -> str:
+    """Why `url` (the task's `source`, or a private copy of it) showed Chromium's error page, in one line: a file://
+    page that is not there (its folder named when that is missing too), else a network error."""
+    parts = urllib.parse.urlsplit(source)
+    if parts.scheme != "file":
+        return f"the page {url} did not load (a network error: nothing answered there); start its server or fix the URL"
+    path = urllib.parse.unquote(parts.path)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        return f"the page {source} did not load: its folder {folder} does not exist; fix the task's start_url"
+    if not os.path.isfile(path):
+        return (f"the page {source} did not load: the file {path} does not exist; fix the task's start_url or "
+                f"create the file")
+    return f"the page {source} did not load: the browser could not read the file {path}; check its permissions"
 
 
 def _close_target(driver, target: str) -> None:

@@ -187,7 +187,8 @@ def _cached_lines(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
 
 
 def resolve_start_url(url: str, base_dir: str | None) -> str:
-    """http(s)/file URLs as they are; a relative or absolute path becomes a file:// URL (against `base_dir`)."""
+    """http(s)/file URLs as they are; a relative or absolute path becomes a file:// URL (against `base_dir`). A local
+    page must exist (ValueError naming the missing file or folder)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme in ("http", "https"):
         if not parts.hostname or "@" in parts.netloc:
@@ -198,11 +199,22 @@ def resolve_start_url(url: str, base_dir: str | None) -> str:
             raise ValueError("the port must be a number, e.g. http://127.0.0.1:8000/index.html") from None
         return url
     if parts.scheme == "file":
+        _check_page_exists(urllib.parse.unquote(parts.path))
         return url
     if parts.scheme and len(parts.scheme) > 1:  # (a one-letter scheme is a Windows drive)
         raise ValueError("must be http(s):// or file://, or a path to an .html file")
-    path = url if os.path.isabs(url) else os.path.join(base_dir or os.getcwd(), url)
-    return "file://" + urllib.parse.quote(os.path.abspath(path))
+    path = os.path.abspath(url if os.path.isabs(url) else os.path.join(base_dir or os.getcwd(), url))
+    _check_page_exists(path)
+    return "file://" + urllib.parse.quote(path)
+
+
+def _check_page_exists(path: str) -> None:
+    """ValueError naming the missing file (or its missing folder) of a local start page."""
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise ValueError(f"the page's folder {folder} does not exist: fix the path or create the page there")
+    if not os.path.isfile(path):
+        raise ValueError(f"the file {path} does not exist: fix the path or create the page")
 
 
 def task_allowlist(start_url: str, patterns: tuple[str, ...], directory: str | None = None) -> UrlAllowlist:

@@ -80,7 +80,7 @@ class WebTaskEnv(BrowserEnv):
         """Load the start page (web tasks are deterministic; `seed` only names the episode)."""
         browser.set_allowlist(self._allowlist(browser))
         browser.navigate(self._start_url)
-        browser.check_loaded(self._start_url)   # a start page that does not load is a PageFault naming it
+        browser.check_loaded(self._start_url, source=self.spec.start_url)   # not loaded: a PageFault naming it
         return self.spec.goal
 
     def _judge(self, action: Action, last_step: bool) -> tuple[float, bool, dict]:
