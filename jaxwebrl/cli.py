@@ -30,9 +30,11 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
+import glob
 import importlib.util
 import json
 import os
+import pkgutil
 import re
 import sys
 from typing import NoReturn
@@ -74,6 +76,7 @@ def flags_parser(prefix: str = "config error", code: int = 1):
     `prefix: ...` naming the key or the file, exit `code`."""
 
     def parse(argv: list[str]) -> list[str]:
+        skip_absent_tpu()
         if any(arg in HELP_ARGS for arg in argv[1:argv.index("--") if "--" in argv else None]):
             print_help()
         recipe = _config_arg(argv)
@@ -92,6 +95,26 @@ def flags_parser(prefix: str = "config error", code: int = 1):
         return rest
 
     return parse
+
+
+def skip_absent_tpu(environ=os.environ, device_nodes=glob.glob, plugins=None) -> None:
+    """Where libtpu is installed but the machine has no TPU chip, JAX's TPU backend prints five lines of "could not
+    determine TPU accelerator type" into every launcher's output. Unless JAX_PLATFORMS is set (a TPU asked for, or
+    any other choice) or a TPU chip is there (/dev/accel*, /dev/vfio/N), set it to the platforms this machine has:
+    each GPU whose JAX plugin is installed, then the CPU; a GPU whose plugin is not recognised leaves JAX to choose
+    (noise, never a GPU host silently on its CPU). Before JAX is imported (it reads JAX_PLATFORMS then).
+    `plugins`: names of the installed top-level modules (default: every one on sys.path)."""
+    if environ.get("JAX_PLATFORMS") or device_nodes("/dev/accel[0-9]*") or device_nodes("/dev/vfio/[0-9]*"):
+        return
+    if plugins is None:
+        plugins = {m.name for m in pkgutil.iter_modules()}
+    platforms = []
+    for platform, node in (("cuda", "/dev/nvidia[0-9]*"), ("rocm", "/dev/kfd")):
+        if device_nodes(node):
+            if not any(re.fullmatch(f"jax_{platform}\\d*_plugin", name) for name in plugins):
+                return
+            platforms.append(platform)
+    environ["JAX_PLATFORMS"] = ",".join([*platforms, "cpu"])
 
 
 def print_help() -> NoReturn:

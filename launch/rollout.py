@@ -20,13 +20,17 @@ gs://bucket/run1/buffer). Give every node its own `--first_worker_id` range so w
 `--launcher=local` (default) runs the workers as supervised processes on this node (`WorkerPool`);
 `--launcher=ray` places them on a Ray cluster (`--ray_address`, e.g. auto or ray://head:10001). Runs until
 SIGINT/SIGTERM, then stops every worker and its browsers. Exits 78 when the workers stop for good (wrong token,
-bad configuration), 1 on a bad flag (one `rollout error:` line).
+bad configuration) or when nothing has listened at the policy server's address for `--give_up_after_s` (its trainer
+is gone: the line names the address), 1 on a bad flag (one `rollout error:` line). It logs what it does on stderr.
 """
 
 import logging
 import os
 import signal
+import socket
 import threading
+import time
+import urllib.parse
 
 from absl import app, flags
 
@@ -39,6 +43,7 @@ from jaxwebrl.rollout.serving import read_published
 from jaxwebrl.rollout.spec import mismatched_keys, run_fingerprint, worker_spec
 from jaxwebrl.rollout.transport import curve_key
 from jaxwebrl.rollout.worker_process import EXIT_FATAL
+from jaxwebrl.train import console
 
 _SERVER = flags.DEFINE_string("server", None, "policy server transport address, e.g. tcp://10.0.0.1:5555")
 _TOKEN_FILE = flags.DEFINE_string("token_file", None, "file holding the shared token (default: $JAXWEBRL_TOKEN)")
@@ -50,6 +55,39 @@ _LAUNCHER = flags.DEFINE_enum("launcher", "local", ["local", "ray"], "processes 
 _WORKDIR = flags.DEFINE_string("workdir", None, "a running training run's workdir: join its published policy server")
 _SERVER_KEY = flags.DEFINE_string("server_key", None, "the policy server's CurveZMQ public key (rollout.curve runs)")
 _RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "Ray cluster address for --launcher=ray (e.g. auto)")
+_GIVE_UP_S = flags.DEFINE_float("give_up_after_s", 300.0, "stop when nothing has listened at the policy server's "
+                                "address for this long (its trainer is gone); 0: wait for ever")
+PROBE_EVERY_S = 5.0   # how often the policy server's address is probed
+
+log = logging.getLogger("jaxwebrl.launch.rollout")
+
+
+class ServerWatch:
+    """Whether anything listens at a tcp://host:port address (a TCP connect: the trainer's policy server, or
+    nothing once its process is gone), and for how long nothing has."""
+
+    def __init__(self, address: str, clock=time.monotonic):
+        parts = urllib.parse.urlsplit(address)
+        self.address, self.host, self.port = address, parts.hostname, parts.port
+        self.clock = clock
+        self.gone_since: float | None = None
+
+    def listening(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=PROBE_EVERY_S):
+                return True
+        except OSError:
+            return False
+
+    def silent_for(self) -> float:
+        """Seconds since the first of the probes in a row that found nothing listening (0 while one does)."""
+        if self.listening():
+            self.gone_since = None
+            return 0.0
+        now = self.clock()
+        if self.gone_since is None:
+            self.gone_since = now
+        return now - self.gone_since
 
 
 def read_token(token_file: str | None, environ=os.environ) -> str:
@@ -128,21 +166,35 @@ def make_pool(spec: dict, num_workers: int):
 def main(argv) -> int:
     del argv
     spec, num_workers = build_spec(cli.loaded_config("rollout error"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console.log_to_stderr()   # absl owns the root logger (and its verbosity): jaxwebrl's INFO lines go to stderr
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
+    address = spec["policy"]["address"]
+    watch = ServerWatch(address)
     pool = make_pool(spec, num_workers)
-    logging.info("starting %d rollout workers (ids %d..%d) against %s, buffer %s", num_workers, _FIRST_ID.value,
-                 _FIRST_ID.value + num_workers - 1, spec["policy"]["address"], spec["buffer"]["path"])
+    log.info("starting %d rollout workers (ids %d..%d) against %s, buffer %s", num_workers, _FIRST_ID.value,
+             _FIRST_ID.value + num_workers - 1, address, spec["buffer"]["path"])
     with pool:
+        log.info("rollout workers started (%s launcher)", _LAUNCHER.value)
+        next_probe = 0.0
         while not stop.wait(1.0):
             try:
                 pool.raise_if_failed()
             except RuntimeError as exc:
-                logging.error("%s", exc)
+                log.error("%s", exc)
                 return EXIT_FATAL
-    logging.info("rollout workers stopped")
+            if _GIVE_UP_S.value > 0 and time.monotonic() >= next_probe:
+                next_probe = time.monotonic() + PROBE_EVERY_S
+                silent = watch.silent_for()
+                if silent >= _GIVE_UP_S.value:
+                    where = f" (the trainer of {_WORKDIR.value})" if _WORKDIR.value else ""
+                    log.error("nothing has listened at the policy server's address %s%s for %.0f s: its trainer is "
+                              "gone; stopping the workers. Start the run again, then this launcher (or "
+                              "--give_up_after_s=0 to wait for ever)", address, where, silent)
+                    return EXIT_FATAL
+        log.info("stopping the rollout workers (signal)")
+    log.info("rollout workers stopped")
     return 0
 
 

@@ -38,7 +38,7 @@ from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.spec import run_fingerprint, worker_spec
 from jaxwebrl.train import console, run_config
 from jaxwebrl.train.trainer import Trainer
-from jaxwebrl.train.workdir import RUN_UMASK, check_workdir, workdir_lock
+from jaxwebrl.train.workdir import RUN_UMASK, check_workdir, remove_unused_workdir, workdir_lock
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ def run(config, workdir: str, *, stop: threading.Event | None = None, allow_conf
         raise RunError("train.stop_at_greedy_success is set but this caller gave no greedy check: run "
                        "launch/train.py, or pass supervisor.run(..., greedy_probe=jaxwebrl.eval.probe.SuccessProbe)")
     console.log_to_stderr()
+    new_workdir = not os.path.exists(workdir)
     check_workdir(workdir)   # before any JAX or browser work: a read-only or foreign workdir is one line
     distributed.initialize(multihost.initialize_settings(config.get("distributed")))  # before JAX work
     stop = stop or threading.Event()
@@ -89,6 +90,10 @@ def run(config, workdir: str, *, stop: threading.Event | None = None, allow_conf
                 log.info("config validated (%s); workdir %s%s", config.get("variant") or "recipe", workdir,
                          f", resuming with changes {run_config.describe(changes)}" if changes else "")
             return _run(config, workdir, stop, primary, greedy_probe)
+    except RunError:
+        if new_workdir and primary:   # refused before it wrote anything (another run's buffer): leave no trace
+            remove_unused_workdir(workdir)
+        raise
     finally:
         os.umask(previous_umask)
 

@@ -1,6 +1,7 @@
 """A run's workdir: proved writable before anything starts, held by one run at a time, private to its owner.
 
     check_workdir(workdir)           # creates it (0700) or raises WorkdirError naming the path and the fix
+    remove_unused_workdir(workdir)   # a refused run's new workdir: gone again, when it holds only its lock
     with workdir_lock(workdir): ...  # a second run on the same workdir is one WorkdirError line
     os.umask(RUN_UMASK)              # files 0600, directories 0700 (workers and their browsers inherit it)
     record = read_record(path, fix)  # a JSON object the run wrote there, None when absent, else one WorkdirError
@@ -52,6 +53,18 @@ def check_workdir(workdir: str) -> None:
         else:
             fix = "pass a --workdir this user can create and write"
         raise WorkdirError(f"workdir {workdir} is not writable ({err.strerror or err}: {where}); {fix}") from None
+
+
+def remove_unused_workdir(workdir: str) -> None:
+    """Remove WORKDIR when it holds nothing but its train.lock (a run refused before it wrote anything: another
+    run's buffer, a changed config), so the refused command leaves the disk as it found it."""
+    try:
+        if set(os.listdir(workdir)) <= {"train.lock"}:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(workdir, "train.lock"))
+            os.rmdir(workdir)
+    except OSError:   # not ours to clean after all (written meanwhile, or gone): leave it
+        pass
 
 
 @contextlib.contextmanager

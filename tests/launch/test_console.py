@@ -140,8 +140,10 @@ def test_help_lists_the_flags_and_exits_0(script, tmp_path):
     assert "--config:" in out and f"{LAUNCHERS[script]}:" in out and "--[no]print_config" in out, out
 
 
-def test_print_config_dry_run_and_the_nearest_key(tmp_path):
+def test_print_config_dry_run_and_the_nearest_key(tmp_path, monkeypatch):
     workdir = tmp_path / "run"
+    for inherited in ("TPU_SKIP_MDS_QUERY", "JAX_PLATFORMS"):   # JAX in this test process set the first one
+        monkeypatch.delenv(inherited, raising=False)
     code, out, err = launch("train.py", f"--workdir={workdir}", *TOY, "--config.train.lr=1e-05", "--print_config",
                             out=str(tmp_path / "print"))
     assert code == 0, err
@@ -151,11 +153,30 @@ def test_print_config_dry_run_and_the_nearest_key(tmp_path):
     assert len(out.splitlines()) == 1 and out.startswith(f"dry run: would start a new run in {workdir}: "), out
     assert "2 local rollout workers on env.tasks=toy (no browser" in out and "nothing started" in out
     assert not workdir.exists()
+    # issue 44.8: JAX starts here (the policy's shapes); libtpu, installed, found no TPU and said so in five lines
+    assert "TPU accelerator type" not in err and "libtpu" not in err, err
     code, _, err = launch("train.py", f"--workdir={workdir}", *TOY, "--config.train.learning_rate=1e-5",
                           out=str(tmp_path / "typo"))
     assert code == 1 and err.strip() == ("config error: unknown config key 'train.learning_rate': no such field; "
                                          "did you mean train.lr (or critic.lr, train.warmup_steps)? (every field "
                                          "is defined in configs/base.py)"), err   # the key's own section first
+
+
+def test_jax_platforms_skip_an_absent_tpu_keep_a_gpu_and_respect_the_users_choice():
+    from jaxwebrl.cli import skip_absent_tpu
+
+    def nodes(*present):
+        return lambda pattern: [pattern] if pattern in present else []
+
+    cases = [({}, nodes(), set(), "cpu"),
+             ({}, nodes("/dev/nvidia[0-9]*"), {"jax_cuda12_plugin"}, "cuda,cpu"),
+             ({}, nodes("/dev/kfd"), {"jax_rocm7_plugin"}, "rocm,cpu"),
+             ({}, nodes("/dev/nvidia[0-9]*"), set(), None),          # a GPU whose plugin is unknown: JAX chooses
+             ({}, nodes("/dev/vfio/[0-9]*"), set(), None),           # a TPU chip
+             ({"JAX_PLATFORMS": "tpu"}, nodes(), set(), "tpu")]       # asked for
+    for environ, device_nodes, plugins, expected in cases:
+        skip_absent_tpu(environ, device_nodes, plugins)
+        assert environ.get("JAX_PLATFORMS") == expected, (device_nodes, plugins)
 
 
 def test_the_step_line_shows_the_greedy_check_only_when_the_run_has_one():

@@ -54,10 +54,12 @@ def test_a_buffer_held_by_another_run_is_one_line(tmp_path):
                               env=dict(os.environ, PYTHONPATH=REPO))
     try:
         assert holder.stdout.readline().strip() == "held"
-        line = the_error(launch(tmp_path / "second", f"--config.buffer.path={shared}"))
+        proc = launch(tmp_path / "second", f"--config.buffer.path={shared}")
+        line = the_error(proc)
         assert f"ring buffer file:{shared} is in use by another training run (pid {holder.pid} on host " in line
         assert "--config.buffer.path" in line
-        assert not os.path.exists(tmp_path / "second" / "config.json")   # refused before the run began
+        assert not os.path.exists(tmp_path / "second")   # issue 44.8: refused, its new workdir is gone again
+        assert "TPU accelerator type" not in proc.stderr   # no libtpu start-up noise on a machine without a TPU
     finally:
         holder.kill()
         holder.wait()
