@@ -1,8 +1,11 @@
 r"""Where a rollout worker's browser step goes: the generation path between workers and the policy server, measured.
 
 Builds a run's policy server (in this process, as the trainer does) and its rollout workers (real processes, real
-browsers or the toy env), lets them play for a warm-up and then a measured window, and reports per browser step,
-from the workers' own clocks and the server's report of the same request (WorkerStats.recent_steps):
+browsers or the toy env), lets them play a warm-up and then a measured window, both counted in browser steps (the
+window opens once the workers have played `--warmup_steps`: start-up and the first compiles behind it; it closes
+once they have played `--window_steps` more, however long that takes on a loaded machine; `--max_wait_s` bounds
+the whole, an error naming the count reached), and reports per browser step, from the workers' own clocks and the
+server's report of the same request (WorkerStats.recent_steps):
 
   screenshot_put_s  screenshot written to the ring buffer     prompt_s   prompt built (worker)
   generate_s        generate round trip the worker waited     env_step_s the env's step (browser action)
@@ -16,8 +19,8 @@ figure of merit: median generate_s / compute_s (≤ 2: the worker waits at most 
 inside a real training run (launch/train.py's supervisor: trainer, policy server and workers sharing the machine),
 which is where contention shows.
 
-    python bench/rollout.py --workers=2,8 --variant=tiny --window_s=60
-    python bench/rollout.py --workers=2 --loop=train --window_s=120
+    python bench/rollout.py --workers=2,8 --variant=tiny --window_steps=1000
+    python bench/rollout.py --workers=2 --loop=train --window_steps=2000
 """
 
 from __future__ import annotations
@@ -31,11 +34,57 @@ import time
 import numpy as np
 
 
-def measure(variant: str, num_workers: int, warmup_s: float, window_s: float, overrides: list[str]) -> dict:
+POLL_S = 0.2   # how often the workers' stats files are read while a window fills
+
+
+class Window:
+    """The workers' step counts (their stats files, rewritten after every group) at the window's opening and
+    closing: opens once they have played `warmup_steps` in all, closes once they have played `window_steps` more.
+    TimeoutError naming the count reached when `max_wait_s` passes first; RuntimeError when `stopped()` first."""
+
+    def __init__(self, stats_dir: str, warmup_steps: int, window_steps: int, max_wait_s: float,
+                 check=lambda: None, stopped=lambda: False):
+        if warmup_steps < 1 or window_steps < 1:
+            raise ValueError(f"--warmup_steps={warmup_steps} and --window_steps={window_steps} must be >= 1: the "
+                             "window opens after the first steps (compiles) and must hold steps to measure")
+        self.stats_dir, self.warmup_steps, self.window_steps = stats_dir, warmup_steps, window_steps
+        self.deadline = time.monotonic() + max_wait_s
+        self.max_wait_s, self.check, self.stopped = max_wait_s, check, stopped
+
+    def _played(self, steps: int, what: str) -> list[dict]:
+        from jaxwebrl.rollout.pool import read_stats
+
+        while True:
+            self.check()
+            stats = read_stats(self.stats_dir)
+            played = sum(s["steps"] for s in stats)
+            if played >= steps:
+                return stats
+            if self.stopped():
+                raise RuntimeError(f"the run stopped during the {what}: {played} of {steps} steps played")
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f"the {what} did not fill within --max_wait_s={self.max_wait_s:g}: {played} of "
+                                   f"{steps} steps played; raise --max_wait_s or lower the step counts")
+            time.sleep(POLL_S)
+
+    def open(self) -> dict[tuple, int]:
+        """Blocks until the warm-up is played; each worker's steps then (`_steps_by_worker`)."""
+        self.before = self._played(self.warmup_steps, "warm-up")
+        self.opened = time.monotonic()
+        return _steps_by_worker(self.before)
+
+    def close(self) -> tuple[list[dict], float]:
+        """Blocks until `window_steps` more are played; (the workers' stats then, the window's seconds)."""
+        after = self._played(sum(s["steps"] for s in self.before) + self.window_steps, "window")
+        return after, time.monotonic() - self.opened
+
+
+def measure(variant: str, num_workers: int, warmup_steps: int, window_steps: int, max_wait_s: float,
+            overrides: list[str]) -> dict:
     from configs.constT10 import get_config
     from jaxwebrl.buffer import from_config as run_buffer
     from jaxwebrl.checkpoint.policies import recipe_policy
-    from jaxwebrl.rollout.pool import WorkerPool, read_stats
+    from jaxwebrl.rollout.pool import WorkerPool
     from jaxwebrl.rollout.serving import PolicyService
     from jaxwebrl.rollout.spec import worker_spec
 
@@ -51,29 +100,26 @@ def measure(variant: str, num_workers: int, warmup_s: float, window_s: float, ov
             spec = worker_spec(config, buffer_path=run_buffer.path_for(config, root), address=service.address, token=service.token,
                                stats_dir=stats_dir)
             with WorkerPool(spec, num_workers) as pool:
-                time.sleep(warmup_s)
-                before = _steps_by_worker(read_stats(stats_dir))
+                window = Window(stats_dir, warmup_steps, window_steps, max_wait_s, check=pool.raise_if_failed)
+                before = window.open()
                 server_before = service.server.stats()
-                start = time.monotonic()
-                time.sleep(window_s)
-                pool.raise_if_failed()
-                after = read_stats(stats_dir)
-                window = time.monotonic() - start
+                after, seconds = window.close()
                 server_after = service.server.stats()
     table = step_table(_new_steps(after, before))
     served = {k: server_after[k] - server_before[k] for k in ("requests", "batches", "busy_s")}
-    return {"variant": variant, "num_workers": num_workers, "window_s": round(window, 1),
+    return {"variant": variant, "num_workers": num_workers, "warmup_steps": warmup_steps,
+            "window_steps": window_steps, "window_s": round(seconds, 1),
             "overrides": overrides, **breakdown(table), "server": served,
-            "server_busy_fraction": round(served["busy_s"] / window, 3) if window else None}
+            "server_busy_fraction": round(served["busy_s"] / seconds, 3) if seconds else None}
 
 
-def measure_in_training(variant: str, num_workers: int, warmup_s: float, window_s: float,
+def measure_in_training(variant: str, num_workers: int, warmup_steps: int, window_steps: int, max_wait_s: float,
                         overrides: list[str]) -> dict:
-    """The per-step breakdown of the workers of a real training run (steps of its last `window_s` seconds)."""
+    """The per-step breakdown of the workers of a real training run (the `window_steps` after its first
+    `warmup_steps`); the run is stopped when the window closes."""
     import threading
 
     from configs.constT10 import get_config
-    from jaxwebrl.rollout.pool import read_stats
     from jaxwebrl.train import supervisor
     from jaxwebrl.train.metrics import read_metrics
 
@@ -89,22 +135,26 @@ def measure_in_training(variant: str, num_workers: int, warmup_s: float, window_
         marks = {}
 
         def watch():
-            if not stop.wait(warmup_s):
-                marks["before"] = _steps_by_worker(read_stats(stats_dir))
-                marks["start"] = time.monotonic()
-            if not stop.wait(window_s):
-                marks["after"] = read_stats(stats_dir)
-                marks["end"] = time.monotonic()
+            try:
+                window = Window(stats_dir, warmup_steps, window_steps, max_wait_s, stopped=stop.is_set)
+                marks["before"] = window.open()
+                marks["after"], marks["seconds"] = window.close()
+            except (TimeoutError, RuntimeError) as err:
+                marks["error"] = str(err)
+            finally:
                 stop.set()
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         supervisor.run(config, root, stop=stop)
         watcher.join()
-        records = read_metrics(root)
-    table = step_table(_new_steps(marks.get("after", []), marks.get("before", {})))
+        records = [r for r in read_metrics(root) if "stopped" not in r]
+    if "error" in marks:
+        raise RuntimeError(marks["error"])
+    table = step_table(_new_steps(marks["after"], marks["before"]))
     return {"variant": variant, "num_workers": num_workers, "loop": "train", "overrides": overrides,
-            "window_s": round(marks.get("end", 0) - marks.get("start", 0), 1), "train_steps": len(records),
+            "warmup_steps": warmup_steps, "window_steps": window_steps,
+            "window_s": round(marks["seconds"], 1), "train_steps": len(records),
             "trainer_idle_fraction": records[-1].get("trainer/idle_fraction") if records else None,
             **breakdown(table)}
 
@@ -168,14 +218,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", default="tiny", help="config variant of configs/constT10.py (tiny, toy)")
     parser.add_argument("--workers", default="2,8", help="comma-separated worker counts, measured one after another")
-    parser.add_argument("--warmup_s", type=float, default=45.0, help="seconds before the window (browsers, compiles)")
-    parser.add_argument("--window_s", type=float, default=60.0, help="measured seconds per worker count")
+    parser.add_argument("--warmup_steps", type=int, default=50,
+                        help="browser steps (all workers) before the window opens: start-up and first compiles")
+    parser.add_argument("--window_steps", type=int, default=1000,
+                        help="browser steps measured per worker count (each worker keeps its last 512)")
+    parser.add_argument("--max_wait_s", type=float, default=1800.0,
+                        help="a warm-up and window not played within this is an error naming the count reached")
     parser.add_argument("--loop", choices=("rollout", "train"), default="rollout",
                         help="rollout: server and workers only; train: inside a real training run")
     parser.add_argument("override", nargs="*", help="--config.a.b=v overrides (after --)")
     args = parser.parse_args()
     run = measure if args.loop == "rollout" else measure_in_training
-    results = [run(args.variant, int(n), args.warmup_s, args.window_s, args.override)
+    results = [run(args.variant, int(n), args.warmup_steps, args.window_steps, args.max_wait_s, args.override)
                for n in args.workers.split(",") if n]
     print(json.dumps({"benchmark": "rollout", "results": results}))
 

@@ -16,6 +16,28 @@ from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS
 from tests.train.conftest import play_toy
 
 
+def test_the_window_opens_and_closes_by_step_count_not_by_the_clock(tmp_path, monkeypatch):
+    """Issue 44.10: a 12-s window after a 35-s warm-up held 0 steps on a loaded machine; the window is now counted in
+    steps, so it holds at least `window_steps` however slowly they come, and a run that cannot fill it says so."""
+    from jaxwebrl.rollout.worker_process import write_stats
+
+    played = iter([0, 5, 12, 12, 20, 30, 31])    # the worker's steps at each read, one group at a time
+    monkeypatch.setattr(rollout, "POLL_S", 0.0)
+
+    def step_on():
+        write_stats(str(tmp_path), 0, 0, {"steps": next(played), "recent_steps": []})
+
+    window = rollout.Window(str(tmp_path), warmup_steps=10, window_steps=15, max_wait_s=60, check=step_on)
+    assert window.open() == {(0, 0): 12}                          # opens at the first count >= 10
+    after, seconds = window.close()
+    assert after[0]["steps"] == 30 and seconds >= 0              # closes at the first count >= 12 + 15
+    stalled = rollout.Window(str(tmp_path), warmup_steps=100, window_steps=1, max_wait_s=0.0)
+    with pytest.raises(TimeoutError, match="the warm-up did not fill within --max_wait_s=0: 30 of 100 steps"):
+        stalled.open()
+    with pytest.raises(ValueError, match="must be >= 1"):
+        rollout.Window(str(tmp_path), warmup_steps=10, window_steps=0, max_wait_s=1)
+
+
 def test_breakdown_medians_transport_and_ratio():
     rows = [[0.001, 0.0, 0.030, 0.08, 0.002, 0.001, 0.020, 2, 0],
             [0.001, 0.0, 0.050, 0.09, 0.010, 0.002, 0.030, 3, 1],
