@@ -1,13 +1,14 @@
 r"""The JAX policy server and the vLLM engine side by side on the same tiny policy (tiny_hd32, the toy env).
 
 For each engine and worker count: the server in this process (as the trainer builds it), that many real rollout
-worker processes, a warm-up, then a measured window; per browser step from the workers' own clocks, the generate
+worker processes, a warm-up, then a measured window (both counted in browser steps: bench/rollout.py's `Window`);
+per browser step from the workers' own clocks, the generate
 round trip they waited (p50 / p95), generated tokens a second, the prefix-cache hit rate (vLLM's counters), and
 the seconds of `set_weights` (a push: for vLLM the HF arrays through the socket, the reload, the three cache
 resets), timed `--pushes` times after the window. One engine at a time. JSON on stdout.
 
-    python bench/engines.py --workers=2,8,16,32 --window_s=60
-    python bench/engines.py --engines=vllm --workers=2 --window_s=30
+    python bench/engines.py --workers=2,8,16,32 --window_steps=1000
+    python bench/engines.py --engines=vllm --workers=2 --window_steps=500
     python bench/engines.py --train=toy,tiny --train_steps=8    # whole runs: seconds an update, jax vs vllm
 
 `--train` runs `launch/train.py` (grpo recipe, that variant, tiny_hd32) once per engine instead of the window, and
@@ -26,15 +27,15 @@ import time
 import numpy as np
 
 from learning_run import run   # bench/learning_run.py
-from rollout import _new_steps, _steps_by_worker, apply_overrides, step_table   # bench/rollout.py
+from rollout import Window, _new_steps, apply_overrides, step_table   # bench/rollout.py
 
 
-def measure(engine: str, num_workers: int, warmup_s: float, window_s: float, pushes: int,
+def measure(engine: str, num_workers: int, warmup_steps: int, window_steps: int, max_wait_s: float, pushes: int,
             overrides: list[str]) -> dict:
     from configs.constT10 import get_config
     from jaxwebrl.buffer import from_config as run_buffer
     from jaxwebrl.checkpoint.policies import recipe_policy
-    from jaxwebrl.rollout.pool import WorkerPool, read_stats
+    from jaxwebrl.rollout.pool import WorkerPool
     from jaxwebrl.rollout.serving import PolicyService
     from jaxwebrl.rollout.spec import worker_spec
 
@@ -56,15 +57,11 @@ def measure(engine: str, num_workers: int, warmup_s: float, window_s: float, pus
             spec = worker_spec(config, buffer_path=run_buffer.path_for(config, root), address=service.address,
                                token=service.token, stats_dir=stats_dir)
             with WorkerPool(spec, num_workers) as pool:
-                time.sleep(warmup_s)
-                before = _steps_by_worker(read_stats(stats_dir))
+                steps_window = Window(stats_dir, warmup_steps, window_steps, max_wait_s, check=pool.raise_if_failed)
+                before = steps_window.open()
                 server_before = server.stats()
                 engine_before = server.engine_stats() if engine == "vllm" else {}
-                start = time.monotonic()
-                time.sleep(window_s)
-                pool.raise_if_failed()
-                after = read_stats(stats_dir)
-                window = time.monotonic() - start
+                after, window = steps_window.close()
                 server_after = server.stats()
                 engine_after = server.engine_stats() if engine == "vllm" else {}
             push_s = []
@@ -75,7 +72,8 @@ def measure(engine: str, num_workers: int, warmup_s: float, window_s: float, pus
     generate = step_table(_new_steps(after, before))["generate_s"]
     generate = generate[np.isfinite(generate)]
     tokens = server_after["generated_tokens"] - server_before["generated_tokens"]
-    out = {"engine": engine, "num_workers": num_workers, "window_s": round(window, 1), "steps": int(len(generate)),
+    out = {"engine": engine, "num_workers": num_workers, "window_steps": window_steps, "window_s": round(window, 1),
+           "steps": int(len(generate)),
            "server_start_s": round(started_s, 2),
            "generate_p50_s": float(np.median(generate)) if len(generate) else None,
            "generate_p95_s": float(np.percentile(generate, 95)) if len(generate) else None,
@@ -108,8 +106,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="jax,vllm")
     parser.add_argument("--workers", default="2,8,16,32")
-    parser.add_argument("--warmup_s", type=float, default=20.0)
-    parser.add_argument("--window_s", type=float, default=60.0)
+    parser.add_argument("--warmup_steps", type=int, default=50, help="steps before the window (compiles)")
+    parser.add_argument("--window_steps", type=int, default=1000, help="steps measured per engine and worker count")
+    parser.add_argument("--max_wait_s", type=float, default=1800.0, help="a window not filled by then is an error")
     parser.add_argument("--pushes", type=int, default=3)
     parser.add_argument("--train", default="", help="recipe variants to train (toy,tiny) instead of the window")
     parser.add_argument("--train_steps", type=int, default=8)
@@ -120,7 +119,8 @@ def main() -> None:
                    for variant in args.train.split(",") for engine in args.engines.split(",")]
         report = {"bench": "engines_train", "policy": "tiny_hd32", "recipe": "grpo", "results": results}
     else:
-        results = [measure(engine, int(n), args.warmup_s, args.window_s, args.pushes, overrides)
+        results = [measure(engine, int(n), args.warmup_steps, args.window_steps, args.max_wait_s, args.pushes,
+                           overrides)
                    for n in args.workers.split(",") for engine in args.engines.split(",")]
         report = {"bench": "engines", "policy": "tiny_hd32", "env": "toy", "results": results}
     text = json.dumps(report, indent=2)

@@ -64,10 +64,11 @@ def test_rollout_smallest_run_breaks_a_generate_down_from_the_windows_steps(run_
 
 
 def test_engines_smallest_run_measures_the_jax_server_and_a_push(run_bench):
-    out = run_bench("engines.py", "--engines", "jax", "--workers", "1", "--warmup_s", "35", "--window_s", "12",
+    out = run_bench("engines.py", "--engines", "jax", "--workers", "1", "--warmup_steps", "12", "--window_steps", "12",
                     "--pushes", "1")
     (result,) = out["results"]
-    assert (result["engine"], result["num_workers"]) == ("jax", 1) and result["steps"] > 0
+    assert (result["engine"], result["num_workers"], result["window_steps"]) == ("jax", 1, 12)
+    assert result["steps"] >= 12, result
     assert 0 < result["generate_p50_s"] <= result["generate_p95_s"]
     # the JAX server's push swaps a reference (well under the 0.1 ms the JSON rounds to)
     assert result["generated_tokens_per_s"] > 0 and len(result["push_s"]) == 1 and result["push_s"][0] >= 0
