@@ -39,7 +39,7 @@ from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
 from jaxwebrl.checkpoint.resume import restore_or_init
-from jaxwebrl.errors import CannotTrain, TrainingDiverged
+from jaxwebrl.errors import CannotTrain, TrainingDiverged, one_line
 from jaxwebrl.models import lora
 from jaxwebrl.models.serving_weights import serving_copy, serving_dtype
 from jaxwebrl.parallel import distributed
@@ -368,12 +368,18 @@ class Trainer:
                     break
         finally:
             if self.state.step == 0 and self.gatherer.counts.episodes_seen:   # what it saw, though it never trained
-                err = sys.exc_info()[1]
-                self.metrics.write_stopped(0, {**self.gatherer.counts_with_queued().as_metrics(),
-                                               **{f"buffer/{k}": n for k, n in self.buffer_losses.items()}},
-                                           f"{type(err).__name__}: {err}" if err else "stopped before train step 1")
+                self._write_stopped(sys.exc_info()[1])
             self.close()
         return taken
+
+    def _write_stopped(self, err: BaseException | None) -> None:
+        """metrics.jsonl's record of a run that stops before train step 1 (its counts; `err`, what stopped it)."""
+        try:
+            self.metrics.write_stopped(0, {**self.gatherer.counts_with_queued().as_metrics(),
+                                           **{f"buffer/{k}": n for k, n in self.buffer_losses.items()}},
+                                       one_line(err, 1000) if err else "stopped before train step 1")
+        except OSError as write_err:   # a full disk must not hide what stopped the run
+            log.warning("metrics.jsonl: the stopped run's counts not written: %s", one_line(write_err))
 
     def _success_target_reached(self, scalars: dict) -> str:
         """Why the run stops at this step ("" when it goes on): the second step in a row whose
