@@ -41,6 +41,15 @@ MUTATIONS = (
     Mutation("1/k normaliser replaced by 1/|tau|", "jaxwebrl/rl/advantages.py",
              'denom = jnp.full_like(table["steps"], float(const_length))', 'denom = table["steps"]',
              "tests/rl/test_advantages.py::test_const_length_vs_episode_length"),
+    Mutation("behaviour-cap drop off", "jaxwebrl/rl/rejection.py",
+             "dropped = loss_mask & (w > cap)", "dropped = loss_mask & (w > jnp.inf)",
+             "tests/rl/test_losses.py::test_behaviour_weight_and_dropping_cap_keep_denominator"),
+    Mutation("decoupled behaviour weight always 1", "jaxwebrl/rl/rejection.py",
+             "    w = jnp.exp(log_w)\n", "    w = jnp.ones_like(log_w)\n",
+             "tests/rl/test_losses.py::test_behaviour_weight_and_dropping_cap_keep_denominator"),
+    Mutation("reference KL rewarded instead of penalised", "jaxwebrl/rl/advantages.py",
+             "-kl_ctl * kl, 0.0)", "kl_ctl * kl, 0.0)",
+             "tests/rl/test_advantages.py::test_kl_in_reward_k1_k2_k3"),
     Mutation("staleness filter off", "jaxwebrl/train/gatherer.py",
              "elif staleness(episode, current_version) > self.max_head_offpolicyness:", "elif False:",
              "tests/train/test_gatherer.py::test_groups_filtered_and_batched_whole"),
@@ -79,7 +88,7 @@ def run_node(tree: pathlib.Path, node: str) -> subprocess.CompletedProcess:
                           cwd=tree, env=env, capture_output=True, text=True, timeout=NODE_TIMEOUT_S + 60)
 
 
-@pytest.mark.slow   # a fresh JAX process and one product test per mutation: 10-40 s each on 2 cores
+@pytest.mark.slow   # a fresh JAX process and one product test per mutation: 4-60 s each (37 s all six alone, 200 s all nine under load)
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
 def test_the_mutation_is_killed_by_its_test(mutation, tmp_path):
     tree = mutant_tree(mutation, tmp_path)
