@@ -88,7 +88,7 @@ def run_node(tree: pathlib.Path, node: str) -> subprocess.CompletedProcess:
                           cwd=tree, env=env, capture_output=True, text=True, timeout=NODE_TIMEOUT_S + 60)
 
 
-@pytest.mark.slow   # a fresh JAX process and one product test per mutation: 4-60 s each (37 s all six alone, 200 s all nine under load)
+@pytest.mark.slow   # a fresh JAX process and one product test per mutation: 4-60 s each on a busy 2-core box
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
 def test_the_mutation_is_killed_by_its_test(mutation, tmp_path):
     tree = mutant_tree(mutation, tmp_path)
