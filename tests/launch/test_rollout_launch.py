@@ -22,9 +22,10 @@ def test_a_rollout_node_whose_trainer_is_gone_says_so_and_stops(tmp_path):
         address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     env = dict(os.environ, PYTHONPATH=REPO, JAXWEBRL_TOKEN=new_token())
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "launch", "rollout.py"), "--config=configs/constT10.py:toy",
-                           f"--server={address}", f"--buffer={tmp_path / 'run' / 'buffer'}", "--num_workers=1",
-                           "--give_up_after_s=2"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "launch", "rollout.py"),
+                           "--config=configs/constT10.py:toy", f"--server={address}",
+                           f"--buffer={tmp_path / 'run' / 'buffer'}", "--num_workers=1", "--give_up_after_s=2"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     took = time.monotonic() - start
     assert proc.returncode == EXIT_FATAL, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()

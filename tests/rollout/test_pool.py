@@ -199,7 +199,8 @@ def test_a_start_page_that_does_not_load_stops_the_worker_at_once_in_one_line(tm
             pool.raise_if_failed()
         assert pool.restarts == 0
     line = str(err.value)
-    assert f"exited with a fatal error (code {EXIT_FATAL}): EnvGivenUp: t failed 2 times in a row before its first step" in line
+    assert (f"exited with a fatal error (code {EXIT_FATAL}): EnvGivenUp: t failed 2 times in a row before its "
+            "first step") in line
     assert f"the page {dead} did not load" in line and "fix its spec, page or evaluator" in line and "\n" not in line
     assert "Traceback" not in capfd.readouterr().err
 
