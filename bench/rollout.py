@@ -148,7 +148,7 @@ def measure_in_training(variant: str, num_workers: int, warmup_steps: int, windo
         watcher.start()
         supervisor.run(config, root, stop=stop)
         watcher.join()
-        records = [r for r in read_metrics(root) if "stopped" not in r]
+        records = read_metrics(root)
     if "error" in marks:
         raise RuntimeError(marks["error"])
     table = step_table(_new_steps(marks["after"], marks["before"]))

@@ -233,9 +233,11 @@ def _md(text: str) -> str:
     return html.escape(text).replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_").replace("`", "\\`")
 
 
-def read_metrics(workdir: str) -> list[dict]:
-    """All records of WORKDIR/metrics.jsonl, oldest first (a half-written last line is left out)."""
-    return [record for _, record in read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+def read_metrics(workdir: str, stopped: bool = False) -> list[dict]:
+    """The train steps' records of WORKDIR/metrics.jsonl, oldest first (a half-written last line is left out);
+    `stopped`: also the record of a run that stopped before its first step (`MetricsWriter.write_stopped`)."""
+    records = [record for _, record in read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+    return records if stopped else [record for record in records if "stopped" not in record]
 
 
 def read_jsonl(path: str) -> list[tuple[str, dict]]:

@@ -228,9 +228,10 @@ def test_a_run_whose_episodes_are_all_cut_stops_naming_the_cause_and_the_knob(po
     assert "train.stop_after_unusable_episodes=6" in str(err.value) and "\n" not in str(err.value)
     assert trainer.state.step == 0 and trainer.gatherer.counts.episodes_seen == 6
     # issue 44.6: a run stopped at step 0 still leaves its counts in metrics.jsonl, not an empty file
-    (record,) = read_metrics(str(tmp_path / "run"))
+    (record,) = read_metrics(str(tmp_path / "run"), stopped=True)
     assert record["step"] == 0 and record["rollout/cut_episodes"] == 6 and record["rollout/episodes_seen"] == 6
     assert record["rollout/cut_steps"] == 6 and record["stopped"].startswith("CannotTrain: the last 6 episodes")
+    assert read_metrics(str(tmp_path / "run")) == []                # no train step: the readers of steps see none
 
 
 def test_a_run_whose_evaluator_is_never_satisfied_stops_in_one_line(policy, two_groups, tmp_path):  # noqa: F811
@@ -247,7 +248,7 @@ def test_a_run_whose_evaluator_is_never_satisfied_stops_in_one_line(policy, two_
         trainer.run()
     assert "never satisfied" in str(err.value) and "train.stop_after_uniform_groups=3" in str(err.value)
     assert "\n" not in str(err.value) and trainer.state.step == 0
-    (record,) = read_metrics(str(tmp_path / "run"))
+    (record,) = read_metrics(str(tmp_path / "run"), stopped=True)
     assert record["rollout/episodes_seen"] == 10 and record["rollout/env_failed"] == 0
 
 
