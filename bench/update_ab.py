@@ -77,7 +77,7 @@ def build_batch(policy, config, texts, path: str, seed: int = 0) -> None:
              rewards=np.asarray(rewards, np.float32), episode_ids=np.asarray(episodes, np.int32),
              group_ids=np.asarray(episodes, np.int32) // 4, pixel_values=np.concatenate(pixels),
              image_grid_thw=np.concatenate(grids).astype(np.int64),
-             images_per_row=np.r_[np.ones(len(rows)), np.zeros(B - len(rows))].astype(np.int32),
+             image_index=np.r_[np.arange(len(rows)), np.full(B - len(rows), -1)].astype(np.int32)[:, None],
              num_real_rows=np.asarray(len(rows)))
 
 
@@ -99,7 +99,7 @@ def main() -> None:
                         behave_logprobs=z["behave_logprobs"], rewards=z["rewards"], episode_ids=z["episode_ids"],
                         group_ids=z["group_ids"], num_real_rows=int(z["num_real_rows"]),
                         pixel_values=z["pixel_values"], image_grid_thw=z["image_grid_thw"],
-                        images_per_row=z["images_per_row"], constraint_states=states,
+                        image_index=z["image_index"], constraint_states=states,
                         decision_mask=constraint.decision_mask(states, z["loss_mask"], admitted))
     updater = Updater(policy.module, update_settings(config), optimizer_settings(config),
                       allowed_table=constraint.allowed)

@@ -21,17 +21,16 @@ from jaxwebrl.models.layers import (RMSNorm, SwiGLU, apply_rotary, dense, mrope_
 from jaxwebrl.parallel.mesh import constrain_batch
 
 
-def scatter_image_features(is_image: jax.Array, features: jax.Array, base: jax.Array | None) -> jax.Array:
-    """Place features [N, E] on the image-token positions of is_image [B, T] (batch-major order).
+def scatter_image_features(image_slots: jax.Array, features: jax.Array, base: jax.Array | None) -> jax.Array:
+    """Place rows of features [N, E] on the image-token positions: image_slots [B, T] int32 holds the feature row
+    of every image token (-1 elsewhere, `vl_model.image_slots`).
 
     Other positions keep `base` [B, T, E] (or zeros when base is None).
     """
-    b, t = is_image.shape
-    index = jnp.cumsum(is_image.reshape(-1)).reshape(b, t) - 1
-    picked = features[jnp.clip(index, 0, features.shape[0] - 1)]
+    picked = features[jnp.clip(image_slots, 0, features.shape[0] - 1)]
     if base is None:
         base = jnp.zeros_like(picked)
-    return jnp.where(is_image[..., None], picked.astype(base.dtype), base)
+    return jnp.where((image_slots >= 0)[..., None], picked.astype(base.dtype), base)
 
 
 class TextAttention(nn.Module):
@@ -82,7 +81,7 @@ class TextAttention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """One pre-norm decoder layer. `deepstack` = (features [n, N', E], is_image [B, T]) with a traced
+    """One pre-norm decoder layer. `deepstack` = (features [n, N', E], image_slots [B, T]) with a traced
     `layer_index` (the scanned decoder): features[layer_index] are added after the layer when layer_index < n."""
 
     config: TextConfig
@@ -105,11 +104,11 @@ class DecoderLayer(nn.Module):
         h = RMSNorm(c.hidden_size, c.rms_norm_eps, name="post_attention_layernorm", **kw)(x)
         x = x + SwiGLU(c.hidden_size, c.intermediate_size, name="mlp", lora=self.lora, **kw)(h)
         if deepstack is not None:
-            features, is_image = deepstack
+            features, image_slots = deepstack
             n = features.shape[0]
             x = jax.lax.cond(
                 layer_index < n,
-                lambda x_: x_ + scatter_image_features(is_image, features[jnp.minimum(layer_index, n - 1)], None
+                lambda x_: x_ + scatter_image_features(image_slots, features[jnp.minimum(layer_index, n - 1)], None
                                                        ).astype(x_.dtype),
                 lambda x_: x_, x)
         return x, new_cache
@@ -164,11 +163,11 @@ class TextDecoder(nn.Module):
         attention_mask: jax.Array,
         cache: dict | None = None,
         deepstack: Sequence[jax.Array] = (),
-        is_image: jax.Array | None = None,
+        image_slots: jax.Array | None = None,
     ):
         """inputs_embeds [B, T, E]; position_ids [3, B, T] int32; attention_mask [B, T] bool;
         deepstack: per early layer, merged image features [N', E], added after that layer on the positions
-        `is_image [B, T]` marks (the image tokens, in order).
+        `image_slots [B, T]` gives (the feature row of every image token, -1 elsewhere).
 
         Returns (hidden [B, T, E] after the final norm, new cache or None).
         """
@@ -185,7 +184,7 @@ class TextDecoder(nn.Module):
             mask, index = AttentionMask(valid, slots), cache["index"]
         x = inputs_embeds
         if self.scan_layers:
-            stacked = (jnp.stack(list(deepstack)), is_image) if deepstack else None
+            stacked = (jnp.stack(list(deepstack)), image_slots) if deepstack else None
             x, _ = self.layers(x, cos, sin, mask, None, None, stacked, jnp.arange(c.num_layers))
             return self.norm(x), None
         new_layers = []
@@ -194,7 +193,7 @@ class TextDecoder(nn.Module):
             x, new_layer_cache = layer(x, cos, sin, mask, layer_cache, index)
             new_layers.append(new_layer_cache)
             if i < len(deepstack):
-                x = x + scatter_image_features(is_image, deepstack[i], None).astype(x.dtype)
+                x = x + scatter_image_features(image_slots, deepstack[i], None).astype(x.dtype)
         x = self.norm(x)
         if cache is None:
             return x, None

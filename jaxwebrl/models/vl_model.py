@@ -11,6 +11,11 @@ Module call (this is the seam the sampler and trainer build on):
   after images correctly.
 - pixel_values [N, C*T*P*P] and image_grid_thw [num_images, 3] in transformers' layout; the grid must be
   concrete (static under jit). Each run of image_token_id tokens receives one image's merged features.
+- image_index [B, K] int32 or None. None: the images are bound to the image-token runs in batch-major order (the
+  sampler's prompts). Given (the trainer's minibatches, where consecutive steps show the same screenshots):
+  pixel_values / image_grid_thw hold each distinct image once, and row b's k-th image run shows image
+  image_index[b, k] (-1: no image). The tower encodes each distinct image once; its features are gathered into
+  every row that shows it (`gathered_image_slots`).
 - cache: from `kv_cache.init_cache`, or None for a plain full forward (new_cache is then None).
 - head: "all" -> logits [B, T, V] float32; "last" -> logits of the last position only [B, 1, V] (the sampler's
   prefill); "none" -> the final hidden states [B, T, E] instead of logits (the trainer's log-prob path,
@@ -70,6 +75,7 @@ class VisionLanguageModel(nn.Module):
         image_grid_thw=None,
         cache: dict | None = None,
         head: str = "all",
+        image_index: jax.Array | None = None,
     ):
         c = self.config
         if head not in ("all", "last", "none"):
@@ -79,20 +85,24 @@ class VisionLanguageModel(nn.Module):
             raise ValueError(f"input_ids must be [B, T], got shape {input_ids.shape}")
         mask = jnp.ones(input_ids.shape, bool) if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
         embeds = self.language_model.embed(input_ids)
-        deepstack, is_image = (), None
-        grid = None
+        deepstack, slots = (), None
+        grid = rope_grid = None
         if pixel_values is not None:
             if image_grid_thw is None:
                 raise ValueError("pixel_values was given without image_grid_thw; pass both (transformers layout)")
-            grid = vision_layout.concrete_grid(image_grid_thw)
-            check_image_tokens(input_ids, grid, c)
+            grid = rope_grid = vision_layout.concrete_grid(image_grid_thw)
             image_embeds, deepstack = self.encode_images(pixel_values, grid)
-            is_image = input_ids == c.image_token_id
-            embeds = scatter_image_features(is_image, image_embeds, embeds)
+            if image_index is None:
+                check_image_tokens(input_ids, grid, c)
+                slots = batch_order_image_slots(input_ids, c.image_token_id)
+            else:
+                check_image_tokens(input_ids, occurrence_grid_of(image_index, grid), c)
+                slots, rope_grid = gathered_image_slots(input_ids, image_index, grid, c)
+            embeds = scatter_image_features(slots, image_embeds, embeds)
         if position_ids is None:
             position_ids, _ = get_rope_index(
                 input_ids,
-                grid,
+                rope_grid,
                 mask,
                 image_token_id=c.image_token_id,
                 spatial_merge_size=c.vision.spatial_merge_size,
@@ -100,7 +110,7 @@ class VisionLanguageModel(nn.Module):
             if cache is not None:
                 position_ids = position_ids + cache["next_position"][None, :, None]
         position_ids = jnp.asarray(position_ids, jnp.int32)
-        hidden, new_cache = self.language_model(embeds, position_ids, mask, cache, tuple(deepstack), is_image)
+        hidden, new_cache = self.language_model(embeds, position_ids, mask, cache, tuple(deepstack), slots)
         if head == "none":
             return hidden, new_cache
         if head == "last":
@@ -113,10 +123,51 @@ class VisionLanguageModel(nn.Module):
         return logits.astype(jnp.float32), new_cache
 
 
-def check_image_tokens(input_ids, grid: np.ndarray, config: ModelConfig) -> None:
-    """When input_ids are concrete, the image-token count must equal the merged patch count."""
+def batch_order_image_slots(input_ids: jax.Array, image_token_id: int) -> jax.Array:
+    """[B, T] int32: the i-th image token in batch-major order takes feature row i (-1 off image tokens)."""
+    is_image = input_ids == image_token_id
+    order = jnp.cumsum(is_image.reshape(-1)).reshape(is_image.shape) - 1
+    return jnp.where(is_image, order, -1).astype(jnp.int32)
+
+
+def gathered_image_slots(input_ids: jax.Array, image_index: jax.Array, grid: np.ndarray, config: ModelConfig):
+    """Where each image token reads its feature when the images are given once each (`image_index`).
+
+    input_ids [B, T] int; image_index [B, K] int32 (row b's k-th image run shows distinct image image_index[b, k],
+    -1: none); grid [U, 3] concrete, the distinct images' patch grids (the tower's output holds image u's
+    t*h*w / merge^2 features from `first_feature[u]` on). Returns (slots [B, T] int32: the feature row of every
+    image token, -1 elsewhere; occurrence grid [B*K, 3] int32: the grid of every image run in batch-major order,
+    the runs first, for the rope index).
+    """
+    image_index = jnp.asarray(image_index, jnp.int32)
+    merged = grid.prod(-1) // config.vision.spatial_merge_size**2
+    first_feature = jnp.asarray(np.cumsum(merged) - merged, jnp.int32)                # [U]
+    is_image = input_ids == config.image_token_id
+    run_start = is_image & ~jnp.pad(is_image[:, :-1], ((0, 0), (1, 0)))
+    run = jnp.clip(jnp.cumsum(run_start, axis=1) - 1, 0, image_index.shape[1] - 1)   # k of each token's run
+    image = jnp.take_along_axis(image_index, run, axis=1)                             # [B, T] distinct image
+    steps = jnp.arange(input_ids.shape[1], dtype=jnp.int32)
+    within = steps - jax.lax.cummax(jnp.where(run_start, steps, -1), axis=1)          # offset inside the run
+    slots = jnp.where(is_image & (image >= 0), first_feature[jnp.maximum(image, 0)] + within, -1)
+    return slots.astype(jnp.int32), occurrence_grid_of(image_index, grid)
+
+
+def occurrence_grid_of(image_index, grid: np.ndarray):
+    """[B*K, 3] the grid of every image occurrence of image_index [B, K] in batch-major order, absent ones (-1)
+    moved to the end (host array when image_index is concrete, else traced)."""
     try:
-        ids = np.asarray(input_ids)
+        index = np.asarray(image_index).reshape(-1)
+    except Exception:  # traced
+        index = jnp.asarray(image_index).reshape(-1)
+        order = jnp.argsort(index < 0, stable=True)
+        return jnp.asarray(grid, jnp.int32)[jnp.maximum(index[order], 0)]
+    return grid[index[index >= 0]]
+
+
+def check_image_tokens(input_ids, grid, config: ModelConfig) -> None:
+    """When input_ids and grid are concrete, the image-token count must equal the merged patch count."""
+    try:
+        ids, grid = np.asarray(input_ids), np.asarray(grid)
     except Exception:  # traced: the caller is responsible
         return
     expected = int(grid.prod(-1).sum()) // config.vision.spatial_merge_size**2

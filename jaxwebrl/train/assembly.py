@@ -1,8 +1,9 @@
 """Episodes from the ring buffer -> one `UpdateBatch` of padded step rows with their images.
 
 The Episodes' steps become padded rows once, here (`batching.pad_steps`, straight from `Episode.steps`); screenshots
-are fetched by reference once per distinct image and run through the policy's image processor, so the trainer
-sees exactly the pixels the policy server saw. Row count and length are rounded up to a few buckets so the jitted
+are fetched by reference once per distinct screenshot record and run through the policy's image processor, so the
+trainer sees exactly the pixels the policy server saw. They stay distinct: with a prompt window, consecutive steps
+show the same screenshots, and each row points at its images (`image_index`) instead of carrying copies. Row count and length are rounded up to a few buckets so the jitted
 update compiles a handful of shapes, not one per batch. Episode and group ids of any width are ranked densely
 here (int32 ranks, so a 64-bit id never wraps when it enters jnp).
 """
@@ -28,9 +29,10 @@ class UpdateBatch(NamedTuple):
 
     input_ids [B, T] int32; attention_mask [B, T] int32 (1 = real token); loss_mask [B, T] int32 (1 on policy
     tokens); behave_logprobs [B, T] float32; rewards [R] float32 raw episode reward; episode_ids, group_ids [R]
-    int32 dense ranks of the rows' episode / group ids (R = num_real_rows); num_real_rows: rows before the padding rows (padding has loss_mask 0); pixel_values [P, D] float32
-    (patches of every image, row-major), image_grid_thw [N, 3] int64 and images_per_row [B] int32 (or None
-    when no row has images). When the policy decoded under an action constraint: constraint_states [B, T]
+    int32 dense ranks of the rows' episode / group ids (R = num_real_rows); num_real_rows: rows before the padding
+    rows (padding has loss_mask 0); pixel_values [P, D] float32 (the patches of each distinct screenshot once),
+    image_grid_thw [U, 3] int64 (their grids) and image_index [B, K] int32 (row b's k-th image is distinct image
+    image_index[b, k], -1: none), all None when no row has images. When the policy decoded under an action constraint: constraint_states [B, T]
     int32, the automaton state each policy token was drawn in (-1 elsewhere, and in rows whose response is
     outside the grammar; log-probs are recomputed under the allowed set of that state), and decision_mask
     [B, T] int32, the policy tokens that carry loss (the grammar left a choice; every policy token of a row
@@ -47,7 +49,7 @@ class UpdateBatch(NamedTuple):
     num_real_rows: int
     pixel_values: np.ndarray | None = None
     image_grid_thw: np.ndarray | None = None
-    images_per_row: np.ndarray | None = None
+    image_index: np.ndarray | None = None
     constraint_states: np.ndarray | None = None
     decision_mask: np.ndarray | None = None
 
@@ -129,15 +131,14 @@ def assemble(episodes: list[Episode], *, screenshots, image_processor, n_minibat
     attention = padded["attention_mask"].astype(np.int32)
     attention[n_rows:, 0] = 1  # padding rows attend to one token: finite logits, no NaN through the mask
 
-    pixel_values = grid = images_per_row = None
+    pixel_values = grid = image_index = None
     refs = padded["screenshot_refs"]
     if (refs >= 0).any():
-        images, index = batching.gather_screenshots(screenshots, refs)
+        images, image_index = batching.gather_screenshots(screenshots, refs)   # distinct records, [B, K] index
         processed = [image_processor([image]) for image in images]   # per distinct image: (pixels, grid)
-        order = [int(i) for row in index for i in row if i >= 0]    # row-major, prompt order
-        pixel_values = np.concatenate([processed[i][0] for i in order], axis=0).astype(np.float32)
-        grid = np.concatenate([np.asarray(processed[i][1]).reshape(-1, 3) for i in order], axis=0).astype(np.int64)
-        images_per_row = (index >= 0).sum(axis=1).astype(np.int32)
+        pixel_values = np.concatenate([pixels for pixels, _ in processed], axis=0).astype(np.float32)
+        grid = np.concatenate([np.asarray(g).reshape(-1, 3) for _, g in processed], axis=0).astype(np.int64)
+        image_index = image_index.astype(np.int32)
     loss_mask = padded["loss_mask"].astype(np.int32)
     states = decisions = None
     if constraint is not None:
@@ -156,6 +157,6 @@ def assemble(episodes: list[Episode], *, screenshots, image_processor, n_minibat
         episode_ids=host_dense_ids(padded["episode_id"][:n_rows]),
         group_ids=host_dense_ids(padded["group_id"][:n_rows]),
         num_real_rows=n_rows,
-        pixel_values=pixel_values, image_grid_thw=grid, images_per_row=images_per_row,
+        pixel_values=pixel_values, image_grid_thw=grid, image_index=image_index,
         constraint_states=states, decision_mask=decisions)
     return batch

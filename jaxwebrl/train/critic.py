@@ -58,7 +58,7 @@ class CriticSettings:
 def _forward_values(module, params, mb: Minibatch, grid):
     """V [R, T] float32 of minibatch `mb` under critic `params` (`value_head.token_values`)."""
     hidden, _ = module.apply({"params": params["trunk"]}, mb.input_ids, attention_mask=mb.attention_mask,
-                             pixel_values=mb.pixel_values,
+                             pixel_values=mb.pixel_values, image_index=mb.image_index,
                              image_grid_thw=None if grid is None else np.asarray(grid, np.int64), head="none")
     return value_head.token_values(hidden, params["value_head"])
 

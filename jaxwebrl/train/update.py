@@ -63,7 +63,9 @@ class Minibatch(NamedTuple):
     advantages [R, T] float32 (update only); loss_positions [R, P] int32 (`lm_head.loss_positions`; None: every
     position); prox_logprobs [R, T] float32 (update only); ref_logprobs [R, T] float32 (the reference's, for a
     KL loss term only); constraint_states [R, T] int32 and allowed_table [S, V] bool (decoded under an action
-    constraint only); pixel_values [N_patches, D] float32 (rows with images only). An absent field is None.
+    constraint only); pixel_values [N_patches, D] float32, the patches of each distinct image the rows show, once
+    (padded to a bucket of images), and image_index [R, K] int32, row r's k-th image as an index into them (-1:
+    none) (rows with images only). An absent field is None.
     """
 
     input_ids: jax.Array
@@ -77,6 +79,7 @@ class Minibatch(NamedTuple):
     constraint_states: jax.Array | None = None
     allowed_table: jax.Array | None = None
     pixel_values: jax.Array | None = None
+    image_index: jax.Array | None = None
 
 
 class UpdateInterrupted(RuntimeError):
@@ -170,7 +173,7 @@ def _policy_token_means(token_rewards, advantages, loss_mask):
 def _forward_logprobs(module, settings: "UpdateSettings", params, mb: Minibatch, grid):
     """(logprobs, entropy) [R, T] of minibatch `mb` under `params` (see token_logprobs)."""
     hidden, _ = module.apply({"params": params}, mb.input_ids, attention_mask=mb.attention_mask,
-                             pixel_values=mb.pixel_values,
+                             pixel_values=mb.pixel_values, image_index=mb.image_index,
                              image_grid_thw=None if grid is None else np.asarray(grid, np.int64), head="none")
     return token_logprobs(hidden, params, module.config, mb.input_ids, settings.temperature,
                           top_k=settings.top_k, top_p=settings.top_p,
@@ -256,48 +259,50 @@ class Updater:
         """One train step. `should_stop()` is checked between minibatch updates: when it turns true the step is
         abandoned with UpdateInterrupted (the donated params are gone: resume from the last checkpoint).
 
-        The advantages stay on the device: computed once for the batch's real rows, padded with zero rows, and
-        gathered per minibatch there; only the two logged means come back to the host."""
+        Every per-token quantity of the step lives on the device in one layout, `[B, T]` in batch row order: the
+        proximal (and reference) log-probs are computed minibatch by minibatch and placed once
+        (`_in_batch_order`), the advantage path runs once on the whole batch, and each minibatch takes its rows of
+        all of them once (`_rows`); only the logged means come back to the host."""
         s, critic = self.settings, self.critic
         n_real = batch.num_real_rows
         real_mask = batch.loss_mask[:n_real]
         pad = ((0, batch.loss_mask.shape[0] - n_real), (0, 0))
         minibatches = [m for m in self._split(batch) if m.policy_tokens > 0]
-        for m in minibatches:  # proximal log-probs, all before the first update of this step
-            m.minibatch = m.minibatch._replace(prox_logprobs=self._logprobs(params, m.minibatch, m.grid))
-        ref_kl = None
+        rows = [jnp.asarray(m.rows) for m in minibatches]
+        shape = batch.input_ids.shape
+        prox = _in_batch_order([self._logprobs(params, m.minibatch, m.grid) for m in minibatches], rows, shape)
+        ref = ref_kl = None
         extra = {}
         if self.reference is not None:   # the reference's, in the same pass and LM-head chunks
             with self.reference.on_device() as ref_params:
-                for m in minibatches:
-                    m.minibatch = m.minibatch._replace(ref_logprobs=self._logprobs(ref_params, m.minibatch, m.grid))
-            prox, ref, mask = (_rows_of(batch, minibatches, f) for f in ("prox_logprobs", "ref_logprobs", "loss_mask"))
-            ref_kl = float(_ref_kl(prox, ref, mask))
+                ref = _in_batch_order([self._logprobs(ref_params, m.minibatch, m.grid) for m in minibatches], rows,
+                                      shape)
+            ref_kl = float(_ref_kl(prox, ref, jnp.asarray(batch.objective_mask)))
             if s.advantage.kl_ctl:
                 extra.update(logprobs=prox[:n_real], ref_logprobs=ref[:n_real])
         if s.advantage.gae_timestep_unit == "turn":
             extra["turn_ids"] = np.asarray(gae_lib.turn_ids_from_mask(real_mask))
         if critic is not None:   # V before any update: GAE's values and the value clip's anchor
-            values, old_values = critic.batch_values(minibatches, batch.loss_mask.shape)
+            values, old_values = critic.batch_values(minibatches, shape)
             extra["values"] = values[:n_real]
         trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
                                  real_mask, **extra)
         advantages = jnp.pad(trace.advantages, pad)   # [B, T]
         if critic is not None:
-            returns, value_mask = jnp.pad(trace.returns, pad), critic.value_mask(batch.loss_mask)
-        for m in minibatches:   # gathered on the device; the reference's log-probs stay only for a KL loss
-            m.minibatch = m.minibatch._replace(advantages=advantages[jnp.asarray(m.rows)],
-                                               ref_logprobs=m.minibatch.ref_logprobs if s.kl_loss_coef else None)
+            returns, value_mask = jnp.pad(trace.returns, pad), jnp.asarray(critic.value_mask(batch.loss_mask))
+        for m, r in zip(minibatches, rows):   # the reference's log-probs stay only for a KL loss
+            m.minibatch = m.minibatch._replace(
+                **_rows(r, prox_logprobs=prox, advantages=advantages, ref_logprobs=ref if s.kl_loss_coef else None))
         per_update: list[dict[str, Any]] = []
         for _ in range(s.n_epochs):
-            for i, m in enumerate(minibatches):
+            for i, (m, r) in enumerate(zip(minibatches, rows)):
                 if should_stop is not None and should_stop():
                     raise UpdateInterrupted("train step abandoned on request")
                 params, opt_state, stats = self._step(params, opt_state, m.minibatch, m.grid)
                 if critic is not None:
-                    rows = jnp.asarray(m.rows)
-                    stats = {**stats, **critic.update(m.minibatch, m.grid, returns[rows], old_values[i],
-                                                      jnp.asarray(value_mask[m.rows]))}
+                    taken = _rows(r, returns=returns, value_mask=value_mask)
+                    stats = {**stats, **critic.update(m.minibatch, m.grid, taken["returns"], old_values[i],
+                                                      taken["value_mask"])}
                 per_update.append(stats)
         per_update = [{k: float(v) for k, v in u.items()} for u in per_update]
         kept = [u for u in per_update if not u["skipped"]] or per_update   # all skipped: their (non-finite) means
@@ -317,10 +322,9 @@ class Updater:
 
     def proximal_logprobs(self, params, batch: UpdateBatch) -> np.ndarray:
         """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them), rows in batch order."""
-        out = np.zeros(batch.input_ids.shape, np.float32)
-        for m in self._split(batch):
-            out[m.rows] = np.asarray(self._logprobs(params, m.minibatch, m.grid))
-        return out
+        minibatches = self._split(batch)
+        return np.asarray(_in_batch_order([self._logprobs(params, m.minibatch, m.grid) for m in minibatches],
+                                          [jnp.asarray(m.rows) for m in minibatches], batch.input_ids.shape))
 
     def _split(self, batch: UpdateBatch) -> list["Split"]:
         """`n_minibatches` minibatches of equal row count, balanced by policy tokens, each with its rows' images."""
@@ -334,12 +338,12 @@ class Updater:
                              "but the Updater has no allowed_table: pass the constraint's `allowed`")
         objective = batch.objective_mask
         tokens = objective.sum(axis=1)
-        images = _RowImages(batch) if batch.pixel_values is not None else None
+        images = _DistinctImages(batch) if batch.pixel_values is not None else None
         out = []
         for index in balanced_minibatches(tokens, s.n_minibatches):
-            grid = pixels = None
+            grid = pixels = image_index = None
             if images is not None:
-                pixels, grid = images.of_rows(index)
+                pixels, grid, image_index = images.of_rows(index)
             constrained = batch.constraint_states is not None
             mb = Minibatch(
                 input_ids=jnp.asarray(batch.input_ids[index], jnp.int32),
@@ -349,7 +353,8 @@ class Updater:
                 loss_positions=jnp.asarray(lm_head.loss_positions(objective[index])),        # LM-head bucket
                 constraint_states=jnp.asarray(batch.constraint_states[index], jnp.int32) if constrained else None,
                 allowed_table=self.allowed_table if constrained else None,
-                pixel_values=None if pixels is None else jnp.asarray(pixels))
+                pixel_values=None if pixels is None else jnp.asarray(pixels),
+                image_index=None if image_index is None else jnp.asarray(image_index))
             out.append(Split(rows=index, minibatch=mb, grid=grid, policy_tokens=int(tokens[index].sum())))
         return out
 
@@ -360,13 +365,20 @@ def _ref_kl(prox_logprobs, ref_logprobs, loss_mask):
     return _masked_mean(kl_lib.kl_estimate(prox_logprobs, ref_logprobs, "k3"), loss_mask)
 
 
-def _rows_of(batch: UpdateBatch, minibatches: list["Split"], field: str) -> jax.Array:
-    """[B, T] device array of the minibatches' `field`, scattered back to batch row order (0 in the rows of no
-    minibatch: they carry no policy token)."""
-    out = jnp.zeros(batch.input_ids.shape, jnp.float32)
-    for m in minibatches:
-        out = out.at[jnp.asarray(m.rows)].set(getattr(m.minibatch, field).astype(jnp.float32))
-    return out
+@functools.partial(jax.jit, static_argnames=("shape",))
+def _in_batch_order(parts: list[jax.Array], rows: list[jax.Array], shape: tuple[int, int]) -> jax.Array:
+    """[B, T] float32: the minibatches' [R, T] `parts` placed at their `rows` [R] in one scatter (0 in the rows of
+    no minibatch: they carry no policy token)."""
+    out = jnp.zeros(shape, jnp.float32)
+    if not parts:
+        return out
+    return out.at[jnp.concatenate(rows)].set(jnp.concatenate(parts).astype(jnp.float32))
+
+
+@jax.jit
+def _rows(rows: jax.Array, **fields: jax.Array | None) -> dict:
+    """Each [B, T] field's rows `rows` [R] (a None field stays None): a minibatch's share, taken once."""
+    return {name: None if x is None else x[rows] for name, x in fields.items()}
 
 
 @dataclasses.dataclass
@@ -380,30 +392,32 @@ class Split:
     policy_tokens: int
 
 
-class _RowImages:
-    """The patches and grid rows of any subset of a batch's rows (images are stored row-major, prompt order)."""
+class _DistinctImages:
+    """The distinct images any subset of a batch's rows shows, each once, and the rows' index into them."""
 
     def __init__(self, batch: UpdateBatch):
         self.pixel_values = batch.pixel_values
         self.grid = batch.image_grid_thw
-        per_row = np.asarray(batch.images_per_row, np.int64)
-        self.first_image = np.cumsum(per_row) - per_row                      # [B]
-        self.images_per_row = per_row
-        patches = np.prod(self.grid, axis=-1).astype(np.int64)              # [N]
+        self.image_index = np.asarray(batch.image_index, np.int64)                   # [B, K]
+        patches = np.prod(self.grid, axis=-1).astype(np.int64)                        # [U]
         self.first_patch = np.cumsum(patches) - patches
         self.patches = patches
 
     def of_rows(self, rows: np.ndarray):
-        """(pixel_values [P, D] or None, static grid key or None) of `rows`, in their order."""
-        images = np.concatenate([np.arange(self.first_image[r], self.first_image[r] + self.images_per_row[r])
-                                 for r in rows]).astype(np.int64)
-        if images.size == 0:
-            return None, None
-        # a varying image count (padding rows hold none) keeps one static grid per row bucket
-        images = vision_layout.bucketed_image_order(images, minimum=len(rows) * int(self.images_per_row.max()))
+        """(pixel_values [P, D], static grid key, image_index [R, K] int32 into them) of `rows`, or three Nones
+        when they show no image. The distinct images are padded to a bucket (`vision_layout.bucketed_image_order`:
+        copies of the last, which no row points at) so a varying count compiles a few grids, not one per count."""
+        index = self.image_index[rows]
+        shown = np.unique(index[index >= 0])
+        if shown.size == 0:
+            return None, None, None
+        local = np.full(len(self.grid), -1, np.int64)
+        local[shown] = np.arange(shown.size)
+        row_index = np.where(index >= 0, local[np.maximum(index, 0)], -1).astype(np.int32)
+        images = vision_layout.bucketed_image_order(shown)
         patch_index = np.concatenate([np.arange(self.first_patch[i], self.first_patch[i] + self.patches[i])
                                       for i in images])
-        return self.pixel_values[patch_index], _grid_key(self.grid[images])
+        return self.pixel_values[patch_index], _grid_key(self.grid[images]), row_index
 
 
 def _grid_key(grid) -> tuple:

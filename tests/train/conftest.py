@@ -15,11 +15,12 @@ from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
 SHORT_SYSTEM_PROMPT = "Press the buttons of the pattern. Answer: Memory: {...} then Action: click(x, y)."
 
 
-def play_toy(buffer, *, groups: int, group_size: int = 4, epsilon: float = 0.5, seed: int = 0, version: int = 0):
+def play_toy(buffer, *, groups: int, group_size: int = 4, epsilon: float = 0.5, seed: int = 0, version: int = 0,
+             window: int = 0):
     backend = ScriptedBackend(toy_oracle_responder(epsilon), processor=tiny_processor(),
                               fetch_image=buffer.screenshots.get, seed=seed, version=version)
     config = WorkerConfig(tasks=("toy",), group_size=group_size, max_new_tokens=64, seed=seed,
-                          prompt={"window": 0, "system_prompt": SHORT_SYSTEM_PROMPT})
+                          prompt={"window": window, "system_prompt": SHORT_SYSTEM_PROMPT})
     RolloutWorker(config, InProcessClient(backend), buffer).run(max_groups=groups)
 
 

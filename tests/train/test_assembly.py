@@ -114,11 +114,16 @@ def test_assemble_rows_tokens_and_pixels(tmp_path):
         np.testing.assert_array_equal(batch.loss_mask[i, :L], step.loss_mask)
         assert batch.attention_mask[i, :L].all() and not batch.attention_mask[i, L:].any()
     assert not batch.loss_mask[n:].any() and (batch.attention_mask[n:, 0] == 1).all()
-    # one screenshot per row (window 0); pixels and grids follow the rows, and the prompt's image tokens match
-    assert batch.images_per_row.tolist() == [1] * n + [0] * (B - n)
+    # one screenshot per row (window 0): rows point at the distinct screenshot records once each (rows showing the
+    # same record share it), padding at none, and the prompt's image tokens match that image's merged patches
+    refs = np.array([step.screenshot_refs[0] for step in steps])
+    assert batch.image_index.shape == (B, 1) and (batch.image_index[n:] == -1).all()
+    _, expected_index = np.unique(refs, return_inverse=True)
+    np.testing.assert_array_equal(batch.image_index[:n, 0], expected_index)
     merged = np.prod(batch.image_grid_thw, axis=-1) // 4
-    assert [(batch.input_ids[i] == IMAGE_TOKEN).sum() for i in range(n)] == merged.tolist()
+    assert [(batch.input_ids[i] == IMAGE_TOKEN).sum() for i in range(n)] == merged[batch.image_index[:n, 0]].tolist()
     assert batch.pixel_values.shape[0] == np.prod(batch.image_grid_thw, axis=-1).sum()
     first = buf.screenshots.get(int(steps[0].screenshot_refs[0]))
     expected, _ = processor.image_processor([first])
-    np.testing.assert_allclose(batch.pixel_values[:len(expected)], expected)
+    start = int(np.prod(batch.image_grid_thw[:batch.image_index[0, 0]], axis=-1).sum())
+    np.testing.assert_allclose(batch.pixel_values[start:start + len(expected)], expected)

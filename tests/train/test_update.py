@@ -48,8 +48,9 @@ def test_update_moves_success_up_and_failure_down(policy, updater, toy_buffer):
 
     # the proximal log-probs are the Policy's own teacher-forced log-probs (same forward, same images) on the
     # tokens that carry loss (the LM head runs there only; 0 elsewhere)
-    logits = policy.logits(batch.input_ids[:2], batch.attention_mask[:2],
-                           batch.pixel_values[:2 * 16], batch.image_grid_thw[:2])
+    shown = batch.image_index[:2, 0]                   # window 0: one distinct screenshot of 16 patches a row
+    pixels = np.concatenate([batch.pixel_values[16 * i:16 * (i + 1)] for i in shown])
+    logits = policy.logits(batch.input_ids[:2], batch.attention_mask[:2], pixels, batch.image_grid_thw[shown])
     lp = jax.nn.log_softmax(np.asarray(logits)[:, :-1], -1)
     manual = np.take_along_axis(lp, batch.input_ids[:2, 1:, None], -1)[..., 0]
     on_loss = batch.loss_mask[:2, 1:] > 0
@@ -113,8 +114,15 @@ def _sampled_batch(prompts, results, n_minibatches, constraint=None):
         rewards=np.zeros(n, np.float32), episode_ids=np.arange(n), group_ids=np.zeros(n, np.int64), num_real_rows=n,
         pixel_values=np.concatenate([p["pixel_values"] for p in with_images]),
         image_grid_thw=np.concatenate([p["image_grid_thw"] for p in with_images]),
-        images_per_row=np.array([len(p["image_grid_thw"]) for p in prompts] + [0] * (B - n), np.int32),
+        image_index=_one_image_a_row([len(p["image_grid_thw"]) > 0 for p in prompts], B),
         constraint_states=states, decision_mask=decisions)
+
+
+def _one_image_a_row(has_image: list[bool], rows: int) -> np.ndarray:
+    """[rows, 1] int32 image_index of rows showing at most one image each, the images in row order (-1: none)."""
+    index = np.full((rows, 1), -1, np.int32)
+    index[np.flatnonzero(has_image), 0] = np.arange(sum(has_image))
+    return index
 
 
 def test_trainer_replays_temperature_top_p_and_top_k_exactly(policy):
@@ -172,8 +180,14 @@ def test_minibatches_are_balanced_by_policy_tokens(policy, updater, toy_buffer):
     np.testing.assert_array_equal(np.sort(np.concatenate([m.rows for m in minibatches])), np.arange(len(batch.input_ids)))
     for m in minibatches:
         np.testing.assert_array_equal(np.asarray(m.minibatch.input_ids), batch.input_ids[m.rows])
-        n_images = int(batch.images_per_row[m.rows].sum())
-        assert len(m.grid) == n_images and m.minibatch.pixel_values.shape[0] == sum(np.prod(g) for g in m.grid)
+        index = np.asarray(m.minibatch.image_index)            # the rows' images, as indices into the minibatch's
+        shown = batch.image_index[m.rows]
+        assert (index[shown < 0] == -1).all() and len(m.grid) >= index.max() + 1
+        assert m.minibatch.pixel_values.shape[0] == sum(np.prod(g) for g in m.grid)
+        for row, k in zip(*np.nonzero(shown >= 0)):            # every image index points at that row's pixels
+            u, local = shown[row, k], index[row, k]
+            np.testing.assert_array_equal(np.asarray(m.minibatch.pixel_values)[16 * local:16 * (local + 1)],
+                                          batch.pixel_values[16 * u:16 * (u + 1)])
 
 
 def test_a_minibatch_without_policy_tokens_takes_no_step(policy, updater, toy_buffer):

@@ -1,0 +1,115 @@
+"""Each distinct screenshot is encoded once per minibatch and its features gathered into every row that shows it.
+
+Real toy episodes played with a prompt window of 2 (a step's prompt shows its own and the two previous screenshots,
+so consecutive rows share them), on the tiny Qwen3-VL policy.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+from configs.constT10 import get_config
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.train import rl_config
+from jaxwebrl.train.assembly import UpdateBatch, assemble
+from jaxwebrl.train.update import OptimizerConfig, Updater
+from tests.train.conftest import play_toy
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return tiny_policy(seed=0)
+
+
+@pytest.fixture(scope="module")
+def shared_batch(policy, tmp_path_factory):
+    """(UpdateBatch of 2 groups of 4 toy episodes played with prompt_window=2, its screenshot refs [B, K])."""
+    buffer = RingBuffer.create(str(tmp_path_factory.mktemp("buffer")), capacity_steps=2048, max_seq_len=512,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=3)
+    play_toy(buffer, groups=2, group_size=4, epsilon=0.6, seed=3, window=2)
+    episodes, _ = buffer.read(None, group_size=4)
+    batch = assemble(episodes, screenshots=buffer.screenshots, image_processor=policy.processor.image_processor,
+                     n_minibatches=2, max_seq_len=512)
+    return batch
+
+
+def every_occurrence(batch: UpdateBatch) -> UpdateBatch:
+    """The same rows with every image occurrence a copy of its own (the layout that encodes each again)."""
+    patches = np.prod(batch.image_grid_thw, axis=-1)
+    first = np.cumsum(patches) - patches
+    shown = batch.image_index[batch.image_index >= 0]                       # row-major occurrences
+    index = np.full(batch.image_index.shape, -1, np.int32)
+    index[batch.image_index >= 0] = np.arange(shown.size)
+    pixels = np.concatenate([batch.pixel_values[first[u]:first[u] + patches[u]] for u in shown])
+    return batch._replace(pixel_values=pixels, image_grid_thw=batch.image_grid_thw[shown], image_index=index)
+
+
+def test_vision_tower_encodes_each_distinct_screenshot_of_a_minibatch_once(policy, shared_batch):
+    """Counted from the shapes the jitted functions get: the minibatch's images are its rows' distinct screenshots
+    (fewer than their occurrences: the rows share them), and every row's index points at its own pixels."""
+    updater = Updater(policy.module, rl_config.update_settings(get_config("toy")),
+                      OptimizerConfig(lr=1e-3, total_steps=1))
+    batch = shared_batch
+    occurrences = distinct = 0
+    for m in updater._split(batch):
+        refs = batch.image_index[m.rows]
+        n_distinct = np.unique(refs[refs >= 0]).size
+        assert n_distinct <= 8                             # below 8 images the bucket is the count itself
+        patches_each = int(np.prod(batch.image_grid_thw[0]))
+        assert len(m.grid) == n_distinct == m.minibatch.pixel_values.shape[0] // patches_each
+        assert m.minibatch.image_index.shape == refs.shape
+        occurrences, distinct = occurrences + int((refs >= 0).sum()), distinct + n_distinct
+    assert occurrences > 1.5 * distinct, (occurrences, distinct)
+
+
+def test_deduplicated_update_equals_encoding_every_occurrence(policy, shared_batch):
+    """Proximal log-probs, loss, gradient norm and the new weights agree to fp32 rounding between the deduplicated
+    batch and the same rows with every occurrence encoded again. The optimizer's eps (1e-4) dwarfs these gradients
+    (their global norm is ~2e-5), so the first AdamW step is lr · g / (|g| + eps) ≈ g · 1e4: the new weights compare
+    the gradients themselves."""
+    config = get_config("toy")
+    config.train.ppo_n_minibatches, config.train.ppo_n_epochs = 2, 1
+    updater = Updater(policy.module, rl_config.update_settings(config),
+                      OptimizerConfig(lr=1.0, eps=1e-4, total_steps=1, max_grad_norm=None))
+    copies = every_occurrence(shared_batch)
+    assert copies.image_grid_thw.shape[0] > 1.5 * shared_batch.image_grid_thw.shape[0]
+    np.testing.assert_allclose(updater.proximal_logprobs(policy.params, shared_batch),
+                               updater.proximal_logprobs(policy.params, copies), atol=2e-5)
+    outs = []
+    for batch in (shared_batch, copies):
+        params = jax.tree.map(lambda x: x.copy(), policy.params)
+        outs.append(updater(params, updater.optimizer.init(params), batch))
+    (dedup_params, _, dedup), (copy_params, _, copied) = outs
+    assert dedup["optimizer_updates"] == copied["optimizer_updates"] == 2
+    for key in ("actor_loss", "grad_norm"):
+        np.testing.assert_allclose(dedup[key], copied[key], rtol=1e-5, atol=1e-7)
+    assert dedup["grad_norm"] > 1e-6
+    moved = 0.0
+    for a, b, p0 in zip(jax.tree.leaves(dedup_params), jax.tree.leaves(copy_params), jax.tree.leaves(policy.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+        moved = max(moved, float(np.abs(np.asarray(a) - np.asarray(p0)).max()))
+    assert moved > 1e-2
+
+
+def test_model_gathers_distinct_images_like_the_batch_order_layout(policy, shared_batch):
+    """The module call with image_index (distinct images, gathered) gives the logits of the plain call that binds
+    every occurrence's own copy to the image runs in batch order (the sampler's layout), jitted or not."""
+    rows = np.flatnonzero((shared_batch.image_index >= 0).sum(axis=1) == 3)[:2]   # rows showing 3 screenshots
+    rows = np.r_[rows, np.flatnonzero((shared_batch.image_index >= 0).sum(axis=1) == 1)[:1]]
+    batch = shared_batch._replace(input_ids=shared_batch.input_ids[rows],
+                                  attention_mask=shared_batch.attention_mask[rows],
+                                  image_index=shared_batch.image_index[rows])
+    copies = every_occurrence(batch)
+    apply = policy.module.apply
+    plain, _ = apply({"params": policy.params}, batch.input_ids, attention_mask=batch.attention_mask,
+                     pixel_values=copies.pixel_values, image_grid_thw=copies.image_grid_thw)
+
+    @jax.jit
+    def gathered(index):
+        return apply({"params": policy.params}, batch.input_ids, attention_mask=batch.attention_mask,
+                     pixel_values=batch.pixel_values, image_grid_thw=batch.image_grid_thw, image_index=index)[0]
+
+    np.testing.assert_allclose(np.asarray(gathered(batch.image_index)), np.asarray(plain), atol=1e-5)
+    shuffled = np.where(batch.image_index >= 0, (batch.image_index + 1) % len(batch.image_grid_thw), -1)
+    assert np.abs(np.asarray(gathered(shuffled)) - np.asarray(plain)).max() > 1e-3   # the index is what binds
