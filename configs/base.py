@@ -245,6 +245,8 @@ SCHEMA = {
         "consumer_batch_size": Field(8, "trajectories per train step (= groups × G)", at_least(1)),
         "ppo_n_minibatches": Field(2, "minibatches each train step's batch splits into", at_least(1)),
         "ppo_n_epochs": Field(3, "passes over each train step's batch", at_least(1)),
+        "length_groups": Field(8, "a minibatch's rows, longest first, run in up to this many groups, each padded "
+                                  "to its own length bucket (1: every row to the minibatch's longest)", at_least(1)),
         "dynamic_sampling": Field(True, "drop groups whose episodes all succeed or all fail"),
         # Guarded inside the jitted update (jaxwebrl/train/update.py): no copy of the train state is kept.
         "rollback_non_finite": Field(True, "skip a minibatch update whose loss or gradient norm is NaN/inf inside "

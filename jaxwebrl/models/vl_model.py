@@ -16,6 +16,8 @@ Module call (this is the seam the sampler and trainer build on):
   pixel_values / image_grid_thw hold each distinct image once, and row b's k-th image run shows image
   image_index[b, k] (-1: no image). The tower encodes each distinct image once; its features are gathered into
   every row that shows it (`gathered_image_slots`).
+- image_features: the tower's output for pixel_values (`module.apply(..., method="encode_images")`), given instead
+  of pixel_values (with the same image_grid_thw) when several calls share one encoding (the trainer's length groups).
 - cache: from `kv_cache.init_cache`, or None for a plain full forward (new_cache is then None).
 - head: "all" -> logits [B, T, V] float32; "last" -> logits of the last position only [B, 1, V] (the sampler's
   prefill); "none" -> the final hidden states [B, T, E] instead of logits (the trainer's log-prob path,
@@ -76,6 +78,7 @@ class VisionLanguageModel(nn.Module):
         cache: dict | None = None,
         head: str = "all",
         image_index: jax.Array | None = None,
+        image_features: tuple | None = None,
     ):
         c = self.config
         if head not in ("all", "last", "none"):
@@ -87,11 +90,12 @@ class VisionLanguageModel(nn.Module):
         embeds = self.language_model.embed(input_ids)
         deepstack, slots = (), None
         grid = rope_grid = None
-        if pixel_values is not None:
+        if pixel_values is not None or image_features is not None:
             if image_grid_thw is None:
                 raise ValueError("pixel_values was given without image_grid_thw; pass both (transformers layout)")
             grid = rope_grid = vision_layout.concrete_grid(image_grid_thw)
-            image_embeds, deepstack = self.encode_images(pixel_values, grid)
+            image_embeds, deepstack = (self.encode_images(pixel_values, grid) if image_features is None
+                                       else image_features)
             if image_index is None:
                 check_image_tokens(input_ids, grid, c)
                 slots = batch_order_image_slots(input_ids, c.image_token_id)

@@ -51,7 +51,7 @@ from jaxwebrl.rl import gae as gae_lib
 from jaxwebrl.rl import kl as kl_lib
 from jaxwebrl.rl import losses, regularizers
 from jaxwebrl.train import trainable
-from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
+from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches, length_bucket
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,7 @@ class UpdateSettings:
     kl_loss_coef: float = 0.0          # × KL(π || π_ref) added to the loss (veRL's use_kl_loss)
     kl_loss_estimator: str = "k3"
     skip_non_finite: bool = True       # the in-jit guard (module docstring)
+    length_groups: int = 1             # rows of a minibatch run in up to this many groups, each at its own width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,15 +171,54 @@ def _policy_token_means(token_rewards, advantages, loss_mask):
     return _masked_mean(token_rewards, loss_mask), _masked_mean(advantages, loss_mask)
 
 
-def _forward_logprobs(module, settings: "UpdateSettings", params, mb: Minibatch, grid):
-    """(logprobs, entropy) [R, T] of minibatch `mb` under `params` (see token_logprobs)."""
-    hidden, _ = module.apply({"params": params}, mb.input_ids, attention_mask=mb.attention_mask,
-                             pixel_values=mb.pixel_values, image_index=mb.image_index,
-                             image_grid_thw=None if grid is None else np.asarray(grid, np.int64), head="none")
-    return token_logprobs(hidden, params, module.config, mb.input_ids, settings.temperature,
-                          top_k=settings.top_k, top_p=settings.top_p,
-                          states=mb.constraint_states, allowed_table=mb.allowed_table,
-                          positions=mb.loss_positions)
+def _forward_logprobs(module, settings: "UpdateSettings", params, mb: Minibatch, grid, groups=None):
+    """(logprobs, entropy) [R, T] of minibatch `mb` under `params` (see token_logprobs).
+
+    groups: static ((rows, width), ...) in row order (`length_groups`), or None (one group, every row at full
+    width). Each group's rows run through the decoder and the LM head at their own width, the images encoded once
+    for all of them; the outputs are padded back to [R, T] (0 past a group's width: no token of its rows is there).
+    """
+    rows_total, width_total = mb.input_ids.shape
+    groups = groups or ((rows_total, width_total),)
+    grid = None if grid is None else np.asarray(grid, np.int64)
+    features = None
+    if mb.pixel_values is not None and len(groups) > 1:
+        features = module.apply({"params": params}, mb.pixel_values, grid, method="encode_images")
+    outs, start = [], 0
+    for rows, width in groups:
+        take = lambda x: None if x is None else x[start:start + rows, :width]   # noqa: E731
+        hidden, _ = module.apply({"params": params}, take(mb.input_ids), attention_mask=take(mb.attention_mask),
+                                 pixel_values=None if features is not None else mb.pixel_values,
+                                 image_features=features, image_grid_thw=grid, head="none",
+                                 image_index=None if mb.image_index is None else mb.image_index[start:start + rows])
+        logprobs, entropy = token_logprobs(
+            hidden, params, module.config, take(mb.input_ids), settings.temperature, top_k=settings.top_k,
+            top_p=settings.top_p, states=take(mb.constraint_states), allowed_table=mb.allowed_table,
+            positions=None if mb.loss_positions is None else mb.loss_positions[start:start + rows])
+        outs.append([jnp.pad(x, ((0, 0), (0, width_total - width))) for x in (logprobs, entropy)])
+        start += rows
+    if len(outs) == 1:
+        return tuple(outs[0])
+    return tuple(jnp.concatenate(parts) for parts in zip(*outs))
+
+
+def length_groups(lengths: np.ndarray, n_groups: int, width: int) -> tuple[np.ndarray, tuple]:
+    """Rows of one minibatch grouped by length, so short rows stop padding to the longest.
+
+    lengths [R] int (real tokens a row); n_groups: the most groups; width: the minibatch's T. The rows, longest
+    first, split into n_groups chunks of near-equal row count (`np.array_split`: sizes fixed by R), each padded to
+    the bucket of its longest row (`assembly.length_bucket`); neighbours of one width merge. Returns (order [R]:
+    the rows in group order, groups ((rows, width), ...)): a static key from a fixed set of widths over fixed
+    chunk sizes, so the compiled programs stay few."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    groups: list[list[int]] = []
+    for chunk in np.array_split(order, min(max(n_groups, 1), len(order))):
+        chunk_width = length_bucket(int(np.asarray(lengths)[chunk].max()), width)
+        if groups and groups[-1][1] == chunk_width:
+            groups[-1][0] += len(chunk)
+        else:
+            groups.append([len(chunk), chunk_width])
+    return order, tuple((rows, w) for rows, w in groups)
 
 
 @functools.lru_cache(maxsize=None)
@@ -188,17 +228,17 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
     optimizer, _ = make_optimizer(optimizer_config)
     losses.get_loss(settings.loss)   # an unknown name fails here, not inside the trace
 
-    def logprobs_fn(params, mb: Minibatch, grid):
-        return _forward_logprobs(module, settings, params, mb, grid)[0]
+    def logprobs_fn(params, mb: Minibatch, grid, groups=None):
+        return _forward_logprobs(module, settings, params, mb, grid, groups)[0]
 
-    def step_fn(params, opt_state, mb: Minibatch, grid):
+    def step_fn(params, opt_state, mb: Minibatch, grid, groups=None):
         mask = mb.loss_mask
         behave = mb.behave_logprobs if settings.use_decoupled_loss else mb.prox_logprobs
 
         train, frozen = trainable.split(params, module.config)
 
         def objective(p):
-            logprobs, entropy = _forward_logprobs(module, settings, trainable.combine(p, frozen), mb, grid)
+            logprobs, entropy = _forward_logprobs(module, settings, trainable.combine(p, frozen), mb, grid, groups)
             loss, stats = regularizers.actor_objective(
                 settings.loss, logprobs, mb.prox_logprobs, behave, mb.advantages, mask,
                 loss_kwargs=settings.loss_kwargs, ref_logprobs=mb.ref_logprobs, kl_coef=settings.kl_loss_coef,
@@ -225,8 +265,8 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
                    skipped=(~finite if settings.skip_non_finite else jnp.bool_(False)).astype(jnp.float32))
         return params, opt_state, out
 
-    return (jax.jit(logprobs_fn, static_argnames=("grid",)),
-            jax.jit(step_fn, static_argnames=("grid",), donate_argnums=(0, 1)))
+    return (jax.jit(logprobs_fn, static_argnames=("grid", "groups")),
+            jax.jit(step_fn, static_argnames=("grid", "groups"), donate_argnums=(0, 1)))
 
 
 class Updater:
@@ -270,13 +310,14 @@ class Updater:
         minibatches = [m for m in self._split(batch) if m.policy_tokens > 0]
         rows = [jnp.asarray(m.rows) for m in minibatches]
         shape = batch.input_ids.shape
-        prox = _in_batch_order([self._logprobs(params, m.minibatch, m.grid) for m in minibatches], rows, shape)
+        prox = _in_batch_order([self._logprobs(params, m.minibatch, m.grid, m.groups) for m in minibatches], rows,
+                               shape)
         ref = ref_kl = None
         extra = {}
         if self.reference is not None:   # the reference's, in the same pass and LM-head chunks
             with self.reference.on_device() as ref_params:
-                ref = _in_batch_order([self._logprobs(ref_params, m.minibatch, m.grid) for m in minibatches], rows,
-                                      shape)
+                ref = _in_batch_order([self._logprobs(ref_params, m.minibatch, m.grid, m.groups)
+                                       for m in minibatches], rows, shape)
             ref_kl = float(_ref_kl(prox, ref, jnp.asarray(batch.objective_mask)))
             if s.advantage.kl_ctl:
                 extra.update(logprobs=prox[:n_real], ref_logprobs=ref[:n_real])
@@ -298,7 +339,7 @@ class Updater:
             for i, (m, r) in enumerate(zip(minibatches, rows)):
                 if should_stop is not None and should_stop():
                     raise UpdateInterrupted("train step abandoned on request")
-                params, opt_state, stats = self._step(params, opt_state, m.minibatch, m.grid)
+                params, opt_state, stats = self._step(params, opt_state, m.minibatch, m.grid, m.groups)
                 if critic is not None:
                     taken = _rows(r, returns=returns, value_mask=value_mask)
                     stats = {**stats, **critic.update(m.minibatch, m.grid, taken["returns"], old_values[i],
@@ -323,8 +364,8 @@ class Updater:
     def proximal_logprobs(self, params, batch: UpdateBatch) -> np.ndarray:
         """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them), rows in batch order."""
         minibatches = self._split(batch)
-        return np.asarray(_in_batch_order([self._logprobs(params, m.minibatch, m.grid) for m in minibatches],
-                                          [jnp.asarray(m.rows) for m in minibatches], batch.input_ids.shape))
+        parts = [self._logprobs(params, m.minibatch, m.grid, m.groups) for m in minibatches]
+        return np.asarray(_in_batch_order(parts, [jnp.asarray(m.rows) for m in minibatches], batch.input_ids.shape))
 
     def _split(self, batch: UpdateBatch) -> list["Split"]:
         """`n_minibatches` minibatches of equal row count, balanced by policy tokens, each with its rows' images."""
@@ -340,7 +381,10 @@ class Updater:
         tokens = objective.sum(axis=1)
         images = _DistinctImages(batch) if batch.pixel_values is not None else None
         out = []
+        lengths = batch.attention_mask.sum(axis=1)
         for index in balanced_minibatches(tokens, s.n_minibatches):
+            order, groups = length_groups(lengths[index], s.length_groups, batch.input_ids.shape[1])
+            index = index[order]
             grid = pixels = image_index = None
             if images is not None:
                 pixels, grid, image_index = images.of_rows(index)
@@ -355,7 +399,8 @@ class Updater:
                 allowed_table=self.allowed_table if constrained else None,
                 pixel_values=None if pixels is None else jnp.asarray(pixels),
                 image_index=None if image_index is None else jnp.asarray(image_index))
-            out.append(Split(rows=index, minibatch=mb, grid=grid, policy_tokens=int(tokens[index].sum())))
+            out.append(Split(rows=index, minibatch=mb, grid=grid, groups=groups,
+                             policy_tokens=int(tokens[index].sum())))
         return out
 
 
@@ -383,12 +428,13 @@ def _rows(rows: jax.Array, **fields: jax.Array | None) -> dict:
 
 @dataclasses.dataclass
 class Split:
-    """One minibatch of a train step: `rows` [R] indices into the batch, the jitted functions' Minibatch, its
-    static image grid, its policy-token count."""
+    """One minibatch of a train step: `rows` [R] indices into the batch (longest first), the jitted functions'
+    Minibatch, its static image grid and length groups (`length_groups`), its policy-token count."""
 
     rows: np.ndarray
     minibatch: Minibatch
     grid: tuple | None
+    groups: tuple
     policy_tokens: int
 
 

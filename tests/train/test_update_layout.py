@@ -1,4 +1,5 @@
-"""Each distinct screenshot is encoded once per minibatch and its features gathered into every row that shows it.
+"""The update's minibatch layout: each distinct screenshot encoded once per minibatch and its features gathered into
+every row that shows it; rows run in length groups, each at its own width.
 
 Real toy episodes played with a prompt window of 2 (a step's prompt shows its own and the two previous screenshots,
 so consecutive rows share them), on the tiny Qwen3-VL policy.
@@ -63,33 +64,62 @@ def test_vision_tower_encodes_each_distinct_screenshot_of_a_minibatch_once(polic
     assert occurrences > 1.5 * distinct, (occurrences, distinct)
 
 
-def test_deduplicated_update_equals_encoding_every_occurrence(policy, shared_batch):
-    """Proximal log-probs, loss, gradient norm and the new weights agree to fp32 rounding between the deduplicated
-    batch and the same rows with every occurrence encoded again. The optimizer's eps (1e-4) dwarfs these gradients
-    (their global norm is ~2e-5), so the first AdamW step is lr · g / (|g| + eps) ≈ g · 1e4: the new weights compare
-    the gradients themselves."""
+def _updater(policy, length_groups: int) -> Updater:
+    """The toy recipe's update (2 minibatches, 1 epoch) whose first AdamW step is linear in the gradient: eps (1e-4)
+    dwarfs these gradients (global norm ~2e-5), so the step is lr · g / (|g| + eps) ≈ g · 1e4."""
     config = get_config("toy")
     config.train.ppo_n_minibatches, config.train.ppo_n_epochs = 2, 1
-    updater = Updater(policy.module, rl_config.update_settings(config),
-                      OptimizerConfig(lr=1.0, eps=1e-4, total_steps=1, max_grad_norm=None))
+    config.train.length_groups = length_groups
+    return Updater(policy.module, rl_config.update_settings(config),
+                   OptimizerConfig(lr=1.0, eps=1e-4, total_steps=1, max_grad_norm=None))
+
+
+@pytest.mark.slow   # three update layouts compile: ~1.5 min alone, 7 min on the shared 2-core box
+def test_deduplicated_and_length_grouped_update_equals_the_plain_one(policy, shared_batch):
+    """Proximal log-probs, loss, gradient norm and the new weights (the gradients, `_updater`) agree to fp32
+    rounding between: the deduplicated batch in 8 length groups; the same rows with every image occurrence encoded
+    again; and the deduplicated batch with every row of a minibatch at one width."""
     copies = every_occurrence(shared_batch)
     assert copies.image_grid_thw.shape[0] > 1.5 * shared_batch.image_grid_thw.shape[0]
-    np.testing.assert_allclose(updater.proximal_logprobs(policy.params, shared_batch),
-                               updater.proximal_logprobs(policy.params, copies), atol=2e-5)
+    grouped, plain = _updater(policy, 8), _updater(policy, 1)
+    assert any(len(m.groups) > 1 for m in grouped._split(shared_batch))
+    runs = [(grouped, shared_batch), (grouped, copies), (plain, shared_batch)]
+    np.testing.assert_allclose(grouped.proximal_logprobs(policy.params, shared_batch),
+                               plain.proximal_logprobs(policy.params, copies), atol=2e-5)
     outs = []
-    for batch in (shared_batch, copies):
+    for updater, batch in runs:
         params = jax.tree.map(lambda x: x.copy(), policy.params)
         outs.append(updater(params, updater.optimizer.init(params), batch))
-    (dedup_params, _, dedup), (copy_params, _, copied) = outs
-    assert dedup["optimizer_updates"] == copied["optimizer_updates"] == 2
-    for key in ("actor_loss", "grad_norm"):
-        np.testing.assert_allclose(dedup[key], copied[key], rtol=1e-5, atol=1e-7)
-    assert dedup["grad_norm"] > 1e-6
-    moved = 0.0
-    for a, b, p0 in zip(jax.tree.leaves(dedup_params), jax.tree.leaves(copy_params), jax.tree.leaves(policy.params)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
-        moved = max(moved, float(np.abs(np.asarray(a) - np.asarray(p0)).max()))
+    (reference_params, _, reference), *others = outs
+    assert reference["grad_norm"] > 1e-6 and reference["optimizer_updates"] == 2
+    for other_params, _, other in others:
+        for key in ("actor_loss", "grad_norm"):
+            np.testing.assert_allclose(other[key], reference[key], rtol=1e-5, atol=1e-7)
+        for a, b in zip(jax.tree.leaves(other_params), jax.tree.leaves(reference_params)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    moved = max(float(np.abs(np.asarray(a) - np.asarray(p)).max())
+                for a, p in zip(jax.tree.leaves(reference_params), jax.tree.leaves(policy.params)))
     assert moved > 1e-2
+
+
+def test_length_groups_keep_every_token_and_its_logprob(policy, shared_batch):
+    """Every row's tokens fit its group's width, the groups hold fewer row-tokens than the minibatch's [R, T], and
+    the grouped log-probs equal the full-width forward's on every position."""
+    updater = _updater(policy, 8)
+    lengths = shared_batch.attention_mask.sum(axis=1)
+    trimmed = False
+    for m in updater._split(shared_batch):
+        R, T = m.minibatch.input_ids.shape
+        assert sum(rows for rows, _ in m.groups) == R
+        start = 0
+        for rows, width in m.groups:
+            assert (lengths[m.rows[start:start + rows]] <= width).all() and width <= T
+            start += rows
+        trimmed |= sum(rows * width for rows, width in m.groups) < R * T
+        full = updater._logprobs(policy.params, m.minibatch, m.grid)               # groups=None: one, at T
+        grouped = updater._logprobs(policy.params, m.minibatch, m.grid, m.groups)
+        np.testing.assert_allclose(np.asarray(grouped), np.asarray(full), atol=2e-5)
+    assert trimmed
 
 
 def test_model_gathers_distinct_images_like_the_batch_order_layout(policy, shared_batch):
@@ -102,8 +132,9 @@ def test_model_gathers_distinct_images_like_the_batch_order_layout(policy, share
                                   image_index=shared_batch.image_index[rows])
     copies = every_occurrence(batch)
     apply = policy.module.apply
-    plain, _ = apply({"params": policy.params}, batch.input_ids, attention_mask=batch.attention_mask,
-                     pixel_values=copies.pixel_values, image_grid_thw=copies.image_grid_thw)
+    plain, _ = jax.jit(lambda p: apply({"params": p}, batch.input_ids, attention_mask=batch.attention_mask,
+                                       pixel_values=copies.pixel_values, image_grid_thw=copies.image_grid_thw))(
+        policy.params)
 
     @jax.jit
     def gathered(index):
