@@ -28,7 +28,11 @@ constraint, the temperature, and top-k / top-p truncation, so they are log-probs
 behaviour log-probs were recorded under. Log-probs, ratios and the loss are fp32 whatever the compute dtype.
 
 The jitted functions take one `Minibatch` (a NamedTuple, so a pytree: its None fields are empty subtrees and
-change only the static structure) and the static image grid.
+change only the static structure), the static image grid and the static length groups. A minibatch carries each
+distinct screenshot its rows show once (`image_index` points the rows at them: with a prompt window, consecutive
+steps share screenshots), and its rows, longest first, run in a few groups each padded to its own length bucket
+(`length_groups`, the config's `train.length_groups`): the vision tower and the decoder do no repeated and little
+padded work.
 """
 
 from __future__ import annotations
@@ -186,20 +190,28 @@ def _forward_logprobs(module, settings: "UpdateSettings", params, mb: Minibatch,
         features = module.apply({"params": params}, mb.pixel_values, grid, method="encode_images")
     outs, start = [], 0
     for rows, width in groups:
-        take = lambda x: None if x is None else x[start:start + rows, :width]   # noqa: E731
-        hidden, _ = module.apply({"params": params}, take(mb.input_ids), attention_mask=take(mb.attention_mask),
+        part = mb._replace(**{name: _block(getattr(mb, name), start, rows, width)
+                              for name in ("input_ids", "attention_mask", "constraint_states")},
+                           **{name: _block(getattr(mb, name), start, rows)
+                              for name in ("image_index", "loss_positions")})
+        hidden, _ = module.apply({"params": params}, part.input_ids, attention_mask=part.attention_mask,
                                  pixel_values=None if features is not None else mb.pixel_values,
                                  image_features=features, image_grid_thw=grid, head="none",
-                                 image_index=None if mb.image_index is None else mb.image_index[start:start + rows])
+                                 image_index=part.image_index)
         logprobs, entropy = token_logprobs(
-            hidden, params, module.config, take(mb.input_ids), settings.temperature, top_k=settings.top_k,
-            top_p=settings.top_p, states=take(mb.constraint_states), allowed_table=mb.allowed_table,
-            positions=None if mb.loss_positions is None else mb.loss_positions[start:start + rows])
+            hidden, params, module.config, part.input_ids, settings.temperature, top_k=settings.top_k,
+            top_p=settings.top_p, states=part.constraint_states, allowed_table=mb.allowed_table,
+            positions=part.loss_positions)
         outs.append([jnp.pad(x, ((0, 0), (0, width_total - width))) for x in (logprobs, entropy)])
         start += rows
     if len(outs) == 1:
         return tuple(outs[0])
     return tuple(jnp.concatenate(parts) for parts in zip(*outs))
+
+
+def _block(x: jax.Array | None, start: int, rows: int, width: int | None = None) -> jax.Array | None:
+    """Rows [start, start + rows) of x (and its first `width` columns when given); None stays None."""
+    return None if x is None else x[start:start + rows, :width]
 
 
 def length_groups(lengths: np.ndarray, n_groups: int, width: int) -> tuple[np.ndarray, tuple]:

@@ -242,10 +242,11 @@ def test_a_token_outside_the_truncated_set_gets_the_floor_and_no_gradient():
 
 def test_batches_of_one_row_bucket_share_one_compiled_program(policy, toy_buffer):
     """Real-row counts vary from step to step (episodes end early, env failures drop out), and padding rows hold no
-    screenshot; the image list is padded to the row bucket, so every batch of one row bucket reuses the same
-    compiled log-prob and update programs instead of retracing for its image count."""
+    screenshot; the distinct images are padded to a bucket, so every batch of one row bucket (and one length-group
+    layout: one group here) reuses the same compiled log-prob and update programs instead of retracing for its
+    image count."""
     config = get_config("toy")
-    config.train.ppo_n_minibatches, config.train.ppo_n_epochs = 1, 1
+    config.train.ppo_n_minibatches, config.train.ppo_n_epochs, config.train.length_groups = 1, 1, 1
     updater, tx = updater_for(policy, config)
     play_toy(toy_buffer, groups=4, group_size=4, epsilon=0.6, seed=5)
     episodes, _ = toy_buffer.read(None, group_size=4)

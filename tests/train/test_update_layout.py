@@ -14,7 +14,7 @@ from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import UpdateBatch, assemble
-from jaxwebrl.train.update import OptimizerConfig, Updater
+from jaxwebrl.train.update import OptimizerConfig, Updater, length_groups
 from tests.train.conftest import play_toy
 
 
@@ -100,6 +100,18 @@ def test_deduplicated_and_length_grouped_update_equals_the_plain_one(policy, sha
     moved = max(float(np.abs(np.asarray(a) - np.asarray(p)).max())
                 for a, p in zip(jax.tree.leaves(reference_params), jax.tree.leaves(policy.params)))
     assert moved > 1e-2
+
+
+def test_length_groups_sort_chunk_and_pad_each_chunk_to_its_longest_row():
+    """8 rows in 4 chunks of 2, longest first, each padded to the bucket of its longest row; neighbours of one
+    width merge; one group asked for: every row at the bucket of the longest."""
+    lengths = np.array([300, 20, 250, 1, 100, 290, 17, 60])
+    order, groups = length_groups(lengths, 4, 320)
+    np.testing.assert_array_equal(order, [0, 5, 2, 4, 7, 1, 6, 3])
+    assert groups == ((2, 320), (2, 256), (2, 64), (2, 32))
+    _, groups = length_groups(np.array([300, 290, 280, 270, 5, 3]), 3, 320)
+    assert groups == ((4, 320), (2, 16))
+    assert length_groups(lengths, 1, 320)[1] == ((8, 320),)
 
 
 def test_length_groups_keep_every_token_and_its_logprob(policy, shared_batch):
