@@ -4,10 +4,12 @@
     python bench/device_check.py decode [--tiny]   # sampler decode tokens/s at batch 64 (KV cache), old and new
                                                    # path side by side (--decode_variants, DECODE_VARIANTS)
 
-Prints one JSON object. The programs are the project's own: the Updater's jitted minibatch step
-(`train/update.py`: forward + backward of the vision-language model, the PPO loss, AdamW) and the Sampler's
-prefill + chunked decode (`models/sampler.py`), on random weights at Qwen3-VL-2B's published shapes (all 28
-layers; `--tiny`: the tiny preset, for a CPU smoke test). The prediction is the analytic roofline of
+Prints one JSON object, with the attention kernel the program ran (`attention_kernel`); the train step's also
+counts the cuDNN fused-attention custom calls in its compiled HLO (`cudnn_attention_calls`), and
+`attention_kernel_ok` is False when cudnn was selected and none is there. The programs are the project's own:
+the Updater's jitted minibatch step (`train/update.py`: forward + backward of the vision-language model, the PPO
+loss, AdamW) and the Sampler's prefill + chunked decode (`models/sampler.py`), on random weights at Qwen3-VL-2B's
+published shapes (all 28 layers; `--tiny`: the tiny preset, for a CPU smoke test). The prediction is the analytic roofline of
 `parallel/cost.py` at the chip's published bf16 peak and HBM bandwidth (`parallel/topology.py` CHIPS: "h200"
 on a GPU, else the chip named by --chip); MFU = model FLOPs / (measured step time x peak).
 Runs with only jax, flax, optax and numpy installed (ml_collections is stubbed for the import chain if absent).
@@ -39,7 +41,7 @@ def _stub_ml_collections() -> None:
         sys.modules["ml_collections.config_dict"] = stub.config_dict
 
 
-def model(tiny: bool, *, dtype: str, param_dtype: str, remat: str, attention_impl: str = "xla",
+def model(tiny: bool, *, dtype: str, param_dtype: str, remat: str, attention_impl: str = "auto",
           attention_chunk: int = 1024):
     from jaxwebrl.models.config import tiny_config
     from jaxwebrl.models.presets import preset_config
@@ -48,7 +50,7 @@ def model(tiny: bool, *, dtype: str, param_dtype: str, remat: str, attention_imp
         config = tiny_config().replace(dtype=dtype, param_dtype=param_dtype)
     else:
         config = preset_config("qwen3vl_2b", dtype=dtype, param_dtype=param_dtype)
-    return config.replace(remat=remat, scan_layers=True, attention_chunk=0 if tiny else attention_chunk,
+    return config.replace(remat=remat, scan_layers=True, attention_chunk=64 if tiny else attention_chunk,
                           logits_chunk=0 if tiny else 8192, attention_impl=attention_impl)
 
 
@@ -65,6 +67,16 @@ def chip_of(name: str | None):
     if device.platform == "gpu":
         return CHIPS["h200"]     # nearest published numbers; the JSON names the real device kind
     return None
+
+
+def attention_kernel_check(kernel: str, calls: dict[str, int]) -> dict:
+    """The train step's attention kernel next to the cuDNN fused-attention calls found in its compiled HLO:
+    `attention_kernel_ok` is False when cudnn was selected and the program holds no forward or no backward call
+    (the kernel silently not running), True otherwise."""
+    ok = kernel != "cudnn" or (calls["forward"] > 0 and calls["backward"] > 0)
+    if not ok:
+        print(f"attention kernel check failed: cudnn selected, compiled HLO has {calls}", file=sys.stderr)
+    return {"attention_kernel": kernel, "cudnn_attention_calls": calls, "attention_kernel_ok": ok}
 
 
 def _timed(fn, warmup: int, iters: int):
@@ -86,6 +98,7 @@ def train(args) -> dict:
     import numpy as np
 
     from jaxwebrl.models import lm_head
+    from jaxwebrl.models.attention_kernels import config_kernel, cudnn_attention_calls
     from jaxwebrl.models.policy import init_params
     from jaxwebrl.models.presets import image_processor_for
     from jaxwebrl.parallel import cost
@@ -125,6 +138,7 @@ def train(args) -> dict:
     t0 = time.perf_counter()
     compiled = step.lower(params, opt_state, mb, grid=grids).compile()
     compile_s = time.perf_counter() - t0
+    kernel_check = attention_kernel_check(config_kernel(config), cudnn_attention_calls(compiled.as_text()))
     state = {"params": params, "opt": opt_state}
 
     def one():
@@ -136,7 +150,8 @@ def train(args) -> dict:
     work = cost.train_step(config, rows=rows, seq_len=seq, grids_per_row=[] if args.no_images else [grid], positions=mb.loss_positions.shape[1],
                            param_count=param_count, moments_dtype=None, devices=1)
     return _report("train_step", config, work, median, times, compile_s, compiled, args,
-                   {"rows": rows, "seq_len": seq, "image_tokens_per_row": merged, "params": param_count})
+                   {"rows": rows, "seq_len": seq, "image_tokens_per_row": merged, "params": param_count,
+                    **kernel_check})
 
 
 # name -> (dtype of the weights decoded from, ragged read): the old and new paths side by side. The old cache
@@ -248,6 +263,7 @@ def _decode_variant(config, module, params, block, rows, prompt, new, args) -> d
 def _report(name, config, work, median, times, compile_s, compiled, args, shapes) -> dict:
     import jax
 
+    from jaxwebrl.models.attention_kernels import config_kernel
     from jaxwebrl.parallel import cost
 
     device = jax.devices()[0]
@@ -256,7 +272,8 @@ def _report(name, config, work, median, times, compile_s, compiled, args, shapes
            "model_flops": work.model_flops, "flops": work.executed_flops, "hbm_bytes_accessed": work.hbm_bytes,
            "knobs": {"dtype": config.dtype, "param_dtype": config.param_dtype, "remat": config.remat,
                      "scan_layers": config.scan_layers, "attention_chunk": config.attention_chunk,
-                     "logits_chunk": config.logits_chunk, "attention_impl": config.attention_impl}}
+                     "logits_chunk": config.logits_chunk, "attention_impl": config.attention_impl,
+                     "attention_kernel": config_kernel(config)}}
     chip = chip_of(args.chip)
     if chip is not None:
         predicted = cost.roofline(work.executed_flops, work.hbm_bytes, chip.peak_bf16_flops, chip.hbm_bandwidth)
@@ -284,8 +301,9 @@ def main() -> int:
     parser.add_argument("--remat", default="full")
     parser.add_argument("--attention_chunk", type=int, default=1024, help="queries per attention chunk (0: dense)")
     parser.add_argument("--no_images", action="store_true", help="text-only rows (the vision tower's share)")
-    parser.add_argument("--attention_impl", default="fused", choices=("xla", "fused"),
-                        help="the text decoder's attention kernel in the train step (fused: cuDNN flash attention)")
+    parser.add_argument("--attention_impl", default="auto", choices=("auto", "xla", "chunked", "cudnn", "splash"),
+                        help="the attention kernel (models/attention_kernels.py; auto: cuDNN on a GPU, splash on a "
+                             "TPU)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--prompt_len", type=int, default=1024)
     parser.add_argument("--new_tokens", type=int, default=256)

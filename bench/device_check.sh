@@ -48,8 +48,8 @@ EOF
   fi
 }
 
-run_part train_step "$TRAIN_LIMIT" train "${EXTRA[@]}"                             # fused (cuDNN) attention
-run_part train_step_xla "$TRAIN_LIMIT" train --attention_impl=xla "${EXTRA[@]}"   # the masked XLA kernel
+run_part train_step "$TRAIN_LIMIT" train "${EXTRA[@]}"              # attention_impl=auto: cuDNN on a GPU
+run_part train_step_xla "$TRAIN_LIMIT" train --attention_impl=chunked "${EXTRA[@]}"   # the XLA query chunks
 run_part decode "$DECODE_LIMIT" decode "${EXTRA[@]}"
 
 "$PYTHON" - "$WORK" "${OUT:-}" <<'EOF'

@@ -55,6 +55,7 @@ MODEL_NAMES = ("tiny", "tiny_hd32", "pretrained", "random")
 DTYPES = ("float32", "bfloat16")
 NORM_LEVELS = ("group", "batch", None)
 KL_ESTIMATORS = ("k1", "k2", "k3")   # jaxwebrl.rl.kl.KL_ESTIMATORS (configs/ imports nothing from jaxwebrl)
+ATTENTION_KERNELS = ("auto", "xla", "chunked", "cudnn", "splash")   # jaxwebrl.models.attention_kernels.KERNELS
 _RATE = between(0, 1, "must be a success rate in (0, 1], or unset to run to max_steps", low_open=True)
 _COUNT = count("must be an int >= 0 (0 turns the TensorBoard episode samples off)")
 _MESH_SIZE = Check(lambda v: v == -1 or v > 0, "must be a positive size or -1 (all the devices the others leave)")
@@ -100,6 +101,9 @@ SCHEMA = {
         "scan_layers": Field(False, "decoder as one scan over stacked layer params (compile time)"),
         "attention_chunk": Field(0, "queries per attention chunk (0: whole rows at once)",
                                  at_least(0, "must be >= 0 (0: no chunking)")),
+        "attention_impl": Field("auto", "attention kernel (jaxwebrl/models/attention_kernels.py): 'auto' (GPU cudnn, "
+                                        "TPU splash, CPU chunked if attention_chunk > 0 else xla), 'xla', 'chunked', "
+                                        "'cudnn', 'splash'", one_of(ATTENTION_KERNELS)),
         "logits_chunk": Field(0, "vocabulary entries per LM-head chunk in the trainer's log-probs (0: all)",
                               at_least(0, "must be >= 0 (0: no chunking)")),
         "num_layers": Field(None, "fewer decoder layers than model.preset (rehearsals)", type=int),

@@ -72,6 +72,7 @@ def knobs_of(config, mesh) -> dict:
     return {"dtype": m.dtype, "param_dtype": m.param_dtype or m.dtype,
             "moments_dtype": config.train.moments_dtype or m.param_dtype or m.dtype, "remat": m.remat,
             "scan_layers": bool(m.scan_layers), "attention_chunk": int(m.attention_chunk),
+            "attention_impl": m.attention_impl,
             "logits_chunk": int(m.logits_chunk), "mesh": dict(mesh.shape),
             "lora": None if m.lora.rank is None else {"rank": m.lora.rank, "alpha": m.lora.alpha,
                                                       "target_modules": m.lora.target_modules,

@@ -1,16 +1,21 @@
-"""Attention with a factored mask, dense or in query chunks (memory O(chunk × keys) instead of O(queries × keys)).
+"""Attention with a factored mask, through a named kernel (`attention_kernels`): dense, in query chunks, cuDNN
+flash attention on a GPU, Pallas splash attention on a TPU.
 
-A mask is `AttentionMask(key_valid [B, S] bool, query_slot [B, T] int32 | None, prefix_causal)`: query t of row b
-may attend key s when `key_valid[b, s]` and (no `query_slot`, or `s <= query_slot[b, t]`). `prefix_causal` (static)
-says query t sits at slot t of every row (the no-cache forward), so a chunk of queries never needs the keys after
-its last query: chunked attention then skips them (about half the score FLOPs of a long causal row).
+A mask is `AttentionMask(key_valid [B, S] bool, query_slot [B, T] int32 | None, prefix_causal, segment_ids)`:
+query t of row b may attend key s when `key_valid[b, s]` and (no `query_slot`, or `s <= query_slot[b, t]`) and
+(no `segment_ids`, or both carry the same id: packed rows). `prefix_causal` (static) says query t sits at slot t
+of every row (the no-cache forward), so a chunk of queries never needs the keys after its last query: chunked
+attention then skips them (about half the score FLOPs of a long causal row).
 
-`attend(q, k, v, mask, scale, chunk)`: chunk = 0 (or T ≤ chunk) builds the [B, T, S] mask and runs the dense
-kernel exactly as before; otherwise queries go `chunk` at a time, each chunk under `jax.checkpoint`, so the
-backward pass recomputes one chunk's scores instead of keeping every chunk's [H, chunk, S] probabilities. The
-causal no-cache row keeps [H, chunk, keys so far] per chunk; every other mask (the KV-cache prefill over a long
-cache, the vision tower's images) also walks the keys `chunk` at a time with an online softmax, so one
-[H, chunk, chunk] block is live. All give the same numbers up to fp32 rounding (fp32 scores and softmax).
+`attend(q, k, v, mask, scale, chunk, kernel)`: the no-cache causal forward runs on `kernel` ("auto" is resolved
+here by `attention_kernels.select_attention_kernel` for this process's backend; a named one runs as named). cuDNN takes each row's length,
+so its rows must be right-padded (real tokens first, as `buffer.batching.pad_steps` lays them out); splash takes
+padding and packing as segment ids, anywhere in the row. Every other mask (the KV cache's prefill and decode,
+images of mixed sizes) runs on XLA: dense, or with chunk > 0 queries `chunk` at a time (checkpointed) and inside
+a chunk the keys `chunk` at a time with an online softmax, so one [H, chunk, chunk] block is live.
+`attend_unmasked(q, k, v, scale, chunk, kernel)`: every query sees every key (a batch of same-sized images):
+no mask, no padding, the same kernel choice. All give the same numbers up to fp32 rounding (fp32 scores and
+softmax on XLA; cuDNN and splash accumulate in fp32).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxwebrl.models.attention_kernels import KERNELS, cudnn_attention, select_attention_kernel, splash_attention
 from jaxwebrl.models.layers import masked_attention
 
 
@@ -29,6 +35,7 @@ class AttentionMask:
     key_valid: jax.Array                      # [B, S] bool
     query_slot: jax.Array | None = None       # [B, T] int32, or None: no causal limit
     prefix_causal: bool = struct.field(pytree_node=False, default=False)
+    segment_ids: jax.Array | None = None      # [B, T] int32 (T == S, self-attention), or None: one segment a row
 
     def dense(self, start: int = 0, stop: int | None = None, keys: int | None = None) -> jax.Array:
         """[B, stop - start, keys] bool: the mask of queries start..stop over the first `keys` keys."""
@@ -36,44 +43,86 @@ class AttentionMask:
         b, s = valid.shape
         if self.query_slot is None:
             t = (stop if stop is not None else s) - start
-            return jnp.broadcast_to(valid[:, None, :], (b, t, s))
-        slots = self.query_slot[:, start:stop]
-        causal = jnp.arange(s, dtype=jnp.int32)[None, None, :] <= slots[:, :, None]
-        return valid[:, None, :] & causal
+            allowed = jnp.broadcast_to(valid[:, None, :], (b, t, s))
+        else:
+            slots = self.query_slot[:, start:stop]
+            allowed = valid[:, None, :] & (jnp.arange(s, dtype=jnp.int32)[None, None, :] <= slots[:, :, None])
+        if self.segment_ids is not None:
+            allowed &= self.segment_ids[:, start:stop, None] == self.segment_ids[:, None, :s]
+        return allowed
 
 
-def causal_mask(attention_mask: jax.Array) -> AttentionMask:
-    """The no-cache forward's mask: attention_mask [B, T] (True = real token) as keys, query t at slot t."""
+def causal_mask(attention_mask: jax.Array, segment_ids: jax.Array | None = None) -> AttentionMask:
+    """The no-cache forward's mask: attention_mask [B, T] (True = real token) as keys, query t at slot t;
+    segment_ids [B, T] int32 for packed rows (several sequences a row, each attending only to itself)."""
     b, t = attention_mask.shape
     slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
-    return AttentionMask(attention_mask.astype(bool), slots, prefix_causal=True)
+    return AttentionMask(attention_mask.astype(bool), slots, prefix_causal=True, segment_ids=segment_ids)
+
+
+def _kernel(kernel: str, q: jax.Array, chunk: int) -> str:
+    """"auto" resolved for this process's backend; a named kernel as it is (it may target another platform: the
+    TPU AOT compile runs on a CPU host; `attention_kernels.config_kernel` checks it at start-up)."""
+    if kernel == "auto":
+        return select_attention_kernel(kernel, jax.default_backend(), dtype=q.dtype, chunk=chunk)
+    if kernel not in KERNELS:
+        raise ValueError(f"attention kernel {kernel!r}: use one of {', '.join(KERNELS)}")
+    return kernel
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, scale: float, chunk: int = 0,
-           impl: str = "xla") -> jax.Array:
+           kernel: str = "auto") -> jax.Array:
     """q [B, T, H, D], k/v [B, S, K, D] (H a multiple of K) -> [B, T, H, D] in q.dtype (see the module docstring).
 
-    impl="fused" on the no-cache causal forward (`mask.prefix_causal`) calls `jax.nn.dot_product_attention`
-    (JAX picks the kernel: cuDNN flash attention on a GPU, XLA elsewhere) with a causal mask and each row's
-    valid length, which is exact for right-padded rows (real tokens first, as `buffer.batching.pad_steps` lays
-    them out): a real query never sees a key after it. Other masks (KV-cache prefill, vision) use the XLA path.
-    """
+    `kernel` applies to the no-cache causal forward (`mask.prefix_causal`); other masks run on XLA, `chunk`
+    queries at a time when 0 < chunk < T."""
     t = q.shape[1]
-    if impl == "fused" and mask.prefix_causal:
+    if not mask.prefix_causal:
+        if chunk <= 0 or t <= chunk:
+            return masked_attention(q, k, v, mask.dense(0, t), scale)
+        if mask.segment_ids is not None:
+            raise ValueError("segment_ids belong to the no-cache causal forward (attention.causal_mask); a cache or "
+                             "segment mask marks its keys in key_valid")
+        return _blocked(q, k, v, mask, scale, chunk)
+    kernel = _kernel(kernel, q, chunk)
+    if kernel == "cudnn":
         lengths = mask.key_valid.sum(axis=-1).astype(jnp.int32)
-        out = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), scale=scale, is_causal=True,
-                                           query_seq_lengths=lengths, key_value_seq_lengths=lengths)
-        return out.astype(q.dtype)
-    if chunk <= 0 or t <= chunk:
+        return cudnn_attention(q, k, v, scale, causal=True, lengths=lengths, segment_ids=mask.segment_ids)
+    if kernel == "splash":
+        return splash_attention(q, k, v, scale, causal=True, key_valid=mask.key_valid, segment_ids=mask.segment_ids)
+    if kernel == "xla" or t <= chunk:
         return masked_attention(q, k, v, mask.dense(0, t), scale)
+    return _query_chunks(q, k, v, scale, chunk, lambda start, stop: mask.dense(start, stop, keys=stop), causal=True)
+
+
+def attend_unmasked(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, chunk: int = 0,
+                    kernel: str = "auto") -> jax.Array:
+    """Every query attends every key of its row: q [B, T, H, D], k/v [B, T, K, D] -> [B, T, H, D] in q.dtype,
+    on `kernel` (a batch of same-sized images: no mask, no padding)."""
+    b, t = q.shape[:2]
+    kernel = _kernel(kernel, q, chunk)
+    if kernel == "cudnn":
+        return cudnn_attention(q, k, v, scale, causal=False)
+    if kernel == "splash":
+        return splash_attention(q, k, v, scale, causal=False)
+    everything = lambda start, stop: jnp.ones((b, stop - start, t), bool)
+    if kernel == "xla" or t <= chunk:
+        return masked_attention(q, k, v, everything(0, t), scale)
+    return _query_chunks(q, k, v, scale, chunk, everything, causal=False)
+
+
+def _query_chunks(q, k, v, scale: float, chunk: int, mask_of, *, causal: bool) -> jax.Array:
+    """Queries `chunk` at a time (static slices, the last one shorter: no padding), each under `jax.checkpoint`
+    so the backward recomputes one chunk's scores; a causal chunk sees only the keys up to its last query.
+    mask_of(start, stop) -> [B, stop - start, keys] bool."""
     one = jax.checkpoint(lambda q_, k_, v_, m_: masked_attention(q_, k_, v_, m_, scale))
-    if mask.prefix_causal:  # static shapes per chunk: each chunk sees only the keys up to its last query
-        outs = []
-        for start in range(0, t, chunk):
-            stop = min(start + chunk, t)
-            outs.append(one(q[:, start:stop], k[:, :stop], v[:, :stop], mask.dense(start, stop, keys=stop)))
-        return jnp.concatenate(outs, axis=1)
-    return _blocked(q, k, v, mask, scale, chunk)
+    t, s = q.shape[1], k.shape[1]
+    outs = []
+    for start in range(0, t, chunk):
+        stop = min(start + chunk, t)
+        keys = stop if causal else s
+        outs.append(one(q[:, start:stop], k[:, :keys], v[:, :keys], mask_of(start, stop)))
+    return jnp.concatenate(outs, axis=1)
 
 
 def _blocked(q, k, v, mask: AttentionMask, scale: float, chunk: int) -> jax.Array:

@@ -69,9 +69,6 @@ class VisionConfig:
         return self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
 
 
-ATTENTION_IMPLS = ("xla", "fused")
-
-
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """A whole policy. `dtype` is the compute dtype, `param_dtype` the storage dtype of the weights
@@ -83,9 +80,9 @@ class ModelConfig:
     "full"/"none"; `train/remat_fit.py` picks the first whose train step fits a chip); `scan_layers` runs the
     decoder as one scan over stacked layer params (compile time independent of depth); `attention_chunk` > 0 computes attention that many queries at a time;
     `logits_chunk` > 0 computes the trainer's log-probs over that many vocabulary entries at a time
-    (`lm_head.token_logprobs`); `attention_impl` picks the text decoder's no-cache attention kernel ("xla": the
-    masked kernel of `attention.py`; "fused": `jax.nn.dot_product_attention`, cuDNN flash attention on a GPU,
-    for right-padded rows: see `attention.attend`).
+    (`lm_head.token_logprobs`); `attention_impl` names the attention kernel of the no-cache causal forward and
+    of the vision tower ("auto": cuDNN flash attention on a GPU, splash on a TPU, XLA on the CPU; or "xla",
+    "chunked", "cudnn", "splash": `attention_kernels.py`).
 
     Training knobs: `lora` (a `lora.LoraConfig`, or None) adds adapters to the decoder's named projections and
     holds every other weight in `lora.base_dtype` (`base_param_dtype`); `freeze_vision` trains no vision-tower
@@ -106,7 +103,7 @@ class ModelConfig:
     scan_layers: bool = False
     attention_chunk: int = 0
     logits_chunk: int = 0
-    attention_impl: str = "xla"
+    attention_impl: str = "auto"
     lora: LoraConfig | None = None
     freeze_vision: bool = False
     hf_config_json: str = dataclasses.field(default="", compare=False, repr=False)
@@ -121,8 +118,11 @@ class ModelConfig:
         if self.attention_chunk < 0 or self.logits_chunk < 0:
             raise ValueError(f"attention_chunk={self.attention_chunk} and logits_chunk={self.logits_chunk} must be "
                              ">= 0 (0: no chunking)")
-        if self.attention_impl not in ATTENTION_IMPLS:
-            raise ValueError(f"attention_impl={self.attention_impl!r}: use one of {', '.join(ATTENTION_IMPLS)}")
+        from jaxwebrl.models.attention_kernels import kernel_problem
+
+        problem = kernel_problem(self.attention_impl, dtype=self.dtype, chunk=self.attention_chunk)
+        if problem is not None:
+            raise ValueError(problem)
         get_family(self.model_type)   # an unknown model_type is refused, naming the supported ones
         t = self.text
         if t.num_heads % t.num_kv_heads:

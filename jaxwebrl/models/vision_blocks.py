@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from jaxwebrl.models.attention import AttentionMask, attend
+from jaxwebrl.models.attention import AttentionMask, attend, attend_unmasked
 from jaxwebrl.models.layers import apply_rotary, dense, inverse_frequencies, remat_policy
 from jaxwebrl.parallel.mesh import constrain_batch
 
@@ -25,20 +25,22 @@ def vision_rotary(positions: np.ndarray, head_dim: int, theta: float):
     return jnp.cos(emb), jnp.sin(emb)
 
 
-def segment_attention(q, k, v, layout: dict, scale: float, chunk: int = 0):
+def segment_attention(q, k, v, layout: dict, scale: float, chunk: int = 0, kernel: str = "auto"):
     """Attention restricted to segments. q/k/v [N, H, D]; layout from `vision_layout.segment_layout`.
 
-    Returns [N, H, D]: each row attends only to the rows of its own segment (queries `chunk` at a time when > 0).
-    Segments of one length (every screenshot the same size) are a reshape [S, L, H, D], not a gather: the rows'
-    batch sharding carries over to the segments, so each device attends over its own images only (a gather
-    with an index table made XLA replicate every image's attention on every device; under `jax.set_mesh` the
-    segments are also pinned to the batch axes, which XLA otherwise leaves to the weights' `fsdp` sharding).
+    Returns [N, H, D]: each row attends only to the rows of its own segment. Segments of one length (every
+    screenshot the same size, a recipe's case) are a reshape [S, L, H, D], not a gather, and plain batched
+    attention on `kernel` (`attention.attend_unmasked`: no mask, no padding; cuDNN or splash on an accelerator):
+    the rows' batch sharding carries over to the segments, so each device attends over its own images only (a
+    gather with an index table made XLA replicate every image's attention on every device; under `jax.set_mesh`
+    the segments are also pinned to the batch axes, which XLA otherwise leaves to the weights' `fsdp` sharding).
+    Segments of mixed lengths are gathered into a padded [S, L] layout and run on XLA with a key mask (queries
+    `chunk` at a time when chunk > 0).
     """
     segments, width = layout["gather"].shape
     if segments * width == q.shape[0]:
         split = lambda x: constrain_batch(x.reshape(segments, width, *x.shape[1:]))
-        out = attend(split(q), split(k), split(v), AttentionMask(jnp.ones((segments, width), bool)), scale, chunk)
-        return out.reshape(q.shape)
+        return attend_unmasked(split(q), split(k), split(v), scale, chunk, kernel).reshape(q.shape)
     gather = jnp.asarray(layout["gather"])
     valid = jnp.asarray(layout["valid"])
     qs, ks, vs = q[gather], k[gather], v[gather]  # [S, L, H, D]
@@ -53,13 +55,14 @@ def block_class(block, remat: str, *, scanned: bool = False):
 
 
 class VisionAttention(nn.Module):
-    """Fused-qkv self-attention over patches with 2-D rotary and segment masking."""
+    """Fused-qkv self-attention over patches with 2-D rotary and segment masking, on kernel `attention_impl`."""
 
     dim: int
     num_heads: int
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
     attention_chunk: int = 0
+    attention_impl: str = "auto"
 
     @nn.compact
     def __call__(self, x, cos, sin, layout):
@@ -72,7 +75,7 @@ class VisionAttention(nn.Module):
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         q = apply_rotary(q, cos[:, None, :], sin[:, None, :])
         k = apply_rotary(k, cos[:, None, :], sin[:, None, :])
-        out = segment_attention(q, k, v, layout, head_dim**-0.5, self.attention_chunk)
+        out = segment_attention(q, k, v, layout, head_dim**-0.5, self.attention_chunk, self.attention_impl)
         out = checkpoint_name(out, "attention_out")   # names a remat policy keeps (`layers.REMAT_POLICIES`)
         return checkpoint_name(dense(self.dim, use_bias=True, name="proj", **kw)(out.reshape(n, self.dim)), "out_proj")
 

@@ -26,7 +26,8 @@ cost analysis counts a loop body once), the roofline step time and FLOPs utilisa
 chip's published peak, and the seconds lowering + compiling took on this machine. The train-side programs' reports
 also carry `hbm_resident_bytes_per_device`: what the Updater keeps on the chip through that pass besides the
 program's own arguments (the policy's weights and AdamW state, the reference unless `actor.ref_offload`, the
-critic's state), from the abstract arrays' shard shapes; their `fits` counts it.
+critic's state), from the abstract arrays' shard shapes; their `fits` counts it. Every report names the
+`attention_kernel` its programs were compiled with (`model.attention_impl` resolved for the slice's platform).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwebrl.models import kv_cache, lm_head, stacking, value_head
+from jaxwebrl.models.attention_kernels import config_kernel
 from jaxwebrl.models.config import ModelConfig
 from jaxwebrl.models.policy import init_params_shapes
 from jaxwebrl.models.presets import image_processor_for
@@ -175,10 +177,18 @@ def _xla_cost(compiled) -> dict:
         return {}
 
 
+def with_attention_kernel(model_config: ModelConfig, mesh) -> ModelConfig:
+    """model_config with `attention_impl` resolved for the mesh's platform (compile-only TPU devices: "tpu", so
+    "auto" compiles splash attention; `attention_kernels.select_attention_kernel`)."""
+    platform = mesh.devices.flat[0].platform
+    return model_config.replace(attention_impl=config_kernel(model_config, platform))
+
+
 class Programs:
     """Abstract inputs and jitted programs of one run config on one mesh (see the module docstring)."""
 
     def __init__(self, config, model_config: ModelConfig, mesh, shapes: RunShapes):
+        model_config = with_attention_kernel(model_config, mesh)
         self.config, self.model_config, self.mesh, self.shapes = config, model_config, mesh, shapes
         self.module = VisionLanguageModel(model_config)
         shapes_tree = init_params_shapes(model_config)
@@ -471,6 +481,7 @@ def compile_programs(config, model_config: ModelConfig, mesh, chip: Chip, topolo
         else:
             out = report(name, topology, chip, compiled, seconds, work, program_shapes, knobs or {})
             del compiled
+        out["attention_kernel"] = built.model_config.attention_impl
         if name == "train_step":
             out["state_bytes_per_device"] = built.state_bytes_per_device()
         resident = built.resident_bytes(name)

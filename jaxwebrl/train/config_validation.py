@@ -25,6 +25,7 @@ from jaxwebrl.env.registry import check_env_spec, config_action_texts, env_specs
 from jaxwebrl.env.tasks.webtask.task_spec import MAX_STEPS, TaskSpecError
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.models import presets
+from jaxwebrl.models.attention_kernels import kernel_problem
 from jaxwebrl.models.layers import REMAT_POLICIES
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rl import aggregation, estimators, gae, losses
@@ -175,6 +176,9 @@ def _check_model(c) -> None:
     m = c.model
     if m.remat not in REMAT_POLICIES:
         _fail("model.remat", m.remat, f"use one of {', '.join(REMAT_POLICIES)}")
+    kernel = kernel_problem(m.attention_impl, dtype=m.dtype, chunk=m.attention_chunk)
+    if kernel is not None:   # one line that starts "attention_impl=..."
+        raise ConfigError(f"model.{kernel}")
     if m.preset is not None and m.preset not in presets.PUBLISHED:
         _fail("model.preset", m.preset, f"use one of {', '.join(presets.PUBLISHED)}")
     if m.name == "random" and m.preset is None:

@@ -22,7 +22,7 @@ from jaxwebrl.train.workdir import read_record
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
 FREE_TO_CHANGE = ("train.max_steps", "metrics.", "checkpoint.keep", "rollout.num_workers", "compilation_cache_dir",
-                  "model.attention_chunk")   # the last two change how it is computed, not what
+                  "model.attention_chunk", "model.attention_impl")   # the last three change how, not what
 ABSENT = "<absent>"
 
 

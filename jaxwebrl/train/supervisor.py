@@ -30,6 +30,7 @@ from jaxwebrl.buffer.owner import trainer_lock
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.errors import RolloutFailed, RunError, one_line
+from jaxwebrl.models.attention_kernels import config_kernel
 from jaxwebrl.models.policy import merged_policy
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rollout.budget import check_first_step_fits
@@ -128,6 +129,8 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
                  jax.process_count(), jax.local_device_count(), jax.device_count(), dict(layout.mesh.shape))
     with console.phase(f"building the policy (model.name={config.model.name})"):
         policy = recipe_policy(config)   # the trainer starts it from a checkpoint or a warm start (resume.py)
+    log.info("attention kernel: %s (model.attention_impl=%r on the %s backend)", config_kernel(policy.config),
+             policy.config.attention_impl, jax.default_backend())
     check_first_step_fits(config, policy.processor)   # before any browser: a run whose first step cannot fit stops
     vocab_size = policy.config.text.vocab_size
     # process 0 creates the buffer, the others open it once it exists

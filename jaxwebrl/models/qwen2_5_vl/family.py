@@ -14,8 +14,8 @@ from jaxwebrl.models.qwen2_5_vl.vision import Qwen25VisionModel
 
 def vision_tower(config: ModelConfig, dtype: jnp.dtype, param_dtype: jnp.dtype) -> Qwen25VisionModel:
     """The tower (never scanned: `scan_layers` stacks the decoder only)."""
-    return Qwen25VisionModel(config.vision, remat=config.remat, attention_chunk=config.attention_chunk, dtype=dtype,
-                             param_dtype=param_dtype)
+    return Qwen25VisionModel(config.vision, remat=config.remat, attention_chunk=config.attention_chunk,
+                             attention_impl=config.attention_impl, dtype=dtype, param_dtype=param_dtype)
 
 
 FAMILY = register_family(ModelFamily(

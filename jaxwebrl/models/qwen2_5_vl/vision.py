@@ -23,12 +23,14 @@ class VisionBlock(nn.Module):
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
     attention_chunk: int = 0
+    attention_impl: str = "auto"
 
     @nn.compact
     def __call__(self, x, cos, sin, layout):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", attention_chunk=self.attention_chunk, **kw)(
+        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", attention_chunk=self.attention_chunk,
+                                attention_impl=self.attention_impl, **kw)(
             RMSNorm(c.hidden_size, 1e-6, name="norm1", **kw)(x), cos, sin, layout
         )
         mlp = SwiGLU(c.hidden_size, c.intermediate_size, use_bias=True, name="mlp", **kw)
@@ -51,13 +53,15 @@ class PatchMerger(nn.Module):
 
 
 class Qwen25VisionModel(nn.Module):
-    """`remat`: rematerialisation policy of every block; `attention_chunk`: queries per attention chunk (0: dense)."""
+    """`remat`: rematerialisation policy of every block; `attention_chunk`: queries per attention chunk (0: dense);
+    `attention_impl`: the attention kernel (`models/attention_kernels.py`)."""
 
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
     remat: str = "none"
     attention_chunk: int = 0
+    attention_impl: str = "auto"
 
     @nn.compact
     def __call__(self, pixel_values: jax.Array, image_grid_thw):
@@ -82,6 +86,7 @@ class Qwen25VisionModel(nn.Module):
         block = block_class(VisionBlock, self.remat)
         for i in range(c.depth):
             layout = full if i in c.fullatt_block_indexes else windows
-            x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk, **kw)(x, cos, sin, layout)
+            x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk,
+                      attention_impl=self.attention_impl, **kw)(x, cos, sin, layout)
         merged = PatchMerger(c, name="merger", **kw)(x)
         return merged[jnp.asarray(np.argsort(merged_order))], []

@@ -14,6 +14,7 @@ from jaxwebrl.models.qwen3_vl.vision import Qwen3VisionModel, block_segments, se
 def vision_tower(config: ModelConfig, dtype: jnp.dtype, param_dtype: jnp.dtype) -> Qwen3VisionModel:
     """The tower; with `scan_layers` each run of blocks up to a DeepStack tap is one scan."""
     return Qwen3VisionModel(config.vision, remat=config.remat, attention_chunk=config.attention_chunk,
+                            attention_impl=config.attention_impl,
                             scan_blocks=config.scan_layers, dtype=dtype, param_dtype=param_dtype)
 
 

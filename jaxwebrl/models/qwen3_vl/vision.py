@@ -48,6 +48,7 @@ class VisionBlock(nn.Module):
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
     attention_chunk: int = 0
+    attention_impl: str = "auto"
     scanned: bool = False
 
     @nn.compact
@@ -55,7 +56,8 @@ class VisionBlock(nn.Module):
         c = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         x = constrain_batch(x)          # patches [N, hidden] stay split over the batch axes (`parallel.mesh`)
-        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", attention_chunk=self.attention_chunk, **kw)(
+        x = x + VisionAttention(c.hidden_size, c.num_heads, name="attn", attention_chunk=self.attention_chunk,
+                                attention_impl=self.attention_impl, **kw)(
             layer_norm("norm1", **kw)(x), cos, sin, layout
         )
         x = x + VisionMLP(c.hidden_size, c.intermediate_size, c.hidden_act, name="mlp", **kw)(
@@ -91,6 +93,7 @@ class PatchMerger(nn.Module):
 
 class Qwen3VisionModel(nn.Module):
     """`remat`: rematerialisation policy of every block; `attention_chunk`: queries per attention chunk (0: dense);
+    `attention_impl`: the attention kernel (`models/attention_kernels.py`);
     `scan_blocks`: each run of blocks up to a DeepStack tap is one `nn.scan` over stacked params (compile time
     independent of depth; `block_segments`)."""
 
@@ -99,6 +102,7 @@ class Qwen3VisionModel(nn.Module):
     param_dtype: jnp.dtype = jnp.float32
     remat: str = "none"
     attention_chunk: int = 0
+    attention_impl: str = "auto"
     scan_blocks: bool = False
 
     @nn.compact
@@ -125,14 +129,16 @@ class Qwen3VisionModel(nn.Module):
             for start, stop in block_segments(c):
                 run = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                               in_axes=(nn.broadcast,) * 3, length=stop - start)
-                x, _ = run(c, name=segment_name(start, stop), attention_chunk=self.attention_chunk, scanned=True,
+                x, _ = run(c, name=segment_name(start, stop), attention_chunk=self.attention_chunk,
+                           attention_impl=self.attention_impl, scanned=True,
                            **kw)(x, cos, sin, layout)
                 if stop - 1 in c.deepstack_visual_indexes:
                     j = c.deepstack_visual_indexes.index(stop - 1)
                     deepstack.append(PatchMerger(c, True, name=f"deepstack_merger_list_{j}", **kw)(x))
             return PatchMerger(c, False, name="merger", **kw)(x), deepstack
         for i in range(c.depth):
-            x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk, **kw)(x, cos, sin, layout)
+            x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk,
+                      attention_impl=self.attention_impl, **kw)(x, cos, sin, layout)
             if i in c.deepstack_visual_indexes:
                 j = c.deepstack_visual_indexes.index(i)
                 deepstack.append(PatchMerger(c, True, name=f"deepstack_merger_list_{j}", **kw)(x))
