@@ -96,6 +96,8 @@ def test_every_recipe_takes_every_scale_variant():
     ("actor.eps_clip", None, r"^actor\.eps_clip=None: only CISPO and M2PO"),
     ("actor.m2_threshold", -1.0, r"^actor\.m2_threshold=-1\.0: must be > 0"),
     ("model.top_k", -1, r"^model\.top_k=-1: must be >= 0"),
+    ("model.attention_impl", "flash", r"^model\.attention_impl='flash': use one of"),
+    ("model.attention_impl", "cudnn", r"^model\.attention_impl='cudnn': cuDNN flash attention computes in bf16"),
     ("env.latency.regime", "Web", r"^env\.latency\.regime='Web': use 'local' \(off\) or 'web'"),
     ("rollout.worker_nice", 25, r"^rollout\.worker_nice=25: must be a niceness in 0\.\.19"),
     ("rollout.worker_cpus", "0,x", r"^rollout\.worker_cpus='0,x': must be comma-separated CPU ids"),
