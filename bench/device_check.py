@@ -9,9 +9,9 @@ counts the cuDNN fused-attention custom calls in its compiled HLO (`cudnn_attent
 `attention_kernel_ok` is False when cudnn was selected and none is there. The programs are the project's own:
 the Updater's jitted minibatch step (`train/update.py`: forward + backward of the vision-language model, the PPO
 loss, AdamW) and the Sampler's prefill + chunked decode (`models/sampler.py`), on random weights at Qwen3-VL-2B's
-published shapes (all 28 layers; `--tiny`: the tiny preset, for a CPU smoke test). The prediction is the analytic roofline of
-`parallel/cost.py` at the chip's published bf16 peak and HBM bandwidth (`parallel/topology.py` CHIPS: "h200"
-on a GPU, else the chip named by --chip); MFU = model FLOPs / (measured step time x peak).
+published shapes (all 28 layers; `--tiny`: the tiny preset, for a CPU smoke test). The prediction is the analytic
+roofline of `parallel/cost.py` at the chip's published bf16 peak and HBM bandwidth (`parallel/topology.py` CHIPS:
+"h200" on a GPU, else the chip named by --chip); MFU = model FLOPs / (measured step time x peak).
 Runs with only jax, flax, optax and numpy installed (ml_collections is stubbed for the import chain if absent).
 """
 

@@ -8,11 +8,12 @@ of every row (the no-cache forward), so a chunk of queries never needs the keys 
 attention then skips them (about half the score FLOPs of a long causal row).
 
 `attend(q, k, v, mask, scale, chunk, kernel)`: the no-cache causal forward runs on `kernel` ("auto" is resolved
-here by `attention_kernels.select_attention_kernel` for this process's backend; a named one runs as named). cuDNN takes each row's length,
-so its rows must be right-padded (real tokens first, as `buffer.batching.pad_steps` lays them out); splash takes
-padding and packing as segment ids, anywhere in the row. Every other mask (the KV cache's prefill and decode,
-images of mixed sizes) runs on XLA: dense, or with chunk > 0 queries `chunk` at a time (checkpointed) and inside
-a chunk the keys `chunk` at a time with an online softmax, so one [H, chunk, chunk] block is live.
+here by `attention_kernels.select_attention_kernel` for this process's backend; a named one runs as named).
+cuDNN takes each row's length, so its rows must be right-padded (real tokens first, as `buffer.batching.pad_steps`
+lays them out); splash takes padding and packing as segment ids, anywhere in the row. Every other mask (the KV
+cache's prefill and decode, images of mixed sizes) runs on XLA: dense, or with chunk > 0 queries `chunk` at a
+time (checkpointed) and inside a chunk the keys `chunk` at a time with an online softmax, so one [H, chunk, chunk]
+block is live.
 `attend_unmasked(q, k, v, scale, chunk, kernel)`: every query sees every key (a batch of same-sized images):
 no mask, no padding, the same kernel choice. All give the same numbers up to fp32 rounding (fp32 scores and
 softmax on XLA; cuDNN and splash accumulate in fp32).
@@ -86,7 +87,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, scale:
         return _blocked(q, k, v, mask, scale, chunk)
     kernel = _kernel(kernel, q, chunk)
     if kernel == "cudnn":
-        lengths = mask.key_valid.sum(axis=-1).astype(jnp.int32)
+        lengths = jnp.maximum(mask.key_valid.sum(axis=-1), 1).astype(jnp.int32)   # an all-padding row: finite
         return cudnn_attention(q, k, v, scale, causal=True, lengths=lengths, segment_ids=mask.segment_ids)
     if kernel == "splash":
         return splash_attention(q, k, v, scale, causal=True, key_valid=mask.key_valid, segment_ids=mask.segment_ids)

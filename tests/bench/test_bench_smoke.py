@@ -79,6 +79,9 @@ def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, p
     peak = 989e12
     assert out["measured_mfu"] == pytest.approx(out["model_flops"] / (out["measured_step_s"] * peak))
     assert out["roofline_flops_utilisation"] == pytest.approx(out["model_flops"] / (out["predicted_step_s"] * peak))
+    assert out["knobs"]["attention_kernel"] == "chunked"      # the tiny preset's attention_chunk on the CPU
+    if part == "train":   # the compiled step's HLO was read: no cuDNN call on the CPU, none expected
+        assert out["cudnn_attention_calls"] == {"forward": 0, "backward": 0} and out["attention_kernel_ok"]
     if part == "decode":   # the old and new decode paths side by side, the new one reported at the top level
         variants = out["variants"]
         assert list(variants) == ["old", "new_ragged", "new"] and out["variant"] == "new"
