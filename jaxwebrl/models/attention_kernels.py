@@ -138,7 +138,7 @@ def splash_attention(q, k, v, scale: float, *, causal: bool, key_valid=None, seg
     128 (that padding too a segment of its own). Under a mesh (`jax.set_mesh`) the kernel runs per shard
     (`shard_map`: rows over the batch axes, heads over `tensor` where they divide): XLA does not partition a
     Pallas call. `interpret=True` runs the kernel in Pallas' interpreter (any backend: the CPU tests)."""
-    b, t, h, d = q.shape
+    b, t = q.shape[:2]
     kv_heads = k.shape[2]
     ids = jnp.zeros((b, t), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
     if key_valid is not None:

@@ -50,6 +50,7 @@ def test_reduced_preset_compiles_for_v5e_8_with_a_report_per_program():
         assert r["fits"] and hbm["total"] + resident["total"] <= r["hbm_capacity_bytes"] == 16e9
         assert r["flops"] >= r["model_flops"] > 0 and r["predicted_step_s"] > 0 and 0 < r["roofline_flops_utilisation"] <= 1
         assert r["topology"] == "v5e-8" and r["knobs"]["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
+        assert r["attention_kernel"] == "splash" and r["knobs"]["attention_impl"] == "auto"   # auto on a TPU
         assert r["compile_s"] > 0
     train = reports[0]
     assert (train["rows"], train["seq_len"]) == (8, 1024)          # one row per chip
