@@ -137,7 +137,8 @@ def splash_attention(q, k, v, scale: float, *, causal: bool, key_valid=None, seg
     it; `segment_ids` [B, T] int32: packed rows. Both become splash `SegmentIds`; T is padded up to a multiple of
     128 (that padding too a segment of its own). Under a mesh (`jax.set_mesh`) the kernel runs per shard
     (`shard_map`: rows over the batch axes, heads over `tensor` where they divide): XLA does not partition a
-    Pallas call. `interpret=True` runs the kernel in Pallas' interpreter (any backend: the CPU tests)."""
+    Pallas call, so a program over several devices must set its mesh; with none in context the kernel is called
+    as it is (one device). `interpret=True` runs the kernel in Pallas' interpreter (any backend: the CPU tests)."""
     b, t = q.shape[:2]
     kv_heads = k.shape[2]
     ids = jnp.zeros((b, t), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)

@@ -375,7 +375,9 @@ class Programs:
         if getattr(self, "_prefill_cache", None) is None:
             sampler, sampling = self._sampler()
             args, kwargs = self._prefill_args(sampler, sampling)
-            compiled, seconds = _compile(None, lambda: sampler._prefill.lower(*args, **kwargs))
+            # the mesh in context: XLA does not partition a Pallas kernel (the tower's splash attention), it runs per
+            # shard under the mesh (`attention_kernels.splash_attention`); the policy server's Sampler is one device
+            compiled, seconds = _compile(self.mesh, lambda: sampler._prefill.lower(*args, **kwargs))
             self._prefill_cache = (sampler, args, kwargs, compiled, seconds)
         return self._prefill_cache
 
@@ -390,8 +392,10 @@ class Programs:
 
     def decode(self):
         sampler, args, kwargs, prefill, _ = self._compiled_prefill()
+        with jax.set_mesh(self.mesh):   # as the prefill was compiled (a Pallas kernel lowers per shard)
+            out_info = sampler._prefill.lower(*args, **kwargs).out_info
         state = jax.tree.map(lambda info, sh: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sh),
-                             sampler._prefill.lower(*args, **kwargs).out_info, prefill.output_shardings)
+                             out_info, prefill.output_shardings)
         mesh = self.mesh
         compiled, seconds = _compile(None, lambda: sampler._decode.lower(
             args[0], state, _replicated(mesh, (), jnp.int32), _replicated(mesh, (), jnp.int32),
