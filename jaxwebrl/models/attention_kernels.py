@@ -117,7 +117,7 @@ def _block(length: int) -> int:
 def _splash_rows(q, k, v, q_ids, kv_ids, *, causal: bool, interpret: bool):
     """Splash over rows: q [B, H, T, D] (already scaled), k/v [B, K, T, D], ids [B, T] int32, T a multiple of
     SPLASH_LANES -> [B, H, T, D]."""
-    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash  # deferred: Pallas' TPU ops, TPU only
 
     heads, t = q.shape[1], q.shape[2]
     one = splash.CausalMask((t, t)) if causal else splash.FullMask((t, t))

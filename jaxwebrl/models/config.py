@@ -118,7 +118,7 @@ class ModelConfig:
         if self.attention_chunk < 0 or self.logits_chunk < 0:
             raise ValueError(f"attention_chunk={self.attention_chunk} and logits_chunk={self.logits_chunk} must be "
                              ">= 0 (0: no chunking)")
-        from jaxwebrl.models.attention_kernels import kernel_problem
+        from jaxwebrl.models.attention_kernels import kernel_problem  # deferred, as REMAT_POLICIES: JAX
 
         problem = kernel_problem(self.attention_impl, dtype=self.dtype, chunk=self.attention_chunk)
         if problem is not None:
