@@ -146,12 +146,33 @@ def train(args) -> dict:
         jax.block_until_ready(stats)
 
     median, times = _timed(one, args.warmup, args.iters)
+    if args.trace:
+        trace_one_step(one, args.trace)
     param_count = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
     work = cost.train_step(config, rows=rows, seq_len=seq, grids_per_row=[] if args.no_images else [grid], positions=mb.loss_positions.shape[1],
                            param_count=param_count, moments_dtype=None, devices=1)
     return _report("train_step", config, work, median, times, compile_s, compiled, args,
                    {"rows": rows, "seq_len": seq, "image_tokens_per_row": merged, "params": param_count,
                     **kernel_check})
+
+
+def trace_one_step(step, path: str) -> None:
+    """One more call of `step` under the JAX profiler; its XPlane trace (TensorBoard's profile plugin, Perfetto
+    via xprof) copied to `path`, flat, so a device run's $OUT brings it back."""
+    import glob
+    import shutil
+    import tempfile
+
+    import jax
+
+    with tempfile.TemporaryDirectory() as work:
+        with jax.profiler.trace(work):
+            step()
+        planes = glob.glob(os.path.join(work, "**", "*.xplane.pb"), recursive=True)
+        if not planes:
+            raise RuntimeError(f"jax.profiler.trace wrote no .xplane.pb under {work}")
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        shutil.copyfile(max(planes, key=os.path.getsize), path)
 
 
 # name -> (dtype of the weights decoded from, ragged read): the old and new paths side by side. The old cache
@@ -311,6 +332,7 @@ def main() -> int:
                         help=f"decode paths to measure side by side, in order: {', '.join(DECODE_VARIANTS)}")
     parser.add_argument("--decode_block", type=int, default=256,
                         help="key slots a ragged decode step reads at a time (--tiny: 16)")
+    parser.add_argument("--trace", default=None, help="train: write one step's profiler trace (.xplane.pb) here")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
     args = parser.parse_args()

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Device check, one command (< 8 minutes on one H200): bf16 MFU of the Qwen3-VL-2B-width train step and the
-# sampler's decode tokens/s at batch 64, each next to its roofline prediction (parallel/cost.py at the chip's
-# published peak). Prints one JSON object and writes it to $OUT/device_check.json when $OUT is set.
+# Device check, one command (< 8 minutes on one H200): the Qwen3-VL-2B-width train step's bf16 MFU on the old path
+# (XLA query-chunked attention, full remat) and the new one (attention_impl=auto: cuDNN flash attention on a GPU,
+# splash on a TPU; remat save_dot_except_mlp, the fit at this shape: docs/scaling.md) side by side, with and
+# without screenshots, and new-path attention under full remat; the sampler's decode at batch 64 (old: fp32
+# weights; new: the bf16 serving copy, dense and ragged reads); attention alone (bench/attention_check.py); one
+# profiler trace of the new train step. Each part next to its roofline prediction (parallel/cost.py at the chip's
+# published peak). Prints one JSON object, with the commit, JAX, cuDNN and XLA flags (bench/provenance.py), and
+# writes it to $OUT/device_check.json (the trace to $OUT/train_step.xplane.pb) when $OUT is set.
 #
 #   bash bench/device_check.sh            # on the accelerator machine, from the repository root
 #   bash bench/device_check.sh --tiny     # the tiny preset on the CPU: checks the script itself
 #
 # Installs nothing: jaxwebrl is imported from this checkout (PYTHONPATH), with the jax/flax/optax/numpy already
-# there. Each part runs in its own process under its own time limit, so a failure or a hang in one still
-# reports the other (its entry then holds "error" and the tail of its output).
+# there (JAXWEBRL_COMMIT names the commit where the tree travelled without its .git). Each part runs in its own
+# process under its own time limit, so a failure or a hang in one still reports the others (its entry then holds
+# "error" and the tail of its output). The parts run in order of importance inside one budget (BUDGET_S, 450 s):
+# a part that would start past it is reported as skipped, not run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -20,16 +27,28 @@ PYTHON="${PYTHON:-python3}"
 EXTRA=("$@")
 TINY=0
 for arg in "$@"; do [ "$arg" = "--tiny" ] && TINY=1; done
-TRAIN_LIMIT=$([ "$TINY" = 1 ] && echo 600 || echo 270)
-DECODE_LIMIT=$([ "$TINY" = 1 ] && echo 600 || echo 180)
+TRAIN_LIMIT=$([ "$TINY" = 1 ] && echo 600 || echo 150)
+DECODE_LIMIT=$([ "$TINY" = 1 ] && echo 600 || echo 150)
+ATTENTION_LIMIT=$([ "$TINY" = 1 ] && echo 300 || echo 90)
+BUDGET_S="${BUDGET_S:-$([ "$TINY" = 1 ] && echo 100000 || echo 450)}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+TRACE="${OUT:-$WORK}/train_step.xplane.pb"
+BEGAN=$(date +%s)
+PARTS=()
 
-run_part() {   # name, seconds, args...: one JSON line in $WORK/name.json, else an error record
+run_part() {   # name, seconds, script, args...: one JSON line in $WORK/name.json, else an error record
   local name="$1" limit="$2"; shift 2
-  local start end rc
+  local start end rc left
+  PARTS+=("$name")
+  left=$((BUDGET_S - ($(date +%s) - BEGAN)))
+  if [ "$left" -le 30 ]; then
+    printf '{"program": "%s", "skipped": "past the %s-s budget (BUDGET_S)"}\n' "$name" "$BUDGET_S" >"$WORK/$name.json"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit="$left"
   start=$(date +%s)
-  timeout --signal=TERM --kill-after=10 "$limit" "$PYTHON" bench/device_check.py "$@" \
+  timeout --signal=TERM --kill-after=10 "$limit" "$PYTHON" "$@" \
     >"$WORK/$name.out" 2>"$WORK/$name.err"
   rc=$?
   end=$(date +%s)
@@ -48,24 +67,35 @@ EOF
   fi
 }
 
-run_part train_step "$TRAIN_LIMIT" train "${EXTRA[@]}"              # attention_impl=auto: cuDNN on a GPU
-run_part train_step_xla "$TRAIN_LIMIT" train --attention_impl=chunked "${EXTRA[@]}"   # the XLA query chunks
-run_part decode "$DECODE_LIMIT" decode "${EXTRA[@]}"
+OLD=(--attention_impl=chunked --remat=full)             # the path of the 30 Nov run (its "fused" was XLA's)
+NEW=(--attention_impl=auto --remat=save_dot_except_mlp)   # cuDNN on a GPU; the remat the fit picks at this shape
+run_part train_new "$TRAIN_LIMIT" bench/device_check.py train "${NEW[@]}" --trace="$TRACE" "${EXTRA[@]}"
+run_part train_old "$TRAIN_LIMIT" bench/device_check.py train "${OLD[@]}" "${EXTRA[@]}"
+run_part decode "$DECODE_LIMIT" bench/device_check.py decode --decode_variants=old,new_ragged,new "${EXTRA[@]}"
+run_part train_new_text "$TRAIN_LIMIT" bench/device_check.py train --no_images "${NEW[@]}" "${EXTRA[@]}"
+run_part train_old_text "$TRAIN_LIMIT" bench/device_check.py train --no_images "${OLD[@]}" "${EXTRA[@]}"
+run_part attention "$ATTENTION_LIMIT" bench/attention_check.py "${EXTRA[@]}"
+run_part train_new_full_remat "$TRAIN_LIMIT" bench/device_check.py train --attention_impl=auto --remat=full "${EXTRA[@]}"
 
-"$PYTHON" - "$WORK" "${OUT:-}" <<'EOF'
+"$PYTHON" - "$WORK" "${OUT:-}" "${PARTS[@]}" <<'EOF'
 import json, os, sys
-work, out = sys.argv[1], sys.argv[2]
+work, out, parts = sys.argv[1], sys.argv[2], sys.argv[3:]
 result = {"check": "bench/device_check.sh"}
 try:
     from bench.provenance import provenance
     result.update(provenance())          # commit, jax/jaxlib, devices, cuDNN, XLA flags
 except Exception as err:  # noqa: BLE001 - report what we can
     result["provenance_error"] = repr(err)
-for name in ("train_step", "train_step_xla", "decode"):
+for name in parts:
     try:
         result[name] = json.load(open(os.path.join(work, f"{name}.json")))
     except Exception as err:  # noqa: BLE001
         result[name] = {"error": f"no report: {err!r}"}
+# the new path over the old, measured side by side in this run (old step seconds / new step seconds)
+for new, old in (("train_new", "train_old"), ("train_new_text", "train_old_text")):
+    a, b = result.get(new, {}), result.get(old, {})
+    if "measured_step_s" in a and "measured_step_s" in b:
+        result[f"{new}_speedup_over_old"] = b["measured_step_s"] / a["measured_step_s"]
 text = json.dumps(result, indent=2)
 print(text)
 if out:

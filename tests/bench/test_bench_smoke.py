@@ -88,3 +88,24 @@ def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, p
         assert variants["old"]["weights_dtype"] == "float32" and variants["new"]["weights_dtype"] == "bfloat16"
         assert variants["new_ragged"]["decode_block"] > 0 == variants["new"]["decode_block"]
         assert out["speedup_over_old"] == pytest.approx(variants["old"]["measured_step_s"] / out["measured_step_s"])
+
+
+def test_attention_check_tiny_times_each_kernel_beside_the_xla_reference(run_bench):
+    out = run_bench("attention_check.py", "--tiny", "--iters", "1")
+    assert out["backend"] == "cpu" and set(out["shapes"]) == {"text", "vision"}
+    for shape in out["shapes"].values():
+        kernels = shape["kernels"]
+        for name in ("xla", "chunked"):   # both run on the CPU and agree with the fp32 reference
+            assert kernels[name]["ms"] > 0 and kernels[name]["max_abs_diff_out"] < 1e-5, (name, kernels[name])
+            assert kernels[name]["max_abs_diff_dq"] < 1e-5
+            assert kernels[name]["speedup_over_xla"] == pytest.approx(kernels["xla"]["ms"] / kernels[name]["ms"],
+                                                                      rel=1e-2)
+        assert "needs a TPU" in kernels["splash"]["skipped"]      # reported with its reason, not timed
+        assert "cudnn" in kernels["cudnn"]["skipped"]
+
+
+def test_device_check_train_writes_one_steps_profiler_trace(run_bench, tmp_path):
+    trace = tmp_path / "train_step.xplane.pb"
+    out = run_bench("device_check.py", "train", "--tiny", "--iters", "1", "--rows", "1", "--seq_len", "64",
+                    "--trace", str(trace))
+    assert out["measured_step_s"] > 0 and trace.is_file() and trace.stat().st_size > 1000
