@@ -21,7 +21,7 @@ RANK = {
     "env": 2, "buffer": 2, "models": 2,
     "rollout": 3, "checkpoint": 3,
     "train": 4, "eval": 4, "plan": 4,
-    "cli": 5,
+    "cli": 5, "lab": 5,
 }
 # Inside env/ (docs/architecture.md): a subpackage imports only subpackages of a lower rank (or itself). The
 # agent's language is at the bottom (the browser carries out its Actions, the tasks use both); the top-level
