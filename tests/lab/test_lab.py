@@ -1,6 +1,7 @@
 """The lab at its smallest size: the environment's rules, a few updates of paired arms, and the proof that its
 step normaliser is the rl/ library's own (k -> 2k halves the gradient; 1/|τ| and 1/k match a NumPy reference)."""
 
+import dataclasses
 import functools
 
 import jax
@@ -107,3 +108,21 @@ def test_recipes_come_from_configs():
     assert dr.agg_mode == "seq-mean-token-sum-norm" and dr.agg_normalizer == 4.0
     with pytest.raises(ValueError, match="no field"):
         recipes.lab_recipe("grpo", gen_slots=4, actor={"no_such_knob": 1})
+
+
+@pytest.mark.slow   # one compile of the update program
+def test_policy_lag_plays_the_oldest_params_and_weights_by_behaviour():
+    setup = dataclasses.replace(setup_for("grpo"), lag=1)
+    old = init_params(ENV, POLICY, jax.random.PRNGKey(1))
+    new = init_params(ENV, POLICY, jax.random.PRNGKey(2))
+    opt_state = setup.optimizer().init(new)
+
+    def state_with(history):
+        return run.RunState(new, opt_state, jax.tree_util.tree_map(lambda *x: jnp.stack(x), *history))
+
+    step = jax.jit(functools.partial(run._update_one, setup, 0))
+    (after, a), (_, b), (_, c) = (step(state_with(h), 0) for h in ((old, new), (old, old), (new, old)))
+    assert float(a["memory_tokens"]) == float(b["memory_tokens"])   # the batch was played by history[0] ...
+    assert float(a["memory_tokens"]) != float(c["memory_tokens"])   # ... not by the newest params
+    trained = jax.tree_util.tree_leaves(after.history)
+    np.testing.assert_array_equal(trained[0][0], jax.tree_util.tree_leaves(new)[0])   # pushed: [new, updated]
