@@ -6,7 +6,7 @@ docs/learning.md ("The JAX lab") before any run; `bench/lab_table.py` prints the
     python3 bench/lab_study.py --tiny --seeds=2 --updates=2 --ratios=1,2 --out=/tmp/lab   # smallest size
 
 One JSON record per (ratio, arm), OUT/ratio<r>_<arm>.json, written atomically when that arm's seeds finish: the
-experiment (every size and knob, the recipe's advantage config and loss), the command, the commit(s), how many
+experiment (every size and knob, the recipe's advantage config and loss), the command, the commit(s) and the code's git object ids, how many
 times the run was resumed, CPU and wall seconds, and per measure (jaxwebrl.lab.run.CURVES) each seed's endpoints
 (`first10`, `last50`: means over the first 10 and the last 50 updates; `all`) with their mean and 95% CI over
 seeds, and the curve in blocks of 10 updates. A record whose experiment matches is skipped, so a killed study
@@ -63,6 +63,14 @@ def require_clean_tree(what: str, out: str) -> str:
         raise SystemExit(f"lab_study: uncommitted changes under jaxwebrl/ or bench/ ({dirty.splitlines()[0].strip()} "
                          f"...): commit them first, so the record names the code it {what}")
     return git("rev-parse", "--short", "HEAD")
+
+
+CODE = ("jaxwebrl/lab", "jaxwebrl/rl", "jaxwebrl/train/rl_config.py", "configs", "bench/lab_study.py")
+
+
+def code_hashes() -> dict:
+    """git object ids of the code a record depends on: content hashes, so they survive a rebase (a commit does not)."""
+    return {path: git("rev-parse", f"HEAD:{path}") for path in CODE}
 
 
 def make_setup(ratio: float, arm: str, args) -> Setup:
@@ -176,7 +184,8 @@ def run_record(ratio: float, arm: str, args, starts: dict) -> None:
               f"{meta['cpu_s']:.0f} s CPU", flush=True)
     per_seed, blocks = summarise(meta["curves"])
     record = {"experiment": key, "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-              "commit": require_clean_tree("ran", args.out), "commits": meta["commits"], "resumed": meta["resumed"],
+              "commit": require_clean_tree("ran", args.out), "commits": meta["commits"], "code": code_hashes(),
+              "resumed": meta["resumed"],
               "cpu_s": meta["cpu_s"], "wall_s": meta["wall_s"], "machine": f"{platform.node()} "
               f"({os.cpu_count()} CPUs, nice {os.nice(0)}, load {os.getloadavg()[0]:.1f})",
               "block_updates": BLOCK, "per_seed": per_seed, "curves": blocks}
