@@ -3,6 +3,7 @@ unresolved, by the rules docs/learning.md fixed before the run ("The JAX lab").
 
     python3 bench/lab_table.py                        # docs/results/lab/*.json -> a markdown table
     python3 bench/lab_table.py --records=DIR --json   # the same as JSON
+    python3 bench/lab_table.py --out=docs/results/lab/verdicts/table.json   # and kept (docs/results.md's rows)
 
 Each record (bench/lab_study.py) holds every seed's endpoint (mean over the last 50 updates) per measure. For a
 ratio with both arms, d_s = constT10 − grpo per seed (seeds paired); the table gives mean d, its 95% t-interval,
@@ -86,7 +87,7 @@ def table(records: dict, arm="constT10", baseline="grpo") -> list[dict]:
             if a["experiment"]["seeds"] != b["experiment"]["seeds"]:
                 raise SystemExit(f"lab_table: ratio {ratio}: {arm} and {baseline} ran other seeds; not paired")
             d = interval(_paired(_endpoints(a, measure, scale), _endpoints(b, measure, scale)))
-            rows.append({"prediction": name, "ratio": ratio, "measure": measure, **d,
+            rows.append({"id": name.split()[0], "prediction": name, "ratio": ratio, "measure": measure, **d,
                          arm: interval(_endpoints(a, measure, scale))["mean"],
                          baseline: interval(_endpoints(b, measure, scale))["mean"],
                          "verdict": verdict(d, sign, sesoi)})
@@ -96,7 +97,7 @@ def table(records: dict, arm="constT10", baseline="grpo") -> list[dict]:
         gaps = [_paired(_endpoints(records[(r, arm)], measure, scale), _endpoints(records[(r, baseline)], measure, scale))
                 for r in (high, low)]
         d = interval(_paired(*gaps))
-        rows.append({"prediction": name, "ratio": f"{high} vs {low}", "measure": measure, **d,
+        rows.append({"id": name.split()[0], "prediction": name, "ratio": f"{high} vs {low}", "measure": measure, **d,
                      arm: None, baseline: None, "verdict": verdict(d, sign, sesoi)})
     return rows
 
@@ -121,12 +122,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", default=os.path.join(ROOT, "docs", "results", "lab"))
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
+    parser.add_argument("--out", help="also write the rows, the command and each record's commit to this JSON")
     args = parser.parse_args()
     records = load(args.records)
     if not records:
         raise SystemExit(f"lab_table: no records in {args.records}: run bench/lab_study.py first")
     rows = table(records)
     print(json.dumps(rows, indent=1) if args.json else markdown(rows))
+    if args.out:
+        sources = [{"ratio": r, "arm": a, "commit": rec["commit"], "seeds": len(rec["experiment"]["seeds"]),
+                    "updates": rec["experiment"]["updates"]} for (r, a), rec in sorted(records.items())]
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump({"command": "python3 bench/lab_table.py " + " ".join(
+                f"--{k}={v}" for k, v in (("records", args.records), ("out", args.out))),
+                "records": sources, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
