@@ -103,11 +103,14 @@ def skip_absent_tpu(environ=os.environ, device_nodes=glob.glob, plugins=None) ->
     any other choice) or a TPU chip is there (/dev/accel*, /dev/vfio/N), set it to the platforms this machine has:
     each GPU whose JAX plugin is installed, then the CPU; a GPU whose plugin is not recognised leaves JAX to choose
     (noise, never a GPU host silently on its CPU). Before JAX is imported (it reads JAX_PLATFORMS then).
-    `plugins`: names of the installed top-level modules (default: every one on sys.path)."""
+    Without libtpu installed there is no noise and nothing is set. `plugins`: names of the installed top-level
+    modules (default: every one on sys.path)."""
     if environ.get("JAX_PLATFORMS") or device_nodes("/dev/accel[0-9]*") or device_nodes("/dev/vfio/[0-9]*"):
         return
     if plugins is None:
         plugins = {m.name for m in pkgutil.iter_modules()}
+    if "libtpu" not in plugins:   # no TPU backend to print anything: leave JAX's choice alone
+        return
     platforms = []
     for platform, node in (("cuda", "/dev/nvidia[0-9]*"), ("rocm", "/dev/kfd")):
         if device_nodes(node):

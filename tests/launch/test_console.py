@@ -158,7 +158,7 @@ def test_print_config_dry_run_and_the_nearest_key(tmp_path, monkeypatch):
     code, _, err = launch("train.py", f"--workdir={workdir}", *TOY, "--config.train.learning_rate=1e-5",
                           out=str(tmp_path / "typo"))
     assert code == 1 and err.strip() == ("config error: unknown config key 'train.learning_rate': no such field; "
-                                         "did you mean train.lr (or critic.lr, train.warmup_steps)? (every field "
+                                         "did you mean train.lr (or critic.lr, train.length_groups)? (every field "
                                          "is defined in configs/base.py)"), err   # the key's own section first
 
 
@@ -168,12 +168,14 @@ def test_jax_platforms_skip_an_absent_tpu_keep_a_gpu_and_respect_the_users_choic
     def nodes(*present):
         return lambda pattern: [pattern] if pattern in present else []
 
-    cases = [({}, nodes(), set(), "cpu"),
-             ({}, nodes("/dev/nvidia[0-9]*"), {"jax_cuda12_plugin"}, "cuda,cpu"),
-             ({}, nodes("/dev/kfd"), {"jax_rocm7_plugin"}, "rocm,cpu"),
-             ({}, nodes("/dev/nvidia[0-9]*"), set(), None),          # a GPU whose plugin is unknown: JAX chooses
-             ({}, nodes("/dev/vfio/[0-9]*"), set(), None),           # a TPU chip
-             ({"JAX_PLATFORMS": "tpu"}, nodes(), set(), "tpu")]       # asked for
+    cases = [({}, nodes(), {"libtpu"}, "cpu"),
+             ({}, nodes("/dev/nvidia[0-9]*"), {"libtpu", "jax_cuda12_plugin"}, "cuda,cpu"),
+             ({}, nodes("/dev/nvidia[0-9]*"), {"libtpu", "jax_cuda13_plugin"}, "cuda,cpu"),
+             ({}, nodes("/dev/kfd"), {"libtpu", "jax_rocm7_plugin"}, "rocm,cpu"),
+             ({}, nodes("/dev/nvidia[0-9]*"), {"libtpu"}, None),     # a GPU whose plugin is unknown: JAX chooses
+             ({}, nodes(), {"jax_cuda13_plugin"}, None),             # no libtpu, no noise: nothing to skip
+             ({}, nodes("/dev/vfio/[0-9]*"), {"libtpu"}, None),      # a TPU chip
+             ({"JAX_PLATFORMS": "tpu"}, nodes(), {"libtpu"}, "tpu")]  # asked for
     for environ, device_nodes, plugins, expected in cases:
         skip_absent_tpu(environ, device_nodes, plugins)
         assert environ.get("JAX_PLATFORMS") == expected, (device_nodes, plugins)
