@@ -106,10 +106,11 @@ def attend_unmasked(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, chun
         return cudnn_attention(q, k, v, scale, causal=False)
     if kernel == "splash":
         return splash_attention(q, k, v, scale, causal=False)
-    everything = lambda start, stop: jnp.ones((b, stop - start, t), bool)
     if kernel == "xla" or t <= chunk:
-        return masked_attention(q, k, v, everything(0, t), scale)
-    return _query_chunks(q, k, v, scale, chunk, everything, causal=False)
+        return masked_attention(q, k, v, jnp.ones((b, t, t), bool), scale)
+    # keys `chunk` at a time too: a query chunk over all of an image's keys would hold [B, H, chunk, T] scores
+    # for every image of the batch at once (the real-width rehearsal's tower went past 20 GiB so)
+    return _blocked(q, k, v, AttentionMask(jnp.ones((b, t), bool)), scale, chunk)
 
 
 def _query_chunks(q, k, v, scale: float, chunk: int, mask_of, *, causal: bool) -> jax.Array:
