@@ -138,7 +138,8 @@ def train(args) -> dict:
     t0 = time.perf_counter()
     compiled = step.lower(params, opt_state, mb, grid=grids).compile()
     compile_s = time.perf_counter() - t0
-    kernel_check = attention_kernel_check(config_kernel(config), cudnn_attention_calls(compiled.as_text()))
+    kernel = config_kernel(config)
+    kernel_check = attention_kernel_check(kernel, cudnn_attention_calls(compiled.as_text()))
     state = {"params": params, "opt": opt_state}
 
     def one():
@@ -149,7 +150,8 @@ def train(args) -> dict:
     if args.trace:
         trace_one_step(one, args.trace)
     param_count = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-    work = cost.train_step(config, rows=rows, seq_len=seq, grids_per_row=[] if args.no_images else [grid], positions=mb.loss_positions.shape[1],
+    work = cost.train_step(config.replace(attention_impl=kernel), rows=rows, seq_len=seq,
+                           grids_per_row=[] if args.no_images else [grid], positions=mb.loss_positions.shape[1],
                            param_count=param_count, moments_dtype=None, devices=1)
     return _report("train_step", config, work, median, times, compile_s, compiled, args,
                    {"rows": rows, "seq_len": seq, "image_tokens_per_row": merged, "params": param_count,

@@ -8,8 +8,10 @@ loop), so the compile report counts work analytically, from the model's shapes a
   on, the vision tower (bidirectional attention inside each image); a train step is 3 passes (forward and a
   backward of twice its cost);
 - executed FLOPs (for the step time): the same plus what the implementation adds: rematerialisation (`remat`),
-  the key blocks a chunked causal attention still computes past the diagonal, the checkpointed attention and
-  LM-head chunks that the backward pass recomputes, and attention over every slot of the KV cache;
+  the attention kernel's own work (`attention_work`: dense XLA computes the whole square of a causal row; chunked
+  and the flash kernels skip the key blocks past each query block's diagonal; chunked recomputes its checkpointed
+  chunks and pads an image to whole chunks; a flash kernel's backward recomputes the scores), the checkpointed
+  LM-head chunks the backward recomputes, and attention over every slot of the KV cache;
 - HBM bytes (an estimate): weights read once per pass by every chip (FSDP gathers each layer whole), gradients
   and optimizer state read and written once per shard, decoder activations written and read once per pass,
   the KV cache written in prefill and read once per decode step.
@@ -19,7 +21,9 @@ Every function returns per-chip `Work` for work split evenly over `devices` chip
 100% of the chip's published bf16 peak or HBM bandwidth, whichever binds; communication is not modelled, so it
 is a bound on speed, not a forecast.
 
-`config` everywhere is a `jaxwebrl.models.config.ModelConfig`; only its numbers are read, the family's among them
+`config` everywhere is a `jaxwebrl.models.config.ModelConfig` whose `attention_impl` names the kernel the program
+runs ("auto" is priced as the CPU's choice: resolve it for the target first, `attention_kernels.config_kernel`, as
+`train/aot.py` and `bench/device_check.py` do); only its numbers are read, the family's among them
 (`config.family.vision_mlp_matrices`, `.vision_window_attention`): this module imports no model code, parallel/
 sits below models/ in docs/architecture.md.
 """
@@ -43,6 +47,13 @@ REMAT_RECOMPUTE = {
     "save_out_proj": (("qkv", "mlpwi"), 1.0),
     "full": (("qkv", "out", "mlpwi"), 1.0),
 }
+
+
+# flash kernel -> the query/key tile a causal row skips by (a tile wholly past the diagonal is never computed):
+# cuDNN's fused attention works in 128-token tiles; splash in `attention_kernels._block`'s 512/256/128.
+FLASH_TILES = {"cudnn": (128,), "splash": (512, 256, 128)}
+# a flash kernel's backward: five matmuls to the forward's two (it recomputes q.k^T and p, then dV, dP, dQ, dK)
+FLASH_BACKWARD = 2.5
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -102,6 +113,37 @@ def chunked_causal_pairs(t: int, chunk: int) -> int:
     return sum((min(start + chunk, t) - start) * min(start + chunk, t) for start in range(0, t, chunk))
 
 
+def priced_kernel(config) -> str:
+    """The kernel the cost rows price: `config.attention_impl`, "auto" read as the CPU's choice."""
+    if config.attention_impl == "auto":
+        return "chunked" if config.attention_chunk > 0 else "xla"
+    return config.attention_impl
+
+
+def attention_work(config, lengths, *, causal: bool, trained: bool) -> tuple[float, float]:
+    """(pairs executed in one forward, passes over them) of attention over rows of `lengths` tokens on the priced
+    kernel. Passes: 1 for a forward only; for a trained one forward + backward (2 on XLA, FLASH_BACKWARD in a flash
+    kernel) + what the remat policy recomputes (its attention share on XLA, the whole kernel once in a flash
+    kernel under any recomputing policy) + what the backward runs again of chunked's checkpointed chunks."""
+    kernel, chunk = priced_kernel(config), config.attention_chunk
+    share = REMAT_RECOMPUTE[config.remat][1]
+    if kernel in FLASH_TILES:
+        tile = next((n for n in FLASH_TILES[kernel] if all(t % n == 0 for t in lengths)), FLASH_TILES[kernel][-1])
+        pairs = sum(chunked_causal_pairs(t, tile) if causal else t * t for t in lengths)
+        passes = 1.0 + FLASH_BACKWARD + (share > 0)
+    else:
+        chunked = kernel == "chunked" and chunk > 0
+        if causal:
+            pairs = sum(chunked_causal_pairs(t, chunk if chunked else 0) for t in lengths)
+        else:   # key blocks with an online softmax: queries and keys padded to whole chunks
+            pairs = sum((-(-t // chunk) * chunk if chunked and t > chunk else t) ** 2 for t in lengths)
+        # the backward runs a checkpointed chunk again: a causal query chunk only its scores (p.v's output is not
+        # read), an image's key blocks both matmuls (the online softmax's running sums need the outputs)
+        rerun = (0.5 if causal else 1.0) if chunked and any(t > chunk for t in lengths) else 0.0
+        passes = 3.0 + share + rerun
+    return float(pairs), (passes if trained else 1.0)
+
+
 def vision_fwd_flops(config, grids) -> tuple[float, float]:
     """(weight matmuls, attention) forward FLOPs of the vision tower on images of `grids` [(t, h, w), ...]."""
     v = config.vision
@@ -145,7 +187,7 @@ def kv_bytes_per_token(config) -> float:
 
 def _forward_parts(config, rows: int, seq_len: int, grids_per_row, positions: int, causal_keys: int):
     """Forward FLOPs of rows x seq_len: (linear, attention useful, attention executed, head, vision linear,
-    vision attention). causal_keys: 0 for the no-cache causal row, else the cache width every query scans."""
+    vision attention useful, vision attention executed). causal_keys: 0 for the no-cache causal row, else the cache width every query scans."""
     t = config.text
     linear = 2.0 * layer_matmul_params(config) * rows * seq_len * t.num_layers
     per_pair = 4.0 * t.num_heads * t.head_dim * t.num_layers
@@ -153,10 +195,19 @@ def _forward_parts(config, rows: int, seq_len: int, grids_per_row, positions: in
     if causal_keys:
         executed = per_pair * rows * seq_len * causal_keys
     else:
-        executed = per_pair * rows * chunked_causal_pairs(seq_len, config.attention_chunk)
+        executed = per_pair * rows * attention_work(config, [seq_len], causal=True, trained=False)[0]
     head = 2.0 * t.hidden_size * t.vocab_size * rows * positions
     v_lin, v_attn = vision_fwd_flops(config, list(grids_per_row) * rows)
-    return linear, useful, executed, head, v_lin, v_attn
+    return linear, useful, executed, head, v_lin, v_attn, v_attn * vision_padding(config, grids_per_row)
+
+
+def vision_padding(config, grids) -> float:
+    """Executed over useful attention pairs of the vision tower's images on the priced kernel (chunked pads each
+    image to whole chunks; window-attention families are priced as useful)."""
+    lengths = [t * h * w for t, h, w in grids]
+    if not lengths or config.family.vision_window_attention:
+        return 1.0
+    return attention_work(config, lengths, causal=False, trained=False)[0] / sum(n * n for n in lengths)
 
 
 def train_step(config, *, rows: int, seq_len: int, grids_per_row, positions: int, param_count: int,
@@ -166,20 +217,19 @@ def train_step(config, *, rows: int, seq_len: int, grids_per_row, positions: int
     tower (LoRA, freeze_vision) skips its weight-gradient matmuls (2 of the 3 passes' FLOPs remain: forward and
     the activations' gradient), and a frozen tower is not differentiated through at all (forward only);
     LoRA's own rank-r matmuls are not counted (r / width of the projections' FLOPs)."""
-    lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, seq_len, grids_per_row, positions, 0)
+    lin, useful, executed, head, v_lin, v_useful, v_attn = _forward_parts(config, rows, seq_len, grids_per_row,
+                                                                         positions, 0)
     patches = rows * sum(t_ * h * w for t_, h, w in grids_per_row)
-    text_re, vision_lin_re, attn_re = remat_recompute(config, tokens=rows * seq_len, patches=patches)
-    chunked_attn = 0 < config.attention_chunk < seq_len
-    longest_image = max((h * w for _, h, w in grids_per_row), default=0)
-    chunked_vision = 0 < config.attention_chunk < longest_image
+    text_re, vision_lin_re, _ = remat_recompute(config, tokens=rows * seq_len, patches=patches)
     text_passes = 2.0 if getattr(config, "lora", None) is not None else 3.0
     frozen_tower = getattr(config, "lora", None) is not None or getattr(config, "freeze_vision", False)
     vision_passes = 1.0 if frozen_tower else 3.0
-    vision_re = (vision_lin_re, attn_re) if not frozen_tower else (0.0, 0.0)
-    model = text_passes * lin + 3.0 * (useful + head) + vision_passes * (v_lin + v_attn)
-    flops = text_passes * lin + text_re + vision_passes * v_lin + vision_re[0]
-    flops += (3.0 + attn_re + chunked_attn) * executed
-    flops += (vision_passes + vision_re[1] + (chunked_vision and not frozen_tower)) * v_attn
+    images = [t_ * h * w for t_, h, w in grids_per_row]
+    _, vision_attn_passes = attention_work(config, images, causal=False, trained=not frozen_tower)
+    model = text_passes * lin + 3.0 * (useful + head) + vision_passes * (v_lin + v_useful)
+    flops = text_passes * lin + text_re + vision_passes * v_lin + (0.0 if frozen_tower else vision_lin_re)
+    flops += attention_work(config, [seq_len], causal=True, trained=True)[1] * executed
+    flops += vision_attn_passes * v_attn
     flops += (3.0 + (0 < config.logits_chunk < positions)) * head
     passes = 3.0 + bool(REMAT_RECOMPUTE[config.remat][0])     # a recomputing policy reads the weights again
     param_b, moment_b = dtype_bytes(config.param_dtype), dtype_bytes(moments_dtype or config.param_dtype)
@@ -192,8 +242,9 @@ def train_step(config, *, rows: int, seq_len: int, grids_per_row, positions: int
 def forward(config, *, rows: int, seq_len: int, grids_per_row, positions: int, devices: int,
             tensor: int = 1) -> Work:
     """One forward pass (the proximal log-probs): rows x seq_len tokens, the LM head on `positions` per row."""
-    lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, seq_len, grids_per_row, positions, 0)
-    model = lin + useful + head + v_lin + v_attn
+    lin, useful, executed, head, v_lin, v_useful, v_attn = _forward_parts(config, rows, seq_len, grids_per_row,
+                                                                         positions, 0)
+    model = lin + useful + head + v_lin + v_useful
     flops = lin + executed + head + v_lin + v_attn
     hbm = weight_bytes(config, config.dtype) / tensor + activation_bytes_per_token(config) * rows * seq_len / devices
     return Work(model / devices, flops / devices, hbm)
@@ -202,9 +253,9 @@ def forward(config, *, rows: int, seq_len: int, grids_per_row, positions: int, d
 def prefill(config, *, rows: int, prompt_len: int, cache_len: int, grids_per_row, devices: int,
             tensor: int = 1) -> Work:
     """The sampler's prefill: rows prompts of prompt_len tokens into a cache of cache_len slots, head on the last."""
-    lin, useful, executed, head, v_lin, v_attn = _forward_parts(config, rows, prompt_len, grids_per_row, 1,
-                                                                cache_len)
-    model = lin + useful + head + v_lin + v_attn
+    lin, useful, executed, head, v_lin, v_useful, v_attn = _forward_parts(config, rows, prompt_len, grids_per_row, 1,
+                                                                         cache_len)
+    model = lin + useful + head + v_lin + v_useful
     flops = lin + executed + head + v_lin + v_attn
     hbm = weight_bytes(config, config.param_dtype) / tensor
     hbm += (activation_bytes_per_token(config) + kv_bytes_per_token(config)) * rows * prompt_len / devices
