@@ -26,7 +26,8 @@ RESULTS_MD = os.path.join(REPO, "docs", "results.md")
 RESULTS_DIR = os.path.join(REPO, "docs", "results")
 FIGURE_COLUMNS = ["figure", "kind", "value", "scale", "json", "key", "doc", "quote"]
 SOURCE_COLUMNS = ["json", "command", "commit", "machine", "alone"]
-KINDS = {"measured", "roofline", "model"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan
+KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
+# paper: the paper's own figure, as the JSON that compares against it holds it
 FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs}
 
 
