@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from configs import base
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.agent.prompt import read_goal_and_step
@@ -22,6 +23,7 @@ from jaxwebrl.env.registry import make_env
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder
+from jaxwebrl.rollout.spec import worker_fields
 from jaxwebrl.rollout.worker import EnvGivenUp, RolloutWorker, WorkerConfig, given_up_message
 
 pytestmark = pytest.mark.browser
@@ -210,8 +212,10 @@ def test_a_page_over_the_workers_memory_bound_is_a_page_fault_and_the_next_episo
     backend = ScriptedBackend(click_then_wait, processor=tiny_processor(), fetch_image=buffer.screenshots.get)
     greedy = spec_file(tmp_path, f"{site}/buffers.html", name="greedy.json", max_steps=5)
     plain = spec_file(tmp_path, f"{site}/index.html", name="plain.json", max_steps=2)
+    run = base.config()
+    run.env.browser_memory_mb = 600   # through the run config's worker spec, as a worker process gets it
     config = WorkerConfig(tasks=(greedy, plain), group_size=1, prompt={"window": 0},
-                          env_options={"screenshot_size": [64, 64], "browser_memory_mb": 600})
+                          env_options=dict(worker_fields(run)["env_options"], screenshot_size=[64, 64]))
     worker = RolloutWorker(config, InProcessClient(backend), buffer)
     breaches = PROCESS_BOUND.breaches
     try:
@@ -228,3 +232,4 @@ def test_a_page_over_the_workers_memory_bound_is_a_page_fault_and_the_next_episo
     assert worker.stats.env_failures == 1 and worker.stats.episodes == 2 and PROCESS_BOUND.breaches == breaches + 1
     lines = [r.getMessage() for r in caplog.records if "env.browser_memory_mb" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert not [r for r in caplog.records if r.name.startswith("urllib3")]   # no retries on a killed chromedriver

@@ -8,7 +8,7 @@ A worker is one process, so the bound is one per process (`PROCESS_BOUND`): ever
 resident anonymous memory (RSS less file-backed and shared pages: heaps, JS heaps, ArrayBuffers, what a page
 allocates; the shared libraries each process maps would count ~4x) of chromedriver and every Chromium process of
 every browser its envs use (the shared MiniWoB++ browser and those other envs own). Above the bound it kills the
-largest browser's whole tree and marks it (`Browser.memory_breach`): the call in flight on that browser, or its
+largest browser's Chromium processes and marks it (`Browser.memory_breach`): the call in flight on that browser, or its
 next one, raises a `PageFault` naming the bound and the fix (devtools.py), so the episode is env-failed (never
 scored) and counted with the other page faults, and the env's next reset starts a fresh browser.
 
@@ -82,7 +82,9 @@ class BrowserMemoryBound:
                    f"largest ({own / MB:.0f} MB) was killed: a page that allocates without end is the task's fault, "
                    f"a sound task that needs more: raise env.browser_memory_mb (docs/env.md)")
         browser.memory_breach = message   # before the kill: the failing call must see it
-        for pid in browser.process_ids():
+        # Chromium only: chromedriver (first) then fails the call in flight at once with the browser's own error
+        # (not connection retries), and Browser.close kills it.
+        for pid in browser.process_ids()[1:]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
