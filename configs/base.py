@@ -162,6 +162,11 @@ SCHEMA = {
                                     between(1, 16, "must be in 1..16")),
         "step_timeout_s": Field(30.0, "seconds an env reset or step may take before the worker gives up on it",
                                 above(0, "must be > 0 seconds")),
+        "browser_memory_mb": Field(2048, "one bound on the resident anonymous memory of all a worker's browsers "
+                                         "together (env/browser/memory_bound.py); over it the largest is killed and "
+                                         "its episode is a page fault (docs/env.md)",
+                                   between(256, 1 << 20, "must be in 256..1048576 MB (an idle MiniWoB++ browser "
+                                                         "holds ~250 MB)")),
         "chromium": Field("chromium", "Chromium binary name or path"),
         "chromedriver": Field("chromedriver", "chromedriver binary name or path"),
         # The latency regime (jaxwebrl/env/latency.py, docs/env.md): a benchmark regime, off ("local") by default.

@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping
 
 from jaxwebrl.env.agent.action_space import CLICK_GRID
 from jaxwebrl.env.base import Env
+from jaxwebrl.env.browser.memory_bound import bound_browser_memory
 from jaxwebrl.env.families import Oracle, TaskFamily, families, family_of, register_family
 from jaxwebrl.env.latency import LatencyConfig, LatencyEnv
 
@@ -97,7 +98,8 @@ def shares_browser(spec: Any) -> bool:
     return _family(spec).shares_browser
 
 
-def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None = None, **options) -> Env:
+def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None = None,
+             browser_memory_mb: int | None = None, **options) -> Env:
     """Build the environment `spec` names (validated by its family first).
 
     latency: a run's `env.latency` as a dict (`jaxwebrl.env.latency.LatencyConfig`; None or regime "local": off).
@@ -105,6 +107,8 @@ def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None
         a browser env gets Chromium's network conditions (where its family takes them).
     judge: a run's `env.judge` as a dict (the backend and its settings), for families whose reward a judge gives
         (`TaskFamily.judged`: WebGym tasks); None: the ground truth.
+    browser_memory_mb: a run's `env.browser_memory_mb`: the env's browser joins this process's (one worker's) one
+        memory bound over all its browsers (`jaxwebrl.env.browser.memory_bound`); None: no such bound.
     options: `screenshot_size` (W, H), `max_steps` (a cap: the env plays `task_horizon(spec, max_steps)`),
     `browser` (a Browser to play in, not closed by the env; families without a browser leave it out).
     """
@@ -115,6 +119,8 @@ def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None
     if family.judged:
         options["judge"] = judge
     env = family.make(checked, network=regime.network, **options)
+    if browser_memory_mb is not None:
+        bound_browser_memory(env, browser_memory_mb)
     return LatencyEnv(env, regime) if regime.enabled else env
 
 

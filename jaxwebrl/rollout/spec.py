@@ -31,7 +31,7 @@ def worker_fields(config) -> dict:
     if e.system_prompt is not None:
         prompt["system_prompt"] = e.system_prompt
     env_options = {"screenshot_size": [e.screenshot_width, e.screenshot_height],   # (W, H)
-                   "max_steps": e.max_episode_steps}
+                   "max_steps": e.max_episode_steps, "browser_memory_mb": e.browser_memory_mb}
     latency = e.get("latency")
     if latency is not None and latency.regime != "local":   # off by default: the local spec stays as it was
         env_options["latency"] = dict(latency.to_dict(), seed=config.seed)

@@ -3,10 +3,12 @@ seeded and never time out, rewards come from the page, invalid actions are count
 
 import pytest
 
+from configs.base import FIELDS
 from jaxwebrl.env.agent.actions import Action, format_action
 from jaxwebrl.env.registry import make_env, task_oracle
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.browser.memory_bound import MB, PROCESS_BOUND, bound_browser_memory
 from jaxwebrl.env.tasks.miniwob.miniwob import MAX_EPISODE_TIME_MS, VIEWPORT, MiniWobEnv
 from jaxwebrl.env.tasks.miniwob.miniwob_tasks import SPLITS, available_tasks, horizon
 from jaxwebrl.env.tasks.episode import run_episode
@@ -34,10 +36,16 @@ def test_oracles_cover_at_least_ten_tasks():
 
 
 def test_oracles_solve_ninety_percent_of_episodes(browser):
+    """... under the default bound of a worker's browsers (env.browser_memory_mb), which the tasks never trip and
+    which holds four such browsers (a worker's max_open_envs) with room to spare."""
+    bound_mb, breaches = FIELDS["env.browser_memory_mb"].default, PROCESS_BOUND.breaches
     outcomes = {}
     for task in oracle_tasks():
         env = MiniWobEnv(task, browser=browser)
+        bound_browser_memory(env, bound_mb)
         outcomes[task] = [run_episode(env, seed, task_oracle(env.task_id)) for seed in SEEDS]
+    held, = [n for b, n in PROCESS_BOUND.usage() if b is browser]
+    assert PROCESS_BOUND.breaches == breaches and 0 < 4 * held < bound_mb * MB, held / MB
     episodes = [r for results in outcomes.values() for r in results]
     solved = sum(r["success"] for r in episodes)
     assert solved >= 0.9 * len(episodes), {t: [r["success"] for r in rs] for t, rs in outcomes.items()}

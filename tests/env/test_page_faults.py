@@ -4,21 +4,26 @@ windows without end, one that leaves its allowed origin at once, and one that hi
 end their episode as a PageFault naming the reason; none of them blames the browser installation."""
 
 import json
+import logging
 import socket
 
 import pytest
 
+from configs import base
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env.agent.actions import Action, format_action
+from jaxwebrl.env.agent.prompt import read_goal_and_step
 from jaxwebrl.env.base import BrowserCrashed, PageFault, TaskSpecFault, browser_is_the_cause
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
+from jaxwebrl.env.browser.memory_bound import PROCESS_BOUND
 from jaxwebrl.env.browser.navigation import MAX_POPUPS
 from jaxwebrl.env.browser.probes import serve_directory
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder
+from jaxwebrl.rollout.spec import worker_fields
 from jaxwebrl.rollout.worker import EnvGivenUp, RolloutWorker, WorkerConfig, given_up_message
 
 pytestmark = pytest.mark.browser
@@ -33,6 +38,9 @@ PAGES = {
     # the page's own allocation loop (JS heap): the renderer dies at its RLIMIT_DATA
     "grow.html": BUTTON.format("window.keep = []; setInterval(() => { for (let i = 0; i < 20; i++) "
                                "keep.push(new Array(1 << 20).fill(keep.length)); }, 1)"),
+    # ArrayBuffers (outside the JS heap), touched so they are resident: 32 MB every 50 ms from 1 s after the click
+    "buffers.html": BUTTON.format("window.keep = []; setTimeout(() => setInterval(() => "
+                                  "keep.push(new Uint8Array(32 << 20).fill(1)), 50), 1000)"),
 }
 THROWING_PY = "def check(ctx):\n    raise ValueError('no price on the page')\n"
 
@@ -54,8 +62,8 @@ def browser():
         yield b
 
 
-def spec_file(tmp_path, start_url, evaluator=None, name="task.json"):
-    spec = {"task_id": "faults/test", "start_url": start_url, "goal": "do it", "max_steps": 3,
+def spec_file(tmp_path, start_url, evaluator=None, name="task.json", max_steps=3):
+    spec = {"task_id": "faults/test", "start_url": start_url, "goal": "do it", "max_steps": max_steps,
             "viewport": list(VIEWPORT), "evaluator": evaluator or {"type": "js", "expression": "false"}}
     path = tmp_path / name
     path.write_text(json.dumps(spec))
@@ -186,3 +194,42 @@ def test_a_spec_whose_file_start_page_is_missing_is_refused_before_any_browser(t
                                ("nope.html", "the file")):
         with pytest.raises(ValueError, match=f"'start_url'.*{missing} .* does not exist"):
             make_env(spec_file(tmp_path, start_url))
+
+
+def click_then_wait(request, rng):
+    """A scripted policy: click (the page's button) at step 0, then wait a second each step."""
+    step = read_goal_and_step(request["messages"])[1]
+    return f"Memory: {{}}\nAction: {CLICK if step == 0 else format_action(Action('wait', seconds=1.0))}", 0.0
+
+
+def test_a_page_over_the_workers_memory_bound_is_a_page_fault_and_the_next_episode_plays_in_a_fresh_browser(
+        site, tmp_path, caplog):
+    """Issue 44.9: an ArrayBuffer loop reached 2.2 GB with no fault. Now the worker's one bound over its browsers
+    (env.browser_memory_mb) kills that browser: its episode is an env-failed PageFault naming the bound and the fix,
+    counted once and logged in one line; the worker's next episode plays in a fresh browser and is kept whole."""
+    buffer = RingBuffer.create(str(tmp_path / "buf"), capacity_steps=64, max_seq_len=1024,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    backend = ScriptedBackend(click_then_wait, processor=tiny_processor(), fetch_image=buffer.screenshots.get)
+    greedy = spec_file(tmp_path, f"{site}/buffers.html", name="greedy.json", max_steps=5)
+    plain = spec_file(tmp_path, f"{site}/index.html", name="plain.json", max_steps=2)
+    run = base.config()
+    run.env.browser_memory_mb = 600   # through the run config's worker spec, as a worker process gets it
+    config = WorkerConfig(tasks=(greedy, plain), group_size=1, prompt={"window": 0},
+                          env_options=dict(worker_fields(run)["env_options"], screenshot_size=[64, 64]))
+    worker = RolloutWorker(config, InProcessClient(backend), buffer)
+    breaches = PROCESS_BOUND.breaches
+    try:
+        with caplog.at_level(logging.WARNING, logger="jaxwebrl.rollout.worker"):
+            worker.run_group(greedy, 0)
+            worker.run_group(plain, 0)
+    finally:
+        worker.close()
+    (failed, played), _ = buffer.read(group_size=1)
+    assert failed.env_failed and not failed.terminated and failed.reward == 0.0 and 1 <= failed.num_steps < 5
+    assert "PageFault" in failed.info["env_failure"] and "over env.browser_memory_mb = 600 MB" in \
+        failed.info["env_failure"] and "raise env.browser_memory_mb" in failed.info["env_failure"]
+    assert not played.env_failed and played.num_steps == 2   # in a fresh browser: the greedy one was killed
+    assert worker.stats.env_failures == 1 and worker.stats.episodes == 2 and PROCESS_BOUND.breaches == breaches + 1
+    lines = [r.getMessage() for r in caplog.records if "env.browser_memory_mb" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert not [r for r in caplog.records if r.name.startswith("urllib3")]   # no retries on a killed chromedriver

@@ -7,6 +7,7 @@ each, and `Browser` puts them together:
   devtools.py         guarded WebDriver/CDP I/O: screenshots, clicks, keys, text, JavaScript (`DevToolsIO`)
   navigation.py       the allowlist and popup policy: where the page may go, one tab only (`NavigationPolicy`)
   browser_actions.py  an agent `Action` -> the browser calls that carry it out (`Browser.perform`)
+  memory_bound.py     one memory bound on all a worker's browsers (a watchdog; a breach is a PageFault)
   request_guard.py, egress_proxy.py   every request (CDP Fetch) and every TCP connection (SOCKS5) checked against
                       the allowlist too
 
@@ -51,6 +52,7 @@ class Browser(DevToolsIO, NavigationPolicy):
         self.egress_proxy: EgressProxy | None = None
         self.busy_s = 0.0
         self.network = None   # emulated network conditions (`emulate_network`), applied again on every restart
+        self.memory_breach: str | None = None   # set when the worker's memory bound killed it (memory_bound.py)
         self.start()
 
     # ---- lifecycle ------------------------------------------------------------------------------------
@@ -61,7 +63,7 @@ class Browser(DevToolsIO, NavigationPolicy):
             if self.config.egress_proxy:
                 self.egress_proxy = EgressProxy(lambda: self.allowlist).start()
             self.process = ChromiumProcess(self.config, proxy_address=self.egress_proxy and self.egress_proxy.address)
-            self.driver, self.broken = self.process.driver, False
+            self.driver, self.broken, self.memory_breach = self.process.driver, False, None
             width, height = self.config.viewport
             self._cdp("Emulation.setDeviceMetricsOverride",
                       {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})

@@ -11,7 +11,8 @@ Hardening (see `BrowserConfig`):
 - when this process is root, Chromium runs as an unprivileged user (`nobody`) with its own sandbox on; task
   files that user cannot read are copied into the browser's private directory (`expose_directory`); if the
   sandbox cannot start on this machine, it falls back to --no-sandbox and says why (`sandbox_note`);
-- bounded memory: every Chromium process starts under RLIMIT_DATA = `memory_limit_mb` (the launcher wrapper);
+- bounded memory: every Chromium process starts under RLIMIT_DATA = `memory_limit_mb` (the launcher wrapper), and
+  all a worker's browsers together stay under one bound (`env.browser_memory_mb`, memory_bound.py);
 - no orphans: chromedriver gets PR_SET_PDEATHSIG (`set_parent_death_signal`, which follows the creating *thread*)
   and Chromium is exec'd under `setpriv --pdeathsig KILL`; the profile dir carries its owner's pid so a pool can
   delete those of dead owners (PROFILE_DIR_PREFIX).
@@ -87,7 +88,8 @@ class BrowserConfig:
         V8 flag (bounds the JS heap only), RLIMIT_AS (V8 reserves far more address space than it uses and would
         not start) and a cgroup (needs delegation this process rarely has in a container). A page that hits it
         crashes its own tab (a PageFault naming the limit) or sees its allocation fail; the browser tree stays
-        bounded by processes x limit (one page: 4.8 GB unbounded before).
+        bounded by processes x limit (one page: 4.8 GB unbounded before), and a worker's browsers together by the
+        watchdog of memory_bound.py.
     kill_with_parent: chromedriver and Chromium get SIGKILL when the thread that created the browser exits
         (Linux PR_SET_PDEATHSIG follows the creating thread, not the process), so a crashed worker leaves no
         orphan browser. Create the browser on a thread that lives as long as the browser should.

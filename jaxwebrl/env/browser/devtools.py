@@ -5,10 +5,12 @@ Screenshots use CDP `Page.captureScreenshot` (clipped, no WebDriver round trip f
 viewport the browser pinned. Every WebDriver/CDP failure surfaces as `BrowserCrashed` or `EnvTimeout` (both
 `EnvFailure`) and marks the browser broken (its `restart()`, or the env's next reset, starts a fresh one), except
 what the page caused: script that threw is a `PageScriptError` (the browser stays up), and a tab that crashed under
-the renderer memory limit (`BrowserConfig.memory_limit_mb`) a `PageFault` naming the limit.
+the renderer memory limit (`BrowserConfig.memory_limit_mb`) a `PageFault` naming the limit, and so is every failure
+of a browser the worker's memory bound killed (`memory_breach`, set by memory_bound.py).
 
-The mixin uses the Browser's `driver`, `broken`, `busy_s` (seconds inside browser calls) and `network` (the
-emulated network conditions, kept across restarts), and its `close_popups()` (navigation.py) before a capture.
+The mixin uses the Browser's `driver`, `broken`, `busy_s` (seconds inside browser calls), `network` (the
+emulated network conditions, kept across restarts) and `memory_breach`, and its `close_popups()` (navigation.py)
+before a capture.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from jaxwebrl.env.base import BrowserCrashed, EnvTimeout, PageFault, PageScriptError
+from jaxwebrl.env.base import BrowserCrashed, EnvFailure, EnvTimeout, PageFault, PageScriptError
 from jaxwebrl.env.browser.keys import key_events
 
 # After an input action: two animation frames (wheel scrolls and layout land), at most 150 ms where frames stall.
@@ -35,9 +37,20 @@ class DevToolsIO:
     broken: bool
     busy_s: float
     network: Any   # jaxwebrl.env.latency.NetworkConditions or None
+    memory_breach: str | None   # why the worker's memory bound killed this browser (memory_bound.py), or None
 
     def _guard(self, what: str, fn: Callable, *args, **kwargs):
-        """Run a WebDriver call; map every driver/browser failure to EnvFailure and mark the browser broken."""
+        """Run a WebDriver call; map every driver/browser failure to EnvFailure and mark the browser broken (a
+        PageFault naming the bound when the worker's memory bound killed it)."""
+        try:
+            return self._guarded_call(what, fn, *args, **kwargs)
+        except EnvFailure as exc:
+            if not self.memory_breach:
+                raise
+            self.broken = True
+            raise PageFault(f"{what}: {self.memory_breach}") from exc
+
+    def _guarded_call(self, what: str, fn: Callable, *args, **kwargs):
         if self.driver is None or self.broken:
             raise BrowserCrashed(f"browser is not running (call restart()) before {what}")
         from selenium.common.exceptions import (JavascriptException, TimeoutException,  # deferred: Selenium is heavy
