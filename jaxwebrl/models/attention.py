@@ -9,9 +9,11 @@ attention then skips them (about half the score FLOPs of a long causal row).
 
 `attend(q, k, v, mask, scale, chunk, kernel)`: the no-cache causal forward runs on `kernel` ("auto" is resolved
 here by `attention_kernels.select_attention_kernel` for this process's backend; a named one runs as named).
-cuDNN takes each row's length, so its rows must be right-padded (real tokens first, as `buffer.batching.pad_steps`
-lays them out); splash takes padding and packing as segment ids, anywhere in the row. Every other mask (the KV
-cache's prefill and decode, images of mixed sizes) runs on XLA: dense, or with chunk > 0 queries `chunk` at a
+cuDNN takes each row's length, so its rows are right-padded (real tokens first, as `buffer.batching.pad_steps`
+lays them out) or marked `left_padded` (the sampler's prompts: turned round for the call); splash takes padding
+and packing as segment ids, anywhere in the row. A sampler's prefill into an empty cache is that causal forward
+over the prompt's own keys (`decoder.TextDecoder`, `fresh_cache`). Every other mask (a prefill over a cache
+already in use, decode, images of mixed sizes) runs on XLA: dense, or with chunk > 0 queries `chunk` at a
 time (checkpointed) and inside a chunk the keys `chunk` at a time with an online softmax, so one [H, chunk, chunk]
 block is live.
 `attend_unmasked(q, k, v, scale, chunk, kernel)`: every query sees every key (a batch of same-sized images):
@@ -37,6 +39,7 @@ class AttentionMask:
     query_slot: jax.Array | None = None       # [B, T] int32, or None: no causal limit
     prefix_causal: bool = struct.field(pytree_node=False, default=False)
     segment_ids: jax.Array | None = None      # [B, T] int32 (T == S, self-attention), or None: one segment a row
+    left_padded: bool = struct.field(pytree_node=False, default=False)   # real tokens last (a sampler's prompts)
 
     def dense(self, start: int = 0, stop: int | None = None, keys: int | None = None) -> jax.Array:
         """[B, stop - start, keys] bool: the mask of queries start..stop over the first `keys` keys."""
@@ -53,12 +56,15 @@ class AttentionMask:
         return allowed
 
 
-def causal_mask(attention_mask: jax.Array, segment_ids: jax.Array | None = None) -> AttentionMask:
+def causal_mask(attention_mask: jax.Array, segment_ids: jax.Array | None = None, *,
+                left_padded: bool = False) -> AttentionMask:
     """The no-cache forward's mask: attention_mask [B, T] (True = real token) as keys, query t at slot t;
-    segment_ids [B, T] int32 for packed rows (several sequences a row, each attending only to itself)."""
+    segment_ids [B, T] int32 for packed rows (several sequences a row, each attending only to itself);
+    left_padded: every row's real tokens come last (the sampler's prompts), else first (the trainer's rows)."""
     b, t = attention_mask.shape
     slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
-    return AttentionMask(attention_mask.astype(bool), slots, prefix_causal=True, segment_ids=segment_ids)
+    return AttentionMask(attention_mask.astype(bool), slots, prefix_causal=True, segment_ids=segment_ids,
+                         left_padded=left_padded)
 
 
 def _kernel(kernel: str, q: jax.Array, chunk: int) -> str:
@@ -88,6 +94,13 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, scale:
     kernel = _kernel(kernel, q, chunk)
     if kernel == "cudnn":
         lengths = jnp.maximum(mask.key_valid.sum(axis=-1), 1).astype(jnp.int32)   # an all-padding row: finite
+        if mask.left_padded:   # cuDNN takes right-padded rows: turn each row's padding to its end and back
+            shift = (t - lengths)[:, None]                                        # [B, 1]
+            to_right = lambda x, sign: jnp.take_along_axis(
+                x, ((jnp.arange(t)[None, :] + sign * shift) % t)[:, :, None, None], axis=1)
+            out = cudnn_attention(to_right(q, 1), to_right(k, 1), to_right(v, 1), scale, causal=True,
+                                  lengths=lengths)
+            return to_right(out, -1)
         return cudnn_attention(q, k, v, scale, causal=True, lengths=lengths, segment_ids=mask.segment_ids)
     if kernel == "splash":
         return splash_attention(q, k, v, scale, causal=True, key_valid=mask.key_valid, segment_ids=mask.segment_ids)

@@ -71,7 +71,7 @@ class TextAttention(nn.Module):
         if new_cache is not None and t == 1:   # a decode step reads the cache in its own layout
             out = decode_attention.attend_cache(q, new_cache, mask, c.head_dim**-0.5, layer_cache["read"])
         else:
-            if new_cache is not None:   # the prefill attends over the whole cache
+            if new_cache is not None and not mask.prefix_causal:   # a prefill over a cache in use: every slot
                 k, v = kv_cache.keys_values(new_cache)
             out = attend(q, k.astype(self.dtype), v.astype(self.dtype), mask, c.head_dim**-0.5, self.attention_chunk,
                          self.attention_impl)
@@ -164,10 +164,14 @@ class TextDecoder(nn.Module):
         cache: dict | None = None,
         deepstack: Sequence[jax.Array] = (),
         image_slots: jax.Array | None = None,
+        fresh_cache: bool = False,
     ):
         """inputs_embeds [B, T, E]; position_ids [3, B, T] int32; attention_mask [B, T] bool;
         deepstack: per early layer, merged image features [N', E], added after that layer on the positions
         `image_slots [B, T]` gives (the feature row of every image token, -1 elsewhere).
+        fresh_cache (static): `cache` is empty (`kv_cache.init_cache`) and this call's left-padded prompts fill it
+        from slot 0, so the prompt attends its own keys causally, on the model's attention kernel, instead of
+        every slot of the cache on XLA (the same numbers: the slots past the prompt are empty).
 
         Returns (hidden [B, T, E] after the final norm, new cache or None).
         """
@@ -182,6 +186,8 @@ class TextDecoder(nn.Module):
                                  "unstacked copy (models/stacking.unstack and scan_layers=False), as the Sampler does")
             valid, slots = kv_cache.cached_query_slots(cache, attention_mask)
             mask, index = AttentionMask(valid, slots), cache["index"]
+            if fresh_cache:
+                mask = causal_mask(attention_mask, left_padded=True)
         x = inputs_embeds
         if self.scan_layers:
             stacked = (jnp.stack(list(deepstack)), image_slots) if deepstack else None

@@ -210,7 +210,8 @@ class Sampler:
         self.trace_counts["prefill"] += 1
         logits, cache = self.module.apply(   # head="last": logits of the last position only, [B, 1, V]
             {"params": params}, input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
-            image_grid_thw=None if grid is None else np.asarray(grid), cache=cache, head="last")
+            image_grid_thw=None if grid is None else np.asarray(grid), cache=cache, head="last",
+            fresh_cache=True)   # generate's cache is new: the prompt attends its own keys, on the model's kernel
         b, n, p = input_ids.shape[0], sampling.max_new_tokens, prefix.shape[0]
         done = ~attention_mask[:, -1].astype(bool)  # empty filler rows are done from the start
         state = DecodeState(

@@ -18,7 +18,9 @@ Module call (this is the seam the sampler and trainer build on):
   every row that shows it (`gathered_image_slots`).
 - image_features: the tower's output for pixel_values (`module.apply(..., method="encode_images")`), given instead
   of pixel_values (with the same image_grid_thw) when several calls share one encoding (the trainer's length groups).
-- cache: from `kv_cache.init_cache`, or None for a plain full forward (new_cache is then None).
+- cache: from `kv_cache.init_cache`, or None for a plain full forward (new_cache is then None); fresh_cache=True
+  says it is still empty and the left-padded prompts fill it (the sampler's prefill: the prompt attends only its
+  own keys, on the model's attention kernel; `decoder.TextDecoder`).
 - head: "all" -> logits [B, T, V] float32; "last" -> logits of the last position only [B, 1, V] (the sampler's
   prefill); "none" -> the final hidden states [B, T, E] instead of logits (the trainer's log-prob path,
   `lm_head.token_logprobs`, which never materialises the full logits).
@@ -79,6 +81,7 @@ class VisionLanguageModel(nn.Module):
         head: str = "all",
         image_index: jax.Array | None = None,
         image_features: tuple | None = None,
+        fresh_cache: bool = False,
     ):
         c = self.config
         if head not in ("all", "last", "none"):
@@ -114,7 +117,8 @@ class VisionLanguageModel(nn.Module):
             if cache is not None:
                 position_ids = position_ids + cache["next_position"][None, :, None]
         position_ids = jnp.asarray(position_ids, jnp.int32)
-        hidden, new_cache = self.language_model(embeds, position_ids, mask, cache, tuple(deepstack), slots)
+        hidden, new_cache = self.language_model(embeds, position_ids, mask, cache, tuple(deepstack), slots,
+                                                fresh_cache=fresh_cache)
         if head == "none":
             return hidden, new_cache
         if head == "last":

@@ -185,17 +185,14 @@ def kv_bytes_per_token(config) -> float:
     return float(2 * t.num_layers * t.num_kv_heads * t.head_dim * dtype_bytes(config.dtype))
 
 
-def _forward_parts(config, rows: int, seq_len: int, grids_per_row, positions: int, causal_keys: int):
+def _forward_parts(config, rows: int, seq_len: int, grids_per_row, positions: int):
     """Forward FLOPs of rows x seq_len: (linear, attention useful, attention executed, head, vision linear,
-    vision attention useful, vision attention executed). causal_keys: 0 for the no-cache causal row, else the cache width every query scans."""
+    vision attention useful, vision attention executed), every row causal over its own tokens."""
     t = config.text
     linear = 2.0 * layer_matmul_params(config) * rows * seq_len * t.num_layers
     per_pair = 4.0 * t.num_heads * t.head_dim * t.num_layers
     useful = per_pair * rows * causal_pairs(seq_len)
-    if causal_keys:
-        executed = per_pair * rows * seq_len * causal_keys
-    else:
-        executed = per_pair * rows * attention_work(config, [seq_len], causal=True, trained=False)[0]
+    executed = per_pair * rows * attention_work(config, [seq_len], causal=True, trained=False)[0]
     head = 2.0 * t.hidden_size * t.vocab_size * rows * positions
     v_lin, v_attn = vision_fwd_flops(config, list(grids_per_row) * rows)
     return linear, useful, executed, head, v_lin, v_attn, v_attn * vision_padding(config, grids_per_row)
@@ -218,7 +215,7 @@ def train_step(config, *, rows: int, seq_len: int, grids_per_row, positions: int
     the activations' gradient), and a frozen tower is not differentiated through at all (forward only);
     LoRA's own rank-r matmuls are not counted (r / width of the projections' FLOPs)."""
     lin, useful, executed, head, v_lin, v_useful, v_attn = _forward_parts(config, rows, seq_len, grids_per_row,
-                                                                         positions, 0)
+                                                                         positions)
     patches = rows * sum(t_ * h * w for t_, h, w in grids_per_row)
     text_re, vision_lin_re, _ = remat_recompute(config, tokens=rows * seq_len, patches=patches)
     text_passes = 2.0 if getattr(config, "lora", None) is not None else 3.0
@@ -243,18 +240,17 @@ def forward(config, *, rows: int, seq_len: int, grids_per_row, positions: int, d
             tensor: int = 1) -> Work:
     """One forward pass (the proximal log-probs): rows x seq_len tokens, the LM head on `positions` per row."""
     lin, useful, executed, head, v_lin, v_useful, v_attn = _forward_parts(config, rows, seq_len, grids_per_row,
-                                                                         positions, 0)
+                                                                         positions)
     model = lin + useful + head + v_lin + v_useful
     flops = lin + executed + head + v_lin + v_attn
     hbm = weight_bytes(config, config.dtype) / tensor + activation_bytes_per_token(config) * rows * seq_len / devices
     return Work(model / devices, flops / devices, hbm)
 
 
-def prefill(config, *, rows: int, prompt_len: int, cache_len: int, grids_per_row, devices: int,
-            tensor: int = 1) -> Work:
-    """The sampler's prefill: rows prompts of prompt_len tokens into a cache of cache_len slots, head on the last."""
-    lin, useful, executed, head, v_lin, v_useful, v_attn = _forward_parts(config, rows, prompt_len, grids_per_row, 1,
-                                                                         cache_len)
+def prefill(config, *, rows: int, prompt_len: int, grids_per_row, devices: int, tensor: int = 1) -> Work:
+    """The sampler's prefill: rows prompts of prompt_len tokens into an empty cache, head on the last;
+    the prompt attends its own keys causally on the attention kernel (`decoder.TextDecoder`'s `fresh_cache`)."""
+    lin, useful, executed, head, v_lin, v_useful, v_attn = _forward_parts(config, rows, prompt_len, grids_per_row, 1)
     model = lin + useful + head + v_lin + v_useful
     flops = lin + executed + head + v_lin + v_attn
     hbm = weight_bytes(config, config.param_dtype) / tensor

@@ -385,8 +385,7 @@ class Programs:
         _, _, _, compiled, seconds = self._compiled_prefill()
         s = self.shapes
         work = cost.prefill(self.server_config, rows=s.server_rows, prompt_len=s.prompt_len,
-                            cache_len=s.prompt_len + s.max_new_tokens, grids_per_row=s.grids_per_row,
-                            devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
+                            grids_per_row=s.grids_per_row, devices=self.mesh.size, tensor=self.mesh.shape["tensor"])
         return compiled, seconds, work, {"rows": s.server_rows, "prompt_len": s.prompt_len,
                                          "cache_len": s.prompt_len + s.max_new_tokens}
 

@@ -142,6 +142,26 @@ def test_vision_segment_attention_equals_each_image_alone(lengths, kernel, chunk
     _same_values_and_grads(lambda *xs: segment_attention(*xs, layout, 0.3, chunk, kernel), alone, (q, k, v))
 
 
+def test_left_padded_rows_through_the_cudnn_branch_equal_the_masked_kernel(monkeypatch):
+    """The sampler's left-padded prompts on `attend`'s cuDNN branch (each row turned to right padding for the call
+    and back; the call run on JAX's XLA kernel here) give the dense masked kernel's outputs on real tokens."""
+    import functools
+
+    import jaxwebrl.models.attention as attention
+
+    monkeypatch.setattr(attention, "cudnn_attention", functools.partial(cudnn_attention, implementation="xla"))
+    rng = np.random.default_rng(8)
+    q, k, v = _qkv(rng, 3, 16)
+    lengths = np.array([16, 9, 1])
+    real = jnp.asarray(np.arange(16)[None, :] >= 16 - lengths[:, None])      # [3, 16] real tokens last
+    mask = causal_mask(real, left_padded=True)
+    keep = np.asarray(real)[:, :, None, None]
+    out = attend(q, k, v, mask, D**-0.5, 0, "cudnn")
+    dense = masked_attention(q, k, v, mask.dense(0, 16), D**-0.5)
+    assert np.isfinite(np.asarray(out)).all()
+    np.testing.assert_allclose(np.asarray(out) * keep, np.asarray(dense) * keep, atol=2e-5)
+
+
 def _gradient_temp_bytes(f, *args) -> int:
     """Temporary bytes of the compiled gradient of sum(f(*args)) with respect to every argument."""
     grad = jax.jit(jax.grad(lambda *xs: f(*xs).sum(), argnums=tuple(range(len(args)))))

@@ -26,11 +26,12 @@ def _image_prompt(config, rng, batch, length, image_at, grid_hw):
     return ids
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _apply(module, grid_key, params, ids, mask, pixel_values, cache):
+@functools.partial(jax.jit, static_argnums=(0, 1), static_argnames=("fresh",))
+def _apply(module, grid_key, params, ids, mask, pixel_values, cache, fresh=False):
     grid = None if grid_key is None else np.asarray(grid_key)
     return module.apply(
-        {"params": params}, ids, attention_mask=mask, pixel_values=pixel_values, image_grid_thw=grid, cache=cache
+        {"params": params}, ids, attention_mask=mask, pixel_values=pixel_values, image_grid_thw=grid, cache=cache,
+        fresh_cache=fresh,
     )
 
 
@@ -88,3 +89,33 @@ def test_cached_decode_after_an_image_continues_mrope_positions(policy):
     positions, deltas = policy.get_rope_index(ids, grid2, mask)
     np.testing.assert_array_equal(np.asarray(cache["next_position"]), np.asarray(positions).max(axis=(0, 2)) + 1)
     assert (np.asarray(deltas) < 0).all()  # 6 image tokens occupy only max(2, 3) = 3 positions
+
+
+@pytest.mark.parametrize("chunk", [0, 8])
+def test_a_fresh_prefill_over_its_own_keys_equals_the_prefill_over_the_whole_cache(policy, chunk):
+    """The sampler's prefill (`fresh_cache`: the prompt attends its own keys causally, on the model's kernel) gives
+    the logits and the cache of the prefill that attends every slot, for left-padded prompts with an image."""
+    config = policy.config.replace(attention_chunk=chunk)
+    module = type(policy.module)(config)
+    rng = np.random.RandomState(2)
+    grid = np.array([[1, 4, 4]])
+    ids = np.concatenate([_image_prompt(config, rng, 1, 20, 5, (4, 4))] * 3)
+    mask = np.ones((3, 20), np.int32)
+    mask[1, :6] = 0                              # left-padded prompts; row 2 all filler
+    mask[2, :] = 0
+    ids[2, :] = 0
+    ids[1, :6] = 0
+    ids[1, 6:] = _image_prompt(config, rng, 1, 14, 2, (4, 4))[0]
+    grid = np.array([[1, 4, 4]] * 2)
+    pixels = jnp.asarray(rng.randn(32, config.vision.patch_dim), jnp.float32)
+    grid_key = tuple(map(tuple, grid.tolist()))
+    outs = [_apply(module, grid_key, policy.params, ids, mask, pixels, init_cache(config, 3, 24), fresh=f)
+            for f in (False, True)]
+    (whole, whole_cache), (own, own_cache) = outs
+    real = mask.astype(bool)
+    assert np.abs(np.asarray(whole) - np.asarray(own))[real].max() <= 1e-5
+    for name in ("index", "valid", "next_position"):
+        np.testing.assert_array_equal(np.asarray(whole_cache[name]), np.asarray(own_cache[name]))
+    valid = np.asarray(own_cache["valid"])[:, None, :, None]          # padding slots are never read
+    for a, b in zip(jax.tree.leaves(whole_cache["layers"]), jax.tree.leaves(own_cache["layers"])):
+        np.testing.assert_allclose(np.asarray(a) * valid, np.asarray(b) * valid, atol=1e-5)
