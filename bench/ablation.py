@@ -39,6 +39,11 @@ the commit match, and trained again (with a line saying why) when they do not: a
 start (a deterministic SFT regenerates it bit for bit; the digest checks that it did) picks up where the last one
 stopped, and the records are small enough to commit.
 
+`paired_differences`: per pair of arms, d_s = a_s − b_s paired by seed number (every arm's seed s starts from the
+one warm start and plays the same eval instances with the same sampling seeds) for success, steps of failures,
+memory and clip rate, with the 95% t-interval and MDE, and for constT10 − grpo the verdict of docs/learning.md's
+predictions B1-B5 (the browser regime with power).
+
 Per arm: held-out success, mean steps of successful and of failed episodes (does 1/k shorten failures, as the
 paper found?), memory size, and the training curve. The budget is a number of updates, not wall clock, so the
 arms stay comparable when the machine's load changes; each arm's wall time is reported too.
@@ -57,6 +62,7 @@ import sys
 from jaxwebrl.env.registry import check_env_spec, env_specs, task_horizon
 from jaxwebrl.plan.validation import apply_overrides
 
+from lab_table import interval, verdict
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
 from seed_stats import arm_differences, pool_evals, run_dynamics, seed_summary
@@ -219,7 +225,7 @@ def write_result(learned: dict, runs: dict, after_sft: dict | None, sft: str, ou
               "overrides": args.override, "eval_seeds": [1_000_000, 1_000_000 + args.eval_seeds - 1],
               "horizons": horizons(recipes[0] if recipes else None, args), "arms": arms,
               "arm_differences": arm_differences({arm: a["summary"]["rl_success"] for arm, a in arms.items()}),
-              "split_differences": split_differences(arms)}
+              "split_differences": split_differences(arms), "paired_differences": paired_differences(arms)}
     os.makedirs(out, exist_ok=True)
     for path in [os.path.join(out, "ablation.json")] + ([args.json] if args.json else []):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -243,6 +249,35 @@ def seed_record(run: dict) -> dict:
             "s_per_update": d.get("s_per_update"), "train_s": run.get("train_s"),
             "train_failure_success_length_ratio": d.get("train_failure_success_ratio"),
             "memory_chars_curve": [row.get("memory_chars") for row in run["curve"]]}
+
+
+# a per-seed measure -> (docs/learning.md's prediction for constT10 - grpo, scale to its unit, predicted sign (0:
+# non-inferior), smallest effect of interest in that unit), judged by the JAX lab's rules (bench/lab_table.py)
+PAIRED = {"mean_steps_failure": ("B1 shorter failures", 1.0, -1, 0.5),
+          "success": ("B3 success equal or better (points)", 100.0, 0, 2.0),
+          "memory_chars_mean": ("B2 shorter memory (characters a step)", 1.0, -1, 1.0),
+          "clip_mean": ("B5 fewer clipped tokens (points)", 100.0, -1, 0.1)}
+
+
+def paired_differences(arms: dict) -> dict:
+    """Per pair of arms "a - b" and per PAIRED measure: d_s = a_s - b_s over the seeds both arms hold, paired by seed
+    number (one warm start, the same eval instances and sampling seeds), with its mean, 95% t-interval and MDE
+    (`lab_table.interval`) and, for constT10 - grpo, the prediction's verdict (docs/learning.md, "The browser regime
+    with power")."""
+    names, out = list(arms), {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            mine, theirs = ({r["seed"]: r for r in arms[name].get("seeds", [])} for name in (a, b))
+            both = sorted(set(mine) & set(theirs), key=str)
+            rows = {}
+            for measure, (prediction, scale, sign, sesoi) in PAIRED.items():
+                diffs = [scale * (mine[s][measure] - theirs[s][measure]) for s in both
+                         if mine[s].get(measure) is not None and theirs[s].get(measure) is not None]
+                rows[measure] = {"prediction": prediction, "seeds": both, **interval(diffs)}
+                if (a, b) == ("constT10", "grpo"):
+                    rows[measure]["verdict"] = verdict(rows[measure], sign, sesoi)
+            out[f"{a} - {b}"] = rows
+    return out
 
 
 def split_differences(arms: dict) -> dict:

@@ -174,6 +174,10 @@ def test_the_ablation_json_holds_per_seed_records_split_differences_and_the_vari
     assert first["clip_mean"] == pytest.approx(0.1) and first["s_per_update"] == 10.0
     easy = result["split_differences"]["easy"]["constT10 - grpo"]
     assert easy["diff_mean"] == pytest.approx(0.1) and easy["diff_se"] == pytest.approx((2 * 0.1 ** 2) ** 0.5)
+    paired = result["paired_differences"]["constT10 - grpo"]   # seed by seed: +10 points twice, no spread
+    assert paired["success"]["seeds"] == [0, 1] and paired["success"]["mean"] == pytest.approx(10.0)
+    assert paired["success"]["ci95"] == pytest.approx(0.0, abs=1e-9) and paired["success"]["verdict"] == "held"
+    assert paired["mean_steps_failure"]["verdict"] == "not held"   # equal failures: the 0.5-step effect ruled out
 
 
 def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experiment(tmp_path, capsys):
