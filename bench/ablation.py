@@ -37,7 +37,10 @@ summary, dynamics and wall times, with the warm start's params digest, the steps
 instances and commit). With --resume, a run that OUT does not hold is taken from its record when all of those but
 the commit match, and trained again (with a line saying why) when they do not: a fresh machine with the same warm
 start (a deterministic SFT regenerates it bit for bit; the digest checks that it did) picks up where the last one
-stopped, and the records are small enough to commit.
+stopped, and the records are small enough to commit. A record inside the checkout is refused (before any run, and
+at every save) while jaxwebrl/ or bench/ have uncommitted changes. Every start of a run's training is kept in its
+workdir (`starts.json`: commit, updates already done); a start on a workdir that holds updates continues from its
+checkpoint, and the run's `resumed` (in its record and per seed) counts those starts.
 
 `paired_differences`: per pair of arms, d_s = a_s − b_s paired by seed number (every arm's seed s starts from the
 one warm start and plays the same eval instances with the same sampling seeds) for success, steps of failures,
@@ -65,6 +68,7 @@ from jaxwebrl.plan.validation import apply_overrides
 from lab_table import interval, verdict
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
+from provenance import require_clean_tree
 from seed_stats import arm_differences, pool_evals, run_dynamics, seed_summary
 
 RECIPES = ("constT10", "grpo", "raftpp")
@@ -128,6 +132,7 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
             return recorded
     trained = walls is None
     if trained:
+        note_start(workdir)
         train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
                                 override=args.override))
         eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds,
@@ -136,8 +141,10 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
         with open(os.path.join(eval_dir, WALLS), "w", encoding="utf-8") as f:
             json.dump(walls, f)
     rl_curve, summary = curve(workdir), eval_summary(eval_dir)
+    starts = run_starts(workdir)
     result = {"seed": seed, "eval": summary, "curve": rl_curve, "dynamics": run_dynamics(rl_curve),
-              **walls, "memory_chars": (summary or {}).get("memory_chars")}
+              **walls, "memory_chars": (summary or {}).get("memory_chars"), "starts": starts,
+              "resumed": sum(start["from_update"] > 0 for start in starts)}
     if records is not None and (trained or not os.path.isfile(records.path(recipe, seed))):
         records.save(recipe, seed, result)   # a resumed run keeps the record (and commit) it was trained at
     return result
@@ -145,10 +152,13 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
 
 class RunRecords:
     """Finished runs as small JSON files, DIR/<recipe>/seed<s>.json, keyed by what makes two runs the same
-    experiment: the warm start's params digest, --steps, --variant, the overrides and the held-out instances."""
+    experiment: the warm start's params digest, --steps, --variant, the overrides and the held-out instances.
+    Records inside the checkout are refused, before any run and at every save, while jaxwebrl/ or bench/ have
+    uncommitted changes (a record names the commit its run was trained at)."""
 
-    def __init__(self, root: str, sft: str, recipes: list[str], args):
-        self.root = os.path.abspath(root)
+    def __init__(self, root: str, sft: str, recipes: list[str], args, repo: str = ROOT):
+        self.root, self.repo = os.path.abspath(root), repo
+        self.commit()
         self.key = {"warm_start_sha256": warm_start_digest(sft, recipes[0], args), "steps": args.steps,
                     "variant": args.variant, "overrides": list(args.override), "eval_seeds": args.eval_seeds}
 
@@ -172,11 +182,15 @@ class RunRecords:
         run_result = record["run"]   # the dynamics are derived from the curve by today's code
         return {**run_result, "dynamics": run_dynamics(run_result["curve"])}
 
+    def commit(self) -> str:
+        """The checkout's commit; SystemExit when the records are inside it and its code has uncommitted changes."""
+        return require_clean_tree("ablation", "was trained at", self.root, self.repo)
+
     def save(self, recipe: str, seed: int | None, run_result: dict) -> None:
         """Write the record atomically (a killed bench leaves the old one or none, never half a file)."""
         path = self.path(recipe, seed)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        record = {**self.key, "commit": git_commit(), "run": run_result}
+        record = {**self.key, "commit": self.commit(), "run": run_result}
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
         os.replace(path + ".tmp", path)
@@ -208,6 +222,28 @@ def git_commit() -> str | None:
     """The checkout's commit (short), or None outside a git checkout."""
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return proc.stdout.strip() or None
+
+
+STARTS = "starts.json"   # in a run's workdir: every start of its training, {"commit", "from_update"}
+
+
+def run_starts(workdir: str) -> list[dict]:
+    """Every start of this run's training so far ([] for a run made before they were kept)."""
+    path = os.path.join(workdir, STARTS)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def note_start(workdir: str) -> None:
+    """Keep this start of the run's training (the commit, and the updates its workdir already holds): a start on
+    a workdir with updates continues from its checkpoint (launch/train.py), so it counts as a resume."""
+    starts = run_starts(workdir) + [{"commit": git_commit(), "from_update": len(curve(workdir))}]
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, STARTS + ".tmp"), "w", encoding="utf-8") as f:
+        json.dump(starts, f)
+    os.replace(os.path.join(workdir, STARTS + ".tmp"), os.path.join(workdir, STARTS))
 
 
 def write_result(learned: dict, runs: dict, after_sft: dict | None, sft: str, out: str, args, recipes) -> dict:
@@ -246,7 +282,7 @@ def seed_record(run: dict) -> dict:
             "memory_chars_mean": e.get("memory_chars"), "memory_chars_success": e.get("memory_chars_success"),
             "memory_chars_failure": e.get("memory_chars_failure"), "memory_keys_mean": e.get("memory_keys"),
             "memory_generic_frac": e.get("memory_generic_frac"), "clip_mean": d.get("clip_mean"),
-            "s_per_update": d.get("s_per_update"), "train_s": run.get("train_s"),
+            "s_per_update": d.get("s_per_update"), "train_s": run.get("train_s"), "resumed": run.get("resumed"),
             "train_failure_success_length_ratio": d.get("train_failure_success_ratio"),
             "memory_chars_curve": [row.get("memory_chars") for row in run["curve"]]}
 
