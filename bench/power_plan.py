@@ -26,6 +26,9 @@ import os
 import numpy as np
 from lab_table import detectable
 
+from jaxwebrl.env.tasks.chain.chain_tasks import SPLITS, goal_sequence
+from jaxwebrl.seeds import EVAL_SEED_START
+
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results")
 ARMS = ("constT10", "grpo")
 
@@ -78,6 +81,14 @@ def budget(regime: str, updates: int, episodes: int, seeds: tuple[int, ...]) -> 
             "hours": {str(n): 2 * n * run_s / 3600 for n in seeds}}
 
 
+def eval_goals(instances: int) -> dict:
+    """Distinct goals the eval plays: `instances` held-out seeds a chain split (under layout=fixed a page depends on
+    the goal alone, so these are its distinct instances)."""
+    per_split = {split: len({goal_sequence(presses, EVAL_SEED_START + i) for i in range(instances)})
+                 for split, (presses, _) in SPLITS.items()}
+    return {"episodes": instances * len(SPLITS), "distinct_goals": per_split, "total": sum(per_split.values())}
+
+
 def plan(docs: str = DOCS, *, updates: int = 30, old_updates: int = 10, episodes: int = 300, old_episodes: int = 60,
          seeds: tuple[int, ...] = (6, 10, 25)) -> dict:
     regime = os.path.join(docs, "paper_regime")
@@ -96,7 +107,7 @@ def plan(docs: str = DOCS, *, updates: int = 30, old_updates: int = 10, episodes
     out = {"inputs": {"success_rate": rate, "seed_variance_60": var_seed, "dof": dof,
                       "binomial_se": {str(e): math.sqrt(v) for e, v in binomial.items()}, "training_variance": training,
                       "seed_correlation": correlation},
-           "budget": budget(regime, updates, episodes, seeds), "success_targets": targets, "success": {}}
+           "eval": eval_goals(episodes // len(SPLITS)), "budget": budget(regime, updates, episodes, seeds), "success_targets": targets, "success": {}}
     for name, tau2 in scenarios.items():
         sd_d = math.sqrt(2 * (tau2 + binomial[episodes]))
         out["success"][name] = {"seed_sd": math.sqrt(tau2 + binomial[episodes]), "sd_diff": sd_d,
