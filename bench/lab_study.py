@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab_table import interval
+from provenance import require_clean_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -50,19 +51,6 @@ TINY = dict(env=dict(lengths=(2, 3), length_weights=(1.0, 1.0), n_buttons=2, n_c
 
 def git(*args) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-
-def require_clean_tree(what: str, out: str) -> str:
-    """The commit; SystemExit when jaxwebrl/ or bench/ have uncommitted changes and `out` is inside the repository
-    (records that can be committed). Scratch output elsewhere gets the commit with '+dirty'."""
-    dirty = git("status", "--porcelain", "--", "jaxwebrl", "bench")
-    inside = os.path.abspath(out).startswith(ROOT + os.sep)
-    if dirty and not inside:
-        return git("rev-parse", "--short", "HEAD") + "+dirty"
-    if dirty:
-        raise SystemExit(f"lab_study: uncommitted changes under jaxwebrl/ or bench/ ({dirty.splitlines()[0].strip()} "
-                         f"...): commit them first, so the record names the code it {what}")
-    return git("rev-parse", "--short", "HEAD")
 
 
 CODE = ("jaxwebrl/lab", "jaxwebrl/rl", "jaxwebrl/train/rl_config.py", "configs", "bench/lab_study.py")
@@ -165,7 +153,7 @@ def run_record(ratio: float, arm: str, args, starts: dict) -> None:
         meta["resumed"] += 1
         print(f"lab_study: {name} resumed at update {meta['done']} (resume {meta['resumed']})", flush=True)
     while meta["done"] < args.updates:
-        commit = require_clean_tree("ran", args.out)
+        commit = require_clean_tree("lab_study", "ran", args.out)
         if commit not in meta["commits"]:
             meta["commits"].append(commit)
         n = min(args.chunk, args.updates - meta["done"])
@@ -184,8 +172,8 @@ def run_record(ratio: float, arm: str, args, starts: dict) -> None:
               f"{meta['cpu_s']:.0f} s CPU", flush=True)
     per_seed, blocks = summarise(meta["curves"])
     record = {"experiment": key, "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-              "commit": require_clean_tree("ran", args.out), "commits": meta["commits"], "code": code_hashes(),
-              "resumed": meta["resumed"],
+              "commit": require_clean_tree("lab_study", "ran", args.out), "commits": meta["commits"],
+              "code": code_hashes(), "resumed": meta["resumed"],
               "cpu_s": meta["cpu_s"], "wall_s": meta["wall_s"], "machine": f"{platform.node()} "
               f"({os.cpu_count()} CPUs, nice {os.nice(0)}, load {os.getloadavg()[0]:.1f})",
               "block_updates": BLOCK, "per_seed": per_seed, "curves": blocks}
@@ -216,7 +204,7 @@ def main() -> None:
     unknown = [a for a in arms if a not in recipes.ARMS]
     if unknown:
         raise SystemExit(f"lab_study: unknown arms {unknown}: use {sorted(recipes.ARMS)}")
-    require_clean_tree("runs", args.out)
+    require_clean_tree("lab_study", "runs", args.out)
     order = [a for a in arms if a in PRIMARY_ARMS], [a for a in arms if a not in PRIMARY_ARMS]
     starts = {}
     for group in order:

@@ -34,6 +34,22 @@ def commit_of(repo: str = REPO) -> str | None:
         return os.environ.get("JAXWEBRL_COMMIT") or None
 
 
+def require_clean_tree(who: str, what: str, out: str, repo: str = REPO) -> str:
+    """The short commit of `repo`; SystemExit (one line, naming `who`) when its jaxwebrl/ or bench/ have
+    uncommitted changes and `out` is inside `repo` (records that can be committed must name the code they `what`).
+    Scratch output elsewhere gets the commit with '+dirty'."""
+    def git(*args) -> str:
+        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True).stdout.strip()
+
+    dirty, head = git("status", "--porcelain", "--", "jaxwebrl", "bench"), git("rev-parse", "--short", "HEAD")
+    if not dirty:
+        return head
+    if not os.path.abspath(out).startswith(os.path.abspath(repo) + os.sep):
+        return head + "+dirty"
+    raise SystemExit(f"{who}: uncommitted changes under jaxwebrl/ or bench/ ({dirty.splitlines()[0].strip()} ...): "
+                     f"commit them first, so the record names the code it {what}")
+
+
 def cudnn_version() -> int | None:
     """The cuDNN version JAX's CUDA plugin loaded (e.g. 91000 for 9.10.0), or None without one."""
     try:

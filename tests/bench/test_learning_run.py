@@ -174,6 +174,10 @@ def test_the_ablation_json_holds_per_seed_records_split_differences_and_the_vari
     assert first["clip_mean"] == pytest.approx(0.1) and first["s_per_update"] == 10.0
     easy = result["split_differences"]["easy"]["constT10 - grpo"]
     assert easy["diff_mean"] == pytest.approx(0.1) and easy["diff_se"] == pytest.approx((2 * 0.1 ** 2) ** 0.5)
+    paired = result["paired_differences"]["constT10 - grpo"]   # seed by seed: +10 points twice, no spread
+    assert paired["success"]["seeds"] == [0, 1] and paired["success"]["mean"] == pytest.approx(10.0)
+    assert paired["success"]["ci95"] == pytest.approx(0.0, abs=1e-9) and paired["success"]["verdict"] == "held"
+    assert paired["mean_steps_failure"]["verdict"] == "not held"   # equal failures: the 0.5-step effect ruled out
 
 
 def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experiment(tmp_path, capsys):
@@ -215,11 +219,36 @@ def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experi
     err = capsys.readouterr().err
     assert "(warm_start_sha256 differ)" in err and "(steps differ)" in err
 
-    # wired through the script: runs finished in one --out are recorded, and a fresh --out is summarised from them
+    # a record inside a checkout whose jaxwebrl/ or bench/ has uncommitted changes: refused before any run and at save
+    repo = tmp_path / "checkout"
+    (repo / "bench").mkdir(parents=True)
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args], check=True,
+                       capture_output=True)
+    git("init", "-q")
+    (repo / "bench" / "x.py").write_text("one\n")
+    with pytest.raises(SystemExit, match="ablation: uncommitted changes under jaxwebrl/ or bench/ .*commit them"):
+        RunRecords(str(repo / "docs" / "runs"), str(tmp_path / "sft"), ["grpo"], args, repo=str(repo))
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    inside = RunRecords(str(repo / "docs" / "runs"), str(tmp_path / "sft"), ["grpo"], args, repo=str(repo))
+    (repo / "bench" / "x.py").write_text("two\n")
+    with pytest.raises(SystemExit, match="uncommitted changes"):
+        inside.save("grpo", 0, run)
+    assert not (repo / "docs" / "runs" / "grpo" / "seed0.json").exists()
+
+    # wired through the script: runs finished in one --out are recorded (seed 0 was started twice, the second time
+    # on a workdir holding 1 update: one resume), and a fresh --out is summarised from them
+    from ablation import note_start
     for seed, rate in enumerate([0.6, 0.5]):
         workdir = tmp_path / "arms" / "grpo" / f"rl_seed{seed}"
         workdir.mkdir(parents=True)
         rows = [{"step": step, "time": 10.0 * step, "rollout/success_rate": 0.5} for step in (1, 2)]
+        if seed == 0:
+            note_start(str(workdir))
+            (workdir / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+            note_start(str(workdir))
         (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         write_eval(tmp_path / "arms" / "grpo" / f"eval_seed{seed}", rate)
     write_eval(tmp_path / "sft_eval", 0.4)
@@ -233,6 +262,9 @@ def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experi
     assert proc.stderr.count("from its record") == 2 and "launch/train.py" not in proc.stderr
     first, again = (json.loads((tmp_path / d / "ablation.json").read_text())["arms"]["grpo"] for d in ("arms", "fresh"))
     assert again["seeds"] == first["seeds"] and [s["success"] for s in again["seeds"]] == [0.6, 0.5]
+    assert [s["resumed"] for s in again["seeds"]] == [1, 0]
+    record = json.loads((tmp_path / "rec2" / "grpo" / "seed0.json").read_text())
+    assert record["run"]["resumed"] == 1 and [s["from_update"] for s in record["run"]["starts"]] == [0, 1]
 
 
 # launch/train_run's small toy settings (tests/launch/test_train_run.py): one update is a few dozen episodes

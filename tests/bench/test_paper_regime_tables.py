@@ -54,3 +54,19 @@ def test_every_row_it_writes_resolves_to_its_value_and_quotes_its_markdown(name)
 def test_signed_points_use_a_real_minus():
     assert tables.signed(0.046) == "+4.6" and tables.signed(-0.013) == "−1.3" and tables.signed(0.0) == "+0.0"
     assert tables.signed(-1e-17) == "+0.0" and tables.signed(-0.0004) == "+0.0" and tables.signed(-0.0006) == "−0.1"
+
+
+def test_the_power_plan_is_its_committed_json_and_its_arithmetic():
+    """bench/power_plan.py (docs/learning.md's power calculation): the committed plan is what the script computes
+    from the committed records, and its formulas are N = ceil((2 sd_d / effect)^2) and SE = sd_d / sqrt(N)."""
+    import power_plan
+
+    with open(os.path.join(PAPER_REGIME, "power", "plan.json")) as f:
+        committed = json.load(f)
+    committed.pop("command")
+    assert json.loads(json.dumps(power_plan.plan())) == committed
+    assert power_plan.seeds_needed(6.0, 4.0) == 9 and power_plan.seeds_needed(6.0, -3.7) == 11
+    six = power_plan.resolves(6.0, 6)
+    assert six["se"] == pytest.approx(6.0 / math.sqrt(6)) and six["two_se"] == pytest.approx(2 * six["se"])
+    assert six["mde80"] == pytest.approx((2.5706 + 0.8416) * six["se"], rel=1e-3)
+    assert committed["budget"]["records"] == 24 and committed["inputs"]["dof"] == 12

@@ -59,12 +59,16 @@ def test_declared_grids_follow_into_the_grammar():
 
 
 def test_held_out_seeds_play_goals_training_seeds_never_see():
+    distinct = {}
     for presses in (3, 5, 7):
         train = {goal_sequence(presses, s) for s in range(400)}
         held = {goal_sequence(presses, EVAL_SEED_START + s) for s in range(100)}
         assert train.isdisjoint(held) and len(held) >= 10   # easy: 10 of its 36 goals are held out
         assert all(held_out_sequence(g) for g in held) and not any(held_out_sequence(g) for g in train)
         assert all(g[i] != g[i + 1] for g in train | held for i in range(presses - 1))
+        distinct[presses] = len(held)
+    # the browser power study's eval (docs/learning.md): 100 instances a task, 300 episodes over >= 100 goals
+    assert distinct == {3: 10, 5: 50, 7: 90}
     assert goal_sequence(5, 12) == goal_sequence(5, 12)
 
 
