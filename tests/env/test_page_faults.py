@@ -95,6 +95,18 @@ def test_a_python_evaluator_that_raises_is_a_task_spec_fault(site, browser, tmp_
         env.step(WAIT)
 
 
+def test_a_python_evaluator_that_is_not_a_function_is_a_task_spec_fault(site, browser, tmp_path, monkeypatch):
+    """A name that imports but is no function of its module fails building the env as the spec's fault (the
+    worker's one-line give-up), not as an exception that crash-loops the worker."""
+    (tmp_path / "constant_evaluators.py").write_text("THRESHOLD = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = spec_file(tmp_path, f"{site}/index.html", {"type": "python", "function": "constant_evaluators.THRESHOLD"})
+    with pytest.raises(TaskSpecFault, match=r"must be a Python function defined in 'constant_evaluators' \(got int\): "
+                                            r"fix its evaluator's 'function'") as err:
+        make_env(path, browser=browser)
+    assert str(err.value).startswith(f"task spec {path}: ") and not browser_is_the_cause(err.value)
+
+
 def test_a_start_page_that_does_not_load_is_a_page_fault_naming_the_url(site, browser, tmp_path):
     with socket.socket() as s:   # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -62,7 +62,7 @@ class WebTaskEnv(BrowserEnv):
         self.spec = spec
         self.task_id = spec.task_id
         self.area = (0, 0, *spec.viewport)
-        self._python_eval = load_function(spec.evaluator["function"]) if spec.evaluator["type"] == "python" else None
+        self._python_eval = self._python_evaluator() if spec.evaluator["type"] == "python" else None
         self._start_url = spec.start_url
 
     def _allowlist(self, browser: Browser) -> UrlAllowlist:
@@ -124,6 +124,15 @@ class WebTaskEnv(BrowserEnv):
             raise self._evaluator_fault(f"python evaluator {ev['function']!r}", exc) from exc
         except Exception as exc:
             raise self._evaluator_fault(f"python evaluator {ev['function']!r}", exc) from exc
+
+    def _python_evaluator(self):
+        """The spec's python evaluator, imported in this worker; a name that does not import as a function defined
+        in its module is the spec's fault (TaskSpecFault, one line), not a crash of the worker."""
+        try:
+            return load_function(self.spec.evaluator["function"])
+        except ValueError as exc:
+            raise TaskSpecFault(f"task spec {self.spec.source or self.task_id}: {exc}: fix its evaluator's "
+                                f"'function'") from None
 
     def _evaluator_fault(self, evaluator: str, exc: BaseException) -> TaskSpecFault:
         """The one-line TaskSpecFault of an evaluator that raised: the spec (its file), the evaluator, the error."""
