@@ -92,6 +92,23 @@ def _timed(fn, warmup: int, iters: int):
     return times[len(times) // 2], times
 
 
+def screenshot_rows(config, rows: int, seq: int, tiny: bool, rng, *, images: bool = True):
+    """(input_ids [rows, seq] int32 with one 1280x720 screenshot's image tokens from position 16 of every row
+    (112x140 --tiny), pixel_values [rows * patches, patch_dim] float32 or None, the screenshot's grid (t, h, w))."""
+    import numpy as np
+
+    from jaxwebrl.models.presets import image_processor_for
+
+    screenshot = (112, 140) if tiny else (720, 1280)
+    grid = tuple(int(g) for g in image_processor_for(config).grid_thw(*screenshot))
+    ids = rng.integers(0, 150000 if not tiny else 250, (rows, seq)).astype(np.int32)
+    if not images:   # text rows only: isolates the vision tower's share
+        return ids, None, grid
+    ids[:, 16:16 + int(np.prod(grid)) // config.vision.spatial_merge_size ** 2] = config.image_token_id
+    pixels = rng.standard_normal((rows * int(np.prod(grid)), config.vision.patch_dim)).astype(np.float32)
+    return ids, pixels, grid
+
+
 def train(args) -> dict:
     import jax
     import jax.numpy as jnp
@@ -100,16 +117,12 @@ def train(args) -> dict:
     from jaxwebrl.models import lm_head
     from jaxwebrl.models.attention_kernels import config_kernel, cudnn_attention_calls
     from jaxwebrl.models.policy import init_params
-    from jaxwebrl.models.presets import image_processor_for
     from jaxwebrl.parallel import cost
     from jaxwebrl.train.update import Minibatch, OptimizerConfig, UpdateSettings, _compiled, make_optimizer
 
     config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="float32",
                    remat=args.remat, attention_impl=args.attention_impl, attention_chunk=args.attention_chunk)
     rows, seq = (2, 256) if args.tiny else (args.rows, args.seq_len)
-    screenshot = (112, 140) if args.tiny else (720, 1280)
-    grid = tuple(int(g) for g in image_processor_for(config).grid_thw(*screenshot))
-    merged = int(np.prod(grid)) // config.vision.spatial_merge_size ** 2
     module, params = init_params(config, seed=0)
     optimizer_config = OptimizerConfig(lr=1e-6, total_steps=10)
     settings = UpdateSettings(loss="ppo", n_minibatches=1, n_epochs=1)
@@ -117,11 +130,8 @@ def train(args) -> dict:
     opt_state = tx.init(params)
     _, step = _compiled(module, settings, optimizer_config)
     rng = np.random.default_rng(0)
-    ids = rng.integers(0, 150000 if not args.tiny else 250, (rows, seq)).astype(np.int32)
-    start = 16
-    if args.no_images:   # text rows only: isolates the vision tower's share of the step
-        merged = 0
-    ids[:, start:start + merged] = config.image_token_id
+    ids, pixels, grid = screenshot_rows(config, rows, seq, args.tiny, rng, images=not args.no_images)
+    merged = int((ids[0] == config.image_token_id).sum())
     response = min(512, seq // 4)
     mask = np.zeros((rows, seq), np.int32)
     mask[:, -response:] = 1
@@ -132,8 +142,7 @@ def train(args) -> dict:
                    loss_positions=jnp.asarray(lm_head.loss_positions(mask)))
     grids = None
     if not args.no_images:
-        mb = mb._replace(pixel_values=jnp.asarray(
-            rng.standard_normal((rows * int(np.prod(grid)), config.vision.patch_dim)), jnp.float32))
+        mb = mb._replace(pixel_values=jnp.asarray(pixels))
         grids = tuple([grid] * rows)
     t0 = time.perf_counter()
     compiled = step.lower(params, opt_state, mb, grid=grids).compile()
@@ -283,6 +292,52 @@ def _decode_variant(config, module, params, block, rows, prompt, new, args) -> d
     return out
 
 
+def prefill(args) -> dict:
+    """The sampler's prefill of --prefill_rows prompts of --seq_len tokens, one 1280x720 screenshot each, into a
+    cache of seq_len + new_tokens slots, bf16 weights: old (every query over every slot of the cache, on XLA) and
+    new (`fresh_cache`: the prompt over its own keys, on the model's attention kernel) side by side. The top level
+    is new's report beside its roofline; `variants` holds both step times."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxwebrl.models import kv_cache
+    from jaxwebrl.models.attention_kernels import config_kernel
+    from jaxwebrl.models.policy import init_params
+    from jaxwebrl.parallel import cost
+
+    config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32",
+                   param_dtype="bfloat16" if not args.tiny else "float32", remat="none",
+                   attention_impl=args.attention_impl, attention_chunk=args.attention_chunk).replace(scan_layers=False)
+    rows, seq, new = (2, 256, 24) if args.tiny else (args.prefill_rows, args.seq_len, args.new_tokens)
+    module, params = init_params(config, seed=0)
+    ids, pixels, grid = screenshot_rows(config, rows, seq, args.tiny, np.random.default_rng(0))
+    ids, mask, pixels = jnp.asarray(ids), jnp.ones((rows, seq), jnp.int32), jnp.asarray(pixels)
+    grids = np.asarray([grid] * rows)
+    reports = {}
+    for name, fresh in (("old", False), ("new", True)):
+        step = jax.jit(lambda p, c, fresh=fresh: module.apply(
+            {"params": p}, ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grids, cache=c,
+            head="last", fresh_cache=fresh))
+        cache = kv_cache.init_cache(config, rows, seq + new, jnp.dtype(config.dtype))
+        t0 = time.perf_counter()
+        compiled = step.lower(params, cache).compile()
+        compile_s = time.perf_counter() - t0
+        median, times = _timed(lambda: jax.block_until_ready(compiled(params, cache)), args.warmup, args.iters)
+        work = cost.prefill(config.replace(attention_impl=config_kernel(config)), rows=rows, prompt_len=seq,
+                            grids_per_row=[grid], devices=1)
+        reports[name] = _report("prefill", config, work, median, times, compile_s, compiled, args,
+                                {"rows": rows, "prompt_len": seq, "cache_len": seq + new, "variant": name,
+                                 "fresh_cache": fresh})
+        reports[name]["measured_prompt_tokens_per_s"] = rows * seq / median
+        del compiled
+    result = dict(reports["new"])
+    result["variants"] = {name: {k: r[k] for k in ("measured_step_s", "measured_prompt_tokens_per_s", "compile_s",
+                                                   "measured_mfu") if k in r} for name, r in reports.items()}
+    result["speedup_over_old"] = reports["old"]["measured_step_s"] / reports["new"]["measured_step_s"]
+    return result
+
+
 def _report(name, config, work, median, times, compile_s, compiled, args, shapes) -> dict:
     import jax
 
@@ -316,7 +371,7 @@ def _report(name, config, work, median, times, compile_s, compiled, args, shapes
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=("train", "decode"))
+    parser.add_argument("part", choices=("train", "decode", "prefill"))
     parser.add_argument("--tiny", action="store_true", help="the tiny preset (a CPU smoke test of the script)")
     parser.add_argument("--chip", default=None, help="published numbers to predict with (default: h200 on a GPU)")
     parser.add_argument("--rows", type=int, default=8)
@@ -328,6 +383,7 @@ def main() -> int:
                         help="the attention kernel (models/attention_kernels.py; auto: cuDNN on a GPU, splash on a "
                              "TPU)")
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--prefill_rows", type=int, default=16, help="prefill: prompts in one call")
     parser.add_argument("--prompt_len", type=int, default=1024)
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--decode_variants", default="old,new_ragged,new",
@@ -339,7 +395,7 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=3)
     args = parser.parse_args()
     _stub_ml_collections()
-    result = train(args) if args.part == "train" else decode(args)
+    result = {"train": train, "decode": decode, "prefill": prefill}[args.part](args)
     print(json.dumps(result), flush=True)
     return 0
 

@@ -71,7 +71,8 @@ def test_update_ab_smallest_run_times_an_update_of_the_fixed_batch(run_bench, tm
 
 
 @pytest.mark.parametrize("part, extra", [("train", ("--rows", "1", "--seq_len", "64")),
-                                         ("decode", ("--batch", "2", "--prompt_len", "16", "--new_tokens", "8"))])
+                                         ("decode", ("--batch", "2", "--prompt_len", "16", "--new_tokens", "8")),
+                                         ("prefill", ())])
 def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, part, extra):
     out = run_bench("device_check.py", part, "--tiny", "--chip", "h200", "--iters", "1", *extra)
     assert out["platform"] == "cpu" and out["measured_step_s"] > 0 and out["model_flops"] > 0
@@ -88,6 +89,11 @@ def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, p
         assert variants["old"]["weights_dtype"] == "float32" and variants["new"]["weights_dtype"] == "bfloat16"
         assert variants["new_ragged"]["decode_block"] > 0 == variants["new"]["decode_block"]
         assert out["speedup_over_old"] == pytest.approx(variants["old"]["measured_step_s"] / out["measured_step_s"])
+    if part == "prefill":   # the whole-cache XLA prefill and the kernel's own-keys prefill side by side
+        assert list(out["variants"]) == ["old", "new"] and out["fresh_cache"] and out["variant"] == "new"
+        assert out["cache_len"] > out["prompt_len"] and out["measured_prompt_tokens_per_s"] > 0
+        assert out["speedup_over_old"] == pytest.approx(out["variants"]["old"]["measured_step_s"]
+                                                        / out["measured_step_s"])
 
 
 def test_attention_check_tiny_times_each_kernel_beside_the_xla_reference(run_bench):
