@@ -1,9 +1,9 @@
 """Re-judge a saved run's episodes with another judge and compare the verdicts.
 
     python3 -m jaxwebrl.eval.judge --run=WORKDIR --judge.backend=chat --judge.url=http://127.0.0.1:8000/v1 \
-        --judge.model=MODEL [--judge.api_key_env=JUDGE_API_KEY] [--out=FILE.json]
+        --judge.model=MODEL [--judge.api_key_env=JUDGE_API_KEY] [--buffer=PATH] [--out=FILE.json]
 
-Every judged episode still in the run's ring buffer (`buffer.path` of WORKDIR/config.json, else WORKDIR/buffer) is
+Every judged episode still in the run's ring buffer (WORKDIR/buffer, or `--buffer`: the run's `buffer.path`) is
 judged again from what it saved (`info["judge"]["judge_request"]`: goal, rubric, answer, reference, ground truth) and
 the screenshots of its steps read back from the buffer (the last `MAX_SCREENSHOTS`, as the run's judge got them).
 The table: both_pass, both_fail, only_original, only_new, agreement (the share of episodes where the two verdicts
@@ -26,19 +26,17 @@ from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from jaxwebrl.env.tasks.webgym.judge import MAX_SCREENSHOTS, GroundTruthJudge, JudgeFailure
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause, request_of
-from jaxwebrl.train import run_config
 
 CHUNK = 64   # episodes whose screenshots are held at once
 
 
-def run_buffer(workdir: str) -> RingBuffer:
-    """The ring buffer of the run in `workdir`; one ValueError line naming the fix when there is none."""
-    saved = run_config.load(workdir) or {}
-    path = (saved.get("buffer") or {}).get("path") or os.path.join(workdir, "buffer")
+def open_buffer(path: str) -> RingBuffer:
+    """The run's ring buffer at `path`; one ValueError line naming the fix when there is none."""
     try:
         return RingBuffer.open(path)
     except (OSError, ValueError) as err:
-        raise ValueError(f"--run={workdir}: no ring buffer at {path} ({err}): name a training run's WORKDIR") from None
+        raise ValueError(f"{' '.join(str(err).split())[:300]}: name a training run's WORKDIR with --run (and its "
+                         f"buffer with --buffer when the run set buffer.path)") from None
 
 
 def step_screenshot_refs(episode) -> list[int]:
@@ -122,6 +120,7 @@ JUDGE_FLAGS = {"backend": str, "url": str, "model": str, "api_key_env": str, "ti
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m jaxwebrl.eval.judge", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="the training run's WORKDIR")
+    parser.add_argument("--buffer", help="the run's ring buffer (default WORKDIR/buffer)")
     parser.add_argument("--out", help="where the table goes as JSON (default WORKDIR/rejudge_<backend>.json)")
     for name, kind in JUDGE_FLAGS.items():
         parser.add_argument(f"--judge.{name}", type=kind, required=name == "backend", help=f"env.judge.{name}")
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     from jaxwebrl.env.tasks.webgym.env import judge_pool  # deferred: the env module imports Selenium
 
     try:
-        buffer = run_buffer(args["run"])
+        buffer = open_buffer(args["buffer"] or os.path.join(args["run"], "buffer"))
         judges = judge_pool(settings)
     except ValueError as err:
         print(err, file=sys.stderr)
