@@ -3,7 +3,8 @@
     awaiting = AwaitingEpisodes(land)              # land(parts, reward, judge, failure): assemble and append one
     awaiting.add(result.pending_reward, parts)     # the episode's last StepResult handed its verdict off
     awaiting.land()                                # every episode whose verdict has come, now (never waits)
-    awaiting.land(timeout_s=None)                  # ... after waiting for them all (evaluation, shutdown)
+    awaiting.land(timeout_s=None)                  # ... after waiting for them all (evaluation)
+    awaiting.close(timeout_s=10.0, who="worker 3")  # shutdown: what comes in 10 s lands, the rest is dropped
 
 A verdict is a Future of (reward, info) (`jaxwebrl.env.base.StepResult.pending_reward`). Landed, an episode gets
 `reward` and `judge`: the info without `success`/`evaluated`, plus `judged_refs`, the buffer refs of the screenshots
@@ -16,7 +17,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import logging
 from typing import Callable
+
+log = logging.getLogger(__name__)
 
 MAX_AWAITING = 64   # episodes waiting for a verdict before handing off one more waits for the oldest
 
@@ -57,9 +61,14 @@ class AwaitingEpisodes:
                 self._land(awaiting.parts, *settled(awaiting))
         return len(self._waiting)
 
-    def drop(self) -> int:
-        """Forget the episodes still waiting; returns how many."""
-        dropped, self._waiting = len(self._waiting), []
+    def close(self, timeout_s: float, who: str) -> int:
+        """Land what comes within `timeout_s`, then drop the episodes still waiting (one log line naming `who`);
+        returns how many were dropped."""
+        dropped = self.land(timeout_s)
+        if dropped:
+            log.warning("%s: %d episodes dropped at close: their verdicts did not come within %g s", who, dropped,
+                        timeout_s)
+        self._waiting = []
         return dropped
 
 

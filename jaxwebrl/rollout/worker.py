@@ -238,15 +238,10 @@ class RolloutWorker:
         self._stop.set()
 
     def close(self) -> None:
-        """Land the episodes waiting for a verdict (the rest, after CLOSE_VERDICT_WAIT_S, are dropped and counted),
-        then close every environment (browsers included)."""
+        """Land the episodes waiting for a verdict (`AwaitingEpisodes.close`), then close every env and browser."""
         try:
-            left = self.land_verdicts(timeout_s=CLOSE_VERDICT_WAIT_S)
-            if left:
-                self.stats.dropped_episodes += self._awaiting.drop()
-                self.stats.awaiting_verdicts = 0
-                log.warning("worker %d: %d episodes dropped at close: their verdicts did not come within %g s",
-                            self.worker_id, left, CLOSE_VERDICT_WAIT_S)
+            self.stats.dropped_episodes += self._awaiting.close(CLOSE_VERDICT_WAIT_S, f"worker {self.worker_id}")
+            self.stats.awaiting_verdicts = 0
         finally:
             self._envs.close()
 
@@ -367,8 +362,8 @@ class RolloutWorker:
         if failure is not None:
             self.stats.env_failures += 1
             self.stats.judge_failures += 1
-            self._warn.warning("judge", "worker %d: judge failed on %s (%s); the episode is env-failed (%d judge "
-                               "failures so far)", self.worker_id, parts["task_id"], failure, self.stats.judge_failures)
+            self._warn.warning("judge", "worker %d: judge failed on %s (%s); episode env-failed (%d so far)",
+                               self.worker_id, parts["task_id"], failure, self.stats.judge_failures)
         else:
             self.stats.verdicts += 1
             self.stats.successes += int(reward > 0)

@@ -3,10 +3,13 @@ not answered, and each lands in the ring buffer with its verdict's reward, the v
 the screenshots judged once the judge answers; a judge failure is an env failure in its slot. The trainer's judge
 metrics come from those verdicts, and `python3 -m jaxwebrl.eval.judge` re-judges the saved run."""
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
 import threading
+import time
+import types
 
 import pytest
 
@@ -17,12 +20,11 @@ from jaxwebrl.env.tasks.webgym.judge import GroundTruthJudge, JudgeFailure, Judg
 from jaxwebrl.env.tasks.webgym.webgym_tasks import load_task_line
 from jaxwebrl.eval import judge as rejudging
 from jaxwebrl.models.processor import tiny_processor
+from jaxwebrl.rollout.awaiting import AwaitingEpisodes
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
 from jaxwebrl.train.gatherer import BatchGatherer
-
-pytestmark = pytest.mark.browser
 
 SPEC = env_specs("sites")[0]     # shop-price-00: the ground truth is 62.42
 # One worker plays G = 3 episodes: a click then the right answer; a wrong answer; an answer the judge fails on.
@@ -69,6 +71,28 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+def test_waiting_episodes_land_as_their_verdicts_come_the_oldest_bounds_them_and_close_drops_the_rest(caplog):
+    landed, steps = [], [types.SimpleNamespace(ref=11), types.SimpleNamespace(ref=12)]
+    awaiting = AwaitingEpisodes(lambda parts, *outcome: landed.append((parts["n"], *outcome)), limit=2)
+    verdicts = [concurrent.futures.Future() for _ in range(4)]
+    for n in range(2):
+        awaiting.add(verdicts[n], {"n": n, "steps": steps})
+    verdicts[1].set_result((1.0, {"success": True, "judge_s": 0.5, "judged_steps": [1]}))
+    assert awaiting.land() == 1 and landed == [(1, 1.0, {"judge_s": 0.5, "judged_steps": [1], "judged_refs": [12]},
+                                                None)]
+    awaiting.add(verdicts[2], {"n": 2, "steps": steps})
+    threading.Timer(0.3, verdicts[0].set_exception, [JudgeFailure("judge m on t: HTTP 503 after 3 attempt(s)")]).start()
+    start = time.monotonic()
+    awaiting.add(verdicts[3], {"n": 3, "steps": steps})     # a third waiting, over the limit: waits for the oldest
+    assert time.monotonic() - start >= 0.2 and awaiting.land() == 2
+    failure = "JudgeFailure: judge m on t: HTTP 503 after 3 attempt(s)"
+    assert landed[1] == (0, 0.0, {"judge_failure": failure}, failure)
+    verdicts[2].set_result((0.0, {"judge_s": 0.1, "judged_steps": []}))
+    with caplog.at_level(logging.WARNING):
+        assert awaiting.close(0.1, "worker 5") == 1 and len(awaiting) == 0   # verdict 3 never comes
+    assert [n for n, *_ in landed] == [1, 0, 2] and "worker 5: 1 episodes dropped at close" in caplog.text
+
+
 @pytest.fixture(scope="module")
 def judged_run(tmp_path_factory):
     """The run's workdir after one group, and what was true while the judge had not answered."""
@@ -106,6 +130,7 @@ def judged_run(tmp_path_factory):
            "lines": lines.lines}
 
 
+@pytest.mark.browser
 def test_the_browser_plays_on_while_the_judge_has_not_answered_and_each_episode_lands_with_its_verdict(judged_run):
     before = judged_run["before"]
     # all three episodes were played, each asked the judge, and none waited for its verdict
@@ -133,6 +158,7 @@ def test_the_browser_plays_on_while_the_judge_has_not_answered_and_each_episode_
     assert [line for line in judged_run["lines"] if "judge failed" in line and "timed out" in line]
 
 
+@pytest.mark.browser
 def test_the_judge_metrics_come_from_the_runs_verdicts(judged_run):
     buffer = RingBuffer.open(str(judged_run["workdir"] / "buffer"))
     result = buffer.read(None, group_size=3)
@@ -149,6 +175,7 @@ def test_the_judge_metrics_come_from_the_runs_verdicts(judged_run):
         metrics.keys() - gatherer.counts.as_metrics().keys() | {"judge/verdicts"})   # no judged episode: no key
 
 
+@pytest.mark.browser
 def test_rejudging_with_the_ground_truth_reproduces_the_verdicts_and_another_judge_disagrees(judged_run, capsys):
     workdir = judged_run["workdir"]
     assert rejudging.main([f"--run={workdir}", "--judge.backend=ground_truth"]) == 0
