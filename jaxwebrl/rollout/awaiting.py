@@ -11,6 +11,10 @@ A verdict is a Future of (reward, info) (`jaxwebrl.env.base.StepResult.pending_r
 of the steps the judge looked at (`judged_steps`). A Future that raised (a JudgeFailure: timeout, HTTP error,
 malformed verdict, blocked page) lands as `failure`, "Type: message", and `judge` {"judge_failure": that}: the
 worker makes the episode env-failed.
+
+Landing happens on the worker's own thread, at its next step (before the policy call) and after each episode, so the
+buffer and the worker's counters have one writer. A verdict that comes while the worker waits on the policy server
+(e.g. a new group held back by admission control) lands when that call returns.
 """
 
 from __future__ import annotations
