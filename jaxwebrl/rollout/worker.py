@@ -18,8 +18,8 @@ Failures:
   (``TransportRequestRefused``) is fatal.
 - Malformed model output is an invalid action: counted, fed back in the next prompt, never a crash.
 - A judged env (WebGym) hands its verdict off (``StepResult.pending_reward``): the episode waits in the worker
-  (``rollout/awaiting.py``) while the browser plays on, appended later with its reward and ``info["judge"]``, or
-  env-failed in its slot when the judge failed (one rate-limited line; the browser is not restarted).
+  while the browser plays on, and a lander thread appends it once the verdict comes (``rollout/awaiting.py``), with
+  its reward and ``info["judge"]``, or env-failed in its slot when the judge failed (the browser is not restarted).
 - A step whose prompt + response outgrows the buffer's ``max_seq_len`` is not taken: the episode ends before it,
   flagged ``cut`` (``info["cut"]`` names the step and its tokens), and is appended in its slot; the trainer excludes
   and counts it like an env-failed one (never a failure scored 0) and stops a run whose episodes all get cut.
@@ -57,7 +57,7 @@ from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.seeds import training_seed
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.agent import Agent, step_texts
-from jaxwebrl.rollout.awaiting import AwaitingEpisodes, AwaitingVerdict
+from jaxwebrl.rollout.awaiting import AwaitingEpisodes, AwaitingVerdict, BufferUnusable
 from jaxwebrl.rollout.env_host import EnvHost, task_name
 from jaxwebrl.rollout.rate_limited_log import RateLimitedLog
 from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportRequestRefused
@@ -223,7 +223,8 @@ class RolloutWorker:
         self._last_env_failure: BaseException | None = None
         self._warn = RateLimitedLog(log, WARN_PERIOD_S)
         self._buffer_failures_in_a_row = 0
-        self._awaiting = AwaitingEpisodes(self._land)
+        self._awaiting = AwaitingEpisodes(self._append_judged, who=f"worker {self.worker_id}", warn=self._warn,
+                                          max_buffer_failures=config.max_buffer_failures)
         buffer_config = getattr(buffer, "config", None)
         self._max_seq_len = getattr(buffer_config, "max_seq_len", None)
         max_images = getattr(buffer_config, "max_images_per_step", None)
@@ -240,15 +241,24 @@ class RolloutWorker:
     def close(self) -> None:
         """Land the episodes waiting for a verdict (`AwaitingEpisodes.close`), then close every env and browser."""
         try:
-            self.stats.dropped_episodes += self._awaiting.close(CLOSE_VERDICT_WAIT_S, f"worker {self.worker_id}")
+            self.stats.dropped_episodes += self._awaiting.close(CLOSE_VERDICT_WAIT_S)
             self.stats.awaiting_verdicts = 0
+            self._count_landed()
         finally:
             self._envs.close()
 
     def land_verdicts(self, timeout_s: float | None = 0.0) -> int:
-        """Append the waiting episodes whose verdicts came (`AwaitingEpisodes.land`); returns how many still wait."""
-        self.stats.awaiting_verdicts = self._awaiting.land(timeout_s)
+        """Wait up to `timeout_s` (None: no limit) for the handed-off episodes to be appended, and count those that
+        were (`AwaitingEpisodes`); returns how many still wait. BufferUnusable when the buffer keeps refusing them."""
+        try:
+            self.stats.awaiting_verdicts = self._awaiting.land(timeout_s)
+        finally:
+            self._count_landed()
         return self.stats.awaiting_verdicts
+
+    def _count_landed(self) -> None:
+        for field, n in self._awaiting.take_counts().items():
+            setattr(self.stats, field, getattr(self.stats, field) + n)
 
     def run(self, max_groups: int | None = None) -> WorkerStats:
         """Play groups until ``stop()`` (or ``max_groups``); returns the stats."""
@@ -357,22 +367,11 @@ class RolloutWorker:
             self.stats.successes += int(reward > 0)
         return self._assemble(**parts, reward=reward, env_failed=env_failed, failure=failure, cut=cut)
 
-    def _land(self, parts: dict, reward: float, judge: dict, failure: str | None) -> None:
-        """Append an episode whose verdict came (`judge`), or env-failed when its judge failed (`failure`)."""
-        if failure is not None:
-            self.stats.env_failures += 1
-            self.stats.judge_failures += 1
-            self._warn.warning("judge", "worker %d: judge failed on %s (%s); episode env-failed (%d so far)",
-                               self.worker_id, parts["task_id"], failure, self.stats.judge_failures)
-        else:
-            self.stats.verdicts += 1
-            self.stats.successes += int(reward > 0)
-        episode = self._assemble(**parts, reward=reward, env_failed=failure is not None, failure=failure, judge=judge)
-        try:
-            self._append(episode)
-            self._buffer_failures_in_a_row = 0
-        except (EpisodeError, BufferWriteError) as exc:   # its slot cannot be replayed: its group stays short
-            self._buffer_failed(exc)
+    def _append_judged(self, parts: dict, reward: float, judge: dict, failure: str | None) -> None:
+        """Append an episode whose verdict came (`judge`), or env-failed when its judge failed (`failure`); on the
+        lander thread: it touches no counter (`AwaitingEpisodes` counts)."""
+        self.buffer.append(self._assemble(**parts, reward=reward, env_failed=failure is not None, failure=failure,
+                                          judge=judge))
 
     def _play_step(self, env, obs, previous, history, tracker, group_id: int,
                    sample_seed: int | None) -> _PlayedStep | dict:
@@ -469,10 +468,6 @@ class RolloutWorker:
             raise _EnvBroken(f"{what} raised {type(exc).__name__}: {exc}") from exc
         finally:
             self.stats.env_s += time.perf_counter() - t0
-
-
-class BufferUnusable(RuntimeError):
-    """Episode after episode was refused by the buffer or could not be written (disk full): the worker stops."""
 
 
 class EnvGivenUp(RuntimeError):

@@ -1,6 +1,7 @@
 """A WebGym episode's verdict is handed off: a rollout worker in Chromium plays its next episodes while the judge has
-not answered, and each lands in the ring buffer with its verdict's reward, the verdict, the judge's raw answer and
-the screenshots judged once the judge answers; a judge failure is an env failure in its slot. The trainer's judge
+not answered, and each lands in the ring buffer (from the worker's lander thread) with its verdict's reward, the
+verdict, the judge's raw answer and the screenshots judged once the judge answers; a judge failure is an env failure
+in its slot. The trainer's judge
 metrics come from those verdicts, and `python3 -m jaxwebrl.eval.judge` re-judges the saved run."""
 
 import concurrent.futures
@@ -20,7 +21,9 @@ from jaxwebrl.env.tasks.webgym.judge import GroundTruthJudge, JudgeFailure, Judg
 from jaxwebrl.env.tasks.webgym.webgym_tasks import load_task_line
 from jaxwebrl.eval import judge as rejudging
 from jaxwebrl.models.processor import tiny_processor
-from jaxwebrl.rollout.awaiting import AwaitingEpisodes
+from jaxwebrl.buffer.schema import BufferWriteError
+from jaxwebrl.rollout.awaiting import AwaitingEpisodes, BufferUnusable
+from jaxwebrl.rollout.rate_limited_log import RateLimitedLog
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend
 from jaxwebrl.rollout.worker import RolloutWorker, WorkerConfig
@@ -73,26 +76,55 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_waiting_episodes_land_as_their_verdicts_come_the_oldest_bounds_them_and_close_drops_the_rest(caplog):
+def eventually(condition, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_lander_appends_episodes_as_their_verdicts_come_the_limit_bounds_them_and_close_drops_the_rest(caplog):
     landed, steps = [], [types.SimpleNamespace(ref=11), types.SimpleNamespace(ref=12)]
-    awaiting = AwaitingEpisodes(lambda parts, *outcome: landed.append((parts["n"], *outcome)), limit=2)
+    awaiting = AwaitingEpisodes(lambda parts, *outcome: landed.append((parts["n"], *outcome)), who="worker 5",
+                                warn=RateLimitedLog(logging.getLogger("test"), 30.0), limit=2)
     verdicts = [concurrent.futures.Future() for _ in range(4)]
-    for n in range(2):
-        awaiting.add(verdicts[n], {"n": n, "steps": steps})
-    verdicts[1].set_result((1.0, {"success": True, "judge_s": 0.5, "judged_steps": [1]}))
-    assert awaiting.land() == 1 and landed == [(1, 1.0, {"judge_s": 0.5, "judged_steps": [1], "judged_refs": [12]},
-                                                None)]
-    awaiting.add(verdicts[2], {"n": 2, "steps": steps})
-    threading.Timer(0.3, verdicts[0].set_exception, [JudgeFailure("judge m on t: HTTP 503 after 3 attempt(s)")]).start()
-    start = time.monotonic()
-    awaiting.add(verdicts[3], {"n": 3, "steps": steps})     # a third waiting, over the limit: waits for the oldest
-    assert time.monotonic() - start >= 0.2 and awaiting.land() == 2
+    for n in range(3):
+        if n == 2:
+            eventually(lambda: landed)
+        awaiting.add(verdicts[n], {"n": n, "steps": steps, "task_id": "t"})
+        if n == 0:
+            verdicts[1].set_result((1.0, {"success": True, "judge_s": 0.5, "judged_steps": [1]}))
+    # episode 1 landed by itself, on the lander thread, while 0 still waits
+    assert landed == [(1, 1.0, {"judge_s": 0.5, "judged_steps": [1], "judged_refs": [12]}, None)]
     failure = "JudgeFailure: judge m on t: HTTP 503 after 3 attempt(s)"
-    assert landed[1] == (0, 0.0, {"judge_failure": failure}, failure)
+    threading.Timer(0.3, verdicts[0].set_exception, [JudgeFailure(failure.split(": ", 1)[1])]).start()
+    start = time.monotonic()
+    awaiting.add(verdicts[3], {"n": 3, "steps": steps, "task_id": "t"})   # 0 and 2 wait: the limit waits for one
+    assert time.monotonic() - start >= 0.2 and landed[1] == (0, 0.0, {"judge_failure": failure}, failure)
     verdicts[2].set_result((0.0, {"judge_s": 0.1, "judged_steps": []}))
+    eventually(lambda: len(landed) == 3)
+    counts = awaiting.take_counts()
+    assert counts.pop("buffer_s") >= 0 and counts == {"verdicts": 2, "successes": 1, "judge_failures": 1,
+                                                      "env_failures": 1, "episodes": 3}
     with caplog.at_level(logging.WARNING):
-        assert awaiting.close(0.1, "worker 5") == 1 and len(awaiting) == 0   # verdict 3 never comes
+        assert awaiting.close(0.1) == 1 and len(awaiting) == 0   # verdict 3 never comes
     assert [n for n, *_ in landed] == [1, 0, 2] and "worker 5: 1 episodes dropped at close" in caplog.text
+
+
+def test_a_buffer_that_keeps_refusing_judged_episodes_stops_the_worker():
+    def refuse(*args):
+        raise BufferWriteError("disk full at /buffer: free space")
+
+    awaiting = AwaitingEpisodes(refuse, who="worker 1", warn=RateLimitedLog(logging.getLogger("test"), 30.0),
+                                max_buffer_failures=2)
+    for n in range(2):
+        done = concurrent.futures.Future()
+        done.set_result((1.0, {"judge_s": 0.1}))
+        awaiting.add(done, {"n": n, "steps": [], "task_id": "t"})
+    with pytest.raises(BufferUnusable, match="2 judged episodes in a row could not be appended; last: disk full"):
+        awaiting.land(timeout_s=5)
+    assert awaiting.take_counts()["buffer_failures"] == 2
+    awaiting.close(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +154,8 @@ def judged_run(tmp_path_factory):
         appended_now = worker.run_group(SPEC, 0)
         before = {"appended": appended_now, "in_buffer": len(buffer.read(None).episodes), "asked": list(judge.asked),
                   "steps": worker.stats.steps, "awaiting": worker.stats.awaiting_verdicts}
-        gate.set()
+        gate.set()   # the episodes land with no call on the worker's thread (it could be waiting on the policy)
+        eventually(lambda: len(buffer.read(None).episodes) == 3, timeout_s=20)
         left = worker.land_verdicts(timeout_s=20)
     finally:
         log.removeHandler(lines)
