@@ -20,7 +20,7 @@ Failure contract (the rollout worker's recovery is built on it):
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -88,6 +88,9 @@ class StepResult:
     terminated: the task ended (success, failure, or an `answer` action).
     truncated: the step budget (`max_steps`) ran out before the task ended.
     info: per-step facts; always has `invalid_action` (bool), `action_error` (str or None) and `step` (int).
+    pending_reward: only on the last step of an env told to hand its judging off (a judged family made with
+        `hand_off_verdicts=True`): a `concurrent.futures.Future` of (reward, info of the verdict), or of the
+        `EnvFailure` the judge raised; `reward` is a 0.0 placeholder until it is settled.
     """
 
     observation: Observation
@@ -95,6 +98,7 @@ class StepResult:
     terminated: bool
     truncated: bool
     info: dict = dataclasses.field(default_factory=dict)
+    pending_reward: Any = None
 
     @property
     def done(self) -> bool:

@@ -57,7 +57,8 @@ class TaskFamily:
                                            default click grid of a browser page, `action_space.CLICK_GRID`)
       needs_browser                        config validation checks that Chromium is installed
       judged                               `make` takes `judge=` (a run's `env.judge` settings: its reward is a
-                                           judge's verdict)
+                                           judge's verdict) and `hand_off_verdicts=` (True: the last StepResult
+                                           carries the verdict as `pending_reward` instead of waiting for it)
       shares_browser                       a rollout worker may give all such envs one Chromium (same viewport)
     Oracles, the doctor, demonstrations:
       oracle(checked) -> Oracle | None     a scripted policy for the spec (`Oracle` above), or None; the doctor

@@ -99,7 +99,7 @@ def shares_browser(spec: Any) -> bool:
 
 
 def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None = None,
-             browser_memory_mb: int | None = None, **options) -> Env:
+             browser_memory_mb: int | None = None, hand_off_verdicts: bool = False, **options) -> Env:
     """Build the environment `spec` names (validated by its family first).
 
     latency: a run's `env.latency` as a dict (`jaxwebrl.env.latency.LatencyConfig`; None or regime "local": off).
@@ -109,6 +109,8 @@ def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None
         (`TaskFamily.judged`: WebGym tasks); None: the ground truth.
     browser_memory_mb: a run's `env.browser_memory_mb`: the env's browser joins this process's (one worker's) one
         memory bound over all its browsers (`jaxwebrl.env.browser.memory_bound`); None: no such bound.
+    hand_off_verdicts: a judged env's last step does not wait for its verdict: `StepResult.pending_reward` is a
+        Future of it (the rollout worker's way, so a browser never waits on a judge); False: the env waits.
     options: `screenshot_size` (W, H), `max_steps` (a cap: the env plays `task_horizon(spec, max_steps)`),
     `browser` (a Browser to play in, not closed by the env; families without a browser leave it out).
     """
@@ -117,7 +119,7 @@ def make_env(spec: Any, *, latency: Mapping | None = None, judge: Mapping | None
     if options.get("max_steps") is not None:
         options["max_steps"] = family.horizon(checked, options["max_steps"])
     if family.judged:
-        options["judge"] = judge
+        options.update(judge=judge, hand_off_verdicts=hand_off_verdicts)
     env = family.make(checked, network=regime.network, **options)
     if browser_memory_mb is not None:
         bound_browser_memory(env, browser_memory_mb)

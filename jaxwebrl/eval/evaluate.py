@@ -105,8 +105,9 @@ class Players:
                     try:
                         index, (task, seed) = todo.get_nowait()
                     except queue.Empty:
-                        return
+                        break
                     worker.run_group(task, seed, group_id=index)
+                worker.land_verdicts(timeout_s=None)   # every judged episode is in the buffer before it is read
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(exc)
 

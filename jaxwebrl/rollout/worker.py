@@ -17,6 +17,9 @@ Failures:
   fault, no data) and the worker retries after a pause; a wrong token (``TransportAuthError``) or a request the server refuses as malformed
   (``TransportRequestRefused``) is fatal.
 - Malformed model output is an invalid action: counted, fed back in the next prompt, never a crash.
+- A judged env (WebGym) hands its verdict off (``StepResult.pending_reward``): the episode waits in the worker
+  while the browser plays on, and a lander thread appends it once the verdict comes (``rollout/awaiting.py``), with
+  its reward and ``info["judge"]``, or env-failed in its slot when the judge failed (the browser is not restarted).
 - A step whose prompt + response outgrows the buffer's ``max_seq_len`` is not taken: the episode ends before it,
   flagged ``cut`` (``info["cut"]`` names the step and its tokens), and is appended in its slot; the trainer excludes
   and counts it like an env-failed one (never a failure scored 0) and stops a run whose episodes all get cut.
@@ -54,6 +57,7 @@ from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.seeds import training_seed
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.agent import Agent, step_texts
+from jaxwebrl.rollout.awaiting import AwaitingEpisodes, AwaitingVerdict, BufferUnusable
 from jaxwebrl.rollout.env_host import EnvHost, task_name
 from jaxwebrl.rollout.rate_limited_log import RateLimitedLog
 from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportRequestRefused
@@ -63,6 +67,7 @@ log = logging.getLogger(__name__)
 STEP_TEXT_CHARS = 1000   # each text of info["steps"] is cut to this (commit records stay small)
 RECENT_STEPS = 512       # per-step timings a worker keeps (WorkerStats.recent_steps)
 WARN_PERIOD_S = 30.0     # a worker's repeated warnings (cut episodes, env failures): one per kind per period
+CLOSE_VERDICT_WAIT_S = 10.0   # at close, how long the worker waits for the verdicts still out (< WORKER_EXIT_S)
 # One browser step, in order: screenshot written to the buffer, prompt built, generate round trip (what the worker
 # waits for the policy), env step; then the server's own report of that request (rollout/client.py).
 STEP_TIMING_FIELDS = ("screenshot_put_s", "prompt_s", "generate_s", "env_step_s",
@@ -153,6 +158,9 @@ class WorkerStats:
     buffer_failures: int = 0  # episodes the buffer refused or could not write (disk full): dropped, replayed
     overlong_steps: int = 0  # prompt + response longer than the buffer's max_seq_len: the episode is cut there
     cut_episodes: int = 0    # episodes ended by an overlong step (flagged cut: excluded, never scored)
+    verdicts: int = 0        # handed-off episodes appended with their judge's verdict
+    judge_failures: int = 0  # handed-off episodes whose judge failed (counted in env_failures too)
+    awaiting_verdicts: int = 0   # finished episodes waiting for their verdict now
     env_s: float = 0.0
     generate_s: float = 0.0
     buffer_s: float = 0.0
@@ -176,6 +184,7 @@ class _PlayedStep:
     result: Any                 # env.base.StepResult
     invalid: bool
     texts: dict
+    ref: int                    # the buffer ref of the screenshot this step was played from
 
 
 class _EpisodeDropped(Exception):
@@ -204,7 +213,8 @@ class RolloutWorker:
         def factory(spec, browser):
             if env_factory is not None:
                 return env_factory(spec)
-            return make_env(spec, **config.env_options, **({"browser": browser} if browser is not None else {}))
+            return make_env(spec, **config.env_options, hand_off_verdicts=True,
+                            **({"browser": browser} if browser is not None else {}))
 
         self._envs = EnvHost(factory, timeout_s=config.step_timeout_s, max_open_envs=config.max_open_envs,
                              share_browser=config.share_browser and env_factory is None)
@@ -213,6 +223,8 @@ class RolloutWorker:
         self._last_env_failure: BaseException | None = None
         self._warn = RateLimitedLog(log, WARN_PERIOD_S)
         self._buffer_failures_in_a_row = 0
+        self._awaiting = AwaitingEpisodes(self._append_judged, who=f"worker {self.worker_id}", warn=self._warn,
+                                          max_buffer_failures=config.max_buffer_failures)
         buffer_config = getattr(buffer, "config", None)
         self._max_seq_len = getattr(buffer_config, "max_seq_len", None)
         max_images = getattr(buffer_config, "max_images_per_step", None)
@@ -227,8 +239,26 @@ class RolloutWorker:
         self._stop.set()
 
     def close(self) -> None:
-        """Close every environment (browsers included)."""
-        self._envs.close()
+        """Land the episodes waiting for a verdict (`AwaitingEpisodes.close`), then close every env and browser."""
+        try:
+            self.stats.dropped_episodes += self._awaiting.close(CLOSE_VERDICT_WAIT_S)
+            self.stats.awaiting_verdicts = 0
+            self._count_landed()
+        finally:
+            self._envs.close()
+
+    def land_verdicts(self, timeout_s: float | None = 0.0) -> int:
+        """Wait up to `timeout_s` (None: no limit) for the handed-off episodes to be appended, and count those that
+        were (`AwaitingEpisodes`); returns how many still wait. BufferUnusable when the buffer keeps refusing them."""
+        try:
+            self.stats.awaiting_verdicts = self._awaiting.land(timeout_s)
+        finally:
+            self._count_landed()
+        return self.stats.awaiting_verdicts
+
+    def _count_landed(self) -> None:
+        for field, n in self._awaiting.take_counts().items():
+            setattr(self.stats, field, getattr(self.stats, field) + n)
 
     def run(self, max_groups: int | None = None) -> WorkerStats:
         """Play groups until ``stop()`` (or ``max_groups``); returns the stats."""
@@ -240,7 +270,8 @@ class RolloutWorker:
         return self.stats
 
     def run_group(self, task: Any, instance_seed: int, group_id: int | None = None) -> list[int]:
-        """G episodes of one task instance, appended one by one; returns their buffer episode ids.
+        """G episodes of one task instance, appended one by one; returns the buffer ids of those appended now (an
+        episode handed to a judge is appended when its verdict comes: ``land_verdicts``).
 
         Exactly G episodes are appended per group (the trainer completes a group at its G-th episode): an
         env-failed episode keeps its slot, flagged. Only an env that breaks before the first step (nothing to
@@ -250,12 +281,15 @@ class RolloutWorker:
         if self.config.fresh_envs_per_group:
             self._envs.restart()
         episode_ids: list[int] = []
-        empty_failures = 0
-        while len(episode_ids) < self.config.group_size and not self._stop.is_set():
+        slots = empty_failures = 0
+        while slots < self.config.group_size and not self._stop.is_set():
             start = time.perf_counter()
             try:
-                episode = self.run_episode(task, instance_seed, group_id, slot=len(episode_ids))
-                if episode is not None:
+                episode = self.run_episode(task, instance_seed, group_id, slot=slots)
+                if isinstance(episode, AwaitingVerdict):
+                    self._awaiting.add(episode.verdict, episode.parts)
+                    self.land_verdicts()
+                elif episode is not None:
                     episode_ids.append(self._append(episode))
                     self._buffer_failures_in_a_row = 0
             except _EpisodeDropped:
@@ -273,12 +307,13 @@ class RolloutWorker:
                     raise EnvGivenUp(given_up_message(task_name(task), empty_failures, cause),
                                      task_fault=cause is not None and not browser_is_the_cause(cause))
                 continue
+            slots += 1
             empty_failures = 0
         return episode_ids
 
     # ------------------------------------------------------------------ one episode
-    def run_episode(self, task: Any, seed: int, group_id: int, slot: int = 0) -> Episode | None:
-        """One Episode (not yet appended); None when the env broke before step 0.
+    def run_episode(self, task: Any, seed: int, group_id: int, slot: int = 0) -> Episode | AwaitingVerdict | None:
+        """One Episode (not yet appended) or one awaiting its verdict; None when the env broke before step 0.
         `slot`: its place in the group (0..G-1), part of its sampling seeds under `config.step_seeds`.
 
         Raises _EpisodeDropped when stopped or when the policy server failed, EpisodeError when the episode breaks
@@ -296,6 +331,7 @@ class RolloutWorker:
             while True:
                 if self._stop.is_set():
                     raise _EpisodeDropped("stop requested")
+                self.land_verdicts()
                 sample_seed = (step_seed(self.config.seed, task_name(task), seed, slot, len(steps))
                                if self.config.step_seeds else None)
                 played = self._play_step(env, obs, previous, history, tracker, group_id, sample_seed)
@@ -321,11 +357,21 @@ class RolloutWorker:
         if not steps:
             return None
         self.stats.steps += len(steps)
+        difficulty = getattr(getattr(env, "spec", None), "difficulty", None)   # a JSON task's own split
+        parts = dict(task_id=env.task_id, seed=seed, group_id=group_id, steps=steps, terminated=terminated,
+                     truncated=truncated, difficulty=difficulty if isinstance(difficulty, str) else None)
+        pending = None if env_failed or cut is not None else steps[-1].result.pending_reward
+        if pending is not None:
+            return AwaitingVerdict(pending, parts)
         if not env_failed and cut is None:
             self.stats.successes += int(reward > 0)
-        difficulty = getattr(getattr(env, "spec", None), "difficulty", None)   # a JSON task's own split
-        return self._assemble(env.task_id, seed, group_id, steps, reward, terminated, truncated, env_failed,
-                              failure, difficulty if isinstance(difficulty, str) else None, cut)
+        return self._assemble(**parts, reward=reward, env_failed=env_failed, failure=failure, cut=cut)
+
+    def _append_judged(self, parts: dict, reward: float, judge: dict, failure: str | None) -> None:
+        """Append an episode whose verdict came (`judge`), or env-failed when its judge failed (`failure`); on the
+        lander thread: it touches no counter (`AwaitingEpisodes` counts)."""
+        self.buffer.append(self._assemble(**parts, reward=reward, env_failed=failure is not None, failure=failure,
+                                          judge=judge))
 
     def _play_step(self, env, obs, previous, history, tracker, group_id: int,
                    sample_seed: int | None) -> _PlayedStep | dict:
@@ -374,17 +420,17 @@ class RolloutWorker:
                     screenshot_changed=previous is None or not np.array_equal(previous, obs.screenshot),
                     memory=MemoryStats(memory.chars, memory.keys, memory.generic_frac))
         return _PlayedStep(step=step, result=result, invalid=feedback.invalid,
-                           texts=step_texts(turn, feedback, tracker, STEP_TEXT_CHARS))
+                           texts=step_texts(turn, feedback, tracker, STEP_TEXT_CHARS), ref=ref)
 
     def _assemble(self, task_id, seed, group_id, steps: list[_PlayedStep], reward, terminated, truncated,
-                  env_failed, failure, difficulty: str | None, cut: dict | None = None) -> Episode:
+                  env_failed, failure, difficulty: str | None, cut: dict | None = None,
+                  judge: dict | None = None) -> Episode:
         info = {"worker_id": self.worker_id, "instance_seed": int(seed),
                 "invalid_actions": [bool(s.invalid) for s in steps], "env_failure": failure,
                 "steps": [s.texts for s in steps]}
-        if difficulty is not None:
-            info["difficulty"] = difficulty
-        if cut is not None:
-            info["cut"] = cut
+        for key, value in (("difficulty", difficulty), ("cut", cut), ("judge", judge)):
+            if value is not None:
+                info[key] = value
         unscored = env_failed or cut is not None   # reward 0.0 is a placeholder: the trainer never scores these
         return Episode(steps=tuple(s.step for s in steps), task_id=task_id, group_id=int(group_id),
                        reward=0.0 if unscored else float(reward), terminated=bool(terminated and not unscored),
@@ -422,10 +468,6 @@ class RolloutWorker:
             raise _EnvBroken(f"{what} raised {type(exc).__name__}: {exc}") from exc
         finally:
             self.stats.env_s += time.perf_counter() - t0
-
-
-class BufferUnusable(RuntimeError):
-    """Episode after episode was refused by the buffer or could not be written (disk full): the worker stops."""
 
 
 class EnvGivenUp(RuntimeError):

@@ -28,6 +28,7 @@ import collections
 import dataclasses
 
 from jaxwebrl.buffer.episode import Episode
+from jaxwebrl.train.judge_metrics import JudgeTally
 
 
 def staleness(episode: Episode, current_version: int) -> int:
@@ -47,13 +48,14 @@ class GatherCounts:
     dropped_stale: int = 0
     dropped_uniform_groups: int = 0
     groups_accepted: int = 0
+    judge: JudgeTally = dataclasses.field(default_factory=JudgeTally)   # judge/* of judged episodes
 
-    def as_metrics(self) -> dict[str, int]:
+    def as_metrics(self) -> dict[str, float]:
         """The running totals a metrics.jsonl record carries (every step's, and the record of a run stopped at 0)."""
         return {"rollout/env_failed": self.env_failed, "rollout/cut_episodes": self.cut_episodes,
                 "rollout/cut_steps": self.cut_steps, "rollout/dropped_stale": self.dropped_stale,
                 "rollout/dropped_uniform_groups": self.dropped_uniform_groups,
-                "rollout/episodes_seen": self.episodes_seen}
+                "rollout/episodes_seen": self.episodes_seen, **self.judge.as_metrics()}
 
 
 class BatchGatherer:
@@ -75,6 +77,7 @@ class BatchGatherer:
         for group in groups:
             for episode in group:
                 self.counts.episodes_seen += 1
+                self.counts.judge.note(episode)
                 unusable = episode.env_failed or episode.cut
                 if not unusable and episode.reward > 0:
                     self.counts.successes_seen += 1

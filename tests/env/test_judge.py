@@ -17,6 +17,7 @@ from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import env_specs, make_env
 from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
                                              verdict_schema)
+from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train.config_validation import ConfigError, validate
 
@@ -117,16 +118,16 @@ def test_criterion_a_stops_at_the_first_fact_not_met(endpoint, monkeypatch):
     assert result.reward == 0.0 and [met for _, met in result.criteria] == [True, True, False]
 
 
-@pytest.mark.parametrize("endpoint, cause, attempts", [
-    ([(503, "", 0.0), (502, "", 0.0), (200, verdict(), 0.0)], None, 3),                   # retried, then judged
-    ([(500, "", 0.0)], r"HTTP 500 after 3 attempt\(s\)", 3),
-    ([(401, "", 0.0)], r"HTTP 401 after 1 attempt\(s\)", 1),                               # not retried
-    ([(200, "I think the agent did well", 0.0)], "malformed verdict 'I think", 1),
-    ([(200, verdict(facts=(True,)), 0.0)], "malformed verdict .*with 3 facts", 1),
-    ([(200, verdict(blocked=True), 0.0)], "blocked page", 1),
-    ([(200, verdict(), 2.0)], r"timed out after 3 attempt\(s\)", 3),
+@pytest.mark.parametrize("endpoint, cause, attempts, metric", [
+    ([(503, "", 0.0), (502, "", 0.0), (200, verdict(), 0.0)], None, 3, None),             # retried, then judged
+    ([(500, "", 0.0)], r"HTTP 500 after 3 attempt\(s\)", 3, "http_500"),
+    ([(401, "", 0.0)], r"HTTP 401 after 1 attempt\(s\)", 1, "http_401"),                   # not retried
+    ([(200, "I think the agent did well", 0.0)], "malformed verdict 'I think", 1, "malformed"),
+    ([(200, verdict(facts=(True,)), 0.0)], "malformed verdict .*with 3 facts", 1, "malformed"),
+    ([(200, verdict(blocked=True), 0.0)], "blocked page", 1, "blocked"),
+    ([(200, verdict(), 2.0)], r"timed out after 3 attempt\(s\)", 3, "timeout"),
 ], indirect=["endpoint"])
-def test_every_judge_failure_is_an_env_failure_naming_its_cause_and_never_the_key(endpoint, cause, attempts,
+def test_every_judge_failure_is_an_env_failure_naming_its_cause_and_never_the_key(endpoint, cause, attempts, metric,
                                                                                   monkeypatch, caplog):
     monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
     judge = judge_of(endpoint, timeout_s=0.3)
@@ -136,6 +137,7 @@ def test_every_judge_failure_is_an_env_failure_naming_its_cause_and_never_the_ke
         with pytest.raises(JudgeFailure, match=cause) as info:
             judge.judge(request())
         assert isinstance(info.value, EnvFailure) and KEY not in str(info.value)
+        assert failure_cause(str(info.value)) == metric   # its judge/failures/<cause> in metrics.jsonl
     assert len(endpoint.bodies) == attempts and KEY not in caplog.text
 
 
@@ -146,11 +148,13 @@ def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
     monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
     dead = ChatJudge(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key_env="TEST_JUDGE_KEY", retries=1,
                      backoff_s=0.01)
-    with pytest.raises(JudgeFailure, match=r"unreachable .*refused.* after 2 attempt"):
+    with pytest.raises(JudgeFailure, match=r"unreachable .*refused.* after 2 attempt") as info:
         dead.judge(request())
+    assert failure_cause(str(info.value)) == "unreachable"
     monkeypatch.delenv("TEST_JUDGE_KEY")
-    with pytest.raises(JudgeFailure, match="TEST_JUDGE_KEY holding its API key is not set"):
+    with pytest.raises(JudgeFailure, match="TEST_JUDGE_KEY holding its API key is not set") as info:
         dead.judge(request())
+    assert failure_cause(str(info.value)) == "no_api_key"
 
 
 @pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.3), (200, "bad", 0.3), (200, verdict(), 0.3),
@@ -182,7 +186,7 @@ def test_a_webgym_episode_is_rewarded_by_the_chat_judge_and_a_bad_verdict_is_an_
         assert result.terminated and result.reward == 1.0 and result.info["judge_backend"] == "chat"
         assert result.info["verdict"][0] == ["B: the screenshots support the answer", True]
         images = [c for c in endpoint.bodies[0]["messages"][1]["content"] if c["type"] == "image_url"]
-        assert len(images) == 2   # the two pages the agent saw
+        assert len(images) == 2 and result.info["judged_steps"] == [0, 1]   # the two pages the agent saw
         env.reset(1)
         with pytest.raises(JudgeFailure, match="malformed verdict 'not json'"):
             env.step('answer("62.42")')

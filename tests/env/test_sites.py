@@ -19,6 +19,7 @@ from jaxwebrl.env.tasks.episode import OracleError, run_episode
 from jaxwebrl.env.tasks.sites import family, generate
 from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
 from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, difficulty_of
+from jaxwebrl.eval import judge as rejudging
 from jaxwebrl.eval.demos import oracle_demonstrations
 from jaxwebrl.train.metrics import read_metrics
 
@@ -111,6 +112,13 @@ def test_the_webgym_recipe_trains_on_the_bundled_sites(tmp_path):
     episodes, _ = RingBuffer.open(str(workdir / "buffer")).read(None)
     train_ids = {check_env_spec(s).task_id for s in env_specs("sites?split=train")}
     assert episodes and {e.task_id for e in episodes} <= train_ids   # played on the sites' training split
+    # each verdict was handed off and saved with its episode; metrics.jsonl counts the verdicts the trainer read
+    judged = [e for e in episodes if not e.env_failed]
+    assert judged and all(e.info["judge"]["judge_backend"] == "ground_truth" for e in judged)
+    assert record["judge/verdicts"] >= 1 and record["judge/latency_s/p95"] >= 0
+    assert rejudging.main([f"--run={workdir}", "--judge.backend=ground_truth"]) == 0
+    table = json.loads((workdir / "rejudge_ground_truth.json").read_text())
+    assert table["episodes"] == len(judged) and table["agreement"] == 1.0 and table["same_criteria"] == len(judged)
 
 
 @pytest.mark.browser

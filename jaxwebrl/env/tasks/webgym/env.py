@@ -5,18 +5,24 @@ the episode ends (an answer, or the last step), a `judge.py` verdict on the rubr
                                                   "model": "Qwen/Qwen3-VL-8B", "api_key_env": "JUDGE_API_KEY"})
 
 StepResult.info of the last step holds `verdict` ([criterion, met] pairs), `judge_raw` (the judge's own answer),
-`judge_backend` and `judge_s`. A `JudgeFailure` propagates from `step`: it is an `EnvFailure`, so the rollout worker
-drops the episode and counts it, never scoring it 0.
+`judge_backend`, `judge_s`, `judged_steps` and `judge_request` (`verdicts.verdict_info`). A `JudgeFailure`
+propagates from `step`: it is an `EnvFailure`, so the rollout worker drops the episode and counts it, never scoring
+it 0. With `hand_off_verdicts=True` (the rollout worker's envs) the last step does not wait: its StepResult carries
+`pending_reward`, a Future of (reward, that info) or of the JudgeFailure, and the browser is free for its next
+episode.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import functools
 import json
 from typing import Any, Mapping
 
 from jaxwebrl.env.agent.actions import Action
 from jaxwebrl.env.tasks.webgym.judge import MAX_SCREENSHOTS, ChatJudge, GroundTruthJudge, JudgePool, JudgeRequest
+from jaxwebrl.env.tasks.webgym.verdicts import verdict_info
 from jaxwebrl.env.tasks.webgym.webgym_tasks import WebGymTask
 from jaxwebrl.env.tasks.webtask.task_spec import WebTaskSpec
 from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv
@@ -47,16 +53,23 @@ def _pool(settings_json: str) -> JudgePool:
 
 class WebGymEnv(WebTaskEnv):
     """One WebGym task (`task`, played as `spec`) whose reward is the verdict of `judges` (a JudgePool; see the
-    module docstring)."""
+    module docstring); `hand_off_verdicts`: the last step carries the verdict as a Future instead of waiting."""
 
-    def __init__(self, spec: WebTaskSpec, task: WebGymTask, judges: JudgePool, **options):
+    def __init__(self, spec: WebTaskSpec, task: WebGymTask, judges: JudgePool, *, hand_off_verdicts: bool = False,
+                 **options):
         super().__init__(spec, **options)
-        self.task, self.judges = task, judges
+        self.task, self.judges, self.hand_off_verdicts = task, judges, bool(hand_off_verdicts)
         self._seen: list = []
+        self._pending: concurrent.futures.Future | None = None
 
     def reset(self, seed: int):
         self._seen = []
         return super().reset(seed)
+
+    def step(self, action):
+        self._pending = None
+        result = super().step(action)
+        return result if self._pending is None else dataclasses.replace(result, pending_reward=self._pending)
 
     def _observe(self):
         observation = super()._observe()
@@ -67,10 +80,32 @@ class WebGymEnv(WebTaskEnv):
         answered = action.kind == "answer"
         if not (answered or last_step):
             return 0.0, False, {"success": False, "evaluated": False}
-        verdict = self.judges.submit(JudgeRequest(
+        request = JudgeRequest(
             task_id=self.task.task_id, goal=self.task.task_name, facts=self.task.facts,
             answer=action.text if answered else None, reference_answer=self.task.reference_answer,
-            ground_truth=self.task.ground_truth, screenshots=tuple(self._seen))).result()
-        return verdict.reward, answered, {
-            "success": verdict.reward > 0, "evaluated": True, "verdict": [list(c) for c in verdict.criteria],
-            "judge_raw": verdict.raw, "judge_backend": verdict.backend, "judge_s": round(verdict.seconds, 3)}
+            ground_truth=self.task.ground_truth, screenshots=tuple(self._seen))
+        settle = functools.partial(_settle, request=request, first_step=self._steps - len(self._seen))
+        verdict = self.judges.submit(request)
+        if self.hand_off_verdicts:
+            self._pending = _then(verdict, settle)
+            return 0.0, answered, {"success": False, "evaluated": False}
+        reward, info = settle(verdict.result())
+        return reward, answered, info
+
+
+def _settle(verdict, *, request: JudgeRequest, first_step: int) -> tuple[float, dict]:
+    return verdict.reward, verdict_info(verdict, request, first_step)
+
+
+def _then(future: concurrent.futures.Future, fn) -> concurrent.futures.Future:
+    """A Future of fn(future's result), or of the exception either raised."""
+    out: concurrent.futures.Future = concurrent.futures.Future()
+
+    def done(settled: concurrent.futures.Future) -> None:
+        try:
+            out.set_result(fn(settled.result()))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever settles `out`
+            out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out

@@ -68,10 +68,10 @@ def _action_texts(spec: WebTaskSpec) -> tuple[str, ...]:
     return CLICK_GRID + (format_call(Action("answer", text=spec.evaluator["answer"])),)
 
 
-def _make(spec: WebTaskSpec, *, judge=None, **options):
+def _make(spec: WebTaskSpec, *, judge=None, hand_off_verdicts: bool = False, **options):
     from jaxwebrl.env.tasks.webgym.env import WebGymEnv, judge_pool  # deferred (heavy): the env imports Selenium
 
-    return WebGymEnv(spec, _task_of(spec), judge_pool(judge), **options)
+    return WebGymEnv(spec, _task_of(spec), judge_pool(judge), hand_off_verdicts=hand_off_verdicts, **options)
 
 
 WEBGYM = register_family(TaskFamily(

@@ -58,12 +58,14 @@ class JudgeRequest:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """The judge's verdict: each criterion in the order checked and whether it is met; `raw` its own answer."""
+    """The judge's verdict: each criterion in the order checked and whether it is met; `raw` its own answer;
+    `screenshots` the indices into the request's screenshots the judge looked at."""
 
     criteria: tuple[tuple[str, bool], ...]
     raw: str
     backend: str
     seconds: float
+    screenshots: tuple[int, ...] = ()
 
     @property
     def reward(self) -> float:
@@ -126,7 +128,9 @@ class ChatJudge:
     def judge(self, request: JudgeRequest) -> Verdict:
         t0 = time.perf_counter()
         raw = self._post(self._body(request), request.task_id)
-        return Verdict(self._criteria(raw, request), raw, self.backend, time.perf_counter() - t0)
+        shown = min(len(request.screenshots), self.max_screenshots)
+        return Verdict(self._criteria(raw, request), raw, self.backend, time.perf_counter() - t0,
+                       tuple(range(len(request.screenshots) - shown, len(request.screenshots))))
 
     def _body(self, request: JudgeRequest) -> dict:
         shots = list(request.screenshots)[-self.max_screenshots:]   # the last ones: where the answer was found
