@@ -47,9 +47,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxwebrl.buffer.schema import BufferWriteError
-
 from jaxwebrl.buffer.episode import Episode, EpisodeError, MemoryStats, Step
+from jaxwebrl.buffer.schema import BufferWriteError
 from jaxwebrl.env.agent.memory import MemoryTracker
 from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord
 from jaxwebrl.env.base import EnvFailure, browser_is_the_cause
