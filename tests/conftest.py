@@ -49,3 +49,25 @@ def pytest_collection_modifyitems(config, items):
         return rank.get(path, len(SLOWEST_FIRST))
 
     items.sort(key=key)
+
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Seconds per test file (setup, call and teardown of its tests; under xdist the controller sees every report)."""
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The 30 slowest files in three lines, right above the result line: what to schedule first (SLOWEST_FIRST)
+    and what to make shorter, readable in the tail of a CI log."""
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:30]
+    if not slowest:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_line(f"test seconds by file ({total:.0f} s in {len(_FILE_SECONDS)} files), slowest first:")
+    for start in range(0, len(slowest), 10):
+        terminalreporter.write_line("  " + ", ".join(f"{path.removeprefix('tests/')} {seconds:.0f}"
+                                                     for path, seconds in slowest[start:start + 10]))
