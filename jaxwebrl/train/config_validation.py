@@ -205,9 +205,12 @@ def _check_env(c) -> None:
         raise ConfigError(f"env.tasks: {_one_line(err)}") from None
     if not specs:
         _fail("env.tasks", e.tasks, "name at least one env spec, e.g. 'toy' or 'miniwob/click-test'")
+    judged_only = []     # specs whose reward only a judge can give (a WebGym rubric without an answer)
     for spec in specs:   # every key, type, range, regex and start URL of a JSON spec; its evaluator is not imported
         try:
-            check_env_spec(spec)
+            checked = check_env_spec(spec)
+            if getattr(checked, "evaluator", {}).get("type") == "judge":
+                judged_only.append(spec)
         except TaskSpecError as err:   # names the spec file itself
             raise ConfigError(f"env.tasks: {_one_line(err)}") from None
         except (ValueError, TypeError) as err:
@@ -220,6 +223,11 @@ def _check_env(c) -> None:
     if judge is not None and judge.backend == "chat" and not (judge.url and judge.model):
         _fail("env.judge.backend", judge.backend, "the chat judge needs env.judge.url and env.judge.model (an "
                                                   "OpenAI-compatible endpoint and its model)")
+    if judged_only and (judge is None or judge.backend == "ground_truth"):
+        _fail("env.judge.backend", "ground_truth" if judge is None else judge.backend,
+              f"{len(judged_only)} of the tasks (first {judged_only[0]}) have a rubric but no reference_answer or "
+              f"ground_truth: only a judge that reads the rubric can score them; set env.judge.backend=chat with "
+              f"its url and model, or drop those lines")
     if needs_browser(specs):
         if _which(e.chromium) is None:
             _fail("env.chromium", e.chromium, "Chromium not found: apt-get install -y chromium (or set the path)")

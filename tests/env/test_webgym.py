@@ -74,7 +74,6 @@ def test_held_out_split_by_task_id_whatever_the_order(tmp_path):
     (task(evaluator_reference=[]), r"t\.jsonl:2: 'evaluator_reference'=\[\]: must be a non-empty list"),
     (task(evaluator_reference=[{"text": "x"}]), r"t\.jsonl:2: 'evaluator_reference'.*\{\"description\""),
     (task(difficulty="extreme"), r"t\.jsonl:2: 'difficulty'='extreme': must be one of"),
-    (task(reference_answer=None), r"t\.jsonl:2: 'reference_answer'=None: .*needs a rubric judge"),
     (task(ground_truth={"answer": "x", "mode": "fuzzy"}), r"t\.jsonl:2: 'ground_truth'"),
     (task(website="ftp://x/"), r"t\.jsonl:2: 'start_url'='ftp://x/'"),
 ])
@@ -84,6 +83,24 @@ def test_a_bad_line_is_refused_in_one_line_naming_its_number(tmp_path, record, m
     with pytest.raises(TaskSpecError, match=message) as info:
         check_env_spec(f"webgym:{path}:2")
     assert "\n" not in str(info.value)
+
+
+def test_a_rubric_alone_is_left_to_a_judge_and_refused_under_the_ground_truth_judge(tmp_path):
+    """A line with no reference_answer and no ground_truth (many of WebGym's own) reads, plays with the evaluator
+    {"type": "judge"}, and a run that would score it by the ground truth is refused at start-up in one line."""
+    from jaxwebrl.train.config_validation import ConfigError, validate
+    from tests.configs.test_recipes import load
+
+    path = write(tmp_path / "t.jsonl", [task(task_id="answered"), task(task_id="rubric", reference_answer=None)])
+    assert check_env_spec(f"webgym:{path}:1").evaluator["type"] == "answer_match"
+    assert check_env_spec(f"webgym:{path}:2").evaluator == {"type": "judge", "when": "answer"}
+    _, config = load("constT10")
+    config.env.tasks = f"webgym:{path}"
+    with pytest.raises(ConfigError, match=r"^env.judge.backend='ground_truth': 1 of the tasks \(first webgym:.*:2\) "
+                                          r"have a rubric but no reference_answer or ground_truth: .*backend=chat"):
+        validate(config, str(tmp_path / "run"))
+    config.env.judge.update(backend="chat", url="http://127.0.0.1:9/v1", model="judge")
+    validate(config, str(tmp_path / "run2"))
 
 
 def test_a_file_or_a_bad_option_is_not_one_task(tmp_path):

@@ -65,7 +65,9 @@ def _task_of(spec: WebTaskSpec):
 
 
 def _action_texts(spec: WebTaskSpec) -> tuple[str, ...]:
-    return CLICK_GRID + (format_call(Action("answer", text=spec.evaluator["answer"])),)
+    """The click grid and the task's own answer (a rubric alone has none a grammar could offer: clicks only)."""
+    answer = spec.evaluator.get("answer")
+    return CLICK_GRID + ((format_call(Action("answer", text=answer)),) if answer is not None else ())
 
 
 def _make(spec: WebTaskSpec, *, judge=None, hand_off_verdicts: bool = False, **options):

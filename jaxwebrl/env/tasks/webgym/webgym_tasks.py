@@ -18,9 +18,11 @@ Held-out split by `task_id`: a task is held out (`split=test`) when the first 8 
 0 mod 5 (about one task in five, the same on every machine and whatever the file's order); the others are
 `split=train`.
 
-The reward without a judge is the ground truth: the agent's `answer(...)` against `ground_truth` (else
-`reference_answer`, exact after collapsing whitespace and case). A task with neither needs a rubric judge, which
-this family does not have yet: it is refused before anything starts.
+The reward is the verdict of the run's judge (`env.judge`, `judge.py`); the `ground_truth` judge (the default)
+matches the agent's `answer(...)` against `ground_truth` (else `reference_answer`, exact after collapsing whitespace
+and case). A task with neither (a rubric alone, as many of WebGym's own) plays with the evaluator
+{"type": "judge"}: only a judge that reads the rubric can score it, and a run that names one under the ground-truth
+judge is refused before anything starts (`train/config_validation.py`).
 """
 
 from __future__ import annotations
@@ -69,14 +71,17 @@ class WebGymTask:
 
     def web_spec(self) -> WebTaskSpec:
         """The JSON web-task spec this task plays as: start at `website`, confined to its origin, ended by an
-        answer judged against the ground truth."""
-        truth = self.ground_truth or {"answer": self.reference_answer, "mode": "exact"}
+        answer, matched against the ground truth (else the reference answer) or, with neither, left to a judge."""
+        truth = self.ground_truth or ({"answer": self.reference_answer, "mode": "exact"} if self.reference_answer
+                                      else None)
+        evaluator = ({"type": "answer_match", "answer": truth["answer"], "mode": truth.get("mode", "exact")}
+                     if truth else {"type": "judge"})     # a rubric alone: only a judge can score it
         parts = urllib.parse.urlsplit(self.website)
         allowlist = [f"{parts.scheme}://{parts.netloc}/*"] if parts.scheme in ("http", "https") else []   # file: its folder
         return WebTaskSpec.from_dict(
             {"task_id": self.task_id, "start_url": self.website, "goal": self.task_name, "max_steps": self.horizon,
              "difficulty": self.difficulty, "allowlist": allowlist,
-             "evaluator": {"type": "answer_match", "answer": truth["answer"], "mode": truth.get("mode", "exact")}},
+             "evaluator": evaluator},
             base_dir=os.path.dirname(self.source.rpartition(":")[0]) if self.source else None, source=self.source)
 
 
@@ -148,9 +153,6 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
                 or truth.get("mode", "exact") not in EVALUATOR_MODES["answer_match"]):
             fail("ground_truth", f"must be {{\"answer\": \"...\", \"mode\": "
                                  f"{' | '.join(EVALUATOR_MODES['answer_match'])}}}")
-    elif not (record.get("reference_answer") or "").strip():
-        fail("reference_answer", "the task has no reference_answer and no ground_truth: its reward needs a rubric "
-                                 "judge, which jaxwebrl does not have yet; add the answer, or drop the line")
     if "solution" in record:
         try:
             check_solution(record["solution"])

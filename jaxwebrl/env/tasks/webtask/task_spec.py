@@ -51,6 +51,7 @@ EVALUATOR_KEYS = {
     "text_match": ({"text"}, {"selector", "mode", "when", "case_sensitive"}),
     "answer_match": ({"answer"}, {"mode", "case_sensitive", "when"}),
     "python": ({"function"}, {"when", "args"}),
+    "judge": (set(), set()),   # the reward is a judge's verdict on the episode (a WebGym rubric: env.judge)
 }
 EVALUATOR_MODES = {"url_match": ("exact", "prefix", "contains", "regex", "glob"),
                    "text_match": ("contains", "exact", "regex"),
@@ -255,6 +256,8 @@ def check_evaluator(evaluator: Any) -> dict:
     if keys - required - optional:
         raise ValueError(f"a {kind} evaluator has unknown keys {sorted(keys - required - optional, key=str)}; "
                          f"allowed: {sorted(required | optional)}")
+    if kind == "judge":   # nothing of the page is evaluated: the episode ends on an answer or its last step
+        return {**evaluator, "when": "answer"}
     text = evaluator[_TEXT_FIELD[kind]]
     if not isinstance(text, str) or (kind in ("js", "python") and not text.strip()):
         raise ValueError(f"{_TEXT_FIELD[kind]!r}={short_repr(text)} must be a {'non-empty ' if kind in ('js', 'python') else ''}"

@@ -96,6 +96,9 @@ class WebTaskEnv(BrowserEnv):
         """The evaluator's reward for the current page (and the agent's answer, when given)."""
         ev = self.spec.evaluator
         kind, case = ev["type"], bool(ev.get("case_sensitive", False))
+        if kind == "judge":
+            raise TaskSpecFault(f"task spec {self.spec.source or self.task_id}: its reward is a judge's verdict, "
+                                f"which this env has none of: play it as a WebGym task (webgym:FILE.jsonl, env.judge)")
         browser = self.browser
         if kind == "js":
             try:
