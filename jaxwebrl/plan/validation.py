@@ -156,22 +156,3 @@ def misses(rows: list[dict]) -> list[str]:
             what = "ratio" if "measured_ratio" in r else "trajectories/h"
             out.append(f"{r['run']} {r['arm']}: {what} predicted {ratio:.2f}x measured")
     return out
-
-
-def markdown_table(report: dict) -> str:
-    """The validation report as docs/fleet_model.md's table (one line per arm, then async ÷ sync)."""
-    lines = ["| run | arm | measured traj/h | predicted (± spread) | pred ÷ meas | trainer idle meas / pred | "
-             "staleness mean meas / pred | stale drops a step meas / pred |", "|" + "---|" * 8]
-    for r in report["rows"]:
-        if "measured_ratio" in r:
-            lines.append(f"| | **{r['arm']}** | **{r['measured_ratio']:.2f}×** | **{r['predicted_ratio']:.2f}×** "
-                         f"(long run {r['long_run_ratio']:.2f}×) | {r['predicted_over_measured']:.2f} | | | |")
-            continue
-        lines.append(
-            f"| {r['run'].removeprefix('async_vs_sync_')} ({r['regime']}, {r['browsers']}, B={r['batch']}, "
-            f"{r['update']} update) | {r['arm']} | {r['measured_trajectories_per_hour']:,.0f} | "
-            f"{r['predicted_trajectories_per_hour']:,.0f} (± {r['predicted_spread']:,.0f}) | "
-            f"{r['predicted_over_measured']:.2f} | {r['measured_trainer_idle']:.0%} / {r['predicted_trainer_idle']:.0%} | "
-            f"{r['measured_staleness_mean']:.2f} / {r['predicted_staleness_mean']:.2f} | "
-            f"{r['measured_dropped_stale_per_update']:.1f} / {r['predicted_dropped_stale_per_update']:.1f} |")
-    return "\n".join(lines)
