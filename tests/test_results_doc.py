@@ -178,9 +178,9 @@ def normalise(text: str) -> str:
 
 def _doc(rel: str, text: str | None = None) -> list:
     """The doc's blocks, normalised: a paragraph's lines joined into one (so a quote may run across a line
-    break), each table row or heading its own, code blocks left out. For docs/results.md without its `## Figures` section, whose
-    rows hold every quote and so would match themselves (its bench table quotes figures like any other doc).
-    `text` stands in for the file's (a mutated copy)."""
+    break), each table row or heading its own, code blocks left out. For docs/results.md without its `## Figures`
+    section, whose rows hold every quote and so would match themselves (its bench table quotes figures like any
+    other doc). `text` stands in for the file's (a mutated copy)."""
     if text is None:
         with open(os.path.join(REPO, rel)) as f:
             text = f.read()
@@ -222,9 +222,10 @@ def unbound_numbers(rel: str, blocks: list, rows: list, exempt: list) -> list:
         spans = [(m.start(), m.end()) for q in covering for m in re.finditer(re.escape(q), block)]
         for number in NUMBER.finditer(masked):
             if not any(a <= number.start() and number.end() <= b for a, b in spans):
-                problems.append(f"{rel}: {number.group()} in '{block[max(0, number.start() - 50):number.end() + 30]}' "
-                                f"has no figure row whose quote holds it (docs/results.md `## Figures`) and is not in "
-                                f"`## Not measurements`: add the row with its JSON, or the text with why it is no result")
+                context = block[max(0, number.start() - 50):number.end() + 30]
+                problems.append(f"{rel}: {number.group()} in '{context}' has no figure row whose quote holds it "
+                                f"(docs/results.md `## Figures`) and is not in `## Not measurements`: add the row "
+                                f"with its JSON, or the text with why it is no result")
     return problems
 
 

@@ -311,7 +311,8 @@ def test_kl_and_combined_objective():
     np.testing.assert_allclose(total, 0.5 * float(kl), rtol=1e-5)
     assert {"kl", "policy_loss"} <= set(stats)
     g = jax.grad(lambda x: regularizers.actor_objective("ppo", x, lp, lp, zeros, mask, ref_logprobs=ref_lp,
-                                                        kl_coef=1.0, kl_estimator="k1")[0])(jnp.asarray(lp, jnp.float32))
+                                                        kl_coef=1.0, kl_estimator="k1")[0])(
+        jnp.asarray(lp, jnp.float32))
     np.testing.assert_allclose(g, [[0.5, 0.5]], rtol=1e-6)
     with pytest.raises(ValueError, match="needs ref_logprobs"):
         regularizers.actor_objective("ppo", lp, lp, lp, zeros, mask, kl_coef=0.5)
