@@ -11,7 +11,8 @@ An extension module registers what the config then names (docs/interfaces.md, "E
     jaxwebrl.env.families.register_family(TaskFamily(...))           -> env.tasks = the specs it claims
 
 Rollout workers are separate processes (spawned, or Ray actors): they get the module names in their JSON spec and
-import them before building their environments. A leaf module: it imports nothing from jaxwebrl.
+import them before building their environments. `ImportOnce` loads a registry's built-in modules on first use
+(env/families.py, models/families.py). A leaf module: it imports nothing from jaxwebrl.
 """
 
 from __future__ import annotations
@@ -38,3 +39,24 @@ def import_extensions(value) -> tuple[str, ...]:
             raise ImportError(f"extensions: cannot import {name!r} ({' '.join(str(err).split())}): make it importable "
                               f"(install its package or add its directory to PYTHONPATH)") from None
     return names
+
+
+class ImportOnce:
+    """Imports `modules` the first time it is called, never again: a registry's built-in families, whose modules
+    register themselves on import. Marked done before importing, so a module that asks the registry while it
+    loads does not start the list again; an import that fails leaves it undone (the next call retries and raises)."""
+
+    def __init__(self, modules: tuple[str, ...]):
+        self.modules = tuple(modules)
+        self.done = False
+
+    def __call__(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            for name in self.modules:
+                importlib.import_module(name)
+        except BaseException:
+            self.done = False
+            raise

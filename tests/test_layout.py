@@ -4,7 +4,8 @@ Every `import` of every module under jaxwebrl/ (at module level and inside funct
 must point down the layers, never up or sideways (inside env/: tasks -> browser -> agent, never back); a
 function-local import must say why it is local (a comment on its line or just above its block: an import cycle it
 breaks, or a heavy/optional dependency it defers); and the trainer's update step must import without pyzmq,
-Selenium or TensorStore (bench/device_check.py runs it on an accelerator image that lacks pyzmq)."""
+Selenium or TensorStore (bench/device_check.py runs it on an accelerator image that lacks pyzmq); and no module
+passes 500 lines (a module has one job)."""
 
 import ast
 import os
@@ -30,6 +31,7 @@ ENV_RANK = {"agent": 0, "browser": 1, "tasks": 2}
 # Intra-package imports of models/ (the lead's package) are left to its owner: their local imports carry no
 # reason comments yet. Everything else follows the rule.
 LOCAL_IMPORT_RULE_EXEMPT = ("jaxwebrl/models/",)
+MAX_MODULE_LINES = 500
 
 
 def _modules():
@@ -140,6 +142,17 @@ def test_the_agent_imports_nothing_of_env_outside_it():
             if name and name.startswith("jaxwebrl.env") and _env_subpackage(name) != "agent":
                 wrong.append(f"{rel}:{line}: env/agent imports {name}")
     assert not wrong, "env/agent imports above it (docs/architecture.md):\n" + "\n".join(wrong)
+
+
+def test_no_module_passes_500_lines():
+    long = []
+    for path, rel, _ in _modules():
+        with open(path, encoding="utf-8") as f:
+            lines = len(f.read().splitlines())
+        if lines > MAX_MODULE_LINES:
+            long.append(f"{rel}: {lines} lines")
+    assert not long, (f"modules over {MAX_MODULE_LINES} lines (a module has one job: split it by job):\n"
+                      + "\n".join(long))
 
 
 def test_every_function_local_import_says_why():

@@ -2,6 +2,12 @@
 doc line that quotes it; the number must match the JSON within the rounding shown, and that line must still say it
 (so README and docs cannot drift from the JSON). No JSON under docs/results/ may be empty.
 
+A quote binds its figure to what it is: it holds the value as a whole number and names it (a word besides units
+and joiners, or it starts at its table row's first cell), so two figures swapped in a doc break both quotes. A
+quote may run across a paragraph's line breaks; code blocks are not claims. In README.md (`BOUND_DOCS`) every
+number outside code must stand inside a figure row's quote or a `## Not measurements` text (doc | text | why:
+settings, versions, notation, targets), so a count changed in prose fails too.
+
 The format (docs/results.md says the same for a reader): two markdown tables, `## Sources` (json | command | commit |
 machine | alone) and `## Figures` (figure | kind | value | scale | json | key | doc | quote). `json` is relative to
 docs/results/. A key is `path`, `fn(path)` (fn: mean, min, max, sum, len, abs), a number, or `key / key`,
@@ -26,6 +32,8 @@ RESULTS_MD = os.path.join(REPO, "docs", "results.md")
 RESULTS_DIR = os.path.join(REPO, "docs", "results")
 FIGURE_COLUMNS = ["figure", "kind", "value", "scale", "json", "key", "doc", "quote"]
 SOURCE_COLUMNS = ["json", "command", "commit", "machine", "alone"]
+EXEMPT_COLUMNS = ["doc", "text", "why"]
+BOUND_DOCS = ("README.md",)   # docs whose every number is a figure row's or a listed non-measurement
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
 FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs}
@@ -168,23 +176,82 @@ def normalise(text: str) -> str:
     return " ".join(text.replace("*", "").replace("\\|", "|").split())
 
 
-def _doc(rel: str) -> list:
-    """The doc's lines, normalised; for docs/results.md without its `## Figures` section, whose rows hold every
-    quote and so would match themselves (its bench table quotes figures like any other doc)."""
-    with open(os.path.join(REPO, rel)) as f:
-        text = f.read()
+def _doc(rel: str, text: str | None = None) -> list:
+    """The doc's blocks, normalised: a paragraph's lines joined into one (so a quote may run across a line
+    break), each table row or heading its own, code blocks left out. For docs/results.md without its `## Figures`
+    section, whose rows hold every quote and so would match themselves (its bench table quotes figures like any
+    other doc). `text` stands in for the file's (a mutated copy)."""
+    if text is None:
+        with open(os.path.join(REPO, rel)) as f:
+            text = f.read()
     if os.path.abspath(os.path.join(REPO, rel)) == RESULTS_MD:
         text = re.sub(r"^## Figures\s*$.*?(?=^## |\Z)", "", text, flags=re.M | re.S)
-    return [normalise(line) for line in text.splitlines()]
+    blocks, paragraph, fenced = [], [], False
+    for line in text.splitlines() + [""]:
+        fence = line.startswith("```")
+        if line.strip() and not line.startswith(("|", "#")) and not (fence or fenced):
+            paragraph.append(line)
+            continue
+        if paragraph:
+            blocks.append(normalise(" ".join(paragraph)))
+            paragraph = []
+        if not (fence or fenced):   # a code block holds commands and their output, not claims
+            blocks.append(normalise(line))
+        fenced ^= fence
+    return blocks
 
 
 def _parse():
     with open(RESULTS_MD) as f:
         text = f.read()
-    return table(text, "Sources", SOURCE_COLUMNS), table(text, "Figures", FIGURE_COLUMNS)
+    return (table(text, "Sources", SOURCE_COLUMNS), table(text, "Figures", FIGURE_COLUMNS),
+            table(text, "Not measurements", EXEMPT_COLUMNS))
 
 
-SOURCES, FIGURES = _parse()
+SOURCES, FIGURES, NOT_MEASUREMENTS = _parse()
+
+
+def unbound_numbers(rel: str, blocks: list, rows: list, exempt: list) -> list:
+    """One line for each number in `blocks` (doc `rel`'s, outside code and link targets) that no figure row's quote
+    and no `## Not measurements` text of that doc covers: a number nothing checks."""
+    covering = {normalise(r["quote"]) for r in rows if r["doc"] == rel}
+    covering |= {normalise(e["text"]) for e in exempt if e["doc"] == rel}
+    problems = []
+    for block in blocks:
+        masked = re.sub(r"`[^`]*`|\]\([^)]*\)", lambda m: " " * len(m.group()), block)
+        spans = [(m.start(), m.end()) for q in covering for m in re.finditer(re.escape(q), block)]
+        for number in NUMBER.finditer(masked):
+            if not any(a <= number.start() and number.end() <= b for a, b in spans):
+                context = block[max(0, number.start() - 50):number.end() + 30]
+                problems.append(f"{rel}: {number.group()} in '{context}' has no figure row whose quote holds it "
+                                f"(docs/results.md `## Figures`) and is not in `## Not measurements`: add the row "
+                                f"with its JSON, or the text with why it is no result")
+    return problems
+
+
+def doc_problems(rel: str, text: str | None = None) -> list:
+    """Every problem of doc `rel` (or of `text` standing in for it): its figure rows and its unbound numbers."""
+    docs = {rel: _doc(rel, text)}
+    sources = {s["json"] for s in SOURCES}
+    problems = [f"row '{r['figure']}': {p}" for r in FIGURES if r["doc"] == rel
+                for p in [check_figure(r, docs, sources)] if p]
+    return problems + unbound_numbers(rel, docs[rel], FIGURES, NOT_MEASUREMENTS)
+
+
+# Words that cannot tell two figures apart (units, joiners): a quote needs a word besides these.
+NOT_LABELS = {"a", "an", "and", "at", "by", "in", "is", "of", "on", "or", "per", "the", "to", "vs", "x", "s", "ms",
+              "us", "kb", "mb", "gb", "tb", "mib", "gib", "tok", "tokens", "traj", "flop", "flops", "gflop", "tflop"}
+NUMBER = re.compile(r"(?<![\w.\-])[+\-\u2212]?\d+(?:,\d{3})*(?:\.\d+)?(?![\w]|[.,]\d)")
+
+
+def label_words(quote: str) -> list:
+    """The words of a quote that can say what its figure is (2+ characters from a letter, not NOT_LABELS)."""
+    return [w for w in re.findall(r"[^\W\d_]\w+", quote) if w.lower() not in NOT_LABELS]
+
+
+def value_at(value: str, quote: str) -> bool:
+    """Whether `value` stands in `quote` as a whole number ('4.61' in '14.61' or '4.615' does not)."""
+    return re.search(rf"(?<![\d.,]){re.escape(value)}(?!\d|[.,]\d)", quote) is not None
 
 
 def check_figure(row: dict, docs: dict, sources: set) -> str:
@@ -203,14 +270,18 @@ def check_figure(row: dict, docs: dict, sources: set) -> str:
     want, tolerance = shown(row["value"])
     if not math.isclose(got, want, abs_tol=tolerance * (1 + 1e-9)):
         return f"docs/results/{row['json']} '{row['key']}' {row['scale']} is {got:.6g}, the row says {row['value']}"
-    if row["value"] not in row["quote"]:
-        return f"the quote does not contain the value {row['value']}: '{row['quote'][:80]}'"
+    if not value_at(row["value"], row["quote"]):
+        return f"the quote does not contain the value {row['value']} as a number: '{row['quote'][:80]}'"
     if row["doc"] not in docs:
         docs[row["doc"]] = _doc(row["doc"]) if os.path.isfile(os.path.join(REPO, row["doc"])) else None
     if docs[row["doc"]] is None:
         return f"doc {row['doc']} does not exist"
-    if not any(normalise(row["quote"]) in line for line in docs[row["doc"]]):
+    quote = normalise(row["quote"])
+    if not any(quote in line for line in docs[row["doc"]]):
         return f"{row['doc']} has no line saying '{row['quote'][:100]}' any more: update the doc or this row"
+    if not label_words(quote) and not any(line.startswith(f"| {quote}") for line in docs[row["doc"]]):
+        return (f"the quote '{row['quote'][:80]}' names nothing: quote the words that say what {row['value']} "
+                f"is (or start it at its table row's first cell), so a swapped figure fails")
     return ""
 
 
@@ -258,6 +329,44 @@ def test_key_paths_rounding_and_scales():
     assert shown("9,800") == (9800, 50) and shown("70") == (70, 0.5) and shown("\u22126.7") == (-6.7, 0.05)
     assert scale_of("×100") == 100 and scale_of("÷1e9") == 1e-9 and scale_of("÷2^30") == 2 ** -30
     assert cells("| a \\| b | `c` |") == ["a | b", "c"]
+
+
+@pytest.mark.parametrize("rel", BOUND_DOCS)
+def test_every_number_in_the_doc_is_a_checked_figure_or_a_listed_non_measurement(rel):
+    unbound = unbound_numbers(rel, _doc(rel), FIGURES, NOT_MEASUREMENTS)
+    assert not unbound, "\n".join(unbound)
+
+
+def test_every_listed_non_measurement_is_still_said_and_holds_a_number():
+    for e in NOT_MEASUREMENTS:
+        assert e["why"], f"`## Not measurements` '{e['text']}' in {e['doc']}: say why it is no result"
+        assert NUMBER.search(e["text"]), f"`## Not measurements` '{e['text']}' holds no number: drop it"
+        assert any(normalise(e["text"]) in b for b in _doc(e["doc"])), (
+            f"`## Not measurements` '{e['text']}': {e['doc']} no longer says it: drop or update the entry")
+
+
+# The issue's three mutations of README (issue 44.2: two figures swapped, a count in prose changed, settings
+# changed; all three passed before quotes had to name their figure and every number needed a row) and a number
+# added that nothing holds: (old text, new text, a problem the checks must then report).
+README_MUTATIONS = {
+    "constT10 and grpo swapped": ("constT10 (1/k) 30.3 ± 1.9%, grpo (1/|τ|) 28.0 ± 4.1%",
+                                  "constT10 (1/k) 28.0 ± 4.1%, grpo (1/|τ|) 30.3 ± 1.9%",
+                                  "row 'readme-front-paper-constT10': README.md has no line saying"),
+    "16 browsers become 64": ("16 browsers", "64 browsers", "README.md: 64 in"),
+    "horizons 10/20/30 become 100/200/300": ("horizons 10/20/30", "horizons 100/200/300", "README.md: 100 in"),
+    "a number no row holds added": ("2 CPU cores", "2 CPU cores at 3 GHz", "README.md: 3 in"),
+}
+
+
+@pytest.mark.parametrize("name", README_MUTATIONS)
+def test_a_swapped_or_changed_readme_figure_fails(name):
+    with open(os.path.join(REPO, "README.md")) as f:
+        text = f.read()
+    assert doc_problems("README.md", text) == []
+    old, new, expected = README_MUTATIONS[name]
+    assert text.count(old) == 1, f"README mutation {name!r}: '{old}' is not in README.md once: rewrite it"
+    problems = doc_problems("README.md", text.replace(old, new))
+    assert any(p.startswith(expected) for p in problems), f"README mutation {name!r}: {problems[:3]}"
 
 
 def test_every_json_under_docs_results_parses():

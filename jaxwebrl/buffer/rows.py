@@ -15,7 +15,6 @@ from jaxwebrl.buffer.schema import (FLAG_CUT, FLAG_ENV_FAILED, FLAG_HAS_MEMORY, 
                                     FLAG_TRUNCATED, BufferConfig, row_checksums, row_dtype)
 
 MEMORY_FLAGS = sum(FLAG_HAS_MEMORY.values())
-MEMORY_COLUMNS = ("memory_chars", "memory_keys", "memory_generic_frac")   # the row fields of MemoryStats
 
 
 def to_rows(ep: Episode, config: BufferConfig, first_seq: int, global_refs: np.ndarray) -> np.ndarray:

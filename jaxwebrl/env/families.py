@@ -13,8 +13,9 @@ record of a single named Python environment (the simplest family).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable
+
+from jaxwebrl.extensions import ImportOnce
 
 # The families shipped with jaxwebrl, imported on the first lookup (their modules import this one).
 BUILT_IN = ("jaxwebrl.env.tasks.toy.family", "jaxwebrl.env.tasks.miniwob.family", "jaxwebrl.env.tasks.chain.family",
@@ -81,7 +82,7 @@ class TaskFamily:
 
 
 _FAMILIES: dict[str, TaskFamily] = {}
-_built_in_loaded = False
+_load_built_in = ImportOnce(BUILT_IN)   # the built-in families register on import
 
 
 def register_family(family: TaskFamily) -> TaskFamily:
@@ -98,14 +99,6 @@ def register_family(family: TaskFamily) -> TaskFamily:
         raise ValueError(f"task family {family.name!r} is already registered: choose another name")
     _FAMILIES[family.name] = family
     return family
-
-
-def _load_built_in() -> None:
-    global _built_in_loaded
-    if not _built_in_loaded:
-        _built_in_loaded = True
-        for module in BUILT_IN:
-            importlib.import_module(module)
 
 
 def families() -> tuple[TaskFamily, ...]:

@@ -68,23 +68,3 @@ def load_run(workdir: str) -> Run:
         evals.append((os.path.basename(os.path.dirname(file)), int(step), report))
     evals.sort(key=lambda e: e[1])
     return Run(workdir, records, evals)
-
-
-def plotted_keys() -> list[str]:
-    return ["step", "policy/version"] + [key for _, keys in PANELS for key, _ in keys]
-
-
-def record_small_run(workdir: str, out_dir: str, *, digits: int = 3) -> None:
-    """Copy what the notebook plots from `workdir` into `out_dir` (a few KB, for committing as test data):
-    metrics.jsonl trimmed to the plotted keys and rounded, and each eval.json without its per-episode rows."""
-    run = load_run(workdir)
-    os.makedirs(os.path.join(out_dir, "eval"), exist_ok=True)
-    with open(os.path.join(out_dir, "metrics.jsonl"), "w", encoding="utf-8") as f:
-        for record in run.records:
-            small = {k: (round(v, digits) if isinstance(v, float) else v) for k, v in record.items()
-                     if k in plotted_keys()}
-            f.write(json.dumps(small) + "\n")
-    for name, _, report in run.evals:
-        os.makedirs(os.path.join(out_dir, "eval", name), exist_ok=True)
-        with open(os.path.join(out_dir, "eval", name, "eval.json"), "w", encoding="utf-8") as f:
-            json.dump({k: v for k, v in report.items() if k != "episodes"}, f, indent=1, sort_keys=True)

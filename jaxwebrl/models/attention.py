@@ -140,6 +140,22 @@ def _query_chunks(q, k, v, scale: float, chunk: int, mask_of, *, causal: bool) -
     return jnp.concatenate(outs, axis=1)
 
 
+def online_softmax_step(carry, scores, allowed, weighted_values, exists=None):
+    """One key block of an online softmax (the chunked kernel's and the cached decode's): carry (running max
+    [..., T], sum [..., T], weighted values [..., T, D]) fp32; scores [..., T, C] fp32, already scaled; `allowed`
+    (broadcast to scores) False -> the fp32 minimum, so a query with no allowed key averages the values it reads
+    uniformly (finite, as the dense kernel); `exists` False (padding keys) -> -inf, never read at all;
+    weighted_values(probs [..., T, C]) -> [..., T, D] fp32. Returns the new carry."""
+    running_max, total, acc = carry
+    scores = jnp.where(allowed, scores, jnp.finfo(jnp.float32).min)
+    if exists is not None:
+        scores = jnp.where(exists, scores, -jnp.inf)
+    new_max = jnp.maximum(running_max, scores.max(-1))
+    correction = jnp.exp(running_max - new_max)
+    probs = jnp.exp(scores - new_max[..., None])
+    return new_max, total * correction + probs.sum(-1), acc * correction[..., None] + weighted_values(probs)
+
+
 def _blocked(q, k, v, mask: AttentionMask, scale: float, chunk: int) -> jax.Array:
     """Queries `chunk` at a time (each chunk checkpointed), and inside a chunk the keys `chunk` at a time with an
     online softmax (running max and sum): one [B, H, chunk, chunk] score block is live, whatever the key count.
@@ -156,27 +172,21 @@ def _blocked(q, k, v, mask: AttentionMask, scale: float, chunk: int) -> jax.Arra
     value_blocks = jnp.moveaxis(jnp.pad(v, ((0, 0), (0, pad_k), (0, 0), (0, 0))).reshape(b, nk, chunk, kv_heads, d),
                                 1, 0)
     valid_blocks = jnp.moveaxis(jnp.pad(mask.key_valid, ((0, 0), (0, pad_k))).reshape(b, nk, chunk), 1, 0)
-    minimum = jnp.finfo(jnp.float32).min
 
     @jax.checkpoint
     def one_chunk(q_chunk, slot_chunk):                      # [B, C, H, D], [B, C]
         qg = q_chunk.reshape(b, chunk, kv_heads, groups, d)
 
         def over_keys(carry, xs):
-            m, l, acc = carry
             k_blk, v_blk, valid_blk, first = xs
             scores = jnp.einsum("bqkgd,bskd->bkgqs", qg, k_blk, preferred_element_type=jnp.float32) * scale
             key_slot = first + jnp.arange(chunk, dtype=jnp.int32)
             allowed = valid_blk[:, None, :] & (key_slot[None, None, :] <= slot_chunk[:, :, None])     # [B, C, C]
-            scores = jnp.where(allowed[:, None, None], scores, minimum)
-            scores = jnp.where((key_slot < s)[None, None, None, None, :], scores, -jnp.inf)   # padding: never
-            m_new = jnp.maximum(m, scores.max(-1))
-            correction = jnp.exp(m - m_new)
-            p = jnp.exp(scores - m_new[..., None])
-            l = l * correction + p.sum(-1)
-            acc = acc * correction[..., None] + jnp.einsum("bkgqs,bskd->bkgqd", p.astype(v_blk.dtype), v_blk,
-                                                           preferred_element_type=jnp.float32)
-            return (m_new, l, acc), None
+            return online_softmax_step(
+                carry, scores, allowed[:, None, None],
+                lambda p: jnp.einsum("bkgqs,bskd->bkgqd", p.astype(v_blk.dtype), v_blk,
+                                     preferred_element_type=jnp.float32),
+                exists=(key_slot < s)[None, None, None, None, :]), None
 
         init = (jnp.full((b, kv_heads, groups, chunk), -jnp.inf, jnp.float32),
                 jnp.zeros((b, kv_heads, groups, chunk), jnp.float32),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxwebrl.models.attention import AttentionMask
+from jaxwebrl.models.attention import AttentionMask, online_softmax_step
 from jaxwebrl.models.kv_cache import DecodeRead
 
 
@@ -70,15 +70,9 @@ def _ragged(carry, queries, keys, values, mask: AttentionMask, scale: float, blo
 
 
 def _accumulate(carry, queries, keys, values, allowed, scale: float):
-    """One block of the online softmax. carry (max [B, K, G, T], sum [B, K, G, T], acc [B, K, G, T, D]) fp32;
-    queries [B, K, G, T, D]; keys/values [B, K, C, D]; allowed [B, T, C] bool."""
-    running_max, total, acc = carry
+    """One block of the online softmax (`attention.online_softmax_step`). carry (max [B, K, G, T], sum
+    [B, K, G, T], acc [B, K, G, T, D]) fp32; queries [B, K, G, T, D]; keys/values [B, K, C, D]; allowed [B, T, C]."""
     scores = jnp.einsum("bkgtd,bkcd->bkgtc", queries, keys, preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(allowed[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    new_max = jnp.maximum(running_max, scores.max(-1))
-    correction = jnp.exp(running_max - new_max)
-    probs = jnp.exp(scores - new_max[..., None])
-    total = total * correction + probs.sum(-1)
-    acc = acc * correction[..., None] + jnp.einsum("bkgtc,bkcd->bkgtd", probs.astype(values.dtype), values,
-                                                   preferred_element_type=jnp.float32)
-    return new_max, total, acc
+    return online_softmax_step(carry, scores, allowed[:, None, None],
+                               lambda probs: jnp.einsum("bkgtc,bkcd->bkgtd", probs.astype(values.dtype), values,
+                                                        preferred_element_type=jnp.float32))

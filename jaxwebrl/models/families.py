@@ -12,8 +12,9 @@ Adding a family: one folder, and its `family` module in `BUILT_IN` (or, from out
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable, Mapping
+
+from jaxwebrl.extensions import ImportOnce
 
 # The families shipped with jaxwebrl, imported on the first lookup (their modules import this one).
 BUILT_IN = ("jaxwebrl.models.qwen3_vl.family", "jaxwebrl.models.qwen2_5_vl.family")
@@ -80,7 +81,7 @@ class ModelFamily:
 
 
 _FAMILIES: dict[str, ModelFamily] = {}
-_built_in_loaded = False
+_load_built_in = ImportOnce(BUILT_IN)   # the built-in families register on import
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
@@ -99,14 +100,6 @@ def register_family(family: ModelFamily) -> ModelFamily:
         raise ValueError(f"preset names {clash} of {family.model_type!r} belong to {taken[clash[0]]!r}: rename them")
     _FAMILIES[family.model_type] = family
     return family
-
-
-def _load_built_in() -> None:
-    global _built_in_loaded
-    if not _built_in_loaded:
-        for module in BUILT_IN:
-            importlib.import_module(module)
-        _built_in_loaded = True
 
 
 def supported_model_types() -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Vision-tower pieces shared by the Qwen-VL families: 2-D rotary, segment (block-diagonal) attention."""
+"""Vision-tower pieces shared by the Qwen-VL families: 2-D rotary, segment (block-diagonal) attention, the patch
+merger."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from jaxwebrl.models.attention import AttentionMask, attend, attend_unmasked
-from jaxwebrl.models.layers import apply_rotary, dense, inverse_frequencies, remat_policy
+from jaxwebrl.models.config import VisionConfig
+from jaxwebrl.models.layers import RMSNorm, apply_rotary, dense, inverse_frequencies, layer_norm, remat_policy
 from jaxwebrl.parallel.mesh import constrain_batch
 
 
@@ -91,3 +93,31 @@ def activation(name: str):
     if name not in table:
         raise ValueError(f"vision hidden_act {name!r} is not supported; expected one of {sorted(table)}")
     return table[name]
+
+
+class PatchMerger(nn.Module):
+    """Each merge x merge block of patches concatenated and projected to the text width: x [N, hidden] ->
+    [N / merge^2, out_hidden] (norm, fc1, exact GELU, fc2). `norm`: "layer" (Qwen3-VL's LayerNorm) or "rms"
+    (Qwen2.5-VL's RMSNorm); `postshuffle_norm` (Qwen3-VL's DeepStack mergers) normalises the concatenated vector
+    instead of each patch; `names`: the (norm, fc1, fc2) params as the family's checkpoint names them."""
+
+    config: VisionConfig
+    norm: str = "layer"
+    postshuffle_norm: bool = False
+    names: tuple = ("norm", "linear_fc1", "linear_fc2")
+    dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        c = self.config
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        width = c.hidden_size * c.spatial_merge_size**2
+        norm_name, fc1, fc2 = self.names
+        if self.norm == "rms":
+            normalise = RMSNorm(width if self.postshuffle_norm else c.hidden_size, 1e-6, name=norm_name, **kw)
+        else:
+            normalise = layer_norm(norm_name, **kw)
+        x = normalise(x.reshape(-1, width)) if self.postshuffle_norm else normalise(x).reshape(-1, width)
+        x = jax.nn.gelu(dense(width, use_bias=True, name=fc1, **kw)(x), approximate=False)
+        return dense(c.out_hidden_size, use_bias=True, name=fc2, **kw)(x)

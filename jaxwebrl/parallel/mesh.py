@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 from jax.experimental import mesh_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # the batch dimension of activations is split over both
@@ -77,14 +77,6 @@ def batch_spec(ndim: int, batch_dim: int = 0) -> PartitionSpec:
     spec: list[Any] = [None] * ndim
     spec[batch_dim] = BATCH_AXES
     return PartitionSpec(*spec)
-
-
-def batch_sharding(mesh: Mesh, ndim: int, batch_dim: int = 0) -> NamedSharding:
-    return NamedSharding(mesh, batch_spec(ndim, batch_dim))
-
-
-def replicated(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, PartitionSpec())
 
 
 def batch_divisor(mesh: Mesh) -> int:

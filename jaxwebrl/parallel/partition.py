@@ -140,11 +140,6 @@ def param_shardings(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> An
     return jax.tree_util.tree_map(lambda spec: NamedSharding(mesh, spec), partition_specs(params, mesh, rules))
 
 
-def shard_params(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
-    """Places every parameter on its sharding (one device_put per leaf)."""
-    return jax.device_put(params, param_shardings(params, mesh, rules))
-
-
 def data_shardings(tree: Any, mesh: Mesh) -> Any:
     """Shardings for a batch pytree: leading dimension over (`data`, `fsdp`) when it divides, else replicated."""
 

@@ -78,7 +78,7 @@ class AcceleratorTiming:
             decode_weights_s=weight_bytes / chip.hbm_bandwidth,
             decode_s_per_cache_token=cache_bytes_per_token / chip.hbm_bandwidth,
             publish_s=params * 2 / chip.hbm_bandwidth, params=params,
-            sources={"report": path, "kind": "AOT roofline (predicted_step_s), not measured",
+            sources={"report": os.path.relpath(path, results_dir), "kind": "AOT roofline (predicted_step_s), not measured",
                      "params": "train_step state_bytes_per_device x chips / 16 bytes a parameter",
                      "decode": "report's HBM bytes a step = fp32 weights + rows x cache_len x bytes a cached token"})
 

@@ -10,7 +10,7 @@
   normalization  NormConfig and `normalize` for variable-size groups
   gae            masked / turn-unit / skip-observation GAE and λ functions
   kl             k1/k2/k3 and binary-KL estimators
-  regularizers   entropy bonus, KL penalty, and the whole actor objective
+  regularizers   KL penalty to the reference policy, and the whole actor objective
   segments       dense group ids under jit (static segment counts)
 
 Import from the modules (`from jaxwebrl.rl import advantages, losses`).

@@ -48,7 +48,6 @@ from jaxwebrl.train.workdir import read_record
 log = logging.getLogger(__name__)
 
 RECORD_FILE = "reference.json"
-REF_DTYPES = ("float32", "bfloat16")
 HOST_MEMORY = "pinned_host"
 RECIPE = "recipe"
 

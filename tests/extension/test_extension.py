@@ -2,6 +2,7 @@
 real launcher, policy server, worker processes and trainer; the family's oracle serves the doctor and supervised
 demonstrations (docs/interfaces.md, "Extending")."""
 
+import importlib
 import importlib.util
 import json
 import os
@@ -16,7 +17,7 @@ from jaxwebrl.env.registry import config_action_texts
 from jaxwebrl.env import check
 from jaxwebrl.env.registry import doctor_specs, make_env
 from jaxwebrl.eval.demos import oracle_demonstrations
-from jaxwebrl.extensions import import_extensions
+from jaxwebrl.extensions import ImportOnce, import_extensions
 from jaxwebrl.rl import advantages
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train import rl_config
@@ -107,3 +108,23 @@ def test_a_run_of_the_extension_config_trains_with_all_three(tmp_path):
     assert episodes and {e.task_id for e in episodes} == {"two_presses"}   # played in the registered env
     with open(workdir / "trained_episodes.jsonl") as f:
         assert len(json.loads(f.readline())["episode_ids"]) >= 4
+
+
+def test_a_registrys_built_in_modules_load_once_and_a_failed_load_is_retried(tmp_path, monkeypatch):
+    asked = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name: asked.append(name) or real(name))
+    broken = ImportOnce(("json", "no_such_family_module"))
+    for _ in range(2):   # retried, not left half-loaded
+        with pytest.raises(ModuleNotFoundError):
+            broken()
+    assert not broken.done and asked == ["json", "no_such_family_module"] * 2
+    # a family module that asks the registry while it loads (as built-in families do) does not restart the list
+    (tmp_path / "asks_while_loading.py").write_text("import builtins\nbuiltins.jaxwebrl_test_loader()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    load = ImportOnce(("asks_while_loading", "json"))
+    monkeypatch.setattr("builtins.jaxwebrl_test_loader", load, raising=False)
+    asked.clear()
+    load()
+    load()
+    assert load.done and asked == ["asks_while_loading", "json"]

@@ -1,5 +1,6 @@
-"""launch/plan.py on the tiny default's own measured inputs, its one-line errors, and the committed validation
-JSON reproduced by the code that wrote it."""
+"""launch/plan.py on the tiny default's own measured inputs, its one-line errors, and the committed fleet JSON
+(every validation run, its misses, the paper regime's arms and, in a slow test, its whole report) reproduced by the
+code that wrote it."""
 
 import json
 import os
@@ -10,7 +11,7 @@ import pytest
 
 from configs.constT10 import get_config
 from jaxwebrl.plan.accelerators import AcceleratorTiming
-from jaxwebrl.plan.validation import validate
+from jaxwebrl.plan.validation import WITHIN, misses, validate
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(REPO, "docs", "results")
@@ -44,21 +45,90 @@ def test_an_unknown_topology_is_one_line():
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-def test_the_committed_validation_is_reproduced():
-    with open(os.path.join(RESULTS, "fleet", "validation.json"), encoding="utf-8") as f:
-        committed = json.load(f)
-    run = "async_vs_sync_web16_fast_update"
-    again = validate(RESULTS, lambda: get_config("tiny"), seed=committed["seed"], replicas=committed["replicas"],
-                     updates=committed["long_run_updates"], only=(run,))
-    assert again["calibration"] == committed["calibration"]   # the same measured JSON, the same numbers
-    rows = [r for r in committed["rows"] if r["run"] == run]
-    assert len(rows) == len(again["rows"]) == 3
-    for old, new in zip(rows, again["rows"]):
-        for key, value in old.items():
-            if isinstance(value, float):
-                assert new[key] == pytest.approx(value, rel=1e-9), key
-            elif not isinstance(value, dict):
-                assert new[key] == value, key
+def _committed(name: str) -> dict:
+    with open(os.path.join(RESULTS, "fleet", name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+VALIDATION = _committed("validation.json")
+
+
+def _same(old, new, path: str = "") -> list:
+    """Where `new` differs from `old` (floats to 1e-9 relative): one 'path: old != new' each."""
+    if isinstance(old, dict) and isinstance(new, dict) and set(old) == set(new):
+        return [p for k in old for p in _same(old[k], new[k], f"{path}.{k}")]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [p for i, (a, b) in enumerate(zip(old, new)) for p in _same(a, b, f"{path}[{i}]")]
+    if isinstance(old, float) and isinstance(new, (int, float)):
+        return [] if new == pytest.approx(old, rel=1e-9) else [f"{path}: {old} != {new}"]
+    return [] if old == new else [f"{path}: {old!r:.60} != {new!r:.60}"]
+
+
+@pytest.mark.parametrize("run", sorted({r["run"] for r in VALIDATION["rows"]}))
+def test_every_committed_validation_run_is_reproduced(run):
+    """The model's predictions for each measured run (every arm, its ratios, its long run) are planner arithmetic on
+    the committed measurements: recomputed, they equal the committed rows."""
+    again = validate(RESULTS, lambda: get_config("tiny"), seed=VALIDATION["seed"], replicas=VALIDATION["replicas"],
+                     updates=VALIDATION["long_run_updates"], only=(run,))
+    assert again["calibration"] == VALIDATION["calibration"]   # the same measured JSON, the same numbers
+    rows = [r for r in VALIDATION["rows"] if r["run"] == run]
+    problems = _same(rows, json.loads(json.dumps(again["rows"])))
+    assert rows and not problems, f"{run}: " + "; ".join(problems[:6])
+
+
+def test_the_committed_misses_are_its_rows_off_by_more_than_15_percent():
+    assert VALIDATION["within"] == WITHIN
+    assert VALIDATION["misses"] == misses(VALIDATION["rows"])
+    off = dict(VALIDATION["rows"][0], predicted_over_measured=1 + 2 * WITHIN)
+    assert misses([off]) == [f"{off['run']} {off['arm']}: trajectories/h predicted {1 + 2 * WITHIN:.2f}x measured"]
+
+
+PAPER_REGIME = _committed("paper_regime.json")
+
+
+def _paper_inputs():
+    from jaxwebrl.plan.calibration import MachineCalibration
+
+    config = get_config("qwen3vl_8b")
+    config.env.latency.regime = "web"
+    return config, MachineCalibration.from_results(RESULTS, group_size=4, horizon=5)
+
+
+@pytest.mark.parametrize("topology", sorted(PAPER_REGIME["topologies"]))
+def test_the_paper_regimes_headline_arms_are_reproduced(topology):
+    """Each topology's three arms (async, sync, sync with its pool as the batch) and the async ÷ sync ratios README
+    and docs/fleet_model.md quote, recomputed; and every ratio in the JSON is its own arms' quotient."""
+    from jaxwebrl.plan.paper import _arms
+    from jaxwebrl.plan.planning import Workload
+
+    config, cal = _paper_inputs()
+    committed = PAPER_REGIME["topologies"][topology]
+    timing = AcceleratorTiming.from_results(RESULTS, topology, preset=str(config.model.preset))
+    assert committed["timing"]["sources"]["report"].endswith(timing.sources["report"])
+    assert _same({**committed["timing"], "sources": None}, {**json.loads(json.dumps(timing.to_json())),
+                                                              "sources": None}) == []
+    arms = json.loads(json.dumps(_arms(config, timing, cal, Workload(), seed=PAPER_REGIME["seed"],
+                                       updates=PAPER_REGIME["updates_simulated"])))
+    problems = _same({k: committed[k] for k in arms}, arms)
+    assert not problems, f"{topology}: " + "; ".join(problems[:6])
+    for arm in ("sync", "sync_batch_is_pool"):
+        assert committed[f"async_over_{arm}"] == pytest.approx(
+            committed["async"]["trajectories_per_hour"] / committed[arm]["trajectories_per_hour"], rel=1e-12)
+
+
+@pytest.mark.slow   # the whole report: 26 simulations a topology, ~15 s alone, ~40 s on a busy 2-core machine
+def test_the_committed_paper_regime_is_reproduced_whole():
+    from jaxwebrl.plan.paper import paper_regime
+
+    again = json.loads(json.dumps(paper_regime(get_config("qwen3vl_8b"), results_dir=RESULTS,
+                                               seed=PAPER_REGIME["seed"])))
+    committed = json.loads(json.dumps(PAPER_REGIME))
+    for topology, record in committed["topologies"].items():   # written before the path was made relative
+        assert record["timing"]["sources"]["report"].endswith(again["topologies"][topology]["timing"]["sources"]
+                                                              ["report"])
+        record["timing"]["sources"]["report"] = again["topologies"][topology]["timing"]["sources"]["report"]
+    problems = _same(committed, again)
+    assert not problems, "; ".join(problems[:6])
 
 
 def test_accelerator_timing_reproduces_its_report():

@@ -299,24 +299,23 @@ def test_registry_and_errors():
         losses.ppo_actor_loss(lp, prox, behave, adv[:, :2], mask)
 
 
-def test_entropy_kl_and_combined_objective():
-    logits = np.array([[[0.0, 0.0], [np.log(3.0), 0.0]]])
-    ent = np.asarray(regularizers.entropy_from_logits(logits))
-    np.testing.assert_allclose(ent, [[np.log(2.0), -(0.75 * np.log(0.75) + 0.25 * np.log(0.25))]], rtol=1e-5)
+def test_kl_and_combined_objective():
     lp = np.array([[-1.0, -2.0]])
     ref_lp = np.array([[-1.5, -1.0]])
     mask = np.ones((1, 2))
     kl, stats = regularizers.kl_loss(lp, ref_lp, mask, estimator="k2")
     np.testing.assert_allclose(kl, np.mean((lp - ref_lp) ** 2 / 2), rtol=1e-6)
     zeros = np.zeros((1, 2))
-    total, stats = regularizers.actor_objective("ppo", lp, lp, lp, zeros, mask, entropy=ent, entropy_coef=0.1,
-                                          ref_logprobs=ref_lp, kl_coef=0.5, kl_estimator="k2")
-    np.testing.assert_allclose(total, -0.1 * ent.mean() + 0.5 * float(kl), rtol=1e-5)
-    assert {"entropy", "kl", "policy_loss"} <= set(stats)
+    total, stats = regularizers.actor_objective("ppo", lp, lp, lp, zeros, mask, ref_logprobs=ref_lp, kl_coef=0.5,
+                                                kl_estimator="k2")
+    np.testing.assert_allclose(total, 0.5 * float(kl), rtol=1e-5)
+    assert {"kl", "policy_loss"} <= set(stats)
     g = jax.grad(lambda x: regularizers.actor_objective("ppo", x, lp, lp, zeros, mask, ref_logprobs=ref_lp,
-                                                  kl_coef=1.0, kl_estimator="k1", kl_to="reference")[0])(
+                                                        kl_coef=1.0, kl_estimator="k1")[0])(
         jnp.asarray(lp, jnp.float32))
     np.testing.assert_allclose(g, [[0.5, 0.5]], rtol=1e-6)
+    with pytest.raises(ValueError, match="needs ref_logprobs"):
+        regularizers.actor_objective("ppo", lp, lp, lp, zeros, mask, kl_coef=0.5)
 
 
 @pytest.mark.parametrize("name", ["gspo", "gspo_token", "ppo"])

@@ -51,7 +51,6 @@ RESPONSE_PREFIX = MEMORY_LABEL + "{}" + ACTION_LABEL
 # The free memory's key words: task content (progress, targets, what was seen) and generic placeholders.
 MEMORY_CONTENT_WORDS = ("done", "next", "pressed", "goal", "target", "colour", "count", "page", "last", "left")
 MEMORY_GENERIC_WORDS = ("info", "notes", "data", "status", "step", "extra", "misc", "details")
-MEMORY_MODES = ("empty", "free")
 _MAX_KEY_SUFFIX = 9   # a key may be numbered: notes_1 .. notes_9
 
 

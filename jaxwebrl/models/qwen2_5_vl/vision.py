@@ -15,7 +15,7 @@ import numpy as np
 from jaxwebrl.models import vision_layout
 from jaxwebrl.models.config import VisionConfig
 from jaxwebrl.models.layers import RMSNorm, SwiGLU, dense
-from jaxwebrl.models.vision_blocks import VisionAttention, block_class, vision_rotary
+from jaxwebrl.models.vision_blocks import PatchMerger, VisionAttention, block_class, vision_rotary
 
 
 class VisionBlock(nn.Module):
@@ -35,21 +35,6 @@ class VisionBlock(nn.Module):
         )
         mlp = SwiGLU(c.hidden_size, c.intermediate_size, use_bias=True, name="mlp", **kw)
         return x + mlp(RMSNorm(c.hidden_size, 1e-6, name="norm2", **kw)(x))
-
-
-class PatchMerger(nn.Module):
-    config: VisionConfig
-    dtype: jnp.dtype = jnp.float32
-    param_dtype: jnp.dtype = jnp.float32
-
-    @nn.compact
-    def __call__(self, x):
-        c = self.config
-        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        width = c.hidden_size * c.spatial_merge_size**2
-        x = RMSNorm(c.hidden_size, 1e-6, name="ln_q", **kw)(x).reshape(-1, width)
-        x = jax.nn.gelu(dense(width, use_bias=True, name="mlp_0", **kw)(x), approximate=False)
-        return dense(c.out_hidden_size, use_bias=True, name="mlp_2", **kw)(x)
 
 
 class Qwen25VisionModel(nn.Module):
@@ -88,5 +73,5 @@ class Qwen25VisionModel(nn.Module):
             layout = full if i in c.fullatt_block_indexes else windows
             x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk,
                       attention_impl=self.attention_impl, **kw)(x, cos, sin, layout)
-        merged = PatchMerger(c, name="merger", **kw)(x)
+        merged = PatchMerger(c, norm="rms", names=("ln_q", "mlp_0", "mlp_2"), name="merger", **kw)(x)
         return merged[jnp.asarray(np.argsort(merged_order))], []

@@ -11,7 +11,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jaxwebrl.models import vision_layout
 from jaxwebrl.models.config import VisionConfig
 from jaxwebrl.models.layers import dense, layer_norm
-from jaxwebrl.models.vision_blocks import VisionAttention, activation, block_class, vision_rotary
+from jaxwebrl.models.vision_blocks import PatchMerger, VisionAttention, activation, block_class, vision_rotary
 from jaxwebrl.parallel.mesh import constrain_batch
 
 
@@ -66,31 +66,6 @@ class VisionBlock(nn.Module):
         return (x, None) if self.scanned else x
 
 
-class PatchMerger(nn.Module):
-    """Concatenate each merge x merge block of patches and project to the text width.
-
-    `postshuffle_norm` (DeepStack mergers) normalises the concatenated vector instead of each patch.
-    """
-
-    config: VisionConfig
-    postshuffle_norm: bool = False
-    dtype: jnp.dtype = jnp.float32
-    param_dtype: jnp.dtype = jnp.float32
-
-    @nn.compact
-    def __call__(self, x):
-        c = self.config
-        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        width = c.hidden_size * c.spatial_merge_size**2
-        if self.postshuffle_norm:
-            x = layer_norm("norm", **kw)(x.reshape(-1, width))
-        else:
-            x = layer_norm("norm", **kw)(x).reshape(-1, width)
-        x = dense(width, use_bias=True, name="linear_fc1", **kw)(x)
-        x = jax.nn.gelu(x, approximate=False)
-        return dense(c.out_hidden_size, use_bias=True, name="linear_fc2", **kw)(x)
-
-
 class Qwen3VisionModel(nn.Module):
     """`remat`: rematerialisation policy of every block; `attention_chunk`: queries per attention chunk (0: dense);
     `attention_impl`: the attention kernel (`models/attention_kernels.py`);
@@ -134,12 +109,12 @@ class Qwen3VisionModel(nn.Module):
                            **kw)(x, cos, sin, layout)
                 if stop - 1 in c.deepstack_visual_indexes:
                     j = c.deepstack_visual_indexes.index(stop - 1)
-                    deepstack.append(PatchMerger(c, True, name=f"deepstack_merger_list_{j}", **kw)(x))
-            return PatchMerger(c, False, name="merger", **kw)(x), deepstack
+                    deepstack.append(PatchMerger(c, postshuffle_norm=True, name=f"deepstack_merger_list_{j}", **kw)(x))
+            return PatchMerger(c, name="merger", **kw)(x), deepstack
         for i in range(c.depth):
             x = block(c, name=f"blocks_{i}", attention_chunk=self.attention_chunk,
                       attention_impl=self.attention_impl, **kw)(x, cos, sin, layout)
             if i in c.deepstack_visual_indexes:
                 j = c.deepstack_visual_indexes.index(i)
-                deepstack.append(PatchMerger(c, True, name=f"deepstack_merger_list_{j}", **kw)(x))
-        return PatchMerger(c, False, name="merger", **kw)(x), deepstack
+                deepstack.append(PatchMerger(c, postshuffle_norm=True, name=f"deepstack_merger_list_{j}", **kw)(x))
+        return PatchMerger(c, name="merger", **kw)(x), deepstack
