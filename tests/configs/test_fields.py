@@ -108,3 +108,12 @@ def test_every_loss_knob_is_refused_by_validation_with_the_losses_own_words(fiel
     with pytest.raises(ValueError) as err:
         loss(*_loss_inputs(), **{kwarg: bad})
     assert str(err.value) == f"{kwarg}={bad!r}: {fix}"
+
+
+def test_the_configs_copy_of_a_library_list_is_the_librarys():
+    """configs/ imports nothing from jaxwebrl, so a choice list it checks against is a copy: it must stay equal to the
+    library's own (one rule, two spellings of it)."""
+    from configs import base
+    from jaxwebrl.rl import kl
+
+    assert base.KL_ESTIMATORS == kl.KL_ESTIMATORS
