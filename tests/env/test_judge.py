@@ -122,8 +122,10 @@ def test_criterion_a_stops_at_the_first_fact_not_met(endpoint, monkeypatch):
     ([(503, "", 0.0), (502, "", 0.0), (200, verdict(), 0.0)], None, 3, None),             # retried, then judged
     ([(500, "", 0.0)], r"HTTP 500 after 3 attempt\(s\)", 3, "http_500"),
     ([(401, "", 0.0)], r"HTTP 401 after 1 attempt\(s\)", 1, "http_401"),                   # not retried
-    ([(200, "I think the agent did well", 0.0)], "malformed verdict 'I think", 1, "malformed"),
-    ([(200, verdict(facts=(True,)), 0.0)], "malformed verdict .*with 3 facts", 1, "malformed"),
+    ([(200, "I think the agent did well", 0.0)], r"malformed verdict 'I think.* after 3 attempt\(s\)", 3,
+     "malformed"),
+    ([(200, verdict(facts=(True,)), 0.0), (200, verdict(), 0.0)], None, 2, None),        # retried, then judged
+    ([(200, verdict(facts=(True,)), 0.0)], r"malformed verdict .*with 3 facts after 3 attempt\(s\)", 3, "malformed"),
     ([(200, verdict(blocked=True), 0.0)], "blocked page", 1, "blocked"),
     ([(200, verdict(), 2.0)], r"timed out after 3 attempt\(s\)", 3, "timeout"),
 ], indirect=["endpoint"])
@@ -161,7 +163,7 @@ def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
                                        (200, verdict(), 0.3)]], indirect=True)
 def test_the_pool_judges_a_batch_concurrently_and_keeps_failures_apart(endpoint, monkeypatch):
     monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
-    pool = JudgePool(judge_of(endpoint), concurrency=4)
+    pool = JudgePool(judge_of(endpoint, retries=0), concurrency=4)
     try:
         results = pool.judge_batch([request() for _ in range(4)])
     finally:
