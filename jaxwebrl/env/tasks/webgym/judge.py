@@ -44,6 +44,14 @@ class JudgeFailure(EnvFailure):
     """The judge gave no usable verdict (timeout, HTTP error, malformed verdict, blocked page): an env failure."""
 
 
+class BlockedPage(JudgeFailure):
+    """The judge found a CAPTCHA or access-denied page instead of the site; `raw` its answer (a valid verdict)."""
+
+    def __init__(self, message: str, raw: str):
+        super().__init__(message)
+        self.raw = raw
+
+
 class MalformedVerdict(JudgeFailure):
     """The judge's answer is not a verdict of the schema (retried: `ChatJudge` names it with its attempts)."""
 
@@ -197,7 +205,7 @@ class ChatJudge:
             raise MalformedVerdict(f"malformed verdict {str(raw)[:200]!r}: expected the verdict schema with "
                                    f"{len(request.facts)} facts")
         if blocked:
-            raise JudgeFailure(f"judge {self.model} on {request.task_id}: blocked page (CAPTCHA or access denied)")
+            raise BlockedPage(f"judge {self.model} on {request.task_id}: blocked page (CAPTCHA or access denied)", raw)
         criteria = [("B: the screenshots support the answer", supported)]
         for fact, met in zip(request.facts, facts):
             criteria.append((f"A: {fact}", met))
