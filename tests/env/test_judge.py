@@ -16,7 +16,7 @@ from configs import base
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import env_specs, make_env
 from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
-                                             verdict_schema)
+                                             make_judge, verdict_schema)
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train.config_validation import ConfigError, validate
@@ -215,3 +215,7 @@ def test_the_run_config_carries_the_judge_to_the_workers_and_refuses_an_incomple
     options = worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
                           stats_dir=None)["worker"]["env_options"]
     assert options["judge"]["backend"] == "chat" and options["judge"]["url"] == "http://127.0.0.1:9/v1"
+    config.env.judge.max_screenshots = 8   # a vLLM server's --limit-mm-per-prompt
+    options = worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
+                          stats_dir=None)["worker"]["env_options"]
+    assert make_judge(options["judge"]).max_screenshots == 8

@@ -218,7 +218,8 @@ class ChatJudge:
 
 JUDGE_BACKENDS = ("ground_truth", "chat")
 JUDGE_SETTINGS = {"backend": str, "url": str, "model": str, "api_key_env": str, "timeout_s": float, "retries": int,
-                  "backoff_s": float, "concurrency": int, "rate_per_s": float}   # a run's env.judge (configs/base.py)
+                  "backoff_s": float, "max_screenshots": int, "concurrency": int,
+                  "rate_per_s": float}   # a run's env.judge (configs/base.py)
 
 
 def make_judge(settings: Mapping[str, Any] | None):
@@ -235,7 +236,8 @@ def make_judge(settings: Mapping[str, Any] | None):
                          "(e.g. http://127.0.0.1:8000/v1) and its model")
     return ChatJudge(base_url=settings["url"], model=settings["model"], api_key_env=settings.get("api_key_env"),
                      timeout_s=float(settings.get("timeout_s", 60.0)), retries=int(settings.get("retries", 2)),
-                     backoff_s=float(settings.get("backoff_s", 1.0)))
+                     backoff_s=float(settings.get("backoff_s", 1.0)),
+                     max_screenshots=int(settings.get("max_screenshots", MAX_SCREENSHOTS)))
 
 
 class JudgePool:

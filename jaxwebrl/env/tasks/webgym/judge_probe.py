@@ -49,8 +49,8 @@ def failure_fix(cause: str, settings: Mapping[str, Any]) -> str:
         ("HTTP 403", f"the endpoint refused the key: export a valid one in {key_env or 'env.judge.api_key_env'}"),
         ("HTTP 404", f"no chat endpoint or model there: env.judge.url ends in /v1 and env.judge.model is a model "
                      f"the server lists at {url}/models"),
-        ("HTTP 400", "the endpoint refused the request: the judge model must take images and response_format "
-                     "json_schema"),
+        ("HTTP 400", "the endpoint refused the request: the judge model must take images (vLLM: "
+                     "--limit-mm-per-prompt at least env.judge.max_screenshots) and response_format json_schema"),
         ("HTTP 429", "rate limited: lower env.judge.rate_per_s or env.judge.concurrency"),
         ("HTTP 5", "the judge server failed the request: see its log"),
         ("malformed verdict", f"the model does not answer the verdict schema: serve it with structured outputs "
