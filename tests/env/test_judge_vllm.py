@@ -140,6 +140,7 @@ def raw_verdict(result) -> dict:
     return json.loads(result.raw)
 
 
+@pytest.mark.slow   # it starts the module's server: 45 s under load here (the tests after it take about 1 s each)
 def test_the_real_server_answers_a_verdict_the_judge_validates(server):
     judge = ChatJudge(base_url=server.url, model="judge", timeout_s=120, retries=0)
     try:
