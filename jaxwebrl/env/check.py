@@ -33,7 +33,7 @@ from jaxwebrl.env.browser.probes import UdpProbe, WebSocketProbe, serve_director
 from jaxwebrl.env.registry import doctor_specs, make_env, shares_browser, task_oracle
 from jaxwebrl.env.tasks.episode import run_episode
 from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT
-from jaxwebrl.env.tasks.webgym.judge import JUDGE_SETTINGS
+from jaxwebrl.env.tasks.webgym.judge import add_judge_flags, judge_flags
 from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
 from jaxwebrl.env.tasks.webtask.task_spec import WebTaskSpec
 from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv
@@ -200,12 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per task")
     parser.add_argument("--threshold", type=float, default=0.9, help="minimum overall success rate")
     parser.add_argument("--screenshot-size", default="", help="resize screenshots to WxH, e.g. 320x420")
-    for name, kind in JUDGE_SETTINGS.items():
-        parser.add_argument(f"--judge.{name}", type=kind, help=f"the judge to check: env.judge.{name}")
+    add_judge_flags(parser, "the judge to check")
     parser.add_argument("--judge-only", action="store_true", help="check the judge alone (no browser, no tasks)")
     args = parser.parse_args(argv)
-    judge = {name: getattr(args, f"judge.{name}") for name in JUDGE_SETTINGS
-             if getattr(args, f"judge.{name}") is not None}
+    judge = judge_flags(args)
     if (judge or args.judge_only) and "backend" not in judge:
         parser.error("the judge check needs --judge.backend (chat: with --judge.url and --judge.model)")
     if args.judge_only:

@@ -222,6 +222,19 @@ JUDGE_SETTINGS = {"backend": str, "url": str, "model": str, "api_key_env": str, 
                   "rate_per_s": float}   # a run's env.judge (configs/base.py)
 
 
+def add_judge_flags(parser, help: str, backend_required: bool = False) -> None:
+    """`--judge.<name>` on an argparse `parser` for each of a run's env.judge settings (`judge_flags` reads them)."""
+    for name, kind in JUDGE_SETTINGS.items():
+        parser.add_argument(f"--judge.{name}", type=kind, required=backend_required and name == "backend",
+                            help=f"{help}: env.judge.{name}")
+
+
+def judge_flags(args) -> dict:
+    """The env.judge settings given as `--judge.<name>` flags in parsed `args` (a Namespace)."""
+    given = {name: getattr(args, f"judge.{name}") for name in JUDGE_SETTINGS}
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def make_judge(settings: Mapping[str, Any] | None):
     """The judge a run's `env.judge` settings name (None or backend "ground_truth": the programmatic answer);
     ValueError naming the fix for an unknown backend or a chat judge without its endpoint."""
