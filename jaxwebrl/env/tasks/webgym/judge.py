@@ -173,9 +173,14 @@ class ChatJudge:
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            start = time.monotonic()
             try:
                 with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=self.timeout_s) as r:
                     raw = json.loads(r.read())["choices"][0]["message"]["content"]
+                took = time.monotonic() - start
+                if took > self.timeout_s:   # the socket's timeout bounds each read and write, not their sum
+                    cause = f"timed out ({took:.3f} s > timeout_s)"
+                    continue
                 return raw, self._criteria(raw, request)
             except urllib.error.HTTPError as err:
                 cause = f"HTTP {err.code}"
