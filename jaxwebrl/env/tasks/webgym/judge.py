@@ -11,10 +11,11 @@ whether the screenshots support the answer; Criterion A checks each fact in turn
 met; a reference answer, if any, is matched last. The verdict comes back as one JSON object under a JSON schema
 (`response_format`, grammar-constrained where the server supports it) and is validated field by field.
 
-A timeout, a connection error, an HTTP error, a malformed verdict (all retried with exponential backoff, except
-HTTP errors other than 429 and 5xx) or a blocked page is a `JudgeFailure` (an `EnvFailure`) naming its cause: the
-episode is dropped and counted, never scored 0. The API key is read from the environment variable `api_key_env` names when a request is sent; it is
-never stored on the judge, written to disk or put in a message.
+A timeout (`timeout_s` bounds each attempt's whole time), a connection error, an HTTP error, a malformed verdict
+(all retried with exponential backoff, except HTTP errors other than 429 and 5xx) or a blocked page is a
+`JudgeFailure` (an `EnvFailure`) naming its cause: the episode is dropped and counted, never scored 0. The API key is
+read from the environment variable `api_key_env` names when a request is sent; it is never stored on the judge,
+written to disk or put in a message.
 """
 
 from __future__ import annotations
