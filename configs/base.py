@@ -193,6 +193,9 @@ SCHEMA = {
             "api_key_env": Field(None, "chat: the environment variable holding the API key (None: no key)",
                                  type=str),
             "timeout_s": Field(60.0, "chat: seconds a verdict may take", above(0, "must be > 0 seconds")),
+            "max_screenshots": Field(48, "chat: the episode's last screenshots a verdict is sent (a vLLM server "
+                                         "refuses more images than its --limit-mm-per-prompt)",
+                                     at_least(1, "must be >= 1")),
             "retries": Field(2, "chat: retries after a timeout, 429 or 5xx", at_least(0, "must be >= 0")),
             "backoff_s": Field(1.0, "chat: the first retry's pause (doubled each retry)",
                                at_least(0, "must be >= 0 seconds")),

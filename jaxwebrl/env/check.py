@@ -3,11 +3,15 @@ task page whose images, WebSockets, WebRTC and the agent's navigate try to leave
 scripted oracle play its specs (every family's `doctor_specs` by default: MiniWoB++ tasks with an oracle, the chain
 specs, the toy, an extension's family), and prints one JSON object (versions, sandbox state, allowlist result,
 success rate per spec, timings per reset/screenshot/action). Exits 1 when the browser cannot start, the allowlist
-leaks, or the overall success rate is below --threshold.
+leaks, or the overall success rate is below --threshold. With `--judge.*` (a run's `env.judge` settings) it also
+checks that judge: it answers a fixed probe within its timeout (`judge_probe.py`: latency, verdict, and on failure
+the cause and one line naming the fix, also on stderr); `--judge-only` skips the browser and the tasks.
 
     python -m jaxwebrl.env.check                          # every family's specs, 3 episodes each
     python -m jaxwebrl.env.check --tasks miniwob/click-test,miniwob/login-user --episodes 5
     python -m jaxwebrl.env.check --tasks "chain/hard-recall?trap=1,miniwob/choose-date" --episodes 20
+    python -m jaxwebrl.env.check --judge-only --judge.backend=chat --judge.url=http://127.0.0.1:8000/v1 \
+        --judge.model=judge [--judge.api_key_env=JUDGE_API_KEY --judge.timeout_s=30]
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from jaxwebrl.env.browser.probes import UdpProbe, WebSocketProbe, serve_director
 from jaxwebrl.env.registry import doctor_specs, make_env, shares_browser, task_oracle
 from jaxwebrl.env.tasks.episode import run_episode
 from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT
+from jaxwebrl.env.tasks.webgym.judge import add_judge_flags, judge_flags
+from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
 from jaxwebrl.env.tasks.webtask.task_spec import WebTaskSpec
 from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv
 
@@ -194,7 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per task")
     parser.add_argument("--threshold", type=float, default=0.9, help="minimum overall success rate")
     parser.add_argument("--screenshot-size", default="", help="resize screenshots to WxH, e.g. 320x420")
+    add_judge_flags(parser, "the judge to check")
+    parser.add_argument("--judge-only", action="store_true", help="check the judge alone (no browser, no tasks)")
     args = parser.parse_args(argv)
+    judge = judge_flags(args)
+    if (judge or args.judge_only) and "backend" not in judge:
+        parser.error("the judge check needs --judge.backend (chat: with --judge.url and --judge.model)")
+    if args.judge_only:
+        return _report(_judge_report({"errors": []}, judge), ok=True)
 
     tasks = [t for t in args.tasks.split(",") if t] or doctor_specs()
     for task in tasks:
@@ -214,7 +227,24 @@ def main(argv: list[str] | None = None) -> int:
 
     report = run_check(tasks, args.episodes, size)
     report["threshold"] = args.threshold
-    report["ok"] = not report["errors"] and report.get("success_rate", 0.0) >= args.threshold
+    if judge:
+        _judge_report(report, judge)
+    return _report(report, ok=report.get("success_rate", 0.0) >= args.threshold)
+
+
+def _judge_report(report: dict, settings: dict) -> dict:
+    """`report` with the judge check under "judge", and its one-line failure in "errors" and on stderr."""
+    report["judge"] = check_judge(settings)
+    if not report["judge"]["ok"]:
+        line = f"judge check failed: {report['judge']['cause']}: {report['judge']['fix']}"
+        report["errors"].append(line)
+        print(line, file=sys.stderr)
+    return report
+
+
+def _report(report: dict, ok: bool) -> int:
+    """Print `report` with its verdict (no errors, and `ok`) and return the exit code."""
+    report["ok"] = not report["errors"] and ok
     print(json.dumps(report, indent=2))
     return 0 if report["ok"] else 1
 

@@ -24,7 +24,8 @@ import sys
 
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
-from jaxwebrl.env.tasks.webgym.judge import MAX_SCREENSHOTS, GroundTruthJudge, JudgeFailure
+from jaxwebrl.env.tasks.webgym.judge import (MAX_SCREENSHOTS, GroundTruthJudge, JudgeFailure, add_judge_flags,
+                                             judge_flags)
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause, request_of
 
 CHUNK = 64   # episodes whose screenshots are held at once
@@ -113,19 +114,14 @@ def render(table: dict, backend: str) -> str:
     return "\n".join(lines)
 
 
-JUDGE_FLAGS = {"backend": str, "url": str, "model": str, "api_key_env": str, "timeout_s": float, "retries": int,
-               "backoff_s": float, "concurrency": int, "rate_per_s": float}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m jaxwebrl.eval.judge", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="the training run's WORKDIR")
     parser.add_argument("--buffer", help="the run's ring buffer (default WORKDIR/buffer)")
     parser.add_argument("--out", help="where the table goes as JSON (default WORKDIR/rejudge_<backend>.json)")
-    for name, kind in JUDGE_FLAGS.items():
-        parser.add_argument(f"--judge.{name}", type=kind, required=name == "backend", help=f"env.judge.{name}")
-    args = vars(parser.parse_args(argv))
-    settings = {name: args[f"judge.{name}"] for name in JUDGE_FLAGS if args[f"judge.{name}"] is not None}
+    add_judge_flags(parser, "the new judge", backend_required=True)
+    namespace = parser.parse_args(argv)
+    args, settings = vars(namespace), judge_flags(namespace)
     if settings["backend"] == "chat" and not (settings.get("url") and settings.get("model")):
         print("--judge.backend=chat needs --judge.url and --judge.model: name the endpoint and its model",
               file=sys.stderr)

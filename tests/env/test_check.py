@@ -5,6 +5,8 @@ import json
 import pytest
 
 from jaxwebrl.env import check
+from jaxwebrl.env.tasks.webgym.judge_probe import VLLM_STRUCTURED
+from tests.env.test_judge import KEY, Endpoint, verdict
 
 
 @pytest.mark.browser
@@ -40,17 +42,45 @@ def test_doctor_plays_the_chain_family_and_the_long_miniwob_tasks(capsys):
     assert report["tasks"]["miniwob/choose-date"]["success_rate"] == 1.0
 
 
-def test_doctor_checks_every_new_task_by_default(monkeypatch, capsys):
+def test_doctor_checks_every_new_task_by_default_and_a_judge_beside_them(monkeypatch, capsys):
     seen = {}
     monkeypatch.setattr(check, "run_check", lambda tasks, episodes, size: seen.update(tasks=tasks) or
                         {"errors": [], "success_rate": 1.0})
-    assert check.main([]) == 0
-    capsys.readouterr()
+    assert check.main(["--judge.backend=ground_truth"]) == 0
+    judge = json.loads(capsys.readouterr().out)["judge"]
+    assert judge["ok"] and judge["reward"] == 1.0 and judge["latency_s"] >= 0   # the probe's answer is its truth
     assert {"toy", "miniwob/click-checkboxes-large", "miniwob/choose-date", "chain/easy", "chain/medium-cue",
             "chain/hard-recall"} <= set(seen["tasks"])
 
 
-@pytest.mark.parametrize("argv", [["--tasks", "miniwob/book-flight"], ["--tasks", "no-such-task"], ["--episodes", "0"],
+@pytest.mark.parametrize("script, flags, cause, fix", [
+    ([(200, "The agent did well.", 0.0)], [], "malformed verdict 'The agent did well.'", VLLM_STRUCTURED),
+    ([(200, verdict(facts=(True,)), 1.0)], ["--judge.timeout_s=0.2"], "timed out after 1 attempt",
+     "no answer within env.judge.timeout_s=0.2: raise it"),
+    ([(401, "", 0.0)], [], "HTTP 401", "export a valid one in TEST_JUDGE_KEY"),
+    ([(404, "", 0.0)], [], "HTTP 404", "env.judge.url ends in /v1"),
+])
+def test_the_doctor_names_a_judges_failure_and_its_fix_in_one_line(script, flags, cause, fix, monkeypatch, capsys):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    endpoint = Endpoint(script)
+    try:
+        rc = check.main(["--judge-only", "--judge.backend=chat", f"--judge.url={endpoint.url}", "--judge.model=m",
+                         "--judge.api_key_env=TEST_JUDGE_KEY", "--judge.retries=0", *flags])
+    finally:
+        endpoint.close()
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert rc == 1 and not report["ok"] and cause in report["judge"]["cause"] and fix in report["judge"]["fix"]
+    assert err.count("\n") == 1 and cause in err and fix in err and KEY not in out + err
+
+
+def test_the_doctor_refuses_an_incomplete_judge(capsys):
+    assert check.main(["--judge-only", "--judge.backend=chat", "--judge.model=m"]) == 1
+    assert "needs env.judge.url and env.judge.model" in json.loads(capsys.readouterr().out)["judge"]["cause"]
+
+
+@pytest.mark.parametrize("argv", [["--judge-only"], ["--judge.url", "http://127.0.0.1:9/v1"],
+                                  ["--tasks", "miniwob/book-flight"], ["--tasks", "no-such-task"], ["--episodes", "0"],
                                   ["--screenshot-size", "big"], ["--tasks", "chain/easy?trap=9"]])
 def test_doctor_rejects_bad_arguments(argv):
     with pytest.raises(SystemExit) as exit_info:

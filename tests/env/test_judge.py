@@ -16,7 +16,7 @@ from configs import base
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import env_specs, make_env
 from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
-                                             verdict_schema)
+                                             make_judge, verdict_schema)
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train.config_validation import ConfigError, validate
@@ -122,8 +122,10 @@ def test_criterion_a_stops_at_the_first_fact_not_met(endpoint, monkeypatch):
     ([(503, "", 0.0), (502, "", 0.0), (200, verdict(), 0.0)], None, 3, None),             # retried, then judged
     ([(500, "", 0.0)], r"HTTP 500 after 3 attempt\(s\)", 3, "http_500"),
     ([(401, "", 0.0)], r"HTTP 401 after 1 attempt\(s\)", 1, "http_401"),                   # not retried
-    ([(200, "I think the agent did well", 0.0)], "malformed verdict 'I think", 1, "malformed"),
-    ([(200, verdict(facts=(True,)), 0.0)], "malformed verdict .*with 3 facts", 1, "malformed"),
+    ([(200, "I think the agent did well", 0.0)], r"malformed verdict 'I think.* after 3 attempt\(s\)", 3,
+     "malformed"),
+    ([(200, verdict(facts=(True,)), 0.0), (200, verdict(), 0.0)], None, 2, None),        # retried, then judged
+    ([(200, verdict(facts=(True,)), 0.0)], r"malformed verdict .*with 3 facts after 3 attempt\(s\)", 3, "malformed"),
     ([(200, verdict(blocked=True), 0.0)], "blocked page", 1, "blocked"),
     ([(200, verdict(), 2.0)], r"timed out after 3 attempt\(s\)", 3, "timeout"),
 ], indirect=["endpoint"])
@@ -161,7 +163,7 @@ def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
                                        (200, verdict(), 0.3)]], indirect=True)
 def test_the_pool_judges_a_batch_concurrently_and_keeps_failures_apart(endpoint, monkeypatch):
     monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
-    pool = JudgePool(judge_of(endpoint), concurrency=4)
+    pool = JudgePool(judge_of(endpoint, retries=0), concurrency=4)
     try:
         results = pool.judge_batch([request() for _ in range(4)])
     finally:
@@ -213,3 +215,7 @@ def test_the_run_config_carries_the_judge_to_the_workers_and_refuses_an_incomple
     options = worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
                           stats_dir=None)["worker"]["env_options"]
     assert options["judge"]["backend"] == "chat" and options["judge"]["url"] == "http://127.0.0.1:9/v1"
+    config.env.judge.max_screenshots = 8   # a vLLM server's --limit-mm-per-prompt
+    options = worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
+                          stats_dir=None)["worker"]["env_options"]
+    assert make_judge(options["judge"]).max_screenshots == 8

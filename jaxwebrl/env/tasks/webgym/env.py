@@ -21,13 +21,11 @@ import json
 from typing import Any, Mapping
 
 from jaxwebrl.env.agent.actions import Action
-from jaxwebrl.env.tasks.webgym.judge import MAX_SCREENSHOTS, ChatJudge, GroundTruthJudge, JudgePool, JudgeRequest
+from jaxwebrl.env.tasks.webgym.judge import MAX_SCREENSHOTS, JudgePool, JudgeRequest, make_judge
 from jaxwebrl.env.tasks.webgym.verdicts import verdict_info
 from jaxwebrl.env.tasks.webgym.webgym_tasks import WebGymTask
 from jaxwebrl.env.tasks.webtask.task_spec import WebTaskSpec
 from jaxwebrl.env.tasks.webtask.webtask import WebTaskEnv
-
-JUDGE_BACKENDS = ("ground_truth", "chat")
 
 
 def judge_pool(settings: Mapping[str, Any] | None) -> JudgePool:
@@ -40,15 +38,8 @@ def judge_pool(settings: Mapping[str, Any] | None) -> JudgePool:
 @functools.lru_cache(maxsize=None)
 def _pool(settings_json: str) -> JudgePool:
     settings = json.loads(settings_json)
-    backend = settings.get("backend", "ground_truth")
-    if backend == "ground_truth":
-        return JudgePool(GroundTruthJudge())
-    if backend != "chat":
-        raise ValueError(f"env.judge.backend={backend!r}: use one of {list(JUDGE_BACKENDS)}")
-    judge = ChatJudge(base_url=settings["url"], model=settings["model"], api_key_env=settings.get("api_key_env"),
-                      timeout_s=float(settings.get("timeout_s", 60.0)), retries=int(settings.get("retries", 2)),
-                      backoff_s=float(settings.get("backoff_s", 1.0)))
-    return JudgePool(judge, concurrency=int(settings.get("concurrency", 8)), rate_per_s=settings.get("rate_per_s"))
+    return JudgePool(make_judge(settings), concurrency=int(settings.get("concurrency", 8)),
+                     rate_per_s=settings.get("rate_per_s"))
 
 
 class WebGymEnv(WebTaskEnv):

@@ -11,10 +11,11 @@ whether the screenshots support the answer; Criterion A checks each fact in turn
 met; a reference answer, if any, is matched last. The verdict comes back as one JSON object under a JSON schema
 (`response_format`, grammar-constrained where the server supports it) and is validated field by field.
 
-A timeout, a connection error, an HTTP error (5xx and 429 retried with exponential backoff), a malformed verdict or
-a blocked page is a `JudgeFailure` (an `EnvFailure`) naming its cause: the episode is dropped and counted, never
-scored 0. The API key is read from the environment variable `api_key_env` names when a request is sent; it is
-never stored on the judge, written to disk or put in a message.
+A timeout (`timeout_s` bounds each attempt's whole time), a connection error, an HTTP error, a malformed verdict
+(all retried with exponential backoff, except HTTP errors other than 429 and 5xx) or a blocked page is a
+`JudgeFailure` (an `EnvFailure`) naming its cause: the episode is dropped and counted, never scored 0. The API key is
+read from the environment variable `api_key_env` names when a request is sent; it is never stored on the judge,
+written to disk or put in a message.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -41,6 +43,18 @@ RETRIED_STATUS = (429, 500, 502, 503, 504)
 
 class JudgeFailure(EnvFailure):
     """The judge gave no usable verdict (timeout, HTTP error, malformed verdict, blocked page): an env failure."""
+
+
+class BlockedPage(JudgeFailure):
+    """The judge found a CAPTCHA or access-denied page instead of the site; `raw` its answer (a valid verdict)."""
+
+    def __init__(self, message: str, raw: str):
+        super().__init__(message)
+        self.raw = raw
+
+
+class MalformedVerdict(JudgeFailure):
+    """The judge's answer is not a verdict of the schema (retried: `ChatJudge` names it with its attempts)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,9 +141,9 @@ class ChatJudge:
 
     def judge(self, request: JudgeRequest) -> Verdict:
         t0 = time.perf_counter()
-        raw = self._post(self._body(request), request.task_id)
+        raw, criteria = self._ask(self._body(request), request)
         shown = min(len(request.screenshots), self.max_screenshots)
-        return Verdict(self._criteria(raw, request), raw, self.backend, time.perf_counter() - t0,
+        return Verdict(criteria, raw, self.backend, time.perf_counter() - t0,
                        tuple(range(len(request.screenshots) - shown, len(request.screenshots))))
 
     def _body(self, request: JudgeRequest) -> dict:
@@ -144,8 +158,9 @@ class ChatJudge:
                 "response_format": {"type": "json_schema", "json_schema": {
                     "name": "verdict", "strict": True, "schema": verdict_schema(len(request.facts))}}}
 
-    def _post(self, body: dict, task_id: str) -> str:
-        """The message text of the endpoint's answer; retries 429/5xx, timeouts and refused connections."""
+    def _ask(self, body: dict, request: JudgeRequest) -> tuple[str, tuple[tuple[str, bool], ...]]:
+        """The endpoint's answer and its criteria; retries 429/5xx, timeouts, refused connections and malformed
+        answers (a truncated or off-schema verdict may come out right the next time), not a blocked page."""
         headers = {"Content-Type": "application/json"}
         if self.api_key_env:
             key = os.environ.get(self.api_key_env)
@@ -159,10 +174,15 @@ class ChatJudge:
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            start = time.monotonic()
             try:
                 with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=self.timeout_s) as r:
-                    answer = json.loads(r.read())
-                return answer["choices"][0]["message"]["content"]
+                    raw = json.loads(r.read())["choices"][0]["message"]["content"]
+                took = time.monotonic() - start
+                if took > self.timeout_s:   # the socket's timeout bounds each read and write, not their sum
+                    cause = f"timed out ({took:.3f} s > timeout_s)"
+                    continue
+                return raw, self._criteria(raw, request)
             except urllib.error.HTTPError as err:
                 cause = f"HTTP {err.code}"
                 if err.code not in RETRIED_STATUS:
@@ -170,10 +190,11 @@ class ChatJudge:
             except (TimeoutError, OSError) as err:   # URLError is an OSError; a read timeout a TimeoutError
                 reason = getattr(err, "reason", err)
                 cause = "timed out" if "timed out" in str(reason) else f"unreachable ({reason})"
+            except MalformedVerdict as err:
+                cause = str(err)
             except (ValueError, KeyError, IndexError, TypeError):
-                raise JudgeFailure(f"judge {self.model} on {task_id}: malformed response (not an OpenAI chat "
-                                   f"completion)") from None
-        raise JudgeFailure(f"judge {self.model} on {task_id}: {cause} after {attempt + 1} attempt(s) at {url}")
+                cause = "malformed response (not an OpenAI chat completion)"
+        raise JudgeFailure(f"judge {self.model} on {request.task_id}: {cause} after {attempt + 1} attempt(s) at {url}")
 
     def _criteria(self, raw: str, request: JudgeRequest) -> tuple[tuple[str, bool], ...]:
         """WebGym's criteria from the judge's JSON (see the module docstring); JudgeFailure when it is malformed."""
@@ -187,10 +208,10 @@ class ChatJudge:
         except (ValueError, KeyError, TypeError):
             ok = False
         if not ok:
-            raise JudgeFailure(f"judge {self.model} on {request.task_id}: malformed verdict {raw[:200]!r}: expected "
-                               f"the verdict schema with {len(request.facts)} facts")
+            raise MalformedVerdict(f"malformed verdict {str(raw)[:200]!r}: expected the verdict schema with "
+                                   f"{len(request.facts)} facts")
         if blocked:
-            raise JudgeFailure(f"judge {self.model} on {request.task_id}: blocked page (CAPTCHA or access denied)")
+            raise BlockedPage(f"judge {self.model} on {request.task_id}: blocked page (CAPTCHA or access denied)", raw)
         criteria = [("B: the screenshots support the answer", supported)]
         for fact, met in zip(request.facts, facts):
             criteria.append((f"A: {fact}", met))
@@ -199,6 +220,43 @@ class ChatJudge:
         if request.reference_answer and all(met for _, met in criteria):
             criteria.append(("the answer matches the reference answer", bool(matched)))
         return tuple(criteria)
+
+
+JUDGE_BACKENDS = ("ground_truth", "chat")
+JUDGE_SETTINGS = {"backend": str, "url": str, "model": str, "api_key_env": str, "timeout_s": float, "retries": int,
+                  "backoff_s": float, "max_screenshots": int, "concurrency": int,
+                  "rate_per_s": float}   # a run's env.judge (configs/base.py)
+
+
+def add_judge_flags(parser, help: str, backend_required: bool = False) -> None:
+    """`--judge.<name>` on an argparse `parser` for each of a run's env.judge settings (`judge_flags` reads them)."""
+    for name, kind in JUDGE_SETTINGS.items():
+        parser.add_argument(f"--judge.{name}", type=kind, required=backend_required and name == "backend",
+                            help=f"{help}: env.judge.{name}")
+
+
+def judge_flags(args) -> dict:
+    """The env.judge settings given as `--judge.<name>` flags in parsed `args` (a Namespace)."""
+    given = {name: getattr(args, f"judge.{name}") for name in JUDGE_SETTINGS}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def make_judge(settings: Mapping[str, Any] | None):
+    """The judge a run's `env.judge` settings name (None or backend "ground_truth": the programmatic answer);
+    ValueError naming the fix for an unknown backend or a chat judge without its endpoint."""
+    settings = dict(settings or {})
+    backend = settings.get("backend") or "ground_truth"
+    if backend == "ground_truth":
+        return GroundTruthJudge()
+    if backend != "chat":
+        raise ValueError(f"env.judge.backend={backend!r}: use one of {list(JUDGE_BACKENDS)}")
+    if not (settings.get("url") and settings.get("model")):
+        raise ValueError("env.judge.backend='chat' needs env.judge.url and env.judge.model: name the endpoint "
+                         "(e.g. http://127.0.0.1:8000/v1) and its model")
+    return ChatJudge(base_url=settings["url"], model=settings["model"], api_key_env=settings.get("api_key_env"),
+                     timeout_s=float(settings.get("timeout_s", 60.0)), retries=int(settings.get("retries", 2)),
+                     backoff_s=float(settings.get("backoff_s", 1.0)),
+                     max_screenshots=int(settings.get("max_screenshots", MAX_SCREENSHOTS)))
 
 
 class JudgePool:
