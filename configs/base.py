@@ -212,7 +212,7 @@ SCHEMA = {
         "launcher": Field("local", "'local': worker processes on this host; 'ray': a Ray cluster",
                           one_of(("local", "ray"))),
         "ray_address": Field(None, "e.g. 'ray://head:10001' (None: local/auto)", type=str),
-        "ray_cpus_per_worker": Field(1.0, "CPUs Ray reserves for each worker"),
+        "ray_cpus_per_worker": Field(1.0, "CPUs Ray reserves for each worker", above(0, "must be > 0 (e.g. 1.0)")),
         "ray_resources": Field(None, "custom Ray resources of a worker, JSON, e.g. '{\"browser\": 1}'", type=str),
         "max_head_offpolicyness": Field(2, "η: drop episodes with tokens older than version − η",
                                         at_least(0, "the staleness bound η must be >= 0 (0 = on-policy only; the "
@@ -267,15 +267,15 @@ SCHEMA = {
         "lr": Field(5e-6, "AdamW learning rate", above(0, "the learning rate must be > 0 (the paper uses 5e-6)")),
         "lr_schedule": Field("constant", "'constant' or 'cosine'", one_of(("constant", "cosine"))),
         "warmup_steps": Field(0, "train steps of linear warm-up", at_least(0)),
-        "weight_decay": Field(0.05, "AdamW weight decay"),
-        "adam_b1": Field(0.9, "AdamW β1"),
-        "adam_b2": Field(0.999, "AdamW β2"),
-        "adam_eps": Field(1e-8, "AdamW ε"),
+        "weight_decay": Field(0.05, "AdamW weight decay", at_least(0, "must be >= 0 (0: none)")),
+        "adam_b1": Field(0.9, "AdamW β1", Check(lambda v: 0 <= v < 1, "must be in [0, 1) (e.g. 0.9)")),
+        "adam_b2": Field(0.999, "AdamW β2", Check(lambda v: 0 <= v < 1, "must be in [0, 1) (e.g. 0.999)")),
+        "adam_eps": Field(1e-8, "AdamW ε", above(0, "must be > 0 (e.g. 1e-8)")),
         "max_grad_norm": Field(1.0, "global gradient-norm clip", above(0, "must be > 0 (e.g. 1.0)")),
         "moments_dtype": Field(None, "AdamW moments dtype (None: the params'); 'float32' with model.param_dtype "
                                      "'bfloat16' = bf16 weights, fp32 moments",
                                one_of(DTYPES, "use 'float32', 'bfloat16' or None (= the params')"), type=str),
-        "idle_sleep_s": Field(0.05, "trainer poll interval while the batch fills"),
+        "idle_sleep_s": Field(0.05, "trainer poll interval while the batch fills", above(0, "must be > 0 (e.g. 0.05)")),
         "stop_at_success": Field(None, "stop early once the success of every episode read since the previous step "
                                        "(rollout/success_rate_seen) reaches this on 2 steps in a row (None: run to "
                                        "max_steps)", _RATE, type=float),

@@ -58,6 +58,11 @@ def test_field_helper_refuses_what_it_cannot_build():
     ("metrics.sample_episodes_every", -1, r"^metrics\.sample_episodes_every=-1: must be an int >= 0"),
     ("distributed.mesh.fsdp", 0, r"^distributed\.mesh\.fsdp=0: must be a positive size or -1"),
     ("actor.reward_norm.eps", 0.0, r"^actor\.reward_norm\.eps=0\.0: must be > 0"),
+    ("train.adam_b2", 1.0, r"^train\.adam_b2=1\.0: must be in \[0, 1\)"),
+    ("train.adam_eps", 0.0, r"^train\.adam_eps=0\.0: must be > 0"),
+    ("train.weight_decay", -0.1, r"^train\.weight_decay=-0\.1: must be >= 0"),
+    ("train.idle_sleep_s", 0.0, r"^train\.idle_sleep_s=0\.0: must be > 0"),
+    ("rollout.ray_cpus_per_worker", 0.0, r"^rollout\.ray_cpus_per_worker=0\.0: must be > 0"),
 ])
 def test_declared_checks_run_at_validation(key, value, message, tmp_path):
     _, c = load("constT10", "toy")
