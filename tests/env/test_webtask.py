@@ -9,6 +9,7 @@ import time
 import pytest
 
 from jaxwebrl.env.agent.actions import Action, format_action
+from jaxwebrl.env.base import TaskSpecFault
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.env.browser.browser import Browser
 from jaxwebrl.env.browser.chromium import BrowserConfig
@@ -135,7 +136,7 @@ def test_python_evaluator_by_dotted_name(site, browser, tmp_path, monkeypatch):
     assert res.terminated and res.reward == 1.0
     with pytest.raises(ValueError, match="no package 'no_such_module_xyz'"):
         _env(site, browser, {"type": "python", "function": "no_such_module_xyz.fn"})
-    with pytest.raises(ValueError, match="must be a Python function defined in 'my_evaluators'"):
+    with pytest.raises(TaskSpecFault, match="must be a Python function defined in 'my_evaluators'"):
         _env(site, browser, {"type": "python", "function": "my_evaluators.missing"})
 
 
