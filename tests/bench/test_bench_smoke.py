@@ -73,7 +73,9 @@ def test_update_ab_smallest_run_times_an_update_of_the_fixed_batch(run_bench, tm
 @pytest.mark.parametrize("part, extra", [("train", ("--rows", "1", "--seq_len", "64")),
                                          ("decode", ("--batch", "2", "--prompt_len", "16", "--new_tokens", "8")),
                                          ("prefill", ())])
-def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, part, extra):
+def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, part, extra, tmp_path):
+    trace = tmp_path / "train_step.xplane.pb"     # the train part also writes one step's profiler trace
+    extra = (*extra, "--trace", str(trace)) if part == "train" else extra
     out = run_bench("device_check.py", part, "--tiny", "--chip", "h200", "--iters", "1", *extra)
     assert out["platform"] == "cpu" and out["measured_step_s"] > 0 and out["model_flops"] > 0
     assert out["chip"] == "NVIDIA H200 SXM" and out["predicted_step_s"] > 0
@@ -83,6 +85,7 @@ def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, p
     assert out["knobs"]["attention_kernel"] == "chunked"      # the tiny preset's attention_chunk on the CPU
     if part == "train":   # the compiled step's HLO was read: no cuDNN call on the CPU, none expected
         assert out["cudnn_attention_calls"] == {"forward": 0, "backward": 0} and out["attention_kernel_ok"]
+        assert trace.is_file() and trace.stat().st_size > 1000
     if part == "decode":   # the old and new decode paths side by side, the new one reported at the top level
         variants = out["variants"]
         assert list(variants) == ["old", "new_ragged", "new"] and out["variant"] == "new"
@@ -110,8 +113,3 @@ def test_attention_check_tiny_times_each_kernel_beside_the_xla_reference(run_ben
         assert "cudnn" in kernels["cudnn"]["skipped"]
 
 
-def test_device_check_train_writes_one_steps_profiler_trace(run_bench, tmp_path):
-    trace = tmp_path / "train_step.xplane.pb"
-    out = run_bench("device_check.py", "train", "--tiny", "--iters", "1", "--rows", "1", "--seq_len", "64",
-                    "--trace", str(trace))
-    assert out["measured_step_s"] > 0 and trace.is_file() and trace.stat().st_size > 1000
