@@ -17,25 +17,26 @@ from jaxwebrl.parallel import compile_cache
 
 compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", FIELDS["compilation_cache_dir"].default))
 
-# The slowest files of `bash .ci/test` (seconds of their slowest tests, measured alone on 2 cores, 3 Dec 2026),
-# slowest first. A file not listed keeps its collection order after these; a listed file that is gone is ignored.
-# tests/rollout/test_vllm_engine.py is left out on purpose: its tests wait for .ci/install-vllm, which runs beside
-# the start of the suite in .ci/run.
+# The slowest files of `bash .ci/test` (seconds summed over their tests in a whole `.ci/run`, 5 Dec 2026: the
+# summary the suite prints), slowest first. A file not listed keeps its collection order after these; a listed file
+# that is gone is ignored. tests/rollout/test_vllm_engine.py is left out on purpose: its tests wait for
+# .ci/install-vllm, which runs beside the start of the suite in .ci/run.
 SLOWEST_FIRST = (
-    "tests/parallel/test_compile.py",            # 238 s and more: XLA's TPU compiler
-    "tests/launch/test_toy_learns.py",           # 241 s
-    "tests/train/test_critic.py",                # 74 + 57 + 37 s
-    "tests/eval/test_evaluate_policy.py",        # 43 + 34 + 30 s
-    "tests/bench/test_learning_run.py",          # 79 s
-    "tests/launch/test_toy_learns_lora.py",      # 107 s
-    "tests/scale/test_launch_multihost.py",      # 105 s
-    "tests/launch/test_toy_learns_ppo.py",       # 102 s
-    "tests/launch/test_train_run.py",            # 60 + 40 s
-    "tests/scale/test_multiprocess.py",          # 71 s
-    "tests/train/test_update.py",                # 39 + 35 s
-    "tests/launch/test_train_kl.py",             # 55 s
-    "tests/bench/test_bench_smoke_live.py",
-    "tests/bench/test_bench_smoke.py",
+    "tests/bench/test_bench_smoke_live.py",      # 289 s
+    "tests/parallel/test_compile.py",            # 229 s: XLA's TPU compiler
+    "tests/launch/test_toy_learns_ppo.py",       # 227 s
+    "tests/bench/test_bench_smoke.py",           # 199 s
+    "tests/bench/test_learning_run.py",          # 157 s
+    "tests/launch/test_toy_learns_lora.py",      # 117 s
+    "tests/launch/test_toy_learns.py",           # 113 s
+    "tests/env/test_sites.py",                   # 109 s
+    "tests/launch/test_train_run.py",            # 102 s
+    "tests/env/test_chain.py",                   # 101 s
+    "tests/launch/test_train_kl.py",             # 87 s
+    "tests/scale/test_launch_multihost.py",      # 76 s
+    "tests/models/test_attention.py",            # 71 s
+    "tests/train/test_update.py",                # 69 s
+    "tests/train/test_critic.py",                # 65 s
 )
 
 
