@@ -86,7 +86,7 @@ def test_async_vs_sync_smallest_run_trains_both_modes_exactly_once_and_says_what
         arm = out[mode]
         assert arm["mode"] == mode, arm
         assert arm["trained_trajectories"] == 4 * arm["train_steps"]
-        assert arm["steady_state_steps"] == min(arm["train_steps"] - 1, 5)
+        assert arm["steady_state_steps"] == max(min(arm["train_steps"] - 1, 5), 0)   # beside a CPU hog sync made 0
         assert arm["exactly_once"]["ok"] and arm["exactly_once"]["trained"] == arm["trained_trajectories"], arm
     assert out["async"]["train_steps"] >= 1, out["async"]
     assert out["sync"]["max_staleness"] in (0, None)   # sync trains only the current version's episodes
