@@ -90,7 +90,8 @@ class StepResult:
     info: per-step facts; always has `invalid_action` (bool), `action_error` (str or None) and `step` (int).
     pending_reward: only on the last step of an env told to hand its judging off (a judged family made with
         `hand_off_verdicts=True`): a `concurrent.futures.Future` of (reward, info of the verdict), or of the
-        `EnvFailure` the judge raised; `reward` is a 0.0 placeholder until it is settled.
+        `EnvFailure` the judge raised; `reward` reads 0.0 here, and the worker writes the episode with the
+        Future's reward once it settles (`rollout/awaiting.py`).
     """
 
     observation: Observation

@@ -185,9 +185,8 @@ class TextDecoder(nn.Module):
                 raise ValueError("the scanned decoder (scan_layers=True) has no KV-cache path: decode with an "
                                  "unstacked copy (models/stacking.unstack and scan_layers=False), as the Sampler does")
             valid, slots = kv_cache.cached_query_slots(cache, attention_mask)
-            mask, index = AttentionMask(valid, slots), cache["index"]
-            if fresh_cache:
-                mask = causal_mask(attention_mask, left_padded=True)
+            mask = causal_mask(attention_mask, left_padded=True) if fresh_cache else AttentionMask(valid, slots)
+            index = cache["index"]
         x = inputs_embeds
         if self.scan_layers:
             stacked = (jnp.stack(list(deepstack)), image_slots) if deepstack else None
