@@ -3,8 +3,9 @@ r"""Asynchronous vs synchronous training throughput, side by side in one run; pr
 Same recipe, variant, workers and latency regime for both modes, one after the other: the synchronous baseline
 (`rollout.mode=sync`: one batch of groups is admitted per policy version and played to the end, stragglers
 included; generation stops while the trainer trains; only the current version's episodes train: staleness 0), then
-the paper's asynchronous mode (up to η + 1 batches in flight or waiting, rollout/admission.py). Each mode runs until it has made `--steps` train steps (the
-first one, which compiles the update, is excluded from the steady state) or `--max_minutes` pass.
+the paper's asynchronous mode (up to η + 1 batches in flight or waiting, rollout/admission.py). Each mode runs until it has made `--steps` train steps after
+its first (which compiles the update and is excluded from the steady state): the window is counted in steps, not
+seconds. `--max_minutes` is only a safety net; an arm it stops gets a `needs` line saying how long to rerun.
 
 Regimes (`--regime`): `local` serves MiniWoB++ pages from disk, so they answer at once; `web` models real websites
 (`env.latency.regime=web`: a lognormal page delay per reset and step, median 0.8 s and p95 5 s, and Chromium's
@@ -20,7 +21,7 @@ it), train steps, trainer idle fraction, the machine's CPU busy fraction over th
 trained trajectory cost (all cores, /proc/stat), mean and max staleness of the trained episodes, episodes dropped as stale,
 and the exactly-once audit (every trained episode id is in the buffer's commit log, none trained twice). The ratio
 async/sync is printed only when both modes made at least `MIN_STEPS` steady-state steps; otherwise it is null and
-`needs` says how many minutes a mode would need.
+`needs` says how to rerun (more `--steps`, or more minutes for an arm the clock stopped).
 
     python bench/async_vs_sync.py --regime=web --num_workers=8
     python bench/async_vs_sync.py --regime=web --num_workers=16 --arms=sync_rebuilt,sync,async
@@ -162,14 +163,16 @@ def main() -> None:
     parser.add_argument("--regime", choices=("local", "web"), default="local", help="env latency model (see above)")
     parser.add_argument("--variant", default="tiny", help="config variant of configs/constT10.py (tiny, toy)")
     parser.add_argument("--num_workers", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=6, help=f"steady-state train steps per mode (>= {MIN_STEPS})")
-    parser.add_argument("--max_minutes", type=float, default=20.0, help="wall-clock cap per mode")
+    parser.add_argument("--steps", type=int, default=6,
+                        help=f"steady-state train steps per mode: the window's count (>= {MIN_STEPS} for a ratio)")
+    parser.add_argument("--max_minutes", type=float, default=20.0,
+                        help="wall-clock cap per mode: a safety net, not the window (a capped arm gets `needs`)")
     parser.add_argument("--arms", default="sync,async", help=f"comma-separated, in order, of {sorted(ARMS)}")
     parser.add_argument("override", nargs="*", help="--config.a.b=v overrides for every arm (after --)")
     args = parser.parse_args()
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    if args.steps < MIN_STEPS:
-        raise SystemExit(f"async_vs_sync: --steps={args.steps} is too few for a ratio: use --steps >= {MIN_STEPS}")
+    if args.steps < 1:
+        raise SystemExit(f"async_vs_sync: --steps={args.steps}: use --steps >= 1 (>= {MIN_STEPS} for a ratio)")
     if not set(arms) <= set(ARMS) or "async" not in arms or len(arms) < 2 or len(set(arms)) != len(arms):
         raise SystemExit(f"async_vs_sync: --arms={args.arms!r}: give async and at least one of sync, sync_rebuilt")
     with tempfile.TemporaryDirectory(prefix="async_vs_sync_") as root:
@@ -190,7 +193,10 @@ def summary(results: dict, args) -> dict:
             if enough and results[arm]["trajectories_per_hour"] and asynchronous["trajectories_per_hour"] else None)
     short = [m for m in results.values() if m["steady_state_steps"] < MIN_STEPS]
     report["needs"] = None
-    if short:
+    if short and args.steps < MIN_STEPS:   # every arm stopped at its count: the count was too small
+        report["needs"] = (f"--steps={args.steps} gives at most {args.steps} steady-state steps a mode: a ratio "
+                           f"needs --steps >= {MIN_STEPS}")
+    elif short:   # an arm stopped at the clock
         slowest = max(short, key=lambda m: m["seconds_per_step"] or float("inf"))
         arm = next(a for a, m in results.items() if m is slowest)
         per_step = slowest["seconds_per_step"] or slowest["wall_s"]

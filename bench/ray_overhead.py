@@ -3,8 +3,9 @@
 Both launchers run the same worker spec: the toy env, the policy behind the real pyzmq transport (the scripted
 test backend, optionally with a per-request delay standing in for generation time), a real ring buffer. Rounds
 alternate local / Ray so drifting machine load hits both alike. In each round the pool starts, every worker
-finishes a first group (start-up excluded), then the episodes appended during `--window_s` are counted from
-the buffer. Prints one JSON object; `overhead` = 1 − ray_rate / local_rate (target ≤ 0.10).
+finishes a first group (start-up excluded), then the episodes appended during the window are counted from
+the buffer: the window lasts `--window_s` and then stays open until it holds `--min_episodes`, so a loaded machine
+lengthens it instead of emptying it. Prints one JSON object; `overhead` = 1 − ray_rate / local_rate (target ≤ 0.10).
 
     python bench/ray_overhead.py --workers=2 --window_s=20 --rounds=2
 """
@@ -25,7 +26,8 @@ def count_since(buffer, cursor):
     return len(episodes), {e.info["worker_id"] for e in episodes}, cursor
 
 
-def one_round(make_pool, buffer, num_workers: int, window_s: float, warmup_timeout_s: float) -> dict:
+def one_round(make_pool, buffer, num_workers: int, window_s: float, min_episodes: int,
+              warmup_timeout_s: float) -> dict:
     _, _, cursor = count_since(buffer, None)
     started = time.perf_counter()
     with make_pool() as pool:
@@ -41,6 +43,14 @@ def one_round(make_pool, buffer, num_workers: int, window_s: float, warmup_timeo
         window_start = time.perf_counter()
         time.sleep(window_s)
         episodes, _, cursor = count_since(buffer, cursor)
+        while episodes < min_episodes:   # a loaded machine: the window stays open until it holds its count
+            if time.perf_counter() - window_start > window_s + warmup_timeout_s:
+                raise RuntimeError(f"the window held {episodes} of its {min_episodes} episodes after "
+                                   f"{window_s + warmup_timeout_s:.0f} s: the workers stalled")
+            pool.raise_if_failed()
+            time.sleep(0.2)
+            more, _, cursor = count_since(buffer, cursor)
+            episodes += more
         elapsed = time.perf_counter() - window_start
         pool.raise_if_failed()
     return {"episodes": episodes, "window_s": elapsed, "startup_s": startup_s,
@@ -50,7 +60,8 @@ def one_round(make_pool, buffer, num_workers: int, window_s: float, warmup_timeo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--window_s", type=float, default=20.0)
+    parser.add_argument("--window_s", type=float, default=20.0, help="a round's window: at least this long")
+    parser.add_argument("--min_episodes", type=int, default=1, help="and holding at least this many episodes")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--delay_ms", type=float, default=0.0, help="scripted generation delay per request")
     parser.add_argument("--warmup_timeout_s", type=float, default=180.0)
@@ -86,7 +97,7 @@ def main() -> None:
             order = ("local", "ray") if round_index % 2 == 0 else ("ray", "local")
             for name in order:
                 results[name].append(one_round(launchers[name], buffer, args.workers, args.window_s,
-                                               args.warmup_timeout_s))
+                                               args.min_episodes, args.warmup_timeout_s))
     ray.shutdown()
 
     def total(name, key):
@@ -95,7 +106,8 @@ def main() -> None:
     local_rate = 3600.0 * total("local", "episodes") / total("local", "window_s")
     ray_rate = 3600.0 * total("ray", "episodes") / total("ray", "window_s")
     print(json.dumps({
-        "benchmark": "ray_overhead", "workers": args.workers, "window_s": args.window_s, "rounds": args.rounds,
+        "benchmark": "ray_overhead", "workers": args.workers, "window_s": args.window_s,
+        "min_episodes": args.min_episodes, "rounds": args.rounds,
         "delay_ms": args.delay_ms, "cpu_count": os.cpu_count(), "ray_init_s": round(ray_init_s, 2),
         "local_episodes_per_hour": round(local_rate, 1), "ray_episodes_per_hour": round(ray_rate, 1),
         "overhead": round(1.0 - ray_rate / local_rate, 4) if local_rate else None,
