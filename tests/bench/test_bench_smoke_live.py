@@ -93,23 +93,3 @@ def test_async_vs_sync_smallest_run_trains_both_modes_to_its_count_exactly_once(
     assert out["steady_state_ratio_async_over_sync"] is None
     assert out["needs"].startswith("--steps=1 gives at most 1 steady-state step"), out["needs"]
 
-
-def _arm(steady_steps: int, trajectories_per_hour: float, seconds_per_step: float = 10.0) -> dict:
-    return {"steady_state_steps": steady_steps, "trajectories_per_hour": trajectories_per_hour,
-            "seconds_per_step": seconds_per_step, "wall_s": 60.0}
-
-
-@pytest.mark.parametrize("steps,sync,ratio,needs", [
-    (5, _arm(5, 100.0), 1.5, None),                                                       # both counted to 5
-    (6, _arm(2, 100.0, seconds_per_step=30.0), None, "sync made 2 steady-state steps in 1 min: rerun with "
-                                                     "--max_minutes=5"),                  # the clock stopped sync
-    (2, _arm(2, 100.0), None, "--steps=2 gives at most 2 steady-state steps a mode"),     # the count was too small
-])
-def test_async_vs_sync_prints_a_ratio_only_from_enough_steps_and_says_how_to_rerun(steps, sync, ratio, needs):
-    import argparse
-
-    from async_vs_sync import summary
-    args = argparse.Namespace(regime="local", variant="toy", num_workers=2, steps=steps, max_minutes=1.0, override=[])
-    report = summary({"sync": sync, "async": _arm(max(steps, 5) if ratio else steps, 150.0)}, args)
-    assert report["steady_state_ratio_async_over_sync"] == (pytest.approx(ratio) if ratio else None)
-    assert (report["needs"] is None) if needs is None else report["needs"].startswith(needs), report["needs"]

@@ -75,7 +75,7 @@ def test_audit_finds_twice_trained_and_unknown_episodes(tmp_path):
     assert report["trained_twice"] == 1 and report["not_in_commit_log"] == 1 and not report["ok"]
 
 
-def test_async_vs_sync_summary_has_a_ratio_per_synchronous_arm_and_names_a_short_one():
+def test_async_vs_sync_summary_has_a_ratio_per_synchronous_arm_and_says_how_to_rerun_a_short_one():
     def arm(steps, per_hour, per_step):
         return {"steady_state_steps": steps, "trajectories_per_hour": per_hour, "seconds_per_step": per_step,
                 "wall_s": 100.0}
@@ -88,6 +88,10 @@ def test_async_vs_sync_summary_has_a_ratio_per_synchronous_arm_and_names_a_short
     short = async_vs_sync.summary({"sync_rebuilt": arm(3, 1000.0, 120.0), "async": arm(6, 3000.0, 40.0)}, args)
     assert short["steady_state_ratio_async_over_sync_rebuilt"] is None
     assert short["needs"] == "sync_rebuilt made 3 steady-state steps in 20 min: rerun with --max_minutes=14"
+    counted = async_vs_sync.summary({"sync": arm(2, 1500.0, 80.0), "async": arm(2, 3000.0, 40.0)},
+                                    SimpleNamespace(**{**vars(args), "steps": 2}))   # the count, not the clock
+    assert counted["steady_state_ratio_async_over_sync"] is None
+    assert counted["needs"] == "--steps=2 gives at most 2 steady-state steps a mode: a ratio needs --steps >= 5"
 
 
 def test_cpu_busy_fraction_sees_a_busy_core():
