@@ -51,6 +51,9 @@ def variant(arg: str | None) -> str:
 # Every field: its default, one line of help and the values it allows (configs/fields.py). `--print_config_help`
 # lists them with the resolved values; jaxwebrl/train/config_validation.py runs these checks, then the ones that
 # relate several fields or that another layer owns.
+LOSS_KNOB = "jaxwebrl.rl.losses.knob_problem"    # owns the clips', the cap's and the losses' own knobs' ranges
+JOIN = "jaxwebrl.parallel.distributed.resolve_settings"  # owns the join settings' ranges (config or JAXWEBRL_*)
+LATENCY = "jaxwebrl.env.latency.LatencyConfig"   # owns env.latency's ranges (and checks them against the timeout)
 MODEL_NAMES = ("tiny", "tiny_hd32", "pretrained", "random")
 DTYPES = ("float32", "bfloat16")
 NORM_LEVELS = ("group", "batch", None)
@@ -78,7 +81,8 @@ def _norm(mean_level, std_level) -> dict:
 
 SCHEMA = {
     "variant": Field("tiny", "the scale this config was built at (a name in SCALES: tiny, toy, qwen3vl_8b, ...)"),
-    "seed": Field(0, "the run's seed (initial weights, sampling, task instances)"),
+    "seed": Field(0, "the run's seed (initial weights, sampling, task instances)",
+                  count("must be an int >= 0 (numpy's generators take no negative seed)")),
     "extensions": Field("", "comma-separated modules every process imports first (they register losses, "
                             "estimators, envs: jaxwebrl/extensions.py)"),
     "compilation_cache_dir": Field("~/.cache/jaxwebrl/xla", "compiled programs kept across runs (a rerun, a "
@@ -106,8 +110,10 @@ SCHEMA = {
                                         "'cudnn', 'splash'", one_of(ATTENTION_KERNELS)),
         "logits_chunk": Field(0, "vocabulary entries per LM-head chunk in the trainer's log-probs (0: all)",
                               at_least(0, "must be >= 0 (0: no chunking)")),
-        "num_layers": Field(None, "fewer decoder layers than model.preset (rehearsals)", type=int),
-        "vision_depth": Field(None, "fewer vision blocks than model.preset", type=int),
+        "num_layers": Field(None, "fewer decoder layers than model.preset (rehearsals)", type=int,
+                            checked_by="jaxwebrl.models.presets.preset_config"),
+        "vision_depth": Field(None, "fewer vision blocks than model.preset", type=int,
+                              checked_by="jaxwebrl.models.presets.preset_config"),
         # 48 fits the byte-level tiny tokenizer's 'Memory: {}\nAction: click(x, y)'.
         "max_new_tokens": Field(48, "response-token budget of a step", at_least(1)),
         "temperature": Field(1.0, "sampling temperature (the trainer's log-probs replay it)",
@@ -141,7 +147,8 @@ SCHEMA = {
         "group_size": Field(4, "G: episodes per task instance",
                             at_least(1, "must be >= 1 episode per task instance")),
         "max_episode_steps": Field(5, "horizon cap: a task plays min(its own horizon, this) steps "
-                                      "(1..jaxwebrl.env.tasks.webtask.task_spec.MAX_STEPS; docs/env.md)"),
+                                      "(1..jaxwebrl.env.tasks.webtask.task_spec.MAX_STEPS; docs/env.md)",
+                                   checked_by="jaxwebrl.env.tasks.webtask.task_spec.MAX_STEPS"),
         "screenshot_height": Field(64, "screenshot height in pixels",
                                    at_least(8, "screenshots must be at least 8×8")),
         "screenshot_width": Field(64, "screenshot width in pixels", at_least(8, "screenshots must be at least 8×8")),
@@ -175,12 +182,14 @@ SCHEMA = {
         # preset; all three 0: not emulated) for browser envs. Their ranges are LatencyConfig's (env/latency.py).
         "latency": {
             "regime": Field("local", "'local' (off) or 'web' (page delays and network conditions)"),
-            "page_delay_median_s": Field(0.8, "median page delay after a reset or step (0: no page delay)"),
-            "page_delay_p95_s": Field(5.0, "the page delay's long tail (== median: a constant delay)"),
-            "page_delay_max_s": Field(20.0, "the cap on one page delay"),
-            "network_latency_ms": Field(165.0, "added round trip of every request"),
-            "download_kbps": Field(8100.0, "download throughput (0: not throttled)"),
-            "upload_kbps": Field(1350.0, "upload throughput (0: not throttled)"),
+            "page_delay_median_s": Field(0.8, "median page delay after a reset or step (0: no page delay)",
+                                         checked_by=LATENCY),
+            "page_delay_p95_s": Field(5.0, "the page delay's long tail (== median: a constant delay)",
+                                      checked_by=LATENCY),
+            "page_delay_max_s": Field(20.0, "the cap on one page delay", checked_by=LATENCY),
+            "network_latency_ms": Field(165.0, "added round trip of every request", checked_by=LATENCY),
+            "download_kbps": Field(8100.0, "download throughput (0: not throttled)", checked_by=LATENCY),
+            "upload_kbps": Field(1350.0, "upload throughput (0: not throttled)", checked_by=LATENCY),
         },
         # The judge of WebGym tasks (jaxwebrl/env/tasks/webgym/judge.py, docs/env.md): "ground_truth" (the
         # programmatic answer) or "chat" (an OpenAI-compatible endpoint that takes images; its key from the
@@ -202,7 +211,8 @@ SCHEMA = {
             "concurrency": Field(8, "chat: verdicts in flight at once per worker process",
                                  at_least(1, "must be >= 1")),
             "rate_per_s": Field(None, "chat: at most this many requests started a second per worker process "
-                                      "(None: no limit)", type=float),
+                                      "(None: no limit)", above(0, "must be > 0 requests a second, or None for no "
+                                                                   "limit"), type=float),
         },
     },
     "rollout": {
@@ -286,7 +296,8 @@ SCHEMA = {
                                         type=float),
         # A run stopped on these seeds (EVAL_SEED_START + 0..n-1) is selected on them: report held-out success on
         # other seeds (launch/eval.py --seed_start).
-        "greedy_check_seeds": Field(4, "instances per task of the greedy check"),
+        "greedy_check_seeds": Field(4, "instances per task of the greedy check",
+                                    at_least(1, "the greedy check needs >= 1 instance a task")),
         "stop_after_unusable_episodes": Field(64, "stop the run, naming the cause, once this many episodes in a row "
                                                   "were all cut (a step > buffer.max_seq_len) or all env-failed "
                                                   "(0: never)", at_least(0, "must be >= 0 episodes (0 = never)")),
@@ -303,11 +314,14 @@ SCHEMA = {
                                    "success_filter and raw None/None"),
         "use_decoupled_loss": Field(True, "behaviour weight w = exp(prox − behave)"),
         # The clips' and the cap's ranges are the losses' own: jaxwebrl.rl.losses.check_clip, run by validation.
-        "eps_clip": Field(0.2, "PPO clip ε in (0, 1); None only for CISPO and M2PO (unbounded below)", type=float),
-        "eps_clip_higher": Field(None, "DAPO asymmetric upper clip (> 0, >= eps_clip); None: eps_clip", type=float),
-        "c_clip": Field(3.0, "dual clip c > 1 capping the loss at c·|A| for A < 0 (None: off)", type=float),
+        "eps_clip": Field(0.2, "PPO clip ε in (0, 1); None only for CISPO and M2PO (unbounded below)", type=float,
+                          checked_by=LOSS_KNOB),
+        "eps_clip_higher": Field(None, "DAPO asymmetric upper clip (> 0, >= eps_clip); None: eps_clip", type=float,
+                                 checked_by=LOSS_KNOB),
+        "c_clip": Field(3.0, "dual clip c > 1 capping the loss at c·|A| for A < 0 (None: off)", type=float,
+                        checked_by=LOSS_KNOB),
         "behav_imp_weight_cap": Field(5.0, "drop tokens whose behaviour weight w exceeds this cap > 1 (None: drop "
-                                           "none)", type=float),
+                                           "none)", type=float, checked_by=LOSS_KNOB),
         # The reference policy (jaxwebrl/train/reference.py): actor.ref_checkpoint, else model.init_params, else
         # the recipe's initial weights; a resume reloads the step WORKDIR/reference.json recorded.
         "kl_ctl": Field(0.0, "KL-to-reference penalty in the reward (AReaL's kl_ctl; > 0 loads the reference)",
@@ -329,11 +343,14 @@ SCHEMA = {
         "agg_normalizer": Field(None, "Dr.GRPO's constant (seq-mean-token-sum-norm); None: the response-token "
                                       "budget model.max_new_tokens",
                                 above(0, "must be > 0 or None (the response-token budget)"), type=float),
-        "m2_threshold": Field(None, "M2PO second-moment bound > 0 (e.g. 0.04); None: off", type=float),
-        "sapo_tau_pos": Field(None, "SAPO gate temperature for A > 0 (> 0; None: the loss's default)", type=float),
-        "sapo_tau_neg": Field(None, "SAPO gate temperature for A < 0 (> 0; None: the loss's default)", type=float),
+        "m2_threshold": Field(None, "M2PO second-moment bound > 0 (e.g. 0.04); None: off", type=float,
+                              checked_by=LOSS_KNOB),
+        "sapo_tau_pos": Field(None, "SAPO gate temperature for A > 0 (> 0; None: the loss's default)", type=float,
+                              checked_by=LOSS_KNOB),
+        "sapo_tau_neg": Field(None, "SAPO gate temperature for A < 0 (> 0; None: the loss's default)", type=float,
+                              checked_by=LOSS_KNOB),
         "step_adv_const_length": Field(None, "k of the step normaliser 1/k (> 0); None → 1/|τ| (constT10: 10)",
-                                       type=float),
+                                       type=float, checked_by="jaxwebrl.rl.advantages.check_const_length"),
         "discount": Field(1.0, "γ in (0, 1]", between(0, 1, "need 0 < discount <= 1", low_open=True)),
         "gae_lambda": Field(1.0, "GAE λ in [0, 1]", between(0, 1, "need 0 <= gae_lambda <= 1")),
         "gae_lambda_fn": Field(None, "per-row λ from the row's length instead of gae_lambda: 'vapo_length_adaptive' "
@@ -345,11 +362,16 @@ SCHEMA = {
                                    one_of(("token", "turn"), "use 'token' or 'turn'")),
         "max_turns": Field(1, "turns a step row holds at most (turn GAE's static bound; a step row holds one "
                               "response)", at_least(1, "must be >= 1 turn a row")),
-        "reward_bias": Field(0.0, "added to every reward before scaling"),
-        "reward_scaling": Field(1.0, "rewards are multiplied by this"),
-        "reward_clip": Field(20.0, "rewards are clipped to ± this"),
-        "overlong_tokens": Field(None, "DAPO soft overlong penalty window", type=int),
-        "overlong_penalty_factor": Field(None, "DAPO overlong penalty at the full window", type=float),
+        "reward_bias": Field(0.0, "added to every reward before scaling",
+                             any_value="a shift of every reward: any real number moves the baseline, not the sign "
+                                       "of an advantage"),
+        "reward_scaling": Field(1.0, "rewards are multiplied by this",
+                                above(0, "must be > 0 (0 erases the reward; < 0 rewards failure)")),
+        "reward_clip": Field(20.0, "rewards are clipped to ± this", above(0, "must be > 0 (rewards clip to ± this)")),
+        "overlong_tokens": Field(None, "DAPO soft overlong penalty window (0 < it <= model.max_new_tokens)", type=int,
+                                 checked_by="jaxwebrl.rl.advantages.check_overlong"),
+        "overlong_penalty_factor": Field(None, "DAPO overlong penalty at the full window", type=float,
+                                         checked_by="jaxwebrl.rl.advantages.check_overlong"),
         "reward_norm": _norm("group", "group"),
         "adv_norm": _norm(None, None),
     },
@@ -385,10 +407,10 @@ SCHEMA = {
     # JAXWEBRL_* environment (docs/scaling.md). One process and no mesh axis set: the plain one-device trainer.
     "distributed": {
         "coordinator_address": Field(None, "process 0's 'host:port' ($JAXWEBRL_COORDINATOR)", type=str),
-        "num_processes": Field(None, "$JAXWEBRL_NUM_PROCESSES (unset: 1)", type=int),
-        "process_id": Field(None, "this process's rank ($JAXWEBRL_PROCESS_ID)", type=int),
+        "num_processes": Field(None, "$JAXWEBRL_NUM_PROCESSES (unset: 1)", type=int, checked_by=JOIN),
+        "process_id": Field(None, "this process's rank ($JAXWEBRL_PROCESS_ID)", type=int, checked_by=JOIN),
         "local_device_ids": Field(None, "'0,1,2,3': GPUs this process owns", type=str),
-        "local_device_count": Field(None, "CPU backend only: fake devices (tests)", type=int),
+        "local_device_count": Field(None, "CPU backend only: fake devices (tests)", type=int, checked_by=JOIN),
         "auto": Field(None, "True: JAX detects TPU slice / SLURM / MPI", type=bool),
         "server_devices": Field(0, "each process's last k local devices kept for the policy server",
                                 at_least(0, "must be >= 0 (0: the server shares a device)")),

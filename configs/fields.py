@@ -9,7 +9,9 @@
 A field with a `type` may be None (an ml_collections placeholder of that type, so `--config.a.b=None` and
 `--config.a.b=0.3` both parse); its check applies to set values only. Checks that relate several fields, need
 the filesystem or a registry stay in jaxwebrl/train/config_validation.py, and so do ranges another layer owns
-(the losses' clips: `jaxwebrl.rl.losses.check_clip`); such a field's help says where its range lives.
+(the losses' clips: `jaxwebrl.rl.losses.knob_problem`): such a field names that rule in `checked_by` (validation
+calls it). A number that may take any value says why in `any_value`. Every numeric field has one of the three
+(tests/configs/test_fields.py).
 """
 
 from __future__ import annotations
@@ -31,18 +33,30 @@ class Check:
 @dataclasses.dataclass(frozen=True)
 class Field:
     """One field: its default, one line of help, its check (None: any value of its type) and, for a field that may
-    be None, the type of a set value."""
+    be None, the type of a set value. A field whose range another layer owns names that rule in `checked_by`
+    ("module.attribute", which config validation calls); one that allows any value of its type says why in
+    `any_value`."""
 
     default: Any
     help: str
     check: Check | None = None
     type: type | None = None
+    checked_by: str | None = None
+    any_value: str | None = None
 
     def __post_init__(self):
         if self.default is None and self.type is None:
             raise ValueError(f"Field(None, {self.help!r}): a field that defaults to None needs type=")
         if not self.help.strip():
             raise ValueError("Field(...): give the field one line of help")
+        if sum(x is not None for x in (self.check, self.checked_by, self.any_value)) > 1:
+            raise ValueError(f"Field({self.default!r}, {self.help!r}): give one of check, checked_by, any_value")
+
+    @property
+    def numeric(self) -> bool:
+        """Whether the field holds a number (an int or float default, or a None-able int or float)."""
+        number = isinstance(self.default, (int, float)) and not isinstance(self.default, bool)
+        return number or self.type in (int, float)
 
     def problem(self, value) -> str | None:
         """What is wrong with `value` (the check's fix), or None when it is allowed."""

@@ -61,11 +61,11 @@ def preset_config(name: str, *, dtype: str = "float32", param_dtype: str | None 
     vision = hf["vision_config"]
     if num_layers is not None:
         if num_layers < 1:
-            raise ValueError(f"model.num_layers={num_layers} must be >= 1")
+            raise ValueError(f"model.num_layers={num_layers}: must be >= 1 (fewer decoder layers than the preset)")
         text["num_hidden_layers"] = num_layers
     if vision_depth is not None:
         if vision_depth < 1:
-            raise ValueError(f"model.vision_depth={vision_depth} must be >= 1")
+            raise ValueError(f"model.vision_depth={vision_depth}: must be >= 1 (fewer vision blocks than the preset)")
         for key in get_family(hf["model_type"]).vision_block_index_keys:
             if key in vision:
                 vision[key] = _scaled(vision[key], vision["depth"], vision_depth)

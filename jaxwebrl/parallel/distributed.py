@@ -82,7 +82,8 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
         except (TypeError, ValueError):
             raise ValueError(f"distributed.{key}={value!r} (or ${ENV[key]}): must be an integer") from None
 
-    num_processes = integer("num_processes") or 1
+    num_processes = integer("num_processes")
+    num_processes = 1 if num_processes is None else num_processes
     process_id = integer("process_id")
     ids = raw["local_device_ids"]
     if isinstance(ids, str):
@@ -95,6 +96,9 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
         local_device_count=integer("local_device_count"), auto=auto)
     if num_processes < 1:
         raise ValueError(f"distributed.num_processes={num_processes}: must be >= 1")
+    if settings.local_device_count is not None and settings.local_device_count < 1:
+        raise ValueError(f"distributed.local_device_count={settings.local_device_count}: must be >= 1 (fake CPU "
+                         f"devices a process)")
     if num_processes > 1 and not auto:
         if not settings.coordinator_address:
             raise ValueError(

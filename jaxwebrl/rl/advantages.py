@@ -50,12 +50,19 @@ def overlong_penalty(response_lengths, *, max_response_tokens: int, overlong_tok
                      overlong_penalty_factor: float):
     """DAPO soft overlong punishment: 0 up to max - overlong_tokens tokens, then linearly down to
     -factor at max tokens (and beyond). response_lengths [R] -> [R] float32 (<= 0)."""
-    if overlong_tokens <= 0 or overlong_tokens > max_response_tokens:
-        raise ValueError(f"overlong_tokens must be in (0, max_response_tokens={max_response_tokens}], "
-                         f"got {overlong_tokens}")
+    check_overlong(overlong_tokens, overlong_penalty_factor, max_response_tokens)
     lengths = jnp.asarray(response_lengths, jnp.float32)
     exceed = lengths - (max_response_tokens - overlong_tokens)
     return jnp.minimum(-exceed / overlong_tokens * overlong_penalty_factor, 0.0)
+
+
+def check_overlong(overlong_tokens, overlong_penalty_factor, max_response_tokens) -> None:
+    """DAPO's overlong window (an int in 1..max_response_tokens) and its penalty factor (> 0), else ValueError."""
+    if type(overlong_tokens) is not int or not 0 < overlong_tokens <= max_response_tokens:
+        raise ValueError(f"overlong_tokens={overlong_tokens!r}: must be an int in 1..model.max_new_tokens="
+                         f"{max_response_tokens} (the window before the budget where the penalty grows)")
+    if not overlong_penalty_factor > 0:
+        raise ValueError(f"overlong_penalty_factor={overlong_penalty_factor!r}: must be > 0 (DAPO: 1.0)")
 
 
 def episode_overlong_penalty(response_lengths, episode_ids, **penalty):
@@ -237,6 +244,8 @@ class AdvantageConfig:
         if self.overlong_tokens is not None and (self.max_response_tokens is None
                                                  or self.overlong_penalty_factor is None):
             raise ValueError("overlong_tokens needs max_response_tokens and overlong_penalty_factor too")
+        if self.overlong_tokens is not None:
+            check_overlong(self.overlong_tokens, self.overlong_penalty_factor, self.max_response_tokens)
         if self.kl_estimator not in kl_lib.KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {kl_lib.KL_ESTIMATORS}, got {self.kl_estimator!r}")
         check_const_length(self.step_adv_const_length)

@@ -5,9 +5,9 @@ e.g. `actor.c_clip=0.5: the dual clip must be > 1 (e.g. 3.0) or None to disable 
 modules (`extensions`) are imported first, so the losses, estimators and envs they register are known.
 
 A field's own range is declared with the field (configs/base.py SCHEMA, run here once by `_check_fields`), or,
-where another layer owns it, is that layer's rule called here (the losses' knobs: `losses.knob_problem`; the
-latency regime: `LatencyConfig`). What stays below relates several fields, or needs the filesystem, a registry or
-an optional dependency.
+where another layer owns it, is that layer's rule called here (the field's `checked_by` names it: the losses'
+knobs `losses.knob_problem`, the latency regime `LatencyConfig`, ...). What stays below relates several fields,
+or needs the filesystem, a registry or an optional dependency.
 """
 
 from __future__ import annotations
@@ -98,8 +98,6 @@ def _check_train(c) -> None:
     if t.consumer_batch_size % g:
         _fail("train.consumer_batch_size", t.consumer_batch_size,
               f"must be a multiple of env.group_size={g} (whole groups are trained together)")
-    if t.stop_at_greedy_success is not None and not t.greedy_check_seeds >= 1:
-        _fail("train.greedy_check_seeds", t.greedy_check_seeds, "the greedy check needs >= 1 instance a task")
 
 
 def _check_actor(c) -> None:
@@ -190,8 +188,8 @@ def _check_model(c) -> None:
             _fail("model.checkpoint", m.checkpoint, "directory not found: give an existing local HF checkpoint directory")
         if not os.path.isfile(os.path.join(m.checkpoint, "config.json")):
             _fail("model.checkpoint", m.checkpoint, "no config.json inside: point at the HF model directory itself")
-    if m.lora.rank is not None or m.freeze_vision:
-        try:   # the LoRA targets and a text-only model's freeze_vision are the model layer's rules
+    if m.lora.rank is not None or m.freeze_vision or m.num_layers is not None or m.vision_depth is not None:
+        try:   # the LoRA targets, a text-only model's freeze_vision and a preset's depths are the model layer's rules
             presets.shapes_config(m)
         except ValueError as err:
             raise ConfigError(_one_line(err)) from None

@@ -1,6 +1,8 @@
 """Every config field is declared once (configs/base.py SCHEMA): its default, one line of help and its check, and
 the rules another layer owns (the losses' knobs) are the very rules validation applies."""
 
+import importlib
+
 import numpy as np
 import pytest
 from ml_collections import config_dict
@@ -73,6 +75,75 @@ def test_declared_checks_run_at_validation(key, value, message, tmp_path):
     node[leaf] = value
     with pytest.raises(ConfigError, match=message):
         validate(c, str(tmp_path))
+
+
+def _set(c, key, value):
+    *parents, leaf = key.split(".")
+    node = c
+    for part in parents:
+        node = node[part]
+    node[leaf] = value
+
+
+def test_every_numeric_field_declares_its_range_or_why_it_has_none():
+    """A number field carries its check, names the rule of the layer that owns its range (an importable one), or
+    says why any value is allowed: a field added without one fails here."""
+    bare = [key for key, field in base.FIELDS.items()
+            if field.numeric and field.check is None and field.checked_by is None and not field.any_value]
+    assert not bare, f"numeric fields with no declared range: {bare}: give each a check (configs/fields.py), the " \
+                     f"rule that owns it (checked_by=) or why any value is allowed (any_value=)"
+    for key, field in base.FIELDS.items():
+        if field.checked_by is not None:
+            module, _, name = field.checked_by.rpartition(".")
+            assert hasattr(importlib.import_module(module), name), f"{key}: checked_by {field.checked_by} is no rule"
+
+
+# A value out of range for every field whose range another layer owns (checked_by), with the fields it needs set
+# to reach that rule: validation must refuse each in one line naming the key.
+OWNED_RANGE_CASES = {
+    "model.num_layers": (0, {"model.name": "random", "model.preset": "qwen3vl_2b"}),
+    "model.vision_depth": (0, {"model.name": "random", "model.preset": "qwen3vl_2b"}),
+    "env.max_episode_steps": (1001, {}),
+    "env.latency.page_delay_median_s": (-0.5, {}),
+    "env.latency.page_delay_p95_s": (0.1, {}),
+    "env.latency.page_delay_max_s": (1.0, {}),
+    "env.latency.network_latency_ms": (-1.0, {}),
+    "env.latency.download_kbps": (float("nan"), {}),
+    "env.latency.upload_kbps": (-1.0, {}),
+    "actor.eps_clip": (1.0, {}),
+    "actor.eps_clip_higher": (-0.1, {}),
+    "actor.c_clip": (1.0, {}),
+    "actor.behav_imp_weight_cap": (1.0, {}),
+    "actor.m2_threshold": (0.0, {"actor.loss": "m2po"}),
+    "actor.sapo_tau_pos": (0.0, {"actor.loss": "sapo", "actor.use_decoupled_loss": False}),
+    "actor.sapo_tau_neg": (-1.0, {"actor.loss": "sapo", "actor.use_decoupled_loss": False}),
+    "actor.step_adv_const_length": (0.0, {}),
+    "actor.overlong_tokens": (0, {"actor.overlong_penalty_factor": 1.0}),
+    "actor.overlong_penalty_factor": (0.0, {"actor.overlong_tokens": 8}),
+    "distributed.num_processes": (0, {}),
+    "distributed.process_id": (2, {"distributed.num_processes": 2, "distributed.coordinator_address": "h:1"}),
+    "distributed.local_device_count": (0, {}),
+}
+
+
+def test_every_owned_range_has_a_refused_case():
+    owned = {key for key, field in base.FIELDS.items() if field.checked_by is not None}
+    assert owned == set(OWNED_RANGE_CASES), f"add a refused value for {sorted(owned - set(OWNED_RANGE_CASES))}"
+
+
+@pytest.mark.parametrize("key", OWNED_RANGE_CASES)
+def test_validation_refuses_each_owned_range_in_one_line_naming_the_key(key, tmp_path):
+    bad, needs = OWNED_RANGE_CASES[key]
+    _, c = load("constT10", "toy")
+    c.env.latency.regime = "web"          # the latency ranges hold in either regime; "web" is the one that reads them
+    c.env.step_timeout_s = 60.0
+    for other, value in needs.items():
+        _set(c, other, value)
+    _set(c, key, bad)
+    with pytest.raises(ConfigError) as err:
+        validate(c, str(tmp_path))
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"{key}="), line
 
 
 def _loss_inputs():
