@@ -53,11 +53,11 @@ def variant(arg: str | None) -> str:
 # relate several fields or that another layer owns.
 LOSS_KNOB = "jaxwebrl.rl.losses.knob_problem"    # owns the clips', the cap's and the losses' own knobs' ranges
 JOIN = "jaxwebrl.parallel.distributed.resolve_settings"  # owns the join settings' ranges (config or JAXWEBRL_*)
+KL_ESTIMATOR = "jaxwebrl.rl.kl.estimator_problem"   # the KL estimators' names (configs/ imports no jaxwebrl)
 LATENCY = "jaxwebrl.env.latency.LatencyConfig"   # owns env.latency's ranges (and checks them against the timeout)
 MODEL_NAMES = ("tiny", "tiny_hd32", "pretrained", "random")
 DTYPES = ("float32", "bfloat16")
 NORM_LEVELS = ("group", "batch", None)
-KL_ESTIMATORS = ("k1", "k2", "k3")   # jaxwebrl.rl.kl.KL_ESTIMATORS (configs/ imports nothing from jaxwebrl)
 ATTENTION_KERNELS = ("auto", "xla", "chunked", "cudnn", "splash")   # jaxwebrl.models.attention_kernels.KERNELS
 _RATE = between(0, 1, "must be a success rate in (0, 1], or unset to run to max_steps", low_open=True)
 _COUNT = count("must be an int >= 0 (0 turns the TensorBoard episode samples off)")
@@ -101,7 +101,8 @@ SCHEMA = {
                                    "fp32 master weights, bf16 compute",
                              one_of(DTYPES, "use 'float32', 'bfloat16' or None (= model.dtype)"), type=str),
         "remat": Field("none", "rematerialisation policy, least recompute first: 'none', 'minimal', "
-                               "'save_dot_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full' (models/layers.py)"),
+                               "'save_dot_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full' (models/layers.py)",
+                      checked_by="jaxwebrl.models.layers.remat_problem"),
         "scan_layers": Field(False, "decoder as one scan over stacked layer params (compile time)"),
         "attention_chunk": Field(0, "queries per attention chunk (0: whole rows at once)",
                                  at_least(0, "must be >= 0 (0: no chunking)")),
@@ -148,7 +149,7 @@ SCHEMA = {
                             at_least(1, "must be >= 1 episode per task instance")),
         "max_episode_steps": Field(5, "horizon cap: a task plays min(its own horizon, this) steps "
                                       "(1..jaxwebrl.env.tasks.webtask.task_spec.MAX_STEPS; docs/env.md)",
-                                   checked_by="jaxwebrl.env.tasks.webtask.task_spec.MAX_STEPS"),
+                                   checked_by="jaxwebrl.env.tasks.webtask.task_spec.max_steps_problem"),
         "screenshot_height": Field(64, "screenshot height in pixels",
                                    at_least(8, "screenshots must be at least 8×8")),
         "screenshot_width": Field(64, "screenshot width in pixels", at_least(8, "screenshots must be at least 8×8")),
@@ -275,7 +276,8 @@ SCHEMA = {
                                            "the jitted step (weights unchanged; a batch with every update skipped "
                                            "is skipped); False: a NaN/inf step stops the run"),
         "lr": Field(5e-6, "AdamW learning rate", above(0, "the learning rate must be > 0 (the paper uses 5e-6)")),
-        "lr_schedule": Field("constant", "'constant' or 'cosine'", one_of(("constant", "cosine"))),
+        "lr_schedule": Field("constant", "'constant' or 'cosine'",
+                             checked_by="jaxwebrl.train.update.schedule_problem"),
         "warmup_steps": Field(0, "train steps of linear warm-up", at_least(0)),
         "weight_decay": Field(0.05, "AdamW weight decay", at_least(0, "must be >= 0 (0: none)")),
         "adam_b1": Field(0.9, "AdamW β1", Check(lambda v: 0 <= v < 1, "must be in [0, 1) (e.g. 0.9)")),
@@ -327,11 +329,11 @@ SCHEMA = {
         "kl_ctl": Field(0.0, "KL-to-reference penalty in the reward (AReaL's kl_ctl; > 0 loads the reference)",
                         at_least(0)),
         "kl_estimator": Field("k1", "the reward's KL estimator: 'k1', 'k2' or 'k3' (AReaL's kl_estimator)",
-                              one_of(KL_ESTIMATORS, f"use one of {KL_ESTIMATORS}")),
+                              checked_by=KL_ESTIMATOR),
         "kl_loss_coef": Field(0.0, "KL-to-reference term in the loss (veRL's use_kl_loss; > 0 loads the reference)",
                               at_least(0)),
         "kl_loss_estimator": Field("k3", "the loss term's KL estimator: 'k1', 'k2' or 'k3' (veRL's low_var_kl = k3)",
-                                   one_of(KL_ESTIMATORS, f"use one of {KL_ESTIMATORS}")),
+                                   checked_by=KL_ESTIMATOR),
         "ref_checkpoint": Field(None, "the reference policy: a run's workdir or checkpoints/ dir (its latest step at "
                                       "the start) or a params dir; None: model.init_params, else the recipe's "
                                       "initial weights", type=str),

@@ -100,6 +100,14 @@ class LatencyConfig:
             _bad(unknown[0], values[unknown[0]], f"not a latency option (known: {', '.join(sorted(known))})")
         return cls(**values)
 
+    @classmethod
+    def for_run(cls, values: dict[str, Any] | None, step_timeout_s: float | None) -> "LatencyConfig":
+        """A run's env.latency (`from_dict`) checked against its env.step_timeout_s (`check_step_timeout`): the
+        one check config validation, the fleet planner and a rollout worker's config each call."""
+        config = cls.from_dict(values)
+        config.check_step_timeout(step_timeout_s)
+        return config
+
     @property
     def enabled(self) -> bool:
         return self.regime != "local"

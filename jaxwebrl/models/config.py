@@ -111,14 +111,15 @@ class ModelConfig:
     def __post_init__(self):
         if isinstance(self.remat, bool):
             object.__setattr__(self, "remat", "full" if self.remat else "none")
-        from jaxwebrl.models.layers import REMAT_POLICIES
+        from jaxwebrl.models.layers import remat_problem
 
-        if self.remat not in REMAT_POLICIES:
-            raise ValueError(f"remat={self.remat!r}: use one of {', '.join(REMAT_POLICIES)}")
+        remat_fix = remat_problem(self.remat)
+        if remat_fix is not None:
+            raise ValueError(f"remat={self.remat!r}: {remat_fix}")
         if self.attention_chunk < 0 or self.logits_chunk < 0:
             raise ValueError(f"attention_chunk={self.attention_chunk} and logits_chunk={self.logits_chunk} must be "
                              ">= 0 (0: no chunking)")
-        from jaxwebrl.models.attention_kernels import kernel_problem  # deferred, as REMAT_POLICIES: JAX
+        from jaxwebrl.models.attention_kernels import kernel_problem  # deferred, as remat_problem: JAX
 
         problem = kernel_problem(self.attention_impl, dtype=self.dtype, chunk=self.attention_chunk)
         if problem is not None:

@@ -43,10 +43,16 @@ REMAT_POLICIES = {
 }
 
 
+def remat_problem(name) -> str | None:
+    """What is wrong with a remat policy's name (model.remat), or None: the one rule its callers share."""
+    return None if name in REMAT_POLICIES else f"not a remat policy: use one of {', '.join(REMAT_POLICIES)}"
+
+
 def remat_policy(name: str):
     """The jax.checkpoint policy of a `remat` name; ValueError naming the choices."""
-    if name not in REMAT_POLICIES:
-        raise ValueError(f"remat={name!r} is not a remat policy: use one of {', '.join(REMAT_POLICIES)}")
+    fix = remat_problem(name)
+    if fix is not None:
+        raise ValueError(f"remat={name!r} is {fix}")
     return REMAT_POLICIES[name]
 
 

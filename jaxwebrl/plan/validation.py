@@ -45,8 +45,9 @@ def apply_overrides(config, overrides: list[str]):
 
 
 def latency_config(config) -> LatencyConfig:
-    """The run's env.latency as the env builds it (LatencyConfig.from_dict names a bad field)."""
-    return LatencyConfig.from_dict(dict(config.env.latency))
+    """The run's env.latency as the env builds it, checked as validation checks it (LatencyConfig.for_run names a
+    bad field)."""
+    return LatencyConfig.for_run(config.env.latency.to_dict(), config.env.step_timeout_s)
 
 
 def machine_params(config, cal: MachineCalibration, arm: str, *, update_factor: float = 1.0) -> FleetParams:

@@ -246,8 +246,9 @@ class AdvantageConfig:
             raise ValueError("overlong_tokens needs max_response_tokens and overlong_penalty_factor too")
         if self.overlong_tokens is not None:
             check_overlong(self.overlong_tokens, self.overlong_penalty_factor, self.max_response_tokens)
-        if self.kl_estimator not in kl_lib.KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {kl_lib.KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        kl_fix = kl_lib.estimator_problem(self.kl_estimator)
+        if kl_fix is not None:
+            raise ValueError(f"kl_estimator={self.kl_estimator!r}: {kl_fix}")
         check_const_length(self.step_adv_const_length)
         if not isinstance(self.gae_lambda_kwargs, tuple):
             raise ValueError("gae_lambda_kwargs must be a tuple of (name, value) pairs (hashable)")

@@ -14,17 +14,23 @@ import jax.numpy as jnp
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
+def estimator_problem(estimator) -> str | None:
+    """What is wrong with a KL estimator's name (actor.kl_estimator, actor.kl_loss_estimator), or None."""
+    return None if estimator in KL_ESTIMATORS else f"use one of {KL_ESTIMATORS}"
+
+
 def kl_estimate(logprobs, base_logprobs, estimator: str = "k1", clamp: float | None = None):
     """Per-token KL estimate [..] float32 of `logprobs` against `base_logprobs` (same shape)."""
+    fix = estimator_problem(estimator)
+    if fix is not None:
+        raise ValueError(f"kl_estimator={estimator!r}: {fix}")
     d = jnp.asarray(logprobs, jnp.float32) - jnp.asarray(base_logprobs, jnp.float32)
     if estimator == "k1":
         out = d
     elif estimator == "k2":
         out = 0.5 * d * d
-    elif estimator == "k3":
-        out = jnp.expm1(-d) + d
     else:
-        raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
+        out = jnp.expm1(-d) + d
     if clamp is not None:
         out = jnp.clip(out, -clamp, clamp)
     return out

@@ -121,7 +121,7 @@ class WorkerConfig:
             raise ValueError("WorkerConfig.max_new_tokens and max_open_envs must be >= 1, max_env_retries >= 0")
         PromptConfig.from_dict(self.prompt)  # fail early on unknown prompt options
         try:
-            LatencyConfig.from_dict(self.env_options.get("latency")).check_step_timeout(self.step_timeout_s)
+            LatencyConfig.for_run(self.env_options.get("latency"), self.step_timeout_s)
         except ValueError as err:
             raise ValueError(f"WorkerConfig.env_options['latency']: {err}") from None
 

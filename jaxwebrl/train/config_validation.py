@@ -6,8 +6,8 @@ modules (`extensions`) are imported first, so the losses, estimators and envs th
 
 A field's own range is declared with the field (configs/base.py SCHEMA, run here once by `_check_fields`), or,
 where another layer owns it, is that layer's rule called here (the field's `checked_by` names it: the losses'
-knobs `losses.knob_problem`, the latency regime `LatencyConfig`, ...). What stays below relates several fields,
-or needs the filesystem, a registry or an optional dependency.
+knobs `losses.knob_problem`, the latency regime `LatencyConfig`, the schedule `update.schedule_problem`, ...).
+What stays below relates several fields, or needs the filesystem, a registry or an optional dependency.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from jaxwebrl.checkpoint.layout import holds_params
 from jaxwebrl.env.agent.action_space import config_memory_grammar, response_text
 from jaxwebrl.env.latency import LatencyConfig
 from jaxwebrl.env.registry import check_env_spec, config_action_texts, env_specs, needs_browser
-from jaxwebrl.env.tasks.webtask.task_spec import MAX_STEPS, TaskSpecError
+from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError, max_steps_problem
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.models import presets
 from jaxwebrl.models.attention_kernels import kernel_problem
-from jaxwebrl.models.layers import REMAT_POLICIES
+from jaxwebrl.models.layers import remat_problem
 from jaxwebrl.parallel import distributed, multihost
-from jaxwebrl.rl import aggregation, estimators, gae, losses
+from jaxwebrl.rl import aggregation, estimators, gae, kl, losses
 from jaxwebrl.rollout.spec import cpu_ids
-from jaxwebrl.train import reference, rl_config
+from jaxwebrl.train import reference, rl_config, update
 
 # Losses whose objective is built on the plain (coupled) ratio and must not be reweighted by w.
 COUPLED_ONLY_LOSSES = ("sapo",)
@@ -98,6 +98,9 @@ def _check_train(c) -> None:
     if t.consumer_batch_size % g:
         _fail("train.consumer_batch_size", t.consumer_batch_size,
               f"must be a multiple of env.group_size={g} (whole groups are trained together)")
+    schedule_fix = update.schedule_problem(t.lr_schedule)
+    if schedule_fix is not None:
+        _fail("train.lr_schedule", t.lr_schedule, schedule_fix)
 
 
 def _check_actor(c) -> None:
@@ -125,6 +128,10 @@ def _check_actor(c) -> None:
         _fail(f"actor.{ignored[0]}", a[ignored[0]], f"loss {a.loss!r} does not use it: set it to None")
     if a.agg_mode is not None and a.agg_mode not in aggregation.AGG_MODES:
         _fail("actor.agg_mode", a.agg_mode, f"use one of {aggregation.AGG_MODES} or None")
+    for name in ("kl_estimator", "kl_loss_estimator"):
+        kl_fix = kl.estimator_problem(a[name])
+        if kl_fix is not None:
+            _fail(f"actor.{name}", a[name], kl_fix)
     for name in ("reward_norm", "adv_norm"):
         if a[name].mean_leave1out and a[name].mean_level is None:
             _fail(f"actor.{name}.mean_leave1out", True, f"leave-one-out needs actor.{name}.mean_level set")
@@ -172,8 +179,9 @@ def _check_critic(c) -> None:
 
 def _check_model(c) -> None:
     m = c.model
-    if m.remat not in REMAT_POLICIES:
-        _fail("model.remat", m.remat, f"use one of {', '.join(REMAT_POLICIES)}")
+    remat_fix = remat_problem(m.remat)
+    if remat_fix is not None:
+        _fail("model.remat", m.remat, remat_fix)
     kernel = kernel_problem(m.attention_impl, dtype=m.dtype, chunk=m.attention_chunk)
     if kernel is not None:   # one line that starts "attention_impl=..."
         raise ConfigError(f"model.{kernel}")
@@ -213,8 +221,9 @@ def _check_env(c) -> None:
             raise ConfigError(f"env.tasks: {_one_line(err)}") from None
         except (ValueError, TypeError) as err:
             raise ConfigError(f"env.tasks={spec!r}: {_one_line(err)}") from None
-    if not 1 <= e.max_episode_steps <= MAX_STEPS:
-        _fail("env.max_episode_steps", e.max_episode_steps, f"must be in 1..{MAX_STEPS}")
+    steps_fix = max_steps_problem(e.max_episode_steps)
+    if steps_fix is not None:
+        _fail("env.max_episode_steps", e.max_episode_steps, steps_fix)
     _check_memory(c)
     _check_latency(e)
     judge = e.get("judge")
@@ -253,7 +262,7 @@ def _check_latency(e) -> None:
     """env.latency (the benchmark's latency regime): its ranges, and in "web" a page delay cap that leaves room in
     env.step_timeout_s."""
     try:
-        LatencyConfig.from_dict(e.latency.to_dict()).check_step_timeout(e.step_timeout_s)
+        LatencyConfig.for_run(e.latency.to_dict(), e.step_timeout_s)
     except ValueError as err:   # "field=value: fix"
         raise ConfigError(f"env.latency.{_one_line(err)}") from None
 

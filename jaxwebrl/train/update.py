@@ -109,13 +109,21 @@ class UpdateSettings:
     length_groups: int = 1             # rows of a minibatch run in up to this many groups, each at its own width
 
 
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def schedule_problem(schedule) -> str | None:
+    """What is wrong with a learning-rate schedule's name (train.lr_schedule), or None."""
+    return None if schedule in LR_SCHEDULES else f"use {' or '.join(map(repr, LR_SCHEDULES))}"
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
     """AdamW + global grad-norm clip; the schedule counts train steps of `updates_per_step` optax updates."""
 
     lr: float
     total_steps: int
-    schedule: str = "constant"        # "constant" or "cosine"
+    schedule: str = "constant"        # one of LR_SCHEDULES
     warmup_steps: int = 0
     weight_decay: float = 0.0
     b1: float = 0.9
@@ -132,12 +140,13 @@ def make_optimizer(config: OptimizerConfig):
     c = config
     total_updates = max(1, c.total_steps * c.updates_per_step)
     warmup = c.warmup_steps * c.updates_per_step
+    fix = schedule_problem(c.schedule)
+    if fix is not None:
+        raise ValueError(f"train.lr_schedule={c.schedule!r}: {fix}")
     if c.schedule == "constant":
         body = optax.constant_schedule(c.lr)
-    elif c.schedule == "cosine":
-        body = optax.cosine_decay_schedule(c.lr, max(1, total_updates - warmup))
     else:
-        raise ValueError(f"train.lr_schedule={c.schedule!r}: use 'constant' or 'cosine'")
+        body = optax.cosine_decay_schedule(c.lr, max(1, total_updates - warmup))
     lr_fn = optax.join_schedules([optax.linear_schedule(0.0, c.lr, warmup), body], [warmup]) if warmup else body
     chain = [optax.clip_by_global_norm(c.max_grad_norm)] if c.max_grad_norm else []
     chain.append(optax.adamw(lr_fn, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay))

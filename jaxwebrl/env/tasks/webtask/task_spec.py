@@ -62,6 +62,13 @@ _FUNCTION_NAME = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[.:]([A-Za-z_]\w*
 _REFUSED_TOP_LEVEL = frozenset(sys.stdlib_module_names) | {"builtins", "__main__"}
 
 
+def max_steps_problem(steps) -> str | None:
+    """What is wrong with an episode's step budget (a spec's max_steps, a run's env.max_episode_steps), or None."""
+    if type(steps) is int and 1 <= steps <= MAX_STEPS:
+        return None
+    return f"must be an int in 1..{MAX_STEPS} (the episode's step budget, e.g. 10)"
+
+
 class TaskSpecError(ValueError):
     """A bad task spec; the message is one line naming the spec, the key and the fix."""
 
@@ -100,8 +107,9 @@ class WebTaskSpec:
             if not isinstance(spec[key], str) or not spec[key].strip():
                 fail(key, spec[key], "must be a non-empty string")
         max_steps = spec.get("max_steps", 10)
-        if type(max_steps) is not int or not 1 <= max_steps <= MAX_STEPS:
-            fail("max_steps", max_steps, f"must be an int in 1..{MAX_STEPS} (the episode's step budget, e.g. 10)")
+        steps_fix = max_steps_problem(max_steps)
+        if steps_fix is not None:
+            fail("max_steps", max_steps, steps_fix)
         difficulty = spec.get("difficulty", "medium")
         if difficulty not in DIFFICULTIES:
             fail("difficulty", difficulty, f"must be one of {list(DIFFICULTIES)}")
