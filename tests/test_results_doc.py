@@ -4,7 +4,7 @@ doc line that quotes it; the number must match the JSON within the rounding show
 
 A quote binds its figure to what it is: it holds the value as a whole number and names it (a word besides units
 and joiners, or it starts at its table row's first cell), so two figures swapped in a doc break both quotes. A
-quote may run across a paragraph's line breaks; code blocks are not claims. In README.md (`BOUND_DOCS`) every
+quote may run across a paragraph's line breaks; code blocks are not claims. In each of `BOUND_DOCS` every
 number outside code must stand inside a figure row's quote or a `## Not measurements` text (doc | text | why:
 settings, versions, notation, targets), so a count changed in prose fails too.
 
@@ -33,7 +33,7 @@ RESULTS_DIR = os.path.join(REPO, "docs", "results")
 FIGURE_COLUMNS = ["figure", "kind", "value", "scale", "json", "key", "doc", "quote"]
 SOURCE_COLUMNS = ["json", "command", "commit", "machine", "alone"]
 EXEMPT_COLUMNS = ["doc", "text", "why"]
-BOUND_DOCS = ("README.md",)   # docs whose every number is a figure row's or a listed non-measurement
+BOUND_DOCS = ("README.md", "docs/fleet_model.md")   # docs whose every number is a row's or a listed non-measurement
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
 FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs}
@@ -346,27 +346,37 @@ def test_every_listed_non_measurement_is_still_said_and_holds_a_number():
 
 
 # The issue's three mutations of README (issue 44.2: two figures swapped, a count in prose changed, settings
-# changed; all three passed before quotes had to name their figure and every number needed a row) and a number
-# added that nothing holds: (old text, new text, a problem the checks must then report).
-README_MUTATIONS = {
-    "constT10 and grpo swapped": ("constT10 (1/k) 30.3 ± 1.9%, grpo (1/|τ|) 28.0 ± 4.1%",
+# changed; all three passed before quotes had to name their figure and every number needed a row), a number
+# added that nothing holds, and the same kinds in the other bound docs: (doc, old text, new text, a problem the
+# checks must then report).
+DOC_MUTATIONS = {
+    "constT10 and grpo swapped": ("README.md", "constT10 (1/k) 30.3 ± 1.9%, grpo (1/|τ|) 28.0 ± 4.1%",
                                   "constT10 (1/k) 28.0 ± 4.1%, grpo (1/|τ|) 30.3 ± 1.9%",
                                   "row 'readme-front-paper-constT10': README.md has no line saying"),
-    "16 browsers become 64": ("16 browsers", "64 browsers", "README.md: 64 in"),
-    "horizons 10/20/30 become 100/200/300": ("horizons 10/20/30", "horizons 100/200/300", "README.md: 100 in"),
-    "a number no row holds added": ("2 CPU cores", "2 CPU cores at 3 GHz", "README.md: 3 in"),
+    "16 browsers become 64": ("README.md", "16 browsers", "64 browsers", "README.md: 64 in"),
+    "horizons 10/20/30 become 100/200/300": ("README.md", "horizons 10/20/30", "horizons 100/200/300",
+                                             "README.md: 100 in"),
+    "a number no row holds added": ("README.md", "2 CPU cores", "2 CPU cores at 3 GHz", "README.md: 3 in"),
+    "fleet: the paper's 64 browsers become 16": ("docs/fleet_model.md", "2.4–2.9×) comes from 64 browsers",
+                                                 "2.4–2.9×) comes from 16 browsers",
+                                                 "row 'fleet-doc-paper-browsers': docs/fleet_model.md has no line"),
+    "fleet: a count in prose changed": ("docs/fleet_model.md", "≈55 s a step", "≈65 s a step",
+                                        "row 'fleet-miss-batch64-sync-busy-s': docs/fleet_model.md has no line"),
+    "fleet: a number no row holds added": ("docs/fleet_model.md", "every async/sync run measured here",
+                                           "every one of the 9 async/sync runs measured here",
+                                           "docs/fleet_model.md: 9 in"),
 }
 
 
-@pytest.mark.parametrize("name", README_MUTATIONS)
-def test_a_swapped_or_changed_readme_figure_fails(name):
-    with open(os.path.join(REPO, "README.md")) as f:
+@pytest.mark.parametrize("name", DOC_MUTATIONS)
+def test_a_swapped_or_changed_figure_of_a_bound_doc_fails(name):
+    rel, old, new, expected = DOC_MUTATIONS[name]
+    with open(os.path.join(REPO, rel)) as f:
         text = f.read()
-    assert doc_problems("README.md", text) == []
-    old, new, expected = README_MUTATIONS[name]
-    assert text.count(old) == 1, f"README mutation {name!r}: '{old}' is not in README.md once: rewrite it"
-    problems = doc_problems("README.md", text.replace(old, new))
-    assert any(p.startswith(expected) for p in problems), f"README mutation {name!r}: {problems[:3]}"
+    assert doc_problems(rel, text) == []
+    assert text.count(old) == 1, f"{rel} mutation {name!r}: '{old}' is not in {rel} once: rewrite it"
+    problems = doc_problems(rel, text.replace(old, new))
+    assert any(p.startswith(expected) for p in problems), f"{rel} mutation {name!r}: {problems[:3]}"
 
 
 def test_every_json_under_docs_results_parses():
