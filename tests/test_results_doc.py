@@ -33,7 +33,8 @@ RESULTS_DIR = os.path.join(REPO, "docs", "results")
 FIGURE_COLUMNS = ["figure", "kind", "value", "scale", "json", "key", "doc", "quote"]
 SOURCE_COLUMNS = ["json", "command", "commit", "machine", "alone"]
 EXEMPT_COLUMNS = ["doc", "text", "why"]
-BOUND_DOCS = ("README.md", "docs/fleet_model.md")   # docs whose every number is a row's or a listed non-measurement
+# Docs whose every number is a figure row's or a listed non-measurement.
+BOUND_DOCS = ("README.md", "docs/fleet_model.md", "docs/architecture.md", "docs/usage.md", "docs/interfaces.md")
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
 FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs}
