@@ -4,9 +4,9 @@ doc line that quotes it; the number must match the JSON within the rounding show
 
 A quote binds its figure to what it is: it holds the value as a whole number and names it (a word besides units
 and joiners, or it starts at its table row's first cell), so two figures swapped in a doc break both quotes. A
-quote may run across a paragraph's line breaks; code blocks are not claims. In each of `BOUND_DOCS` every
-number outside code must stand inside a figure row's quote or a `## Not measurements` text (doc | text | why:
-settings, versions, notation, targets), so a count changed in prose fails too.
+quote may run across a paragraph's line breaks; code blocks are not claims. In each of `BOUND_DOCS` (and of
+`BOUND_SECTIONS`) every number outside code must stand inside a figure row's quote or a `## Not measurements` text
+(doc | text | why: settings, versions, notation, targets), so a count changed in prose fails too.
 
 The format (docs/results.md says the same for a reader): two markdown tables, `## Sources` (json | command | commit |
 machine | alone) and `## Figures` (figure | kind | value | scale | json | key | doc | quote). `json` is relative to
@@ -35,6 +35,11 @@ SOURCE_COLUMNS = ["json", "command", "commit", "machine", "alone"]
 EXEMPT_COLUMNS = ["doc", "text", "why"]
 # Docs whose every number is a figure row's or a listed non-measurement.
 BOUND_DOCS = ("README.md", "docs/fleet_model.md", "docs/architecture.md", "docs/usage.md", "docs/interfaces.md")
+# Sections (doc, `## ` heading) bound the same way, in docs not yet bound whole.
+BOUND_SECTIONS = (("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
+                  ("docs/scaling.md", "Launcher overhead"),
+                  ("docs/scaling.md", "Wiring status (what `launch/train.py` does today)"),
+                  ("docs/scaling.md", "Security of the policy-server port"))
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
 FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs}
@@ -335,6 +340,20 @@ def test_key_paths_rounding_and_scales():
 @pytest.mark.parametrize("rel", BOUND_DOCS)
 def test_every_number_in_the_doc_is_a_checked_figure_or_a_listed_non_measurement(rel):
     unbound = unbound_numbers(rel, _doc(rel), FIGURES, NOT_MEASUREMENTS)
+    assert not unbound, "\n".join(unbound)
+
+
+def section(rel: str, heading: str) -> str:
+    """The text of doc `rel` from its `## heading` line to the next `## ` heading."""
+    with open(os.path.join(REPO, rel)) as f:
+        found = re.search(rf"^## {re.escape(heading)}\s*$.*?(?=^## |\Z)", f.read(), re.M | re.S)
+    assert found, f"{rel} has no '## {heading}' section: update BOUND_SECTIONS"
+    return found.group()
+
+
+@pytest.mark.parametrize("rel, heading", BOUND_SECTIONS)
+def test_every_number_in_a_bound_section_is_a_checked_figure_or_a_listed_non_measurement(rel, heading):
+    unbound = unbound_numbers(rel, _doc(rel, section(rel, heading)), FIGURES, NOT_MEASUREMENTS)
     assert not unbound, "\n".join(unbound)
 
 
