@@ -35,8 +35,11 @@ SOURCE_COLUMNS = ["json", "command", "commit", "machine", "alone"]
 EXEMPT_COLUMNS = ["doc", "text", "why"]
 # Docs whose every number is a figure row's or a listed non-measurement.
 BOUND_DOCS = ("README.md", "docs/fleet_model.md", "docs/architecture.md", "docs/usage.md", "docs/interfaces.md")
-# Sections (doc, `## ` heading) bound the same way, in docs not yet bound whole.
-BOUND_SECTIONS = (("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
+# Sections (doc, `#`/`## ` heading) bound the same way, in docs not yet bound whole.
+BOUND_SECTIONS = (("docs/scaling.md", "Scaling out: multi-host trainer, rollout fleets on other nodes, a shared ring buffer"),
+                  ("docs/scaling.md", "One trainer over several processes: `config.distributed`"),
+                  ("docs/scaling.md", "A. Multi-node GPU cluster"), ("docs/scaling.md", "B. TPU pod slice"),
+                  ("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
                   ("docs/scaling.md", "Launcher overhead"),
                   ("docs/scaling.md", "Wiring status (what `launch/train.py` does today)"),
                   ("docs/scaling.md", "Security of the policy-server port"))
@@ -344,9 +347,9 @@ def test_every_number_in_the_doc_is_a_checked_figure_or_a_listed_non_measurement
 
 
 def section(rel: str, heading: str) -> str:
-    """The text of doc `rel` from its `## heading` line to the next `## ` heading."""
+    """The text of doc `rel` from its `# heading` or `## heading` line to the next `## ` heading."""
     with open(os.path.join(REPO, rel)) as f:
-        found = re.search(rf"^## {re.escape(heading)}\s*$.*?(?=^## |\Z)", f.read(), re.M | re.S)
+        found = re.search(rf"^##? {re.escape(heading)}\s*$.*?(?=^## |\Z)", f.read(), re.M | re.S)
     assert found, f"{rel} has no '## {heading}' section: update BOUND_SECTIONS"
     return found.group()
 
