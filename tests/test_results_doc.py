@@ -39,6 +39,7 @@ BOUND_DOCS = ("README.md", "docs/fleet_model.md", "docs/architecture.md", "docs/
 BOUND_SECTIONS = (("docs/scaling.md", "Scaling out: multi-host trainer, rollout fleets on other nodes, a shared ring buffer"),
                   ("docs/scaling.md", "One trainer over several processes: `config.distributed`"),
                   ("docs/scaling.md", "A. Multi-node GPU cluster"), ("docs/scaling.md", "B. TPU pod slice"),
+                  ("docs/scaling.md", 'Rollouts on vLLM: `rollout.engine = "vllm"`'),
                   ("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
                   ("docs/scaling.md", "Launcher overhead"),
                   ("docs/scaling.md", "Wiring status (what `launch/train.py` does today)"),
