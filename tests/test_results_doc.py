@@ -36,14 +36,17 @@ EXEMPT_COLUMNS = ["doc", "text", "why"]
 # Docs whose every number is a figure row's or a listed non-measurement.
 BOUND_DOCS = ("README.md", "docs/fleet_model.md", "docs/architecture.md", "docs/usage.md", "docs/interfaces.md")
 # Sections (doc, `#`/`## ` heading) bound the same way, in docs not yet bound whole.
-BOUND_SECTIONS = (("docs/scaling.md", "Scaling out: multi-host trainer, rollout fleets on other nodes, a shared ring buffer"),
-                  ("docs/scaling.md", "One trainer over several processes: `config.distributed`"),
-                  ("docs/scaling.md", "A. Multi-node GPU cluster"), ("docs/scaling.md", "B. TPU pod slice"),
-                  ("docs/scaling.md", 'Rollouts on vLLM: `rollout.engine = "vllm"`'),
-                  ("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
-                  ("docs/scaling.md", "Launcher overhead"),
-                  ("docs/scaling.md", "Wiring status (what `launch/train.py` does today)"),
-                  ("docs/scaling.md", "Security of the policy-server port"))
+BOUND_SECTIONS = (
+    ("docs/scaling.md", "Scaling out: multi-host trainer, rollout fleets on other nodes, a shared ring buffer"),
+    ("docs/scaling.md", "One trainer over several processes: `config.distributed`"),
+    ("docs/scaling.md", "A. Multi-node GPU cluster"), ("docs/scaling.md", "B. TPU pod slice"),
+    ("docs/scaling.md", 'Rollouts on vLLM: `rollout.engine = "vllm"`'),
+    ("docs/scaling.md", "Security of the policy-server port"), ("docs/scaling.md", "Launcher overhead"),
+    ("docs/scaling.md", "Wiring status (what `launch/train.py` does today)"),
+    ("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
+    ("docs/learning.md", "Learning: does it learn? The learning runs, their commands and their JSON"),
+    ("docs/learning.md", "Three recipes, five seeds each (the tiny default, MiniWoB++)"),
+)
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
 FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs}
