@@ -10,7 +10,7 @@ quote may run across a paragraph's line breaks; code blocks are not claims. In e
 
 The format (docs/results.md says the same for a reader): two markdown tables, `## Sources` (json | command | commit |
 machine | alone) and `## Figures` (figure | kind | value | scale | json | key | doc | quote). `json` is relative to
-docs/results/. A key is `path`, `fn(path)` (fn: mean, min, max, sum, len, abs), a number, or `key / key`,
+docs/results/. A key is `path`, `fn(path)` (fn: mean, min, max, sum, len, abs, sqrt), a number, or `key / key`,
 `key - key`. A path is dot-separated names (`"a - b"` quoted when a name holds spaces or dots), each followed by
 any of `[i]` (a list index), `[*]` (every element) or `[k=v,...]` (the one element of a list whose fields equal
 those values; a JSONL file is the list of its lines). `scale` maps the JSON number to the shown one (`×100`,
@@ -46,10 +46,11 @@ BOUND_SECTIONS = (
     ("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
     ("docs/learning.md", "Learning: does it learn? The learning runs, their commands and their JSON"),
     ("docs/learning.md", "Three recipes, five seeds each (the tiny default, MiniWoB++)"),
+    ("docs/learning.md", "The paper's regime: long-horizon chain tasks (issue 26, in progress)"),
 )
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
-FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs}
+FUNCTIONS = {"mean": statistics.mean, "min": min, "max": max, "sum": sum, "len": len, "abs": abs, "sqrt": math.sqrt}
 
 
 def cells(line: str) -> list:
