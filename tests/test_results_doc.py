@@ -47,6 +47,7 @@ BOUND_SECTIONS = (
     ("docs/learning.md", "Learning: does it learn? The learning runs, their commands and their JSON"),
     ("docs/learning.md", "Three recipes, five seeds each (the tiny default, MiniWoB++)"),
     ("docs/learning.md", "The paper's regime: long-horizon chain tasks (issue 26, in progress)"),
+    ("docs/learning.md", "The JAX lab: the 1/k prediction at 50 paired seeds (issue 43, stated before any run)"),
 )
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
