@@ -18,6 +18,7 @@ those values; a JSONL file is the list of its lines). `scale` maps the JSON numb
 half of that power of ten).
 """
 
+import functools
 import glob
 import json
 import math
@@ -77,8 +78,9 @@ def table(text: str, heading: str, columns: list) -> list:
     return rows
 
 
+@functools.lru_cache(maxsize=None)
 def load(rel: str):
-    """A JSON file, or a JSONL file as the list of its lines' objects."""
+    """A JSON file, or a JSONL file as the list of its lines' objects (parsed once: read-only)."""
     path = os.path.join(RESULTS_DIR, rel)
     with open(path) as f:
         text = f.read()
