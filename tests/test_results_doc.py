@@ -46,6 +46,10 @@ BOUND_SECTIONS = (
     ("docs/scaling.md", "Security of the policy-server port"), ("docs/scaling.md", "Launcher overhead"),
     ("docs/scaling.md", "Wiring status (what `launch/train.py` does today)"),
     ("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
+    ("docs/live_loop.md", "The live loop: where a browser step's time goes, and what asynchrony buys"),
+    ("docs/live_loop.md", "The generation path, per browser step (`bench/rollout.py`)"),
+    ("docs/live_loop.md", "The trainer's update, and the tiny default's updates a minute"),
+    ("docs/live_loop.md", "Admission control (AReaL's rollout capacity)"), ("docs/live_loop.md", "Placement on few cores"),
 )
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
