@@ -49,7 +49,8 @@ BOUND_SECTIONS = (
     ("docs/live_loop.md", "The live loop: where a browser step's time goes, and what asynchrony buys"),
     ("docs/live_loop.md", "The generation path, per browser step (`bench/rollout.py`)"),
     ("docs/live_loop.md", "The trainer's update, and the tiny default's updates a minute"),
-    ("docs/live_loop.md", "Admission control (AReaL's rollout capacity)"), ("docs/live_loop.md", "Placement on few cores"),
+    ("docs/live_loop.md", "Admission control (AReaL's rollout capacity)"),
+    ("docs/live_loop.md", "Placement on few cores"),
 )
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
@@ -397,9 +398,9 @@ DOC_MUTATIONS = {
     "fleet: a number no row holds added": ("docs/fleet_model.md", "every async/sync run measured here",
                                            "every one of the 9 async/sync runs measured here",
                                            "docs/fleet_model.md: 9 in"),
-    "learning: a per-seed task success changed": ("docs/learning.md", "92.5 / 80.0 / 90.0 / 90.0 / 82.5",
-                                                  "92.5 / 80.0 / 90.0 / 90.0 / 85.5",
-                                                  "row 'learning-multiseed-constT10-click-tab-seed0': docs/learning.md"),
+    "learning: a per-seed task success changed": (
+        "docs/learning.md", "92.5 / 80.0 / 90.0 / 90.0 / 82.5", "92.5 / 80.0 / 90.0 / 90.0 / 85.5",
+        "row 'learning-multiseed-constT10-click-tab-seed0': docs/learning.md"),
     "learning: two gains swapped in prose": ("docs/learning.md", "mostly click-tab (+35 to +38)",
                                              "mostly click-tab (+38 to +35)",
                                              "row 'learning-multiseed-tab-gain-min': docs/learning.md has no line"),
