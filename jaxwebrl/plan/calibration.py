@@ -26,6 +26,10 @@ import json
 import math
 import os
 
+# The recipe every calibration run was measured on (configs/constT10.py:tiny; tests/plan check they agree): the
+# drop counts solve the success rate with ITS group size and the episode lengths are fractions of ITS horizon,
+# whatever recipe a plan is then made for.
+EVIDENCE_VARIANT, EVIDENCE_GROUP_SIZE, EVIDENCE_HORIZON = "tiny", 4, 5
 TRAINER_CORES = 2.0    # JAX's CPU client runs one intra-op pool over every core (docs/live_loop.md, placement)
 SERVER_CORES = 1.0     # the policy server's batching thread
 
@@ -102,8 +106,16 @@ class MachineCalibration:
     sources: dict
 
     @classmethod
-    def from_results(cls, results_dir: str, *, group_size: int = 4, horizon: int = 5) -> "MachineCalibration":
+    def from_results(cls, results_dir: str) -> "MachineCalibration":
         runs = live_loop_runs(results_dir)
+        group_size, horizon = EVIDENCE_GROUP_SIZE, EVIDENCE_HORIZON
+        for name, run in runs.items():
+            changed = [o for o in run.get("overrides") or [] if o.startswith(("--config.env.group_size=",
+                                                                              "--config.env.max_episode_steps="))]
+            if run.get("variant") != EVIDENCE_VARIANT or changed:
+                raise ValueError(f"live_loop/{name}.json was measured on variant {run.get('variant')!r} "
+                                 f"{' '.join(changed)}: the calibration reads runs of the {EVIDENCE_VARIANT!r} "
+                                 f"recipe (G = {group_size}, horizon {horizon}); move the file out of live_loop/")
         cores, cores_from = cores_from_runs(runs)
         bench = load_json(os.path.join(results_dir, "live_loop", "rollout_after.json"))["results"]
         points = sorted((_rollout_point(r) for r in bench), key=lambda r: r["workers"])

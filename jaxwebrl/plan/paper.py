@@ -48,7 +48,7 @@ def _arms(config, timing, cal, workload, *, seed: int, updates: int, trainer_sli
 def paper_regime(config, *, results_dir: str, seed: int = 0, updates: int = 12,
                  workload: Workload = Workload()) -> dict:
     config.env.latency.regime = "web"
-    cal = MachineCalibration.from_results(results_dir, group_size=4, horizon=5)
+    cal = MachineCalibration.from_results(results_dir)
     report = {"what": "the paper's regime predicted by the fleet model (jaxwebrl/plan)", "paper": PAPER,
               "browsers": int(config.rollout.num_workers), "group_size": int(config.env.group_size),
               "batch": int(config.train.consumer_batch_size), "eta": int(config.rollout.max_head_offpolicyness),

@@ -114,8 +114,7 @@ def plan(config, *, results_dir: str, topology: str, regime: str, browsers: int,
     """The planning report (module docstring): both modes at `browsers`, and the smallest count for a busy trainer.
     Sets `config`'s regime and browser count as it goes (the launcher's own copy)."""
     config.env.latency.regime = regime
-    cal = MachineCalibration.from_results(results_dir, group_size=int(config.env.group_size),
-                                          horizon=int(config.env.max_episode_steps))
+    cal = MachineCalibration.from_results(results_dir)
 
     if topology == "cpu":
         timing = None

@@ -98,9 +98,7 @@ def validate(results_dir: str, make_config: Callable[[], object], *, seed: int =
              updates: int = LONG_UPDATES, only: tuple[str, ...] | None = None) -> dict:
     """Predicted vs measured for every arm of every async_vs_sync run (or the runs named in `only`); `misses`
     lists what is off by more than ±15%."""
-    probe = make_config()
-    cal = MachineCalibration.from_results(results_dir, group_size=int(probe.env.group_size),
-                                          horizon=int(probe.env.max_episode_steps))
+    cal = MachineCalibration.from_results(results_dir)
     rows = []
     for name, run in live_loop_runs(results_dir).items():
         if only is not None and name not in only:

@@ -4,6 +4,7 @@ code that wrote it."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -43,6 +44,22 @@ def test_an_unknown_topology_is_one_line():
     assert done.returncode == 1
     assert done.stderr.strip().startswith("plan error: topology='v9-8'") and "v5p-8" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_calibration_reads_its_runs_with_their_own_recipe_not_the_planned_one(tmp_path):
+    """The drop counts solve the success rate with the measured runs' G (the tiny recipe's 4), never the planned
+    recipe's (the 8B recipe's G = 8 once turned 10.5% into 3%); a run of another recipe is refused by name."""
+    from jaxwebrl.plan import calibration
+    tiny = get_config("tiny")
+    assert (calibration.EVIDENCE_GROUP_SIZE, calibration.EVIDENCE_HORIZON) == (tiny.env.group_size,
+                                                                               tiny.env.max_episode_steps)
+    cal = calibration.MachineCalibration.from_results(RESULTS)
+    assert "G = 4" in cal.sources["success_p"] and cal.success_p == pytest.approx(0.105, abs=0.005)
+    shutil.copytree(RESULTS, tmp_path / "results")
+    run = tmp_path / "results" / "live_loop" / "async_vs_sync_web.json"
+    run.write_text(json.dumps({**json.loads(run.read_text()), "overrides": ["--config.env.group_size=8"]}))
+    with pytest.raises(ValueError, match="async_vs_sync_web.json was measured on variant 'tiny' --config.env.group"):
+        calibration.MachineCalibration.from_results(str(tmp_path / "results"))
 
 
 def _committed(name: str) -> dict:
@@ -91,7 +108,7 @@ def _paper_inputs():
 
     config = get_config("qwen3vl_8b")
     config.env.latency.regime = "web"
-    return config, MachineCalibration.from_results(RESULTS, group_size=4, horizon=5)
+    return config, MachineCalibration.from_results(RESULTS)
 
 
 @pytest.mark.parametrize("topology", sorted(PAPER_REGIME["topologies"]))
