@@ -83,6 +83,12 @@ class ContinuousBatcher:
     def free_slots(self) -> int:
         return self.slots - self.occupied
 
+    def release(self) -> None:
+        """Drops the cache of an idle batcher (its compiled programs stay; the next admission allocates anew)."""
+        if self.occupied:
+            raise RuntimeError(f"release: {self.occupied} rows are still decoding; release an idle batcher only")
+        self._state = None
+
     # ------------------------------------------------------------------ jitted pieces
     def _admit_fn(self, params, state: DecodeState, input_ids, attention_mask, pixel_values, rng, slots, version,
                   stop_ids, tables, prefix, prefix_state, *, grid, sampling: SamplingParams) -> DecodeState:

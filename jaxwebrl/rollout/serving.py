@@ -28,6 +28,7 @@ import stat
 import zmq
 
 from jaxwebrl.files import write_file_atomically
+from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.transport import TransportServer, new_token
 from jaxwebrl.rollout.vllm_server import VllmPolicyServer
@@ -53,8 +54,13 @@ class PolicyService:
     @classmethod
     def for_policy(cls, policy, buffer, config, *, host: str, num_clients: int, curve: bool = False) -> "PolicyService":
         """The run config's PolicyServer (`PolicyServer.from_config`; `VllmPolicyServer` when rollout.engine is
-        'vllm') for `policy`, reading screenshots from `buffer`."""
-        server_class = VllmPolicyServer if config.rollout.get("engine", "jax") == "vllm" else PolicyServer
+        'vllm', `ContinuousPolicyServer` when rollout.continuous_batching) for `policy`, reading screenshots from
+        `buffer`."""
+        server_class = PolicyServer
+        if config.rollout.get("engine", "jax") == "vllm":
+            server_class = VllmPolicyServer
+        elif config.rollout.get("continuous_batching", False):
+            server_class = ContinuousPolicyServer
         server = server_class.from_config(policy, buffer, config)
         return cls(server.handle, host=host, num_clients=num_clients, server=server, curve=curve)
 
