@@ -37,6 +37,14 @@ TRANSPORT_FILE = "transport.json"
 TOKEN_FILE = "transport.token"
 
 
+def server_class(rollout) -> type[PolicyServer]:
+    """The policy server a run's `config.rollout` names: `VllmPolicyServer` when engine is 'vllm', else
+    `ContinuousPolicyServer` when continuous_batching, else the static-batch `PolicyServer`."""
+    if rollout.get("engine", "jax") == "vllm":
+        return VllmPolicyServer
+    return ContinuousPolicyServer if rollout.get("continuous_batching", False) else PolicyServer
+
+
 class PolicyService:
     """`handler` behind a TransportServer with a fresh token (see the module docstring). `server` is the
     PolicyServer when built by `for_policy`, else None. The transport runs 2 handler threads a client (at least 4),
@@ -53,15 +61,8 @@ class PolicyService:
 
     @classmethod
     def for_policy(cls, policy, buffer, config, *, host: str, num_clients: int, curve: bool = False) -> "PolicyService":
-        """The run config's PolicyServer (`PolicyServer.from_config`; `VllmPolicyServer` when rollout.engine is
-        'vllm', `ContinuousPolicyServer` when rollout.continuous_batching) for `policy`, reading screenshots from
-        `buffer`."""
-        server_class = PolicyServer
-        if config.rollout.get("engine", "jax") == "vllm":
-            server_class = VllmPolicyServer
-        elif config.rollout.get("continuous_batching", False):
-            server_class = ContinuousPolicyServer
-        server = server_class.from_config(policy, buffer, config)
+        """The run config's PolicyServer (`server_class`) for `policy`, reading screenshots from `buffer`."""
+        server = server_class(config.rollout).from_config(policy, buffer, config)
         return cls(server.handle, host=host, num_clients=num_clients, server=server, curve=curve)
 
     def publish(self, workdir: str, fingerprint: dict | None = None) -> str:

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from ml_collections import ConfigDict
 
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import Policy, init_params, tiny_policy
@@ -18,6 +19,8 @@ from jaxwebrl.env.registry import action_texts
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.policy_server import PolicyServer
+from jaxwebrl.rollout.serving import server_class
+from jaxwebrl.rollout.vllm_server import VllmPolicyServer
 from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS, RolloutWorker, WorkerConfig
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
@@ -169,3 +172,12 @@ def test_continuous_batching_replies_as_static_batches(policy, toy_buffer):
     assert stats["requests"] == 5 and stats["generated_tokens"] == sum(int(r["loss_mask"].sum()) for r in expected)
     assert max(reply["timing"]["batch_size"] for reply in replies) == 2   # rows decoded beside each other
     assert len({r["text"] for r in replies}) > 1
+
+
+def test_the_run_config_picks_the_server():
+    rollout = ConfigDict({"engine": "jax", "continuous_batching": False})
+    assert server_class(rollout) is PolicyServer
+    rollout.continuous_batching = True
+    assert server_class(rollout) is ContinuousPolicyServer
+    rollout.engine = "vllm"
+    assert server_class(rollout) is VllmPolicyServer
