@@ -80,6 +80,11 @@ class ContinuousBatcher:
         return sum(o is not None for o in self._occupants)
 
     @property
+    def tags(self) -> list[Hashable | None]:
+        """The tag of the row in each slot (None: free)."""
+        return [None if occupant is None else occupant[0] for occupant in self._occupants]
+
+    @property
     def free_slots(self) -> int:
         return self.slots - self.occupied
 

@@ -24,6 +24,9 @@ built from a vocabulary mask, a finite set of token sequences, or a regex over t
 The tokens every response must start with (`forced_prefix`: states admitting one token, e.g. the 25 tokens of
 `Memory: {}\nAction: click(` of the tiny action grammar) are prefilled with the prompt instead of decoded one
 at a time, and recorded exactly as decoding would: log-prob 0, the prefill's version.
+
+`generate` decodes one static batch to its last row's end; `models/continuous_batching.py` runs the same prefill
+body (`prefill_state`) and decode step (`decode_step`) over fixed slots that rows join and leave between chunks.
 """
 
 from __future__ import annotations

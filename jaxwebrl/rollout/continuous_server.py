@@ -13,7 +13,7 @@ setting: a request of another setting stops admissions until the slots drain, th
 batcher a setting, its programs compiled once). `pause()` admits nothing new; rows in flight decode to their end.
 Reply timing: `queue_s` until admission, `encode_s` the request's own, `compute_s` from admission to its answer,
 `batch_size` the rows decoding after its admission, `compiled` whether a program was traced meanwhile. Stats count
-one batch per admission.
+one batch per admission. `close()` fails the requests waiting or in flight at once ("policy server closed").
 
 Whether this pays on an accelerator is measured, not assumed (`bench/continuous_batching.py` on the CPU,
 `bench/device_check.py decode` variant `continuous` on a GPU).
@@ -51,6 +51,8 @@ class ContinuousPolicyServer(PolicyServer):
                 self._admit(waiting, in_flight)
             if in_flight:
                 self._decode_chunk(in_flight)
+        closed = RuntimeError("policy server closed")   # rows in flight are not decoded to their end
+        self._fail_all(in_flight, closed, [future for _, future, _ in waiting])
 
     def _take_queued(self, waiting: collections.deque, *, block: bool) -> None:
         try:

@@ -25,11 +25,8 @@ def _run(batcher, weights, prompts, arrivals):
     slot_of = {}
     while len(answered) < len(prompts):
         ready = [i for i in pending if arrivals[i] <= boundary][:batcher.free_slots]
-        before = list(batcher._occupants)
         batcher.admit(weights, [prompts[i] for i in ready], [SEEDS[i] for i in ready], ready)
-        for slot, (old, new) in enumerate(zip(before, batcher._occupants)):
-            if old is None and new is not None:
-                slot_of[new[0]] = slot
+        slot_of.update({tag: slot for slot, tag in enumerate(batcher.tags) if tag in ready})
         pending = [i for i in pending if i not in ready]
         for tag, sequence in batcher.decode_chunk(weights):
             assert tag not in answered
