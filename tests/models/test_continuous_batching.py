@@ -94,3 +94,19 @@ def test_bad_admissions_fail_with_one_clear_line(policy, prompts):
         batcher.admit((policy.params, 0), prompts[:2], [1, 2], ["a", "b"])
     with pytest.raises(ValueError, match="beyond capacity"):
         batcher.admit((policy.params, 0), prompts[:1], [1], ["a"])
+
+
+def test_stop_strings_cut_rows_as_the_static_path_does(policy, prompts):
+    """A stop string ends a row between chunks, cut after the token completing it; its slot then serves the next
+    request, whose row is not cut by its predecessor's match."""
+    sampler, tokenizer = _sampler(policy), policy.processor.tokenizer
+    greedy = SamplingParams(max_new_tokens=N, temperature=0.0)
+    free = sampler.generate((policy.params, 0), [prompts[1]], greedy)[0]
+    sampling = SamplingParams(max_new_tokens=N, temperature=0.0, stop_strings=(tokenizer.decode(free.tokens[2:4]),))
+    alone = [sampler.generate((policy.params, 0), [p], sampling, decode_text=tokenizer.decode)[0] for p in prompts]
+    batcher = ContinuousBatcher(sampler, sampling, slots=1, decode_text=tokenizer.decode)
+    answered, _ = _run(batcher, (policy.params, 0), prompts, arrivals=[0, 0, 0, 0])
+    for i, expected in enumerate(alone):
+        np.testing.assert_array_equal(answered[i].tokens, expected.tokens)
+        assert answered[i].finish_reason == expected.finish_reason
+    assert answered[1].finish_reason == "stop_string" and len(answered[1].tokens) < N
