@@ -22,7 +22,8 @@ decode chunk per capacity, and one admission per (admitted rows: a multiple of t
 prompt width: `bucket(L, prompt_multiple)`, image-grid bucket, capacity). The capacity is the widest admitted
 prompt's width + N, grown (cache padded, never shrunk) when a wider prompt arrives; pass `capacity` to fix it
 from the start. After warm-up an admission recompiles nothing: slot indices, seeds, weights and versions are all
-traced arguments. Whether continuous batching pays on an accelerator is measured, not assumed
+traced arguments. Every row then has the capacity of the widest prompt: a dense read (the sampler's decode_block
+0) reads all of it for every row, a ragged one (decode_block > 0) only up to the furthest filled slot. Whether continuous batching pays on an accelerator is measured, not assumed
 (`bench/continuous_batching.py` on the CPU, `bench/device_check.py decode` variant `continuous`), so the policy
 server's `rollout.continuous_batching` is off by default.
 """

@@ -157,7 +157,7 @@ def test_continuous_batching_replies_as_static_batches(policy, toy_buffer):
         threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(requests))]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        time.sleep(0.5)
         server.resume()
         for t in threads:
             t.join()
