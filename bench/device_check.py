@@ -2,7 +2,8 @@
 
     python bench/device_check.py train  [--tiny]   # bf16 MFU of the Qwen3-VL-2B-width train step
     python bench/device_check.py decode [--tiny]   # sampler decode tokens/s at batch 64 (KV cache), old and new
-                                                   # path side by side (--decode_variants, DECODE_VARIANTS)
+                                                   # path side by side (--decode_variants, DECODE_VARIANTS; with
+                                                   # continuous batching's slots: `continuous`)
 
 Prints one JSON object, with the attention kernel the program ran (`attention_kernel`); the train step's also
 counts the cuDNN fused-attention custom calls in its compiled HLO (`cudnn_attention_calls`), and
@@ -192,6 +193,7 @@ DECODE_VARIANTS = {
     "old": ("float32", False),          # the server before: the trainer's fp32 master weights, every slot read
     "new": ("bfloat16", False),         # the server now: a bf16 serving copy, every slot read in place
     "new_ragged": ("bfloat16", True),   # a bf16 serving copy, only the filled key blocks (--decode_block) read
+    "continuous": ("bfloat16", False),  # new's weights and read, on continuous batching's slots (per-row steps)
 }
 
 
@@ -221,7 +223,8 @@ def decode(args) -> dict:
         dtype, ragged = DECODE_VARIANTS[name]
         block = (16 if args.tiny else args.decode_block) if ragged else 0
         weights = serving_copy(master, dtype)
-        out = _decode_variant(config.replace(param_dtype=dtype), module, weights, block, rows, prompt, new, args)
+        measure = _decode_continuous if name == "continuous" else _decode_variant
+        out = measure(config.replace(param_dtype=dtype), module, weights, block, rows, prompt, new, args)
         del weights
         out.update(variant=name, weights_dtype=dtype, decode_block=block)
         if roofline_s is not None:
@@ -230,7 +233,8 @@ def decode(args) -> dict:
     result = dict(reports[names[-1]])
     result["variants"] = {name: {k: r[k] for k in ("weights_dtype", "decode_block", "measured_step_s",
                                                    "measured_tokens_per_s", "compile_s", "predicted_tokens_per_s",
-                                                   "bf16_full_cache_roofline_fraction") if k in r}
+                                                   "bf16_full_cache_roofline_fraction", "admit_late_rows_s")
+                                 if k in r}
                           for name, r in reports.items()}
     if "old" in reports and len(reports) > 1:
         result["speedup_over_old"] = reports["old"]["measured_step_s"] / reports[names[-1]]["measured_step_s"]
@@ -287,6 +291,51 @@ def _decode_variant(config, module, params, block, rows, prompt, new, args) -> d
                    "compile_s_includes_one_decode": True,
                    "prefill_s_incl_compile": prefill_s})
     out["measured_tokens_per_s"] = rows / per_step
+    if out.get("predicted_step_s"):
+        out["predicted_tokens_per_s"] = rows / out["predicted_step_s"]
+    return out
+
+
+def _decode_continuous(config, module, params, block, rows, prompt, new, args) -> dict:
+    """`ContinuousBatcher` with `rows` slots: rows − k prompts admitted, then k more into the running slots (the
+    admission timed: `admit_late_rows_s`), then decode chunks until every row has its `new` tokens; seconds a decode step."""
+    import jax
+    import numpy as np
+
+    from jaxwebrl.models.continuous_batching import ContinuousBatcher
+    from jaxwebrl.models.sampler import Sampler, SamplingParams
+    from jaxwebrl.parallel import cost
+
+    sampler = Sampler(module, config, pad_token_id=0, decode_chunk=8, decode_block=block)
+    batcher = ContinuousBatcher(sampler, SamplingParams(max_new_tokens=new, temperature=1.0), rows,
+                                capacity=prompt + new)
+    weights = (sampler._weights((params, 0))[0], 0)
+    ids = np.random.default_rng(0).integers(0, 250, (rows, prompt)).astype(np.int32)
+    prompts, late = [{"input_ids": row} for row in ids], max(1, rows // 8)
+
+    def generation():
+        """(admission seconds of the late rows, decode seconds, decode steps) of one full generation."""
+        batcher.admit(weights, prompts[late:], list(range(late, rows)), list(range(late, rows)))
+        jax.block_until_ready(batcher._state)
+        start = time.perf_counter()
+        batcher.admit(weights, prompts[:late], list(range(late)), list(range(late)))
+        jax.block_until_ready(batcher._state)
+        admitted = time.perf_counter()
+        while batcher.occupied:
+            batcher.decode_chunk(weights)
+        return admitted - start, time.perf_counter() - admitted, new - 1
+
+    t0 = time.perf_counter()
+    generation()                              # compiles both admissions and the decode chunk
+    compile_s = time.perf_counter() - t0
+    runs = [generation() for _ in range(args.iters)]
+    per_step = sorted(decode_s / steps for _, decode_s, steps in runs)
+    work = cost.decode_step(config, rows=rows, cache_len=prompt + new, devices=1)
+    out = _report("decode", config, work, per_step[len(per_step) // 2], per_step, compile_s, None, args,
+                  {"rows": rows, "prompt_len": prompt, "new_tokens": new, "steps_timed": new - 1,
+                   "compile_s_includes_one_generation": True, "admitted_late_rows": late,
+                   "admit_late_rows_s": sorted(a for a, _, _ in runs)[len(runs) // 2]})
+    out["measured_tokens_per_s"] = rows / out["measured_step_s"]
     if out.get("predicted_step_s"):
         out["predicted_tokens_per_s"] = rows / out["predicted_step_s"]
     return out
@@ -386,7 +435,7 @@ def main() -> int:
     parser.add_argument("--prefill_rows", type=int, default=16, help="prefill: prompts in one call")
     parser.add_argument("--prompt_len", type=int, default=1024)
     parser.add_argument("--new_tokens", type=int, default=256)
-    parser.add_argument("--decode_variants", default="old,new_ragged,new",
+    parser.add_argument("--decode_variants", default="old,new_ragged,continuous,new",
                         help=f"decode paths to measure side by side, in order: {', '.join(DECODE_VARIANTS)}")
     parser.add_argument("--decode_block", type=int, default=256,
                         help="key slots a ragged decode step reads at a time (--tiny: 16)")

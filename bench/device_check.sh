@@ -3,7 +3,8 @@
 # (XLA query-chunked attention, full remat) and the new one (attention_impl=auto: cuDNN flash attention on a GPU,
 # splash on a TPU; remat save_dot_except_mlp, the fit at this shape: docs/scaling.md) side by side, with and
 # without screenshots, and new-path attention under full remat; the sampler's decode at batch 64 (old: fp32
-# weights; new: the bf16 serving copy, dense and ragged reads); the sampler's prefill of 16 screenshot prompts (old:
+# weights; new: the bf16 serving copy, dense and ragged reads; and, after the other parts, new beside continuous
+# batching's slots); the sampler's prefill of 16 screenshot prompts (old:
 # every cache slot on XLA; new: the prompt's own keys on the kernel); attention alone (bench/attention_check.py); one
 # profiler trace of the new train step. Each part next to its roofline prediction (parallel/cost.py at the chip's
 # published peak). Prints one JSON object, with the commit, JAX, cuDNN and XLA flags (bench/provenance.py), and
@@ -77,6 +78,7 @@ run_part train_new_text "$TRAIN_LIMIT" bench/device_check.py train --no_images "
 run_part train_old_text "$TRAIN_LIMIT" bench/device_check.py train --no_images "${OLD[@]}" "${EXTRA[@]}"
 run_part prefill "$DECODE_LIMIT" bench/device_check.py prefill --attention_impl=auto "${EXTRA[@]}"
 run_part attention "$ATTENTION_LIMIT" bench/attention_check.py "${EXTRA[@]}"
+run_part decode_continuous "$DECODE_LIMIT" bench/device_check.py decode --decode_variants=new,continuous "${EXTRA[@]}"
 run_part train_new_full_remat "$TRAIN_LIMIT" bench/device_check.py train --attention_impl=auto --remat=full "${EXTRA[@]}"
 
 "$PYTHON" - "$WORK" "${OUT:-}" "${PARTS[@]}" <<'EOF'

@@ -239,6 +239,10 @@ SCHEMA = {
                                  "of that many slots up to the batch's furthest filled one (ragged; "
                                  "models/decode_attention.py says when it pays)",
                               at_least(0, "must be >= 0 (0: dense read)")),
+        "continuous_batching": Field(False, "rollout.engine='jax': decode from server_max_batch slots that requests "
+                                            "join and leave at every decode chunk (rollout/continuous_server.py), "
+                                            "not static batches decoded to their end; off until a GPU measurement "
+                                            "says it pays (bench/device_check.py decode, variant continuous)"),
         "serve_dtype": Field(None, "dtype of the weights the policy server decodes from (None: model.dtype, so a "
                                    "bf16 run serves a bf16 copy of its fp32 master weights)",
                              one_of(DTYPES, "use 'float32', 'bfloat16' or None (= model.dtype)"), type=str),

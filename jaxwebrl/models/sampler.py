@@ -24,6 +24,9 @@ built from a vocabulary mask, a finite set of token sequences, or a regex over t
 The tokens every response must start with (`forced_prefix`: states admitting one token, e.g. the 25 tokens of
 `Memory: {}\nAction: click(` of the tiny action grammar) are prefilled with the prompt instead of decoded one
 at a time, and recorded exactly as decoding would: log-prob 0, the prefill's version.
+
+`generate` decodes one static batch to its last row's end; `models/continuous_batching.py` runs the same prefill
+body (`prefill_state`) and decode step (`decode_step`) over fixed slots that rows join and leave between chunks.
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ class DecodeState(NamedTuple):
     versions: jax.Array  # [B, N] int32 (-1 where nothing was generated)
     done: jax.Array  # [B] bool
     lengths: jax.Array  # [B] int32: tokens generated (stop token included)
-    step: jax.Array  # () int32: index of the next token to generate
+    step: jax.Array  # () int32: index of the next token to generate; [B] when rows started apart (slots of
+    #                  `models/continuous_batching.py`)
     constraint_state: jax.Array  # [B] int32
     rng: jax.Array  # [B, 2] uint32: each row's own key (a row's draws never depend on the rows beside it)
 
@@ -185,7 +189,10 @@ class Sampler:
         step = state.step
 
         def put(buffer, value):
-            return jax.lax.dynamic_update_slice(buffer, value[:, None].astype(buffer.dtype), (0, step))
+            if step.ndim == 0:
+                return jax.lax.dynamic_update_slice(buffer, value[:, None].astype(buffer.dtype), (0, step))
+            at_step = jnp.arange(buffer.shape[1], dtype=jnp.int32)[None, :] == step[:, None]
+            return jnp.where(at_step, value[:, None].astype(buffer.dtype), buffer)
 
         stop = jnp.isin(token, stop_ids)
         done = state.done | (live & stop) | (step + 1 >= sampling.max_new_tokens)
@@ -206,8 +213,14 @@ class Sampler:
 
     def _prefill_fn(self, params, input_ids, attention_mask, pixel_values, cache, rng, version, stop_ids, tables,
                     prefix, prefix_state, *, grid, sampling: SamplingParams) -> DecodeState:
-        """Prompt (ending with the forced `prefix` [P], already in `input_ids`) -> cache and the first sample."""
         self.trace_counts["prefill"] += 1
+        return self.prefill_state(params, input_ids, attention_mask, pixel_values, cache, rng, version, stop_ids,
+                                  tables, prefix, prefix_state, grid=grid, sampling=sampling)
+
+    def prefill_state(self, params, input_ids, attention_mask, pixel_values, cache, rng, version, stop_ids, tables,
+                      prefix, prefix_state, *, grid, sampling: SamplingParams) -> DecodeState:
+        """Prompt (ending with the forced `prefix` [P], already in `input_ids`) -> cache and the first sample
+        (traceable: the body of the jitted prefill, and of a continuous batcher's admission)."""
         logits, cache = self.module.apply(   # head="last": logits of the last position only, [B, 1, V]
             {"params": params}, input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
             image_grid_thw=None if grid is None else np.asarray(grid), cache=cache, head="last",
@@ -235,13 +248,23 @@ class Sampler:
         def keep_going(s: DecodeState):
             return (s.step < chunk_end) & (s.step < sampling.max_new_tokens) & ~jnp.all(s.done)
 
-        def one_step(s: DecodeState):
-            last = jax.lax.dynamic_slice_in_dim(s.tokens, s.step - 1, 1, axis=1)  # [B, 1]
-            logits, cache = self.module.apply({"params": params}, last, attention_mask=jnp.ones_like(last),
-                                              cache=s.cache)
-            return self._advance(s._replace(cache=cache), logits[:, -1], version, stop_ids, tables, sampling)
+        return jax.lax.while_loop(
+            keep_going, lambda s: self.decode_step(params, s, version, stop_ids, tables, sampling), state)
 
-        return jax.lax.while_loop(keep_going, one_step, state)
+    def decode_step(self, params, s: DecodeState, version, stop_ids, tables, sampling: SamplingParams) -> DecodeState:
+        """One token for every unfinished row (traceable). A finished row's cache index and rope position stay
+        where they are (its new key is garbage, never read by a live row), so a ragged read stops at the live
+        rows' slots."""
+        if s.step.ndim == 0:
+            last = jax.lax.dynamic_slice_in_dim(s.tokens, s.step - 1, 1, axis=1)  # [B, 1]
+        else:
+            last = jnp.take_along_axis(s.tokens, jnp.clip(s.step - 1, 0, s.tokens.shape[1] - 1)[:, None], axis=1)
+        logits, cache = self.module.apply({"params": params}, last, attention_mask=jnp.ones_like(last),
+                                          cache=s.cache)
+        live = ~s.done
+        cache = dict(cache, index=jnp.where(live, cache["index"], s.cache["index"]),
+                     next_position=jnp.where(live, cache["next_position"], s.cache["next_position"]))
+        return self._advance(s._replace(cache=cache), logits[:, -1], version, stop_ids, tables, sampling)
 
     # ------------------------------------------------------------------ host side
     def _weights(self, weights) -> tuple[Any, int]:
@@ -331,8 +354,8 @@ class Sampler:
         while True:
             done, step = jax.device_get((state.done, state.step))
             if sampling.stop_strings:
-                state, done = self._apply_stop_strings(state, done, len(prompts), sampling, decode_text,
-                                                       stopped_by_string)
+                state, done = self.apply_stop_strings(state, done, range(len(prompts)), sampling, decode_text,
+                                                      stopped_by_string)
             if done.all() or int(step) >= sampling.max_new_tokens:
                 break
             params, version = self._weights(weights)
@@ -340,12 +363,13 @@ class Sampler:
                                  stop_ids, self._tables, sampling=static)
         return self._results(state, prompts, sampling, stopped_by_string)
 
-    def _apply_stop_strings(self, state: DecodeState, done: np.ndarray, num_prompts: int, sampling: SamplingParams,
-                            decode_text, stopped: dict[int, int]):
-        """Marks rows whose text contains a stop string as done, cut after the token that completes it."""
+    def apply_stop_strings(self, state: DecodeState, done: np.ndarray, rows, sampling: SamplingParams,
+                           decode_text, stopped: dict[int, int]):
+        """Marks those of `rows` whose text contains a stop string as done, cut after the token that completes it
+        (`stopped[row]` = tokens kept). Returns (state, done [B] bool)."""
         tokens, lengths = jax.device_get((state.tokens, state.lengths))
         new_done = done.copy()
-        for row in range(num_prompts):
+        for row in rows:
             if row in stopped:
                 continue
             text = decode_text(tokens[row, :lengths[row]])
@@ -360,26 +384,25 @@ class Sampler:
         return state._replace(done=jnp.asarray(new_done)), new_done
 
     def _results(self, state: DecodeState, prompts, sampling: SamplingParams, stopped: dict[int, int]):
-        tokens, logprobs, versions, lengths = jax.device_get(
-            (state.tokens, state.logprobs, state.versions, state.lengths))
-        stop_ids = set(sampling.stop_token_ids)
-        results = []
-        for row, prompt in enumerate(prompts):
-            n = stopped.get(row, int(lengths[row]))
-            if row in stopped:
-                reason = "stop_string"
-            elif n > 0 and int(tokens[row, n - 1]) in stop_ids:
-                reason = "stop_token"
-            else:
-                reason = "length"
-            results.append(SampledSequence(
-                prompt_ids=np.asarray(prompt["input_ids"], np.int32),
-                tokens=tokens[row, :n].astype(np.int32),
-                logprobs=logprobs[row, :n].astype(np.float32),
-                versions=versions[row, :n].astype(np.int32),
-                finish_reason=reason,
-            ))
-        return results
+        arrays = jax.device_get((state.tokens, state.logprobs, state.versions, state.lengths))
+        return [sequence_of(arrays, row, prompt["input_ids"], sampling, stopped.get(row))
+                for row, prompt in enumerate(prompts)]
+
+
+def sequence_of(arrays, row: int, prompt_ids, sampling: SamplingParams, cut: int | None) -> SampledSequence:
+    """Row `row` of host copies (tokens, logprobs, versions, lengths) of a DecodeState as a SampledSequence; `cut`:
+    the tokens kept when a stop string ended it (None: its own length)."""
+    tokens, logprobs, versions, lengths = arrays
+    n = int(lengths[row]) if cut is None else cut
+    if cut is not None:
+        reason = "stop_string"
+    elif n > 0 and int(tokens[row, n - 1]) in sampling.stop_token_ids:
+        reason = "stop_token"
+    else:
+        reason = "length"
+    return SampledSequence(prompt_ids=np.asarray(prompt_ids, np.int32), tokens=tokens[row, :n].astype(np.int32),
+                           logprobs=logprobs[row, :n].astype(np.float32),
+                           versions=versions[row, :n].astype(np.int32), finish_reason=reason)
 
 
 def row_keys(seed: int | jax.Array | Sequence[int], num_prompts: int, rows: int) -> jax.Array:

@@ -204,14 +204,18 @@ class PolicyServer:
             for (_, future, queued_at), reply in zip(batch, replies):
                 reply["timing"]["queue_s"] = start - queued_at
                 _settle(future, result=reply)
-            with self._stats_lock:
-                self._stats["requests"] += len(batch)
-                self._stats["batches"] += 1
-                self._stats["busy_s"] += time.monotonic() - start
-                for reply in replies:
-                    policy_tokens = int(reply["loss_mask"].sum())
-                    self._stats["generated_tokens"] += policy_tokens
-                    self._stats["prompt_tokens"] += len(reply["loss_mask"]) - policy_tokens
+            self._count(replies, batches=1, busy_s=time.monotonic() - start)
+
+    def _count(self, replies: list[dict], *, batches: int, busy_s: float) -> None:
+        """Adds answered `replies`, `batches` batches decoded (or admitted) and `busy_s` seconds to the stats."""
+        with self._stats_lock:
+            self._stats["requests"] += len(replies)
+            self._stats["batches"] += batches
+            self._stats["busy_s"] += busy_s
+            for reply in replies:
+                policy_tokens = int(reply["loss_mask"].sum())
+                self._stats["generated_tokens"] += policy_tokens
+                self._stats["prompt_tokens"] += len(reply["loss_mask"]) - policy_tokens
 
     def _make_sampler(self) -> Sampler:
         tokenizer = self.processor.tokenizer
@@ -233,17 +237,12 @@ class PolicyServer:
         replies: list[dict | None] = [None] * len(requests)
         by_setting: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
-            key = (int(request["max_new_tokens"]), float(request.get("temperature", 1.0)),
-                   float(request.get("top_p", 1.0)))
-            by_setting.setdefault(key, []).append(i)
-        eos = self.processor.tokenizer.eos_token_id
-        for (max_new_tokens, temperature, top_p), members in by_setting.items():
+            by_setting.setdefault(_setting(request), []).append(i)
+        for setting, members in by_setting.items():
             t0 = time.perf_counter()
             prompts = [self._encode(requests[i]) for i in members]
-            sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=self.top_k,
-                                      top_p=top_p, stop_token_ids=() if eos is None else (eos,))
-            seeds = [int(self._rng.integers(2**31 - 1)) if requests[i].get("seed") is None else int(requests[i]["seed"])
-                     for i in members]   # a request's own seed makes its draw independent of the batch around it
+            sampling = self._sampling(setting)
+            seeds = [self._seed(requests[i]) for i in members]
             traces = sum(self._sampler.trace_counts.values())
             t1 = time.perf_counter()
             results = self._sampler.generate(self.weights, prompts, sampling, seed=seeds)
@@ -253,6 +252,17 @@ class PolicyServer:
             for i, result in zip(members, results):
                 replies[i] = dict(self._reply(result), timing=dict(timing))
         return replies
+
+    def _sampling(self, setting: tuple) -> SamplingParams:
+        """The SamplingParams of a (max_new_tokens, temperature, top_p) setting (`_setting`)."""
+        max_new_tokens, temperature, top_p = setting
+        eos = self.processor.tokenizer.eos_token_id
+        return SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=self.top_k, top_p=top_p,
+                              stop_token_ids=() if eos is None else (eos,))
+
+    def _seed(self, request: dict) -> int:
+        """The request's own seed (its draw is then independent of the rows around it), else a fresh one."""
+        return int(self._rng.integers(2**31 - 1)) if request.get("seed") is None else int(request["seed"])
 
     def _reply(self, result) -> dict:
         """Prompt + response tokens. behave_logprobs are the log-probs of the distribution each token was drawn
@@ -267,6 +277,11 @@ class PolicyServer:
             "behave_logprobs": np.concatenate([np.zeros(n_prompt, np.float32), result.logprobs.astype(np.float32)]),
             "versions": np.concatenate([np.full(n_prompt, -1, np.int32), result.versions.astype(np.int32)]),
         }
+
+
+def _setting(request: dict) -> tuple:
+    """(max_new_tokens, temperature, top_p): requests of one setting decode together (one compiled program)."""
+    return (int(request["max_new_tokens"]), float(request.get("temperature", 1.0)), float(request.get("top_p", 1.0)))
 
 
 def _settle(future: concurrent.futures.Future, result: Any = None, error: BaseException | None = None) -> None:

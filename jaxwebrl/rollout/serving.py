@@ -28,12 +28,21 @@ import stat
 import zmq
 
 from jaxwebrl.files import write_file_atomically
+from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.transport import TransportServer, new_token
 from jaxwebrl.rollout.vllm_server import VllmPolicyServer
 
 TRANSPORT_FILE = "transport.json"
 TOKEN_FILE = "transport.token"
+
+
+def server_class(rollout) -> type[PolicyServer]:
+    """The policy server a run's `config.rollout` names: `VllmPolicyServer` when engine is 'vllm', else
+    `ContinuousPolicyServer` when continuous_batching, else the static-batch `PolicyServer`."""
+    if rollout.get("engine", "jax") == "vllm":
+        return VllmPolicyServer
+    return ContinuousPolicyServer if rollout.get("continuous_batching", False) else PolicyServer
 
 
 class PolicyService:
@@ -52,10 +61,8 @@ class PolicyService:
 
     @classmethod
     def for_policy(cls, policy, buffer, config, *, host: str, num_clients: int, curve: bool = False) -> "PolicyService":
-        """The run config's PolicyServer (`PolicyServer.from_config`; `VllmPolicyServer` when rollout.engine is
-        'vllm') for `policy`, reading screenshots from `buffer`."""
-        server_class = VllmPolicyServer if config.rollout.get("engine", "jax") == "vllm" else PolicyServer
-        server = server_class.from_config(policy, buffer, config)
+        """The run config's PolicyServer (`server_class`) for `policy`, reading screenshots from `buffer`."""
+        server = server_class(config.rollout).from_config(policy, buffer, config)
         return cls(server.handle, host=host, num_clients=num_clients, server=server, curve=curve)
 
     def publish(self, workdir: str, fingerprint: dict | None = None) -> str:

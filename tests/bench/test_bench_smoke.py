@@ -62,6 +62,21 @@ def test_constrained_decode_smallest_run_times_both_ways_of_the_forced_prefix(ru
     assert out["speedup"] == pytest.approx(decoded["batch_s_median"] / prefilled["batch_s_median"], abs=0.01)
 
 
+def test_continuous_batching_smallest_run_serves_one_trace_both_ways(run_bench):
+    out = run_bench("continuous_batching.py", "--requests", "6", "--slots", "4", "--new_tokens", "8",
+                    "--mean_tokens", "4", "--min_prompt", "9", "--max_prompt", "16")
+    assert (out["requests"], out["slots"], out["max_new_tokens"]) == (6, 4, 8)
+    assert out["same_tokens"] and not out["compiled_while_timed"]   # each row as alone; warm-up compiled all
+    assert 1 <= out["response_tokens"]["min"] <= out["response_tokens"]["max"] <= 8
+    static, continuous = out["static"], out["continuous"]
+    for arm in (static, continuous):
+        assert 0 < arm["latency_p50_s"] <= arm["latency_p95_s"] and arm["tokens_per_s"] > 0
+    assert out["latency_p50_static_over_continuous"] == pytest.approx(
+        static["latency_p50_s"] / continuous["latency_p50_s"], rel=1e-3)
+    assert out["tokens_per_s_continuous_over_static"] == pytest.approx(
+        continuous["tokens_per_s"] / static["tokens_per_s"], rel=1e-3)
+
+
 def test_update_ab_smallest_run_times_an_update_of_the_fixed_batch(run_bench, tmp_path):
     batch = tmp_path / "batch.npz"
     out = run_bench("update_ab.py", "--updates", "1", "--batch", str(batch))
@@ -88,7 +103,8 @@ def test_device_check_tiny_measures_the_program_beside_its_roofline(run_bench, p
         assert trace.is_file() and trace.stat().st_size > 1000
     if part == "decode":   # the old and new decode paths side by side, the new one reported at the top level
         variants = out["variants"]
-        assert list(variants) == ["old", "new_ragged", "new"] and out["variant"] == "new"
+        assert list(variants) == ["old", "new_ragged", "continuous", "new"] and out["variant"] == "new"
+        assert variants["continuous"]["measured_step_s"] > 0 and variants["continuous"]["admit_late_rows_s"] > 0
         assert variants["old"]["weights_dtype"] == "float32" and variants["new"]["weights_dtype"] == "bfloat16"
         assert variants["new_ragged"]["decode_block"] > 0 == variants["new"]["decode_block"]
         assert out["speedup_over_old"] == pytest.approx(variants["old"]["measured_step_s"] / out["measured_step_s"])

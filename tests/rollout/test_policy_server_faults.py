@@ -3,12 +3,14 @@ would have joined), and a thread that dies is reported at once to every waiting 
 
 import concurrent.futures
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.policy_server import PolicyServer
 
 
@@ -149,8 +151,6 @@ def test_a_clean_shutdown_with_requests_in_flight_logs_no_traceback(tmp_path, ca
     caplog.set_level(logging.DEBUG, logger="jaxwebrl")
     for thread in threads:
         thread.start()
-    import time
-
     deadline = time.monotonic() + 30
     while server._requests.qsize() == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -189,3 +189,39 @@ def test_a_refused_request_reaches_the_client_as_refused_not_as_a_retryable_fail
     finally:
         client.close()
         server.close()
+
+
+def test_continuous_server_fails_an_unreadable_request_alone_and_what_waits_at_close(tmp_path):
+    """Continuous batching: a request whose screenshot cannot be read fails alone (the server goes on), and close()
+    fails at once the requests it had taken off the queue but not admitted (paused: none is decoded)."""
+    buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=512,
+                               screenshot_shape=(64, 64, 3), max_images_per_step=1)
+    server = ContinuousPolicyServer(tiny_policy(seed=1), buffer, max_batch=2, decode_chunk=4)
+    request = {"op": "generate", "image_refs": np.array([12345]), "max_new_tokens": 4,
+               "messages": [{"role": "user", "content": [{"type": "image"}]}]}
+    errors = []
+    try:
+        with pytest.raises(Exception) as unreadable:
+            server.handle(dict(request))
+        assert "policy server" not in str(unreadable.value)   # the screenshot store's own error, not a dead server
+        server.raise_if_failed()
+        server.pause()
+
+        def ask():
+            try:
+                server.handle(dict(request))
+            except RuntimeError as exc:
+                errors.append(str(exc))
+
+        threads = [threading.Thread(target=ask) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while server._requests.qsize() + len(errors) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)   # the batching thread takes them off the queue and holds them (paused)
+    finally:
+        server.close()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert errors == ["policy server closed"] * 2

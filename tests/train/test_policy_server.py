@@ -2,11 +2,13 @@
 versions, hot-swapped weights, and behaviour log-probs equal to what the trainer recomputes."""
 
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from ml_collections import ConfigDict
 
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import Policy, init_params, tiny_policy
@@ -15,7 +17,10 @@ from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.env.agent.action_space import MemoryGrammar
 from jaxwebrl.env.registry import action_texts
 from jaxwebrl.rollout.action_grammar import action_constraint
+from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.policy_server import PolicyServer
+from jaxwebrl.rollout.serving import server_class
+from jaxwebrl.rollout.vllm_server import VllmPolicyServer
 from jaxwebrl.rollout.worker import STEP_TIMING_FIELDS, RolloutWorker, WorkerConfig
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
@@ -124,3 +129,55 @@ def test_weights_arrive_in_the_serving_dtype(toy_buffer):
         assert all(a is b for a, b in zip(jax.tree.leaves(fp32.weights()[0]), jax.tree.leaves(params)))
     finally:
         fp32.close()
+
+
+def test_continuous_batching_replies_as_static_batches(policy, toy_buffer):
+    """Five seeded requests (two settings, the action grammar) reach a continuous server of two slots at once:
+    rows join and leave at chunk boundaries and the slots switch setting, yet every reply equals, token for token,
+    the static server's reply to the same request alone."""
+    texts = action_texts(["toy"])
+    images = np.random.default_rng(0).integers(0, 256, (5, 64, 64, 3), dtype=np.uint8)
+    requests = [{"op": "generate", "image_refs": np.array([toy_buffer.screenshots.put(images[i])]),
+                 "max_new_tokens": 40, "temperature": 0.0 if i == 3 else 1.0, "top_p": 1.0, "seed": 100 + i,
+                 "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": f"go {i}"}]}]}
+                for i in range(5)]
+    static = PolicyServer(policy, toy_buffer, max_batch=4, decode_chunk=4, action_texts=texts)
+    try:
+        expected = [static.handle(dict(r)) for r in requests]
+    finally:
+        static.close()
+    server = ContinuousPolicyServer(policy, toy_buffer, max_batch=2, decode_chunk=4, action_texts=texts)
+    replies = [None] * len(requests)
+    try:
+        server.pause()   # every request queued before the first admission: the slots are contended
+
+        def ask(i):
+            replies[i] = server.handle(dict(requests[i]))
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(requests))]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        server.resume()
+        for t in threads:
+            t.join()
+        stats = server.stats()
+    finally:
+        server.close()
+    for reply, reference in zip(replies, expected):
+        for key in ("input_ids", "loss_mask", "versions"):
+            np.testing.assert_array_equal(reply[key], reference[key])
+        np.testing.assert_allclose(reply["behave_logprobs"], reference["behave_logprobs"], atol=1e-5, rtol=0)
+        assert reply["text"] == reference["text"]
+    assert stats["requests"] == 5 and stats["generated_tokens"] == sum(int(r["loss_mask"].sum()) for r in expected)
+    assert max(reply["timing"]["batch_size"] for reply in replies) == 2   # rows decoded beside each other
+    assert len({r["text"] for r in replies}) > 1
+
+
+def test_the_run_config_picks_the_server():
+    rollout = ConfigDict({"engine": "jax", "continuous_batching": False})
+    assert server_class(rollout) is PolicyServer
+    rollout.continuous_batching = True
+    assert server_class(rollout) is ContinuousPolicyServer
+    rollout.engine = "vllm"
+    assert server_class(rollout) is VllmPolicyServer
