@@ -116,6 +116,17 @@ class TokenConstraint:
             raise ValueError(f"no token sequence of this vocabulary spells a match of {pattern!r}")
         return _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end, start)
 
+    def padded(self, num_states: int) -> "TokenConstraint":
+        """The same automaton with unreachable states appended up to `num_states` (copies of the last state), so
+        automata of different sizes share one table shape `[num_states, V]` (a sampler compiles once for them)."""
+        extra = int(num_states) - len(self.allowed)
+        if extra < 0:
+            raise ValueError(f"cannot pad {len(self.allowed)} states to {num_states}")
+        last = len(self.allowed) - 1
+        return TokenConstraint(np.concatenate([self.allowed, np.repeat(self.allowed[-1:], extra, 0)]),
+                               np.concatenate([self.next_state, np.full((extra, self.allowed.shape[1]), last,
+                                                                        np.int32)]), self.initial_state)
+
     @property
     def choice_states(self) -> np.ndarray:
         """bool [S]: the states that admit more than one token (a token drawn there was a decision)."""

@@ -165,11 +165,9 @@ class Sampler:
         self.decode_block = kv_cache.DecodeRead(int(decode_block)).block   # a bad value fails here
         self.constraint = constraint
         self.prefill_forced = bool(prefill_forced)
-        self._prefixes: dict[tuple, tuple[np.ndarray, int]] = {}   # (stop ids, max_new_tokens) -> forced_prefix
-        if constraint is not None and constraint.allowed.shape[1] != config.text.vocab_size:
-            raise ValueError(f"constraint covers {constraint.allowed.shape[1]} tokens but the model's vocabulary "
-                             f"has {config.text.vocab_size}")
-        self._tables = None if constraint is None else (jnp.asarray(constraint.allowed), jnp.asarray(constraint.next_state))
+        self._prefixes: dict[tuple, tuple[np.ndarray, int]] = {}   # (constraint, stop ids, max_new_tokens) -> prefix
+        self._tables: dict[int, tuple] = {}   # id(constraint) -> (constraint, its device tables)
+        self._tables_of(constraint)   # a constraint of the wrong vocabulary fails here
         self._param_shardings = None
         self.trace_counts = {"prefill": 0, "decode": 0}  # incremented at trace time: recompilation counter
         self._prefill = jax.jit(self._prefill_fn, static_argnames=("grid", "sampling"), donate_argnames=("cache",))
@@ -279,16 +277,28 @@ class Sampler:
             params = jax.device_put(params, self._param_shardings)
         return params, int(version)
 
-    def _forced_prefix(self, sampling: SamplingParams) -> tuple[np.ndarray, int]:
+    def _tables_of(self, constraint: TokenConstraint | None):
+        """(allowed [S, V] bool, next_state [S, V] int32) on the device for `constraint` (kept: a server passes the
+        same few again and again), or None."""
+        if constraint is None:
+            return None
+        if id(constraint) not in self._tables:
+            if constraint.allowed.shape[1] != self.config.text.vocab_size:
+                raise ValueError(f"constraint covers {constraint.allowed.shape[1]} tokens but the model's vocabulary "
+                                 f"has {self.config.text.vocab_size}")
+            self._tables[id(constraint)] = (constraint, (jnp.asarray(constraint.allowed),
+                                                         jnp.asarray(constraint.next_state)))
+        return self._tables[id(constraint)][1]
+
+    def _forced_prefix(self, sampling: SamplingParams, constraint: TokenConstraint | None) -> tuple[np.ndarray, int]:
         """(tokens [P] int32, constraint state after them) that every row emits first (P = 0: none)."""
-        if self.constraint is None:
+        if constraint is None:
             return np.zeros((0,), np.int32), 0
         if not self.prefill_forced:
-            return np.zeros((0,), np.int32), self.constraint.initial_state
-        key = (sampling.stop_token_ids, sampling.max_new_tokens)   # the same for every batch of a server
+            return np.zeros((0,), np.int32), constraint.initial_state
+        key = (id(constraint), sampling.stop_token_ids, sampling.max_new_tokens)   # a server's few, again and again
         if key not in self._prefixes:
-            self._prefixes[key] = self.constraint.forced_prefix(sampling.stop_token_ids,
-                                                                limit=sampling.max_new_tokens - 1)
+            self._prefixes[key] = constraint.forced_prefix(sampling.stop_token_ids, limit=sampling.max_new_tokens - 1)
         return self._prefixes[key]
 
     def _batch(self, prompts: Sequence[dict], suffix: np.ndarray):
@@ -325,8 +335,12 @@ class Sampler:
 
     def generate(self, weights: tuple[Any, int] | Callable[[], tuple[Any, int]], prompts: Sequence[dict],
                  sampling: SamplingParams, *, seed: int | jax.Array | Sequence[int] = 0,
-                 decode_text: Callable[[np.ndarray], str] | None = None) -> list[SampledSequence]:
+                 decode_text: Callable[[np.ndarray], str] | None = None,
+                 constraint: TokenConstraint | None = None) -> list[SampledSequence]:
         """Generates a continuation for every prompt (see the module docstring).
+
+        `constraint`: this call's automaton instead of the sampler's own (a judge's verdict grammar on a policy
+        server); automata with as many states share the compiled steps (`TokenConstraint.padded`).
 
         `seed`: an int or a key for the whole batch, or one int a prompt: then each row draws from its own key,
         so a prompt with a given seed samples the same tokens whatever else is in the batch (`row_keys`).
@@ -335,7 +349,9 @@ class Sampler:
         """
         if sampling.stop_strings and decode_text is None:
             raise ValueError("sampling.stop_strings needs decode_text (e.g. processor.tokenizer.decode)")
-        prefix, prefix_state = self._forced_prefix(sampling)
+        constraint = self.constraint if constraint is None else constraint
+        tables = self._tables_of(constraint)
+        prefix, prefix_state = self._forced_prefix(sampling, constraint)
         ids, mask, pixels, grid = self._batch(prompts, prefix)
         rows, width = ids.shape
         cache = kv_cache.init_cache(self.config, rows, width + sampling.max_new_tokens, jnp.dtype(self.config.dtype),
@@ -348,7 +364,7 @@ class Sampler:
         params, version = self._weights(weights)
         state = self._prefill(params, *self._place((jnp.asarray(ids), jnp.asarray(mask))),
                               None if pixels is None else self._place(jnp.asarray(pixels)), cache, rng, jnp.int32(version),
-                              stop_ids, self._tables, jnp.asarray(prefix), jnp.int32(prefix_state), grid=grid,
+                              stop_ids, tables, jnp.asarray(prefix), jnp.int32(prefix_state), grid=grid,
                               sampling=static)
         stopped_by_string: dict[int, int] = {}
         while True:
@@ -360,7 +376,7 @@ class Sampler:
                 break
             params, version = self._weights(weights)
             state = self._decode(params, state, jnp.int32(version), jnp.int32(int(step) + self.decode_chunk),
-                                 stop_ids, self._tables, sampling=static)
+                                 stop_ids, tables, sampling=static)
         return self._results(state, prompts, sampling, stopped_by_string)
 
     def apply_stop_strings(self, state: DecodeState, done: np.ndarray, rows, sampling: SamplingParams,
