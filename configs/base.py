@@ -193,27 +193,35 @@ SCHEMA = {
             "upload_kbps": Field(1350.0, "upload throughput (0: not throttled)", checked_by=LATENCY),
         },
         # The judge of WebGym tasks (jaxwebrl/env/tasks/webgym/judge.py, docs/env.md): "ground_truth" (the
-        # programmatic answer) or "chat" (an OpenAI-compatible endpoint that takes images; its key from the
-        # environment variable api_key_env names). A failed or malformed verdict drops the episode as an env failure.
+        # programmatic answer), "chat" (an OpenAI-compatible endpoint that takes images; its key from the
+        # environment variable api_key_env names) or "engine" (the run's own policy server and weights, greedy,
+        # the verdict grammar-constrained: rollout/engine_judge.py). A failed or malformed verdict drops the
+        # episode as an env failure.
         "judge": {
-            "backend": Field("ground_truth", "'ground_truth' or 'chat' (an OpenAI-compatible endpoint)",
-                             one_of(("ground_truth", "chat"))),
+            "backend": Field("ground_truth", "'ground_truth', 'chat' (an OpenAI-compatible endpoint) or 'engine' "
+                                             "(the run's own policy server)",
+                             one_of(("ground_truth", "chat", "engine"))),
             "url": Field(None, "chat: the endpoint's base URL, e.g. 'http://127.0.0.1:8000/v1'", type=str),
             "model": Field(None, "chat: the judge model's name at the endpoint", type=str),
             "api_key_env": Field(None, "chat: the environment variable holding the API key (None: no key)",
                                  type=str),
-            "timeout_s": Field(60.0, "chat: seconds a verdict may take", above(0, "must be > 0 seconds")),
-            "max_screenshots": Field(48, "chat: the episode's last screenshots a verdict is sent (a vLLM server "
-                                         "refuses more images than its --limit-mm-per-prompt)",
+            "timeout_s": Field(60.0, "chat, engine: seconds a verdict may take", above(0, "must be > 0 seconds")),
+            "max_screenshots": Field(48, "chat, engine: the episode's last screenshots a verdict is sent (a vLLM "
+                                         "server refuses more images than its --limit-mm-per-prompt; the engine's "
+                                         "must fit one transport message)",
                                      at_least(1, "must be >= 1")),
-            "retries": Field(2, "chat: retries after a timeout, 429 or 5xx", at_least(0, "must be >= 0")),
-            "backoff_s": Field(1.0, "chat: the first retry's pause (doubled each retry)",
+            "check_blocked": Field(True, "chat, engine: the judge flags blocked pages (CAPTCHA, access denied: the "
+                                         "episode is dropped); False where no page can be blocked (the bundled "
+                                         "loopback sites), so a judge's false alarm drops nothing"),
+            "retries": Field(2, "chat, engine: retries after a timeout, 429 or 5xx (engine: a lost connection or a "
+                                "server error)", at_least(0, "must be >= 0")),
+            "backoff_s": Field(1.0, "chat, engine: the first retry's pause (doubled each retry)",
                                at_least(0, "must be >= 0 seconds")),
-            "concurrency": Field(8, "chat: verdicts in flight at once per worker process",
+            "concurrency": Field(8, "chat, engine: verdicts in flight at once per worker process",
                                  at_least(1, "must be >= 1")),
-            "rate_per_s": Field(None, "chat: at most this many requests started a second per worker process "
-                                      "(None: no limit)", above(0, "must be > 0 requests a second, or None for no "
-                                                                   "limit"), type=float),
+            "rate_per_s": Field(None, "chat, engine: at most this many requests started a second per worker "
+                                      "process (None: no limit)", above(0, "must be > 0 requests a second, or None "
+                                                                           "for no limit"), type=float),
         },
     },
     "rollout": {
@@ -536,6 +544,7 @@ def webgym(c: config_dict.ConfigDict) -> None:
     c.env.max_episode_steps = 10               # easy tasks' horizon; medium and hard ones play 10 of their 20/30
     c.env.screenshot_height = 168              # the 1024 x 768 pages at 4:3 (12 x 9 patches of 14 px)
     c.env.screenshot_width = 224
+    c.env.judge.check_blocked = False          # loopback pages cannot be blocked: a rubric judge's flag is a false alarm
     c.train.dynamic_sampling = False           # a random policy's groups are mostly all-failure: keep them
     c.train.consumer_batch_size = 8
     c.buffer.max_seq_len = 1024

@@ -219,3 +219,19 @@ def test_the_run_config_carries_the_judge_to_the_workers_and_refuses_an_incomple
     options = worker_spec(config, buffer_path="b", address="tcp://127.0.0.1:1", token="t",
                           stats_dir=None)["worker"]["env_options"]
     assert make_judge(options["judge"]).max_screenshots == 8
+
+
+def test_the_engine_judge_is_refused_where_it_cannot_run(tmp_path):
+    config = base.config()
+    base.SCALES[base.variant("toy")](config)
+    config.env.judge.backend = "engine"
+    validate(config, str(tmp_path))   # the tiny JAX server, 64 x 64 screenshots: fits
+    config.rollout.engine = "vllm"
+    with pytest.raises(ConfigError, match=r"^env\.judge\.backend='engine': .*needs rollout\.engine='jax'"):
+        validate(config, str(tmp_path))
+    config.rollout.engine = "jax"
+    config.env.screenshot_width, config.env.screenshot_height = 1280, 720
+    with pytest.raises(ConfigError, match=r"^env\.judge\.max_screenshots=48: .*at 1280x720 set it to at most 5$"):
+        validate(config, str(tmp_path))
+    with pytest.raises(ValueError, match="own policy server"):   # only a run's workers know where it is
+        make_judge({"backend": "engine"})

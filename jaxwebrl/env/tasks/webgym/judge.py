@@ -2,6 +2,8 @@
 
     judge = GroundTruthJudge()                                        # the programmatic answer (bundled sites)
     judge = ChatJudge(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-VL-8B", api_key_env="JUDGE_API_KEY")
+    judge = make_judge(settings)        # a run's env.judge; "engine" (the run's own policy server) is registered by
+                                        # jaxwebrl/rollout/engine_judge.py, which its rollout workers import
     verdict = judge.judge(request)       # Verdict: criteria [(name, met)], reward 1.0 iff all met, raw answer
     pool = JudgePool(judge, concurrency=8, rate_per_s=4.0)
     futures = [pool.submit(r) for r in requests]   # asynchronous and batched: a browser never waits on a verdict
@@ -30,7 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -110,11 +112,13 @@ def _png_data_url(image: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def verdict_schema(facts: int) -> dict:
-    """The JSON schema of the chat judge's answer for a rubric of `facts` facts."""
+def verdict_schema(facts: int, check_blocked: bool = True) -> dict:
+    """The JSON schema of the chat judge's answer for a rubric of `facts` facts; `check_blocked` False: blocked is
+    always false (sites that cannot block a page, where the judge's flag could only be a false alarm)."""
+    blocked = {"type": "boolean"} if check_blocked else {"type": "boolean", "enum": [False]}
     return {"type": "object", "additionalProperties": False,
             "required": ["blocked", "answer_supported", "facts", "reference_matched"],
-            "properties": {"blocked": {"type": "boolean"}, "answer_supported": {"type": "boolean"},
+            "properties": {"blocked": blocked, "answer_supported": {"type": "boolean"},
                            "facts": {"type": "array", "items": {"type": "boolean"}, "minItems": facts,
                                      "maxItems": facts},
                            "reference_matched": {"type": ["boolean", "null"]}}}
@@ -137,26 +141,23 @@ class ChatJudge:
     retries: int = 2
     backoff_s: float = 1.0
     max_screenshots: int = MAX_SCREENSHOTS
+    check_blocked: bool = True
     backend = "chat"
 
     def judge(self, request: JudgeRequest) -> Verdict:
         t0 = time.perf_counter()
-        raw, criteria = self._ask(self._body(request), request)
-        shown = min(len(request.screenshots), self.max_screenshots)
-        return Verdict(criteria, raw, self.backend, time.perf_counter() - t0,
-                       tuple(range(len(request.screenshots) - shown, len(request.screenshots))))
+        shown = screenshots_shown(request, self.max_screenshots)
+        raw, criteria = self._ask(self._body(request, shown), request)
+        return Verdict(criteria, raw, self.backend, time.perf_counter() - t0, shown)
 
-    def _body(self, request: JudgeRequest) -> dict:
-        shots = list(request.screenshots)[-self.max_screenshots:]   # the last ones: where the answer was found
-        facts = "\n".join(f"{i + 1}. {fact}" for i, fact in enumerate(request.facts))
-        text = (f"Task: {request.goal}\nRubric facts:\n{facts}\nAgent's answer: {request.answer!r}\n"
-                f"Reference answer: {request.reference_answer!r}\n{len(shots)} screenshots follow.")
-        content = [{"type": "text", "text": text}] + [{"type": "image_url", "image_url": {"url": _png_data_url(s)}}
-                                                      for s in shots]
+    def _body(self, request: JudgeRequest, shown: tuple[int, ...]) -> dict:
+        content = [{"type": "text", "text": rubric_text(request, len(shown))}] + [
+            {"type": "image_url", "image_url": {"url": _png_data_url(request.screenshots[i])}} for i in shown]
         return {"model": self.model, "temperature": 0.0,
                 "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}],
                 "response_format": {"type": "json_schema", "json_schema": {
-                    "name": "verdict", "strict": True, "schema": verdict_schema(len(request.facts))}}}
+                    "name": "verdict", "strict": True,
+                    "schema": verdict_schema(len(request.facts), self.check_blocked)}}}
 
     def _ask(self, body: dict, request: JudgeRequest) -> tuple[str, tuple[tuple[str, bool], ...]]:
         """The endpoint's answer and its criteria; retries 429/5xx, timeouts, refused connections and malformed
@@ -182,7 +183,7 @@ class ChatJudge:
                 if took > self.timeout_s:   # the socket's timeout bounds each read and write, not their sum
                     cause = f"timed out ({took:.3f} s > timeout_s)"
                     continue
-                return raw, self._criteria(raw, request)
+                return raw, rubric_criteria(raw, request, self.model)
             except urllib.error.HTTPError as err:
                 cause = f"HTTP {err.code}"
                 if err.code not in RETRIED_STATUS:
@@ -196,35 +197,77 @@ class ChatJudge:
                 cause = "malformed response (not an OpenAI chat completion)"
         raise JudgeFailure(f"judge {self.model} on {request.task_id}: {cause} after {attempt + 1} attempt(s) at {url}")
 
-    def _criteria(self, raw: str, request: JudgeRequest) -> tuple[tuple[str, bool], ...]:
-        """WebGym's criteria from the judge's JSON (see the module docstring); JudgeFailure when it is malformed."""
-        try:
-            verdict = json.loads(raw)
-            blocked, supported, facts = verdict["blocked"], verdict["answer_supported"], verdict["facts"]
-            matched = verdict.get("reference_matched")
-            ok = (isinstance(blocked, bool) and isinstance(supported, bool) and isinstance(facts, list)
-                  and len(facts) == len(request.facts) and all(isinstance(f, bool) for f in facts)
-                  and (matched is None or isinstance(matched, bool)))
-        except (ValueError, KeyError, TypeError):
-            ok = False
-        if not ok:
-            raise MalformedVerdict(f"malformed verdict {str(raw)[:200]!r}: expected the verdict schema with "
-                                   f"{len(request.facts)} facts")
-        if blocked:
-            raise BlockedPage(f"judge {self.model} on {request.task_id}: blocked page (CAPTCHA or access denied)", raw)
-        criteria = [("B: the screenshots support the answer", supported)]
-        for fact, met in zip(request.facts, facts):
-            criteria.append((f"A: {fact}", met))
-            if not met:
-                break   # WebGym stops at the first fact not met
-        if request.reference_answer and all(met for _, met in criteria):
-            criteria.append(("the answer matches the reference answer", bool(matched)))
-        return tuple(criteria)
 
 
-JUDGE_BACKENDS = ("ground_truth", "chat")
+def screenshots_shown(request: JudgeRequest, limit: int) -> tuple[int, ...]:
+    """The indices of the screenshots a judge is shown: the last `limit` (where the answer was found)."""
+    count = len(request.screenshots)
+    return tuple(range(max(0, count - int(limit)), count))
+
+
+def rubric_text(request: JudgeRequest, shots: int) -> str:
+    """The user turn's text of a rubric judge (`SYSTEM` its instructions), before its `shots` screenshots."""
+    facts = "\n".join(f"{i + 1}. {fact}" for i, fact in enumerate(request.facts))
+    return (f"Task: {request.goal}\nRubric facts:\n{facts}\nAgent's answer: {request.answer!r}\n"
+            f"Reference answer: {request.reference_answer!r}\n{shots} screenshots follow.")
+
+
+def verdict_regex(facts: int, reference: bool, check_blocked: bool = True) -> str:
+    """The verdict of `verdict_schema(facts, check_blocked)` as a regex over its compact JSON (no whitespace): the
+    grammar a judge decoded under by token constraints answers, so its verdict always parses; reference_matched is
+    null without a reference answer."""
+    flag = "(true|false)"
+    listed = "" if facts < 1 else flag + ("" if facts == 1 else f"(,{flag}){{{facts - 1}}}")
+    return (r'\{"blocked":' + (flag if check_blocked else "false") + r',"answer_supported":' + flag + r',"facts":\[' + listed
+            + r'\],"reference_matched":' + (flag if reference else "null") + r"\}")
+
+
+def rubric_criteria(raw: str, request: JudgeRequest, judge_name: str) -> tuple[tuple[str, bool], ...]:
+    """WebGym's criteria from a judge's JSON verdict (see the module docstring); MalformedVerdict when it is not
+    the schema, BlockedPage when it flags a blocked page."""
+    try:
+        verdict = json.loads(raw)
+        blocked, supported, facts = verdict["blocked"], verdict["answer_supported"], verdict["facts"]
+        matched = verdict.get("reference_matched")
+        ok = (isinstance(blocked, bool) and isinstance(supported, bool) and isinstance(facts, list)
+              and len(facts) == len(request.facts) and all(isinstance(f, bool) for f in facts)
+              and (matched is None or isinstance(matched, bool)))
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise MalformedVerdict(f"malformed verdict {str(raw)[:200]!r}: expected the verdict schema with "
+                               f"{len(request.facts)} facts")
+    if blocked:
+        raise BlockedPage(f"judge {judge_name} on {request.task_id}: blocked page (CAPTCHA or access denied)", raw)
+    criteria = [("B: the screenshots support the answer", supported)]
+    for fact, met in zip(request.facts, facts):
+        criteria.append((f"A: {fact}", met))
+        if not met:
+            break   # WebGym stops at the first fact not met
+    if request.reference_answer and all(met for _, met in criteria):
+        criteria.append(("the answer matches the reference answer", bool(matched)))
+    return tuple(criteria)
+
+
+def _flag(text: str) -> bool:
+    """A command-line boolean: true/false, 1/0, yes/no."""
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"not a boolean: {text!r} (true or false)")
+    return text.lower() in ("true", "1", "yes")
+
+
+JUDGE_BACKENDS = ("ground_truth", "chat", "engine")
+# Backends built outside this package, by name -> factory(settings) -> judge: "engine" (the run's own policy
+# server, which only rollout/ reaches) registers itself from jaxwebrl/rollout/engine_judge.py.
+_REGISTERED: dict[str, Callable[[dict], Any]] = {}
+ENGINE_PROBE = "python3 -m jaxwebrl.rollout.engine_judge --run=WORKDIR"   # the doctor's check of an engine judge
+
+
+def register_judge_backend(name: str, factory: Callable[[dict], Any]) -> None:
+    """Make `make_judge` build backend `name` with `factory(settings)` (a judge: `.judge(request) -> Verdict`)."""
+    _REGISTERED[name] = factory
 JUDGE_SETTINGS = {"backend": str, "url": str, "model": str, "api_key_env": str, "timeout_s": float, "retries": int,
-                  "backoff_s": float, "max_screenshots": int, "concurrency": int,
+                  "backoff_s": float, "max_screenshots": int, "check_blocked": _flag, "concurrency": int,
                   "rate_per_s": float}   # a run's env.judge (configs/base.py)
 
 
@@ -248,6 +291,11 @@ def make_judge(settings: Mapping[str, Any] | None):
     backend = settings.get("backend") or "ground_truth"
     if backend == "ground_truth":
         return GroundTruthJudge()
+    if backend in _REGISTERED:
+        return _REGISTERED[backend](settings)
+    if backend == "engine":
+        raise ValueError("env.judge.backend='engine' judges on a training run's own policy server, which only its "
+                         f"rollout workers reach; check a running run's with: {ENGINE_PROBE}")
     if backend != "chat":
         raise ValueError(f"env.judge.backend={backend!r}: use one of {list(JUDGE_BACKENDS)}")
     if not (settings.get("url") and settings.get("model")):
@@ -256,7 +304,8 @@ def make_judge(settings: Mapping[str, Any] | None):
     return ChatJudge(base_url=settings["url"], model=settings["model"], api_key_env=settings.get("api_key_env"),
                      timeout_s=float(settings.get("timeout_s", 60.0)), retries=int(settings.get("retries", 2)),
                      backoff_s=float(settings.get("backoff_s", 1.0)),
-                     max_screenshots=int(settings.get("max_screenshots", MAX_SCREENSHOTS)))
+                     max_screenshots=int(settings.get("max_screenshots", MAX_SCREENSHOTS)),
+                     check_blocked=bool(settings.get("check_blocked", True)))
 
 
 class JudgePool:

@@ -57,6 +57,9 @@ def failure_fix(cause: str, settings: Mapping[str, Any]) -> str:
                               f"(vLLM: {VLLM_STRUCTURED})"),
         ("malformed response", "the endpoint does not answer OpenAI chat completions: point env.judge.url at one "
                                "(it ends in /v1)"),
+        ("policy server error", "the run's policy server failed the verdict: see the run's log"),
+        ("refused (", "the run's policy server refused the judge: the same jaxwebrl version and the run's own "
+                      "WORKDIR/transport.token"),
     )
     return next((fix for marker, fix in fixes if marker in cause), "see the cause")
 

@@ -22,7 +22,8 @@ JUDGE_RAW_CHARS = 2000   # the judge's raw answer kept with the episode is cut t
 # (what the message says, the cause's name), first match wins; an HTTP error is "http_<status>"
 _CAUSES = (("timed out", "timeout"), ("malformed", "malformed"), ("blocked page", "blocked"),
            ("unreachable", "unreachable"), ("API key is not set", "no_api_key"),
-           ("needs a ground_truth", "no_ground_truth"))
+           ("needs a ground_truth", "no_ground_truth"), ("policy server error", "engine_error"),
+           ("refused (", "refused"))
 
 
 def verdict_info(verdict: Verdict, request: JudgeRequest, first_step: int) -> dict:
@@ -44,7 +45,7 @@ def request_of(record: dict, screenshots: tuple = ()) -> JudgeRequest:
 
 def failure_cause(message: str) -> str:
     """The cause of a judge failure from its message: timeout, http_<status>, malformed, blocked, unreachable,
-    no_api_key, no_ground_truth, or other."""
+    no_api_key, no_ground_truth, engine_error, refused (the engine judge's policy server), or other."""
     http = re.search(r"\bHTTP (\d{3})\b", message)
     if http:
         return f"http_{http.group(1)}"
