@@ -12,6 +12,11 @@ response tokens, the behaviour log-prob of every sampled token, the policy versi
 A request that names its (worker, group) may wait first: a worker's new group is admitted only while the
 trainer can use it (`set_admission`, rollout/admission.py).
 
+It also judges: a `{"op": "judge", ...}` request (the engine judge, rollout/engine_judge.py) joins the same
+batches and is decoded by the same weights, greedily, under its verdict grammar (rollout/verdict_decoding.py); it
+is never held by admission control, and its tokens are counted apart (judge_requests, judge_tokens), never as
+policy tokens.
+
 `set_weights(params, version)` (the trainer, after each update) swaps the weights between decode chunks of
 `decode_chunk` tokens, so a long generation may span versions and records that per token. The server decodes
 from weights in `serve_dtype` (None: the model's compute dtype): floating leaves that arrive in another dtype are
@@ -32,11 +37,13 @@ import numpy as np
 
 from jaxwebrl.env.agent.action_space import MemoryGrammar, config_memory_grammar
 from jaxwebrl.env.registry import config_action_texts
+from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.sampler import Sampler, SamplingParams
 from jaxwebrl.models.serving_weights import serving_dtype
 from jaxwebrl.parallel.partition import cast_floating
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.admission import Admission
+from jaxwebrl.rollout.verdict_decoding import JUDGE_OP, VerdictGrammars, check_judge_request
 from jaxwebrl.rollout.wire import RequestRefused
 
 log = logging.getLogger(__name__)
@@ -69,9 +76,11 @@ class PolicyServer:
         self._failure: str | None = None  # set when the batching thread died: handle() then fails at once
         self._rng = np.random.default_rng(seed)
         self._stats_lock = threading.Lock()
-        self._stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "prompt_tokens": 0, "busy_s": 0.0}
+        self._stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "prompt_tokens": 0, "busy_s": 0.0,
+                       "judge_requests": 0, "judge_tokens": 0}
         self.admission = Admission(group_size)   # gated once the trainer calls set_admission
         self._sampler = self._make_sampler()
+        self._verdicts = VerdictGrammars(self.processor, policy.config.text.vocab_size)
         self._thread = threading.Thread(target=self._serve_forever, name="policy-server", daemon=True)
         self._thread.start()
 
@@ -141,12 +150,14 @@ class PolicyServer:
 
     # ------------------------------------------------------------------ transport side
     def handle(self, request: dict) -> dict:
-        """Transport handler: one generate request -> its reply (blocks until its batch is decoded)."""
-        _check_request(request)  # a bad request fails alone, never the batch it would have joined
+        """Transport handler: one generate or judge request -> its reply (blocks until its batch is decoded)."""
+        judging = request.get("op") == JUDGE_OP
+        # a bad request fails alone, never the batch it would have joined
+        check_judge_request(request) if judging else _check_request(request)
         if self._closed.is_set():
             raise RuntimeError("policy server closed")
         self.raise_if_failed()
-        if "group_id" in request:   # a worker's new group waits until the trainer can use it
+        if "group_id" in request and not judging:   # a worker's new group waits until the trainer can use it
             self.admission.enter(request["worker_id"], request["group_id"], stop=self._closed.is_set)
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._requests.put((request, future, time.monotonic()))
@@ -207,13 +218,18 @@ class PolicyServer:
             self._count(replies, batches=1, busy_s=time.monotonic() - start)
 
     def _count(self, replies: list[dict], *, batches: int, busy_s: float) -> None:
-        """Adds answered `replies`, `batches` batches decoded (or admitted) and `busy_s` seconds to the stats."""
+        """Adds answered `replies`, `batches` batches decoded (or admitted) and `busy_s` seconds to the stats; a
+        verdict's tokens count apart (judge_requests, judge_tokens), never as policy tokens."""
         with self._stats_lock:
-            self._stats["requests"] += len(replies)
             self._stats["batches"] += batches
             self._stats["busy_s"] += busy_s
             for reply in replies:
+                if "loss_mask" not in reply:   # a verdict: no policy token
+                    self._stats["judge_requests"] += 1
+                    self._stats["judge_tokens"] += reply["num_tokens"]
+                    continue
                 policy_tokens = int(reply["loss_mask"].sum())
+                self._stats["requests"] += 1
                 self._stats["generated_tokens"] += policy_tokens
                 self._stats["prompt_tokens"] += len(reply["loss_mask"]) - policy_tokens
 
@@ -228,12 +244,14 @@ class PolicyServer:
                        decode_block=self.decode_block)
 
     def _encode(self, request: dict) -> dict:
+        if request["op"] == JUDGE_OP:   # a verdict's screenshots come with it (not episode steps of the buffer)
+            return self.processor(request["messages"], request["images"])
         refs = np.asarray(request["image_refs"], np.int64).reshape(-1)
         images = [self.buffer.screenshots.get(int(r)) for r in refs]
         return self.processor(request["messages"], images)
 
     def _generate(self, requests: list[dict]) -> list[dict]:
-        """Replies for `requests`, decoded together per distinct sampling setting (usually one)."""
+        """Replies for `requests`, decoded together per distinct setting (usually one; verdicts apart)."""
         replies: list[dict | None] = [None] * len(requests)
         by_setting: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
@@ -241,17 +259,25 @@ class PolicyServer:
         for setting, members in by_setting.items():
             t0 = time.perf_counter()
             prompts = [self._encode(requests[i]) for i in members]
-            sampling = self._sampling(setting)
+            sampling, verdict = self._decoding(setting)
             seeds = [self._seed(requests[i]) for i in members]
             traces = sum(self._sampler.trace_counts.values())
             t1 = time.perf_counter()
-            results = self._sampler.generate(self.weights, prompts, sampling, seed=seeds)
+            results = self._sampler.generate(self.weights, prompts, sampling, seed=seeds, constraint=verdict)
             t2 = time.perf_counter()
             timing = {"encode_s": t1 - t0, "compute_s": t2 - t1, "batch_size": len(members),
                       "compiled": sum(self._sampler.trace_counts.values()) > traces}
             for i, result in zip(members, results):
-                replies[i] = dict(self._reply(result), timing=dict(timing))
+                reply = self._reply(result) if verdict is None else self._verdict_reply(result)
+                replies[i] = dict(reply, timing=dict(timing))
         return replies
+
+    def _decoding(self, setting: tuple) -> tuple[SamplingParams, TokenConstraint | None]:
+        """(SamplingParams, the verdict grammar, or None for the policy's own constraint) of a setting."""
+        if setting[0] == JUDGE_OP:
+            constraint, sampling = self._verdicts.decoding(*setting[1:])
+            return sampling, constraint
+        return self._sampling(setting), None
 
     def _sampling(self, setting: tuple) -> SamplingParams:
         """The SamplingParams of a (max_new_tokens, temperature, top_p) setting (`_setting`)."""
@@ -263,6 +289,12 @@ class PolicyServer:
     def _seed(self, request: dict) -> int:
         """The request's own seed (its draw is then independent of the rows around it), else a fresh one."""
         return int(self._rng.integers(2**31 - 1)) if request.get("seed") is None else int(request["seed"])
+
+    def _verdict_reply(self, result) -> dict:
+        """A judge request's reply: the verdict's text, the version that judged it and its token count (no policy
+        tokens)."""
+        return {"text": self.processor.decode(result.tokens, skip_special_tokens=True),
+                "version": int(result.versions.max(initial=-1)), "num_tokens": len(result.tokens)}
 
     def _reply(self, result) -> dict:
         """Prompt + response tokens. behave_logprobs are the log-probs of the distribution each token was drawn
@@ -280,7 +312,10 @@ class PolicyServer:
 
 
 def _setting(request: dict) -> tuple:
-    """(max_new_tokens, temperature, top_p): requests of one setting decode together (one compiled program)."""
+    """(max_new_tokens, temperature, top_p), or a verdict's ("judge", facts, reference, check_blocked): requests of
+    one setting decode together (one compiled program)."""
+    if request["op"] == JUDGE_OP:
+        return JUDGE_OP, request["facts"], request["reference"], request["check_blocked"]
     return (int(request["max_new_tokens"]), float(request.get("temperature", 1.0)), float(request.get("top_p", 1.0)))
 
 
@@ -298,7 +333,7 @@ def _settle(future: concurrent.futures.Future, result: Any = None, error: BaseEx
 def _check_request(request: dict) -> None:
     """ValueError naming the field when a generate request (docs/interfaces.md) is malformed."""
     if request.get("op") != "generate":
-        raise RequestRefused(f"policy server serves op 'generate' only, got {request.get('op')!r}")
+        raise RequestRefused(f"policy server serves ops 'generate' and '{JUDGE_OP}' only, got {request.get('op')!r}")
     messages, refs = request.get("messages"), request.get("image_refs")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise RequestRefused("generate request 'messages' must be a list of chat message dicts")

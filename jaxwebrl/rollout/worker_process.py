@@ -26,6 +26,7 @@ from jaxwebrl.errors import one_line
 from jaxwebrl.files import write_file_atomically
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rollout.client import InProcessClient, PolicyClient
+from jaxwebrl.rollout.engine_judge import link_engine_judge   # also registers the engine judge with make_judge
 from jaxwebrl.rollout.scripted import ScriptedBackend
 from jaxwebrl.rollout.wire import TransportAuthError, TransportRequestRefused
 from jaxwebrl.rollout.worker import BufferUnusable, EnvGivenUp, RolloutWorker, WorkerConfig
@@ -39,10 +40,11 @@ log = logging.getLogger(__name__)
 
 def build_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0):
     """(RolloutWorker, client) from a pool spec, in this process; also used by Ray actors and launch/rollout.py.
-    The spec's extension modules are imported first (they may register the envs its tasks name)."""
+    The spec's extension modules are imported first (they may register the envs its tasks name); an engine judge
+    gets the spec's policy connection."""
     import_extensions(spec.get("extensions"))
-    config = WorkerConfig.from_dict(dict(spec["worker"], seed=int(spec["worker"].get("seed", 0)) * 1000003
-                                         + incarnation))
+    worker = link_engine_judge(spec["worker"], spec["policy"])
+    config = WorkerConfig.from_dict(dict(worker, seed=int(worker.get("seed", 0)) * 1000003 + incarnation))
     buffer = RingBuffer.open(spec["buffer"]["path"])
     policy = dict(spec["policy"])
     kind = policy.pop("kind")

@@ -30,12 +30,14 @@ from jaxwebrl.models.layers import remat_problem
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rl import aggregation, estimators, gae, kl, losses
 from jaxwebrl.rollout.spec import cpu_ids
+from jaxwebrl.rollout.transport import DEFAULT_MAX_MESSAGE_BYTES
 from jaxwebrl.train import reference, rl_config, update
 
 # Losses whose objective is built on the plain (coupled) ratio and must not be reweighted by w.
 COUPLED_ONLY_LOSSES = ("sapo",)
 # Losses that keep the tokens of successes only (their sign filter, not a value baseline, decides): no critic.
 VALUE_BLIND_LOSSES = ("fbc", "raft")
+MESSAGE_HEADROOM = 1 << 20   # of a transport message, left to an engine judge's prompt beside its screenshots
 
 
 class ConfigError(ValueError):
@@ -230,6 +232,8 @@ def _check_env(c) -> None:
     if judge is not None and judge.backend == "chat" and not (judge.url and judge.model):
         _fail("env.judge.backend", judge.backend, "the chat judge needs env.judge.url and env.judge.model (an "
                                                   "OpenAI-compatible endpoint and its model)")
+    if judge is not None and judge.backend == "engine":
+        _check_engine_judge(c)
     if judged_only and (judge is None or judge.backend == "ground_truth"):
         _fail("env.judge.backend", "ground_truth" if judge is None else judge.backend,
               f"{len(judged_only)} of the tasks (first {judged_only[0]}) have a rubric but no reference_answer or "
@@ -240,6 +244,23 @@ def _check_env(c) -> None:
             _fail("env.chromium", e.chromium, "Chromium not found: apt-get install -y chromium (or set the path)")
         if _which(e.chromedriver) is None:
             _fail("env.chromedriver", e.chromedriver, "chromedriver not found: apt-get install -y chromium-driver")
+
+
+def _check_engine_judge(c) -> None:
+    """The engine judge decodes on the run's own JAX policy server, and a verdict's screenshots travel with its
+    request (rollout/engine_judge.py): they must fit one transport message."""
+    e = c.env
+    if c.rollout.get("engine", "jax") != "jax":
+        _fail("env.judge.backend", "engine", f"the judge on the run's engine needs rollout.engine='jax' (the "
+                                             f"{c.rollout.engine!r} engine serves no verdicts): set it, or judge "
+                                             f"with env.judge.backend=chat")
+    shot = 3 * e.screenshot_width * e.screenshot_height
+    fits = (DEFAULT_MAX_MESSAGE_BYTES - MESSAGE_HEADROOM) // shot
+    if e.judge.max_screenshots > fits:
+        _fail("env.judge.max_screenshots", e.judge.max_screenshots,
+              f"the engine judge sends a verdict's screenshots in one transport message of at most "
+              f"{DEFAULT_MAX_MESSAGE_BYTES >> 20} MiB: at {e.screenshot_width}x{e.screenshot_height} set it to at "
+              f"most {fits}")
 
 
 def _check_memory(c) -> None:

@@ -1,6 +1,7 @@
 """The bundled offline sites: the committed pages and tasks are what the seed generates, every task is a valid
 WebGym line with its ground truth and a plan that fits its horizon, every link stays inside its site, and in real
-Chromium the plan oracle solves tasks of every kind by the ground truth, and the webgym recipe trains on them."""
+Chromium the plan oracle solves tasks of every kind by the ground truth, and the webgym recipe trains on them with
+the judge on its own engine."""
 
 import collections
 import json
@@ -17,6 +18,7 @@ from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env.registry import action_texts, check_env_spec, env_specs, make_env, task_oracle
 from jaxwebrl.env.tasks.episode import OracleError, run_episode
 from jaxwebrl.env.tasks.sites import family, generate
+from jaxwebrl.env.tasks.webgym.judge import verdict_regex
 from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
 from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, difficulty_of
 from jaxwebrl.eval import judge as rejudging
@@ -100,10 +102,14 @@ def test_a_plan_that_stops_short_of_the_answer_page_is_an_oracle_error():
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_the_webgym_recipe_trains_on_the_bundled_sites(tmp_path):
+def test_the_webgym_recipe_trains_on_the_bundled_sites_judged_by_its_own_engine(tmp_path):
+    """The recipe as it ships but judged on the run's own policy server (env.judge.backend=engine; the ground-truth
+    judge's verdicts are reproduced by re-judging in tests/rollout/test_judge_handoff.py). The random tiny policy's
+    verdicts mean nothing: what is checked is that they come, parse, reward the episodes and the run trains."""
     workdir = tmp_path / "run"
     cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), "--config=configs/constT10.py:webgym",
-           f"--workdir={workdir}", "--config.train.max_steps=1"]
+           f"--workdir={workdir}", "--config.train.max_steps=1", "--config.env.judge.backend=engine",
+           "--config.env.judge.max_screenshots=2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -112,13 +118,21 @@ def test_the_webgym_recipe_trains_on_the_bundled_sites(tmp_path):
     episodes, _ = RingBuffer.open(str(workdir / "buffer")).read(None)
     train_ids = {check_env_spec(s).task_id for s in env_specs("sites?split=train")}
     assert episodes and {e.task_id for e in episodes} <= train_ids   # played on the sites' training split
-    # each verdict was handed off and saved with its episode; metrics.jsonl counts the verdicts the trainer read
+    # each verdict was handed off, decoded under its grammar and saved with its episode, whose reward it gave;
+    # metrics.jsonl counts the verdicts the trainer read
     judged = [e for e in episodes if not e.env_failed]
-    assert judged and all(e.info["judge"]["judge_backend"] == "ground_truth" for e in judged)
+    assert judged and all(e.info["judge"]["judge_backend"] == "engine" for e in judged)
+    for episode in judged:
+        saved = episode.info["judge"]
+        asked = saved["judge_request"]
+        assert re.fullmatch(verdict_regex(len(asked["facts"]), asked["reference_answer"] is not None, False),
+                            saved["judge_raw"]), saved["judge_raw"]
+        assert episode.reward == float(all(met for _, met in saved["verdict"]))
+        assert len(saved["judged_refs"]) <= 2   # the last env.judge.max_screenshots
     assert record["judge/verdicts"] >= 1 and record["judge/latency_s/p95"] >= 0
-    assert rejudging.main([f"--run={workdir}", "--judge.backend=ground_truth"]) == 0
+    assert rejudging.main([f"--run={workdir}", "--judge.backend=ground_truth"]) == 0   # the engine measured
     table = json.loads((workdir / "rejudge_ground_truth.json").read_text())
-    assert table["episodes"] == len(judged) and table["agreement"] == 1.0 and table["same_criteria"] == len(judged)
+    assert table["episodes"] == len(judged) and 0.0 <= table["agreement"] <= 1.0
 
 
 @pytest.mark.browser

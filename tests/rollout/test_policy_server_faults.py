@@ -28,7 +28,7 @@ def server(tmp_path_factory):
 
 
 @pytest.mark.parametrize("patch, message", [
-    ({"op": "train"}, "op 'generate' only"),
+    ({"op": "train"}, "ops 'generate' and 'judge' only"),
     ({"max_new_tokens": None}, "'max_new_tokens' must be an int >= 1"),
     ({"max_new_tokens": "8"}, "'max_new_tokens' must be an int >= 1"),
     ({"temperature": float("nan")}, "'temperature' must be a finite number >= 0"),

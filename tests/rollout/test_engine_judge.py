@@ -1,0 +1,142 @@
+"""The engine judge on a real PolicyServer with the tiny Qwen3-VL, over the authenticated transport: its verdict
+always parses (grammar-constrained, greedy: the same answer twice), criteria make the reward as for the chat judge,
+a verdict is no policy token and no admitted group; a timeout, a dead server and a refused request are
+JudgeFailures naming their cause; make_judge, the worker's link and the doctor's probe reach it."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.env.tasks.webgym.judge import BlockedPage, JudgeFailure, JudgeRequest, make_judge, verdict_regex
+from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
+from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.rollout.engine_judge import EngineJudge, judge_payload, link_engine_judge, main as probe_main
+from jaxwebrl.rollout.policy_server import PolicyServer
+from jaxwebrl.rollout.serving import PolicyService
+from jaxwebrl.rollout.transport import TransportServer
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    buffer = RingBuffer.create(str(tmp_path_factory.mktemp("buf") / "buffer"), capacity_steps=64, max_seq_len=512,
+                               screenshot_shape=(48, 64, 3), max_images_per_step=1)
+    server = PolicyServer(tiny_policy(seed=1), buffer, max_batch=4, decode_chunk=8)
+    with PolicyService(server.handle, server=server).start() as service:
+        yield service
+
+
+def judge_of(service, **kw):
+    return EngineJudge(service.address, token=service.token, **dict(dict(timeout_s=120.0, retries=0), **kw))
+
+
+def request(facts=("opened the Kitchen category",), reference="4.20", shade=0, task_id="shop-1"):
+    shots = tuple(np.full((48, 64, 3), 40 * k + shade, np.uint8) for k in range(3))
+    return JudgeRequest(task_id=task_id, goal="Find the red mug's price.", facts=tuple(facts), answer="4.20",
+                        reference_answer=reference, screenshots=shots)
+
+
+def expected_criteria(raw, req):
+    """WebGym's rule, read off the raw verdict: B, then facts up to the first not met, then the reference."""
+    verdict = json.loads(raw)
+    met = [verdict["answer_supported"]]
+    for fact in verdict["facts"]:
+        met.append(fact)
+        if not fact:
+            break
+    if req.reference_answer and all(met):
+        met.append(verdict["reference_matched"])
+    return met
+
+
+def test_every_verdict_parses_its_criteria_make_the_reward_and_no_policy_token_is_counted(service):
+    judge = judge_of(service, max_screenshots=2)
+    before = service.server.stats()
+    cases = [request(), request(facts=("a", "b", "c"), reference=None, shade=1),
+             request(facts=tuple("abcde"), reference="x", shade=2)]
+    answers = []
+    for req in cases:
+        try:
+            verdict = judge.judge(req)
+        except BlockedPage as blocked:   # the tiny random judge flags some pages: a valid verdict all the same
+            assert json.loads(blocked.raw)["blocked"] is True
+            answers.append(blocked.raw)
+            continue
+        answers.append(verdict.raw)
+        assert verdict.backend == "engine" and verdict.screenshots == (1, 2)   # the last max_screenshots
+        assert [met for _, met in verdict.criteria] == expected_criteria(verdict.raw, req)
+        assert verdict.reward == float(all(met for _, met in verdict.criteria))
+    for req, raw in zip(cases, answers):
+        assert re.fullmatch(verdict_regex(len(req.facts), req.reference_answer is not None), raw), raw
+    assert _raw_of(judge, cases[0]) == answers[0]   # greedy: the same verdict again
+    unblockable = judge_of(service, max_screenshots=2, check_blocked=False).judge(cases[0])   # never BlockedPage
+    assert re.fullmatch(verdict_regex(1, True, check_blocked=False), unblockable.raw), unblockable.raw
+    after = service.server.stats()
+    assert after["judge_requests"] - before["judge_requests"] == len(cases) + 2
+    assert after["judge_tokens"] > before["judge_tokens"]
+    for policy_count in ("requests", "generated_tokens", "prompt_tokens"):
+        assert after[policy_count] == before[policy_count]
+    judge.close()
+
+
+def _raw_of(judge, req):
+    try:
+        return judge.judge(req).raw
+    except BlockedPage as blocked:
+        return blocked.raw
+
+
+def test_admission_control_never_holds_a_verdict(service):
+    server = service.server
+    server.set_admission(capacity=0, backlog=0)   # no group may start
+    try:
+        payload = dict(judge_payload(request(), (2,)), worker_id=0, group_id=7)
+        reply = server.handle(payload)
+        assert re.fullmatch(verdict_regex(1, True), reply["text"]) and reply["version"] == 0
+    finally:
+        server.admission.set_limit(10**6, 0)
+
+
+def test_a_timeout_a_refused_request_and_a_dead_server_are_judge_failures_naming_their_cause(service):
+    server = service.server
+    server.pause()   # nothing is decoded: the judge times out
+    try:
+        with pytest.raises(JudgeFailure, match=r"timed out .* after 2 attempt\(s\)") as info:
+            judge_of(service, timeout_s=0.3, retries=1, backoff_s=0.01).judge(request())
+        assert failure_cause(str(info.value)) == "timeout"
+    finally:
+        server.resume()
+    with pytest.raises(JudgeFailure, match=r"refused \(.*'facts' must be an int in \[0, 64\].* after 1 attempt") as info:
+        judge_of(service, retries=3).judge(request(facts=("f",) * 65))   # refused: never retried
+    assert failure_cause(str(info.value)) == "refused"
+    transport = TransportServer(server.handle, token=service.token).start()
+    judge = EngineJudge(transport.address, token=service.token, timeout_s=60.0, retries=1, backoff_s=0.01,
+                        check_blocked=False)
+    judge.judge(request(task_id="before"))   # connected and answered
+    transport.close()                        # the server is gone
+    with pytest.raises(JudgeFailure, match=r"judge engine on after: timed out .*is the run's server up.* after 2 "
+                                           r"attempt\(s\) at tcp://") as info:
+        judge.timeout_s = 0.5
+        judge.judge(request(task_id="after"))
+    assert failure_cause(str(info.value)) == "timeout"
+    judge.close()
+
+
+def test_make_judge_and_a_workers_link_build_it_and_the_doctor_probes_a_running_run(service, tmp_path, capsys):
+    worker = {"env_options": {"judge": {"backend": "engine", "timeout_s": 30.0, "max_screenshots": 4}}}
+    policy = {"kind": "remote", "address": service.address, "token": service.token}
+    settings = link_engine_judge(worker, policy)["env_options"]["judge"]
+    judge = make_judge(settings)
+    assert isinstance(judge, EngineJudge) and judge.max_screenshots == 4 and judge.timeout_s == 30.0
+    assert "policy" not in worker["env_options"]["judge"]   # the spec itself is left as it was
+    with pytest.raises(ValueError, match="needs the run's policy server, but the workers' policy is 'scripted'"):
+        link_engine_judge(worker, {"kind": "scripted"})
+    with pytest.raises(ValueError, match="lack the server's connection"):
+        make_judge({"backend": "engine"})
+    service.publish(str(tmp_path))
+    assert probe_main([f"--run={tmp_path}", "--timeout_s=120"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["backend"] == "engine" and report["address"] == service.address
+    assert service.token not in json.dumps(report)
