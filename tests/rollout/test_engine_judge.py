@@ -3,8 +3,10 @@ always parses (grammar-constrained, greedy: the same answer twice), criteria mak
 a verdict is no policy token and no admitted group; a timeout, a dead server and a refused request are
 JudgeFailures naming their cause; make_judge, the worker's link and the doctor's probe reach it."""
 
+import concurrent.futures
 import json
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -93,7 +95,9 @@ def test_admission_control_never_holds_a_verdict(service):
     server.set_admission(capacity=0, backlog=0)   # no group may start
     try:
         payload = dict(judge_payload(request(), (2,)), worker_id=0, group_id=7)
-        reply = server.handle(payload)
+        answered = concurrent.futures.Future()   # held by admission, it would never return: asked on a thread
+        threading.Thread(target=lambda: answered.set_result(server.handle(payload)), daemon=True).start()
+        reply = answered.result(timeout=120)
         assert re.fullmatch(verdict_regex(1, True), reply["text"]) and reply["version"] == 0
     finally:
         server.admission.set_limit(10**6, 0)
