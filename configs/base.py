@@ -544,7 +544,7 @@ def webgym(c: config_dict.ConfigDict) -> None:
     c.env.max_episode_steps = 10               # easy tasks' horizon; medium and hard ones play 10 of their 20/30
     c.env.screenshot_height = 168              # the 1024 x 768 pages at 4:3 (12 x 9 patches of 14 px)
     c.env.screenshot_width = 224
-    c.env.judge.check_blocked = False          # loopback pages cannot be blocked: a rubric judge's flag is a false alarm
+    c.env.judge.check_blocked = False          # loopback pages cannot be blocked: a judge's flag is a false alarm
     c.train.dynamic_sampling = False           # a random policy's groups are mostly all-failure: keep them
     c.train.consumer_batch_size = 8
     c.buffer.max_seq_len = 1024

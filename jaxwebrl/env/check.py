@@ -5,7 +5,9 @@ specs, the toy, an extension's family), and prints one JSON object (versions, sa
 success rate per spec, timings per reset/screenshot/action). Exits 1 when the browser cannot start, the allowlist
 leaks, or the overall success rate is below --threshold. With `--judge.*` (a run's `env.judge` settings) it also
 checks that judge: it answers a fixed probe within its timeout (`judge_probe.py`: latency, verdict, and on failure
-the cause and one line naming the fix, also on stderr); `--judge-only` skips the browser and the tasks.
+the cause and one line naming the fix, also on stderr); `--judge-only` skips the browser and the tasks. The judge
+on a run's own engine is probed through the running run (`python3 -m jaxwebrl.rollout.engine_judge --run=WORKDIR`,
+the same report); `--judge.backend=engine` here fails with that command as its fix.
 
     python -m jaxwebrl.env.check                          # every family's specs, 3 episodes each
     python -m jaxwebrl.env.check --tasks miniwob/click-test,miniwob/login-user --episodes 5

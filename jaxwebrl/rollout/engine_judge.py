@@ -27,8 +27,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from jaxwebrl.env.tasks.webgym.judge import (MAX_SCREENSHOTS, SYSTEM, JudgeFailure, JudgeRequest, Verdict,
-                                             register_judge_backend, rubric_criteria, rubric_text, screenshots_shown)
+from jaxwebrl.env.tasks.webgym.judge import (ENGINE_PROBE, MAX_SCREENSHOTS, SYSTEM, JudgeFailure, JudgeRequest,
+                                             Verdict, register_judge_backend, rubric_criteria, rubric_text,
+                                             screenshots_shown)
 from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
 from jaxwebrl.errors import one_line
 from jaxwebrl.rollout.serving import read_published
@@ -57,8 +58,9 @@ class EngineJudge:
         """The engine judge of a run's `env.judge` settings with the run's connection under "policy"."""
         link = settings.get("policy")
         if not link:
-            raise ValueError("env.judge.backend='engine' judges on the run's own policy server: its settings lack "
-                             "the server's connection, which a run's rollout workers add (link_engine_judge)")
+            raise ValueError("env.judge.backend='engine' judges on the run's own policy server, whose connection "
+                             "only the run's rollout workers get (link_engine_judge); check a running run's with: "
+                             f"{ENGINE_PROBE}")
         return cls(link["address"], token=link["token"], server_key=link.get("server_key"),
                    timeout_s=float(settings.get("timeout_s", 60.0)), retries=int(settings.get("retries", 2)),
                    backoff_s=float(settings.get("backoff_s", 1.0)),

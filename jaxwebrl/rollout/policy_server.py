@@ -152,12 +152,16 @@ class PolicyServer:
     def handle(self, request: dict) -> dict:
         """Transport handler: one generate or judge request -> its reply (blocks until its batch is decoded)."""
         judging = request.get("op") == JUDGE_OP
-        # a bad request fails alone, never the batch it would have joined
-        check_judge_request(request) if judging else _check_request(request)
+        if judging:   # a bad request fails alone, never the batch it would have joined
+            check_judge_request(request)
+        else:
+            _check_request(request)
         if self._closed.is_set():
             raise RuntimeError("policy server closed")
         self.raise_if_failed()
-        if "group_id" in request and not judging:   # a worker's new group waits until the trainer can use it
+        if judging:   # its grammar is built here, once, never on the batching thread
+            self._verdicts.decoding(request["facts"], request["reference"], request["check_blocked"])
+        elif "group_id" in request:   # a worker's new group waits until the trainer can use it
             self.admission.enter(request["worker_id"], request["group_id"], stop=self._closed.is_set)
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._requests.put((request, future, time.monotonic()))

@@ -8,8 +8,9 @@ A judge request (docs/interfaces.md, "judge request"):
 
 carries its screenshots' pixels (a verdict is not an episode step: its images are not read by reference from the
 ring buffer) and is answered {"text": the verdict, JSON of `judge.verdict_schema(facts, check_blocked)`, "version":
-the policy version that judged it, "num_tokens", "timing"}. It names no group, so admission control never holds it, and its tokens are no
-policy tokens: nothing of it reaches the buffer or the trainer (the server counts judge_requests, judge_tokens).
+the policy version that judged it, "num_tokens", "timing"}. It names no group, so admission control never holds
+it, and its tokens are no policy tokens: nothing of it reaches the buffer or the trainer (the server counts
+judge_requests, judge_tokens).
 
     grammars = VerdictGrammars(processor, vocab_size)
     constraint, sampling = grammars.decoding(facts=3, reference=True, check_blocked=True)   # cached; greedy

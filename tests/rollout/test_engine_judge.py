@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.env import check
 from jaxwebrl.env.tasks.webgym.judge import BlockedPage, JudgeFailure, JudgeRequest, make_judge, verdict_regex
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.models.policy import tiny_policy
@@ -137,8 +138,14 @@ def test_make_judge_and_a_workers_link_build_it_and_the_doctor_probes_a_running_
     assert "policy" not in worker["env_options"]["judge"]   # the spec itself is left as it was
     with pytest.raises(ValueError, match="needs the run's policy server, but the workers' policy is 'scripted'"):
         link_engine_judge(worker, {"kind": "scripted"})
-    with pytest.raises(ValueError, match="lack the server's connection"):
+    with pytest.raises(ValueError, match="whose connection only the run's rollout workers get"):
         make_judge({"backend": "engine"})
+    assert check.main(["--judge-only", "--judge.backend=engine"]) == 1   # the env doctor names the run's probe
+    assert capsys.readouterr().err.strip().endswith("judge check failed: env.judge.backend='engine' judges on the "
+                                                    "run's own policy server, whose connection only the run's rollout "
+                                                    "workers get (link_engine_judge); check a running run's with: "
+                                                    "python3 -m jaxwebrl.rollout.engine_judge --run=WORKDIR: "
+                                                    "python3 -m jaxwebrl.rollout.engine_judge --run=WORKDIR")
     service.publish(str(tmp_path))
     assert probe_main([f"--run={tmp_path}", "--timeout_s=120"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -218,8 +218,8 @@ def verdict_regex(facts: int, reference: bool, check_blocked: bool = True) -> st
     null without a reference answer."""
     flag = "(true|false)"
     listed = "" if facts < 1 else flag + ("" if facts == 1 else f"(,{flag}){{{facts - 1}}}")
-    return (r'\{"blocked":' + (flag if check_blocked else "false") + r',"answer_supported":' + flag + r',"facts":\[' + listed
-            + r'\],"reference_matched":' + (flag if reference else "null") + r"\}")
+    return (r'\{"blocked":' + (flag if check_blocked else "false") + r',"answer_supported":' + flag
+            + r',"facts":\[' + listed + r'\],"reference_matched":' + (flag if reference else "null") + r"\}")
 
 
 def rubric_criteria(raw: str, request: JudgeRequest, judge_name: str) -> tuple[tuple[str, bool], ...]:
