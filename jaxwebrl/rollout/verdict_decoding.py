@@ -16,7 +16,8 @@ judge_requests, judge_tokens).
     constraint, sampling = grammars.decoding(facts=3, reference=True, check_blocked=True)   # cached; greedy
 
 Each verdict automaton is padded to a power of two states (at least MIN_STATES), and its token budget is that
-count (an acyclic automaton's longest path), so rubrics of 1 to ~17 facts share one compiled decode.
+count (an acyclic automaton's longest path), so rubrics of 0 to 16 facts share one compiled decode (92 + 10 · facts
+states with the tiny byte-level tokenizer).
 """
 
 from __future__ import annotations
