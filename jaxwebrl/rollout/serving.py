@@ -48,22 +48,29 @@ def server_class(rollout) -> type[PolicyServer]:
 class PolicyService:
     """`handler` behind a TransportServer with a fresh token (see the module docstring). `server` is the
     PolicyServer when built by `for_policy`, else None. The transport runs 2 handler threads a client (at least 4),
-    so every connected worker's request reaches the batching server at once."""
+    plus `verdicts_per_client` for an engine judge's requests (each holds a thread until its verdict is decoded,
+    while a worker's generate request may wait on admission control), so every connected worker's requests reach
+    the batching server at once."""
 
     def __init__(self, handler, *, host: str = "127.0.0.1", num_clients: int = 1, server: PolicyServer | None = None,
-                 curve: bool = False):
+                 curve: bool = False, verdicts_per_client: int = 0):
         self.server = server
         self.token = new_token()
         public, secret = zmq.curve_keypair() if curve else (None, None)
         self.server_key: str | None = public.decode() if public is not None else None
-        self.transport = TransportServer(handler, token=self.token, host=host, num_threads=max(4, 2 * num_clients),
+        self.transport = TransportServer(handler, token=self.token, host=host,
+                                         num_threads=max(4, (2 + int(verdicts_per_client)) * num_clients),
                                          curve_secret_key=secret)
 
     @classmethod
     def for_policy(cls, policy, buffer, config, *, host: str, num_clients: int, curve: bool = False) -> "PolicyService":
-        """The run config's PolicyServer (`server_class`) for `policy`, reading screenshots from `buffer`."""
+        """The run config's PolicyServer (`server_class`) for `policy`, reading screenshots from `buffer`; with
+        `env.judge.concurrency` more handler threads a client when it judges too (env.judge.backend 'engine')."""
         server = server_class(config.rollout).from_config(policy, buffer, config)
-        return cls(server.handle, host=host, num_clients=num_clients, server=server, curve=curve)
+        judge = config.env.get("judge")
+        verdicts = judge.concurrency if judge is not None and judge.backend == "engine" else 0
+        return cls(server.handle, host=host, num_clients=num_clients, server=server, curve=curve,
+                   verdicts_per_client=verdicts)
 
     def publish(self, workdir: str, fingerprint: dict | None = None) -> str:
         """Write WORKDIR/transport.json (address, server_key, the run's `fingerprint`) and WORKDIR/transport.token

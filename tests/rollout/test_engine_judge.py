@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+from configs import base
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env import check
 from jaxwebrl.env.tasks.webgym.judge import BlockedPage, JudgeFailure, JudgeRequest, make_judge, verdict_regex
@@ -146,6 +147,13 @@ def test_make_judge_and_a_workers_link_build_it_and_the_doctor_probes_a_running_
                                                     "workers get (link_engine_judge); check a running run's with: "
                                                     "python3 -m jaxwebrl.rollout.engine_judge --run=WORKDIR: "
                                                     "python3 -m jaxwebrl.rollout.engine_judge --run=WORKDIR")
+    config = base.config()
+    base.SCALES[base.variant("toy")](config)
+    config.env.judge.backend, config.env.judge.concurrency = "engine", 3
+    run_service = PolicyService.for_policy(service.server.policy, service.server.buffer, config, host="127.0.0.1",
+                                           num_clients=2)
+    assert run_service.transport._num_threads == 2 * (2 + 3)   # a thread for each verdict a worker has in flight
+    run_service.close()
     service.publish(str(tmp_path))
     assert probe_main([f"--run={tmp_path}", "--timeout_s=120"]) == 0
     report = json.loads(capsys.readouterr().out)
