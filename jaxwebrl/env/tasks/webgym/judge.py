@@ -198,7 +198,6 @@ class ChatJudge:
         raise JudgeFailure(f"judge {self.model} on {request.task_id}: {cause} after {attempt + 1} attempt(s) at {url}")
 
 
-
 def screenshots_shown(request: JudgeRequest, limit: int) -> tuple[int, ...]:
     """The indices of the screenshots a judge is shown: the last `limit` (where the answer was found)."""
     count = len(request.screenshots)
