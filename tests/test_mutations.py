@@ -61,7 +61,7 @@ MUTATIONS = (
              "versions=put(state.versions, jnp.where(live, 0, -1)),",
              "tests/models/test_sampler.py::test_weight_swap_between_chunks_records_versions"),
     Mutation("engine judge's verdicts decoded without their grammar", "jaxwebrl/rollout/policy_server.py",
-             "constraint=None if verdict is None else self._verdicts.decoding(*verdict)[0])", "constraint=None)",
+             "seed=seeds, constraint=verdict)", "seed=seeds, constraint=None)",
              "tests/rollout/test_engine_judge.py::"
              "test_every_verdict_parses_its_criteria_make_the_reward_and_no_policy_token_is_counted"),
     Mutation("transport admits any PLAIN password", "jaxwebrl/rollout/transport.py",

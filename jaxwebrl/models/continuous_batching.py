@@ -65,7 +65,8 @@ class ContinuousBatcher:
         self.decode_text = decode_text
         self._static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())   # stop ids are traced
         self._stop_ids = jnp.asarray(sampling.stop_token_ids or (-1,), jnp.int32)
-        self._prefix, self._prefix_state = sampler._forced_prefix(sampling)
+        self._prefix, self._prefix_state = sampler._forced_prefix(sampling, sampler.constraint)
+        self._tables = sampler._tables_of(sampler.constraint)   # the sampler's own constraint, on the device
         self._occupants: list[tuple[Hashable, np.ndarray] | None] = [None] * self.slots   # (tag, prompt ids)
         self._stopped: dict[int, int] = {}   # slot -> tokens kept, for rows a stop string ended
         self._state: DecodeState | None = None
@@ -192,7 +193,7 @@ class ContinuousBatcher:
         self._state = self._admit(params, self._state, jnp.asarray(ids), jnp.asarray(mask),
                                   None if pixels is None else jnp.asarray(pixels), row_keys(list(seeds), len(prompts),
                                                                                            rows),
-                                  jnp.asarray(slots), jnp.int32(version), self._stop_ids, self.sampler._tables,
+                                  jnp.asarray(slots), jnp.int32(version), self._stop_ids, self._tables,
                                   jnp.asarray(self._prefix), jnp.int32(self._prefix_state), grid=grid,
                                   sampling=self._static)
         for slot, prompt, tag in zip(slots, prompts, tags):
@@ -205,7 +206,7 @@ class ContinuousBatcher:
         if self._state is None or not self.occupied:
             return []
         params, version = self.sampler._weights(weights)
-        self._state = self._decode(params, self._state, jnp.int32(version), self._stop_ids, self.sampler._tables,
+        self._state = self._decode(params, self._state, jnp.int32(version), self._stop_ids, self._tables,
                                    sampling=self._static)
         done = np.asarray(jax.device_get(self._state.done))
         occupied = [slot for slot, occupant in enumerate(self._occupants) if occupant is not None]

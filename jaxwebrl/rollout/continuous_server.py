@@ -6,7 +6,7 @@ weight swaps between decode chunks, pause/resume, admission of groups), served f
 `decode_chunk` tokens, rows that stopped are answered at once and leave, and queued requests are prefilled into
 the free slots and decode on beside the others. A request that arrives while others decode waits at most one
 chunk for a free slot, not a whole generation. `server_deadline_ms` has no role here (admission happens at every
-boundary).
+boundary). It serves no engine-judge verdicts (their grammar is another constraint): a judge request is refused.
 
 Requests of one (max_new_tokens, temperature, top_p) setting share the slots; the oldest waiting request picks the
 setting: a request of another setting stops admissions until the slots drain, then the slots switch to it (one
@@ -29,12 +29,20 @@ import time
 
 from jaxwebrl.models.continuous_batching import ContinuousBatcher
 from jaxwebrl.rollout.policy_server import PolicyServer, _setting, _settle
+from jaxwebrl.rollout.verdict_decoding import JUDGE_OP
+from jaxwebrl.rollout.wire import RequestRefused
 
 log = logging.getLogger(__name__)
 
 
 class ContinuousPolicyServer(PolicyServer):
     """`PolicyServer` whose batching thread runs continuous batching (see the module docstring)."""
+
+    def handle(self, request: dict) -> dict:
+        if request.get("op") == JUDGE_OP:   # the slots decode under the policy's constraint only
+            raise RequestRefused("continuous batching serves no verdicts: judge on the run's engine with "
+                                 "rollout.continuous_batching=False")
+        return super().handle(request)
 
     def _serve(self) -> None:
         self._batchers: dict[tuple, ContinuousBatcher] = {}

@@ -17,10 +17,12 @@ from jaxwebrl.env import check
 from jaxwebrl.env.tasks.webgym.judge import BlockedPage, JudgeFailure, JudgeRequest, make_judge, verdict_regex
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.engine_judge import EngineJudge, judge_payload, link_engine_judge, main as probe_main
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.transport import TransportServer
+from jaxwebrl.rollout.wire import RequestRefused
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +156,10 @@ def test_make_judge_and_a_workers_link_build_it_and_the_doctor_probes_a_running_
                                            num_clients=2)
     assert run_service.transport._num_threads == 2 * (2 + 3)   # a thread for each verdict a worker has in flight
     run_service.close()
+    continuous = ContinuousPolicyServer(service.server.policy, service.server.buffer)
+    with pytest.raises(RequestRefused, match="continuous batching serves no verdicts"):
+        continuous.handle(judge_payload(request(), (2,)))
+    continuous.close()
     service.publish(str(tmp_path))
     assert probe_main([f"--run={tmp_path}", "--timeout_s=120"]) == 0
     report = json.loads(capsys.readouterr().out)
