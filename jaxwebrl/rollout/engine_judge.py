@@ -27,9 +27,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from jaxwebrl.env.tasks.webgym.judge import (ENGINE_PROBE, MAX_SCREENSHOTS, SYSTEM, JudgeFailure, JudgeRequest,
-                                             Verdict, register_judge_backend, rubric_criteria, rubric_text,
-                                             screenshots_shown)
+from jaxwebrl.env.tasks.webgym.judge import (ENGINE_PROBE, MAX_SCREENSHOTS, SYSTEM, AttemptFailed, JudgeRequest,
+                                             Verdict, register_judge_backend, retrying, rubric_criteria,
+                                             rubric_text, screenshots_shown)
 from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
 from jaxwebrl.errors import one_line
 from jaxwebrl.rollout.serving import read_published
@@ -86,25 +86,21 @@ class EngineJudge:
 
     def _ask(self, payload: dict, request: JudgeRequest) -> str:
         """The verdict's text; retries a timeout, a lost connection and a server error, not a refusal."""
-        cause = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        def attempt() -> str:
             try:
                 reply = self._client().request(payload, timeout_s=self.timeout_s)
-            except TransportTimeout:
-                cause = f"timed out (no verdict within timeout_s={self.timeout_s:g}: is the run's server up?)"
+            except TransportTimeout as err:
+                raise AttemptFailed(f"timed out (no verdict within timeout_s={self.timeout_s:g}: is the run's server "
+                                    f"up?)") from err
             except (TransportAuthError, TransportRequestRefused) as err:
-                cause = f"refused ({one_line(err, 300)})"
-                break
+                raise AttemptFailed(f"refused ({one_line(err, 300)})", retry=False) from err
             except TransportError as err:
-                cause = f"policy server error ({one_line(err, 300)})"
-            else:
-                if isinstance(reply.get("text"), str):
-                    return reply["text"]
-                cause = "malformed reply (no verdict text: is that a jaxwebrl policy server?)"
-        raise JudgeFailure(f"judge engine on {request.task_id}: {cause} after {attempt + 1} attempt(s) at "
-                           f"{self.address}")
+                raise AttemptFailed(f"policy server error ({one_line(err, 300)})") from err
+            if not isinstance(reply.get("text"), str):
+                raise AttemptFailed("malformed reply (no verdict text: is that a jaxwebrl policy server?)")
+            return reply["text"]
+
+        return retrying(attempt, self.retries, self.backoff_s, f"judge engine on {request.task_id}", self.address)
 
     def close(self) -> None:
         with self._lock:

@@ -171,31 +171,50 @@ class ChatJudge:
             headers["Authorization"] = "Bearer " + key
         data = json.dumps(body).encode()
         url = self.base_url.rstrip("/") + "/chat/completions"
-        cause = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+
+        def attempt():
             start = time.monotonic()
             try:
                 with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=self.timeout_s) as r:
                     raw = json.loads(r.read())["choices"][0]["message"]["content"]
                 took = time.monotonic() - start
                 if took > self.timeout_s:   # the socket's timeout bounds each read and write, not their sum
-                    cause = f"timed out ({took:.3f} s > timeout_s)"
-                    continue
+                    raise AttemptFailed(f"timed out ({took:.3f} s > timeout_s)")
                 return raw, rubric_criteria(raw, request, self.model)
             except urllib.error.HTTPError as err:
-                cause = f"HTTP {err.code}"
-                if err.code not in RETRIED_STATUS:
-                    break
+                raise AttemptFailed(f"HTTP {err.code}", retry=err.code in RETRIED_STATUS) from err
             except (TimeoutError, OSError) as err:   # URLError is an OSError; a read timeout a TimeoutError
                 reason = getattr(err, "reason", err)
-                cause = "timed out" if "timed out" in str(reason) else f"unreachable ({reason})"
+                raise AttemptFailed("timed out" if "timed out" in str(reason) else f"unreachable ({reason})") from err
             except MalformedVerdict as err:
-                cause = str(err)
-            except (ValueError, KeyError, IndexError, TypeError):
-                cause = "malformed response (not an OpenAI chat completion)"
-        raise JudgeFailure(f"judge {self.model} on {request.task_id}: {cause} after {attempt + 1} attempt(s) at {url}")
+                raise AttemptFailed(str(err)) from err
+            except (ValueError, KeyError, IndexError, TypeError) as err:
+                raise AttemptFailed("malformed response (not an OpenAI chat completion)") from err
+
+        return retrying(attempt, self.retries, self.backoff_s, f"judge {self.model} on {request.task_id}", url)
+
+
+class AttemptFailed(Exception):
+    """One attempt of a judge's request failed for `cause`; `retry` False: the others would fail alike."""
+
+    def __init__(self, cause: str, *, retry: bool = True):
+        super().__init__(cause)
+        self.retry = retry
+
+
+def retrying(attempt, retries: int, backoff_s: float, judge: str, where: str):
+    """`attempt()`'s value, tried up to 1 + `retries` times with exponential backoff (`backoff_s`, doubling) while it
+    raises a retryable AttemptFailed; else a JudgeFailure '{judge}: {cause} after N attempt(s) at {where}'."""
+    for n in range(retries + 1):
+        if n:
+            time.sleep(backoff_s * 2 ** (n - 1))
+        try:
+            return attempt()
+        except AttemptFailed as failed:
+            cause = str(failed)
+            if not failed.retry:
+                break
+    raise JudgeFailure(f"{judge}: {cause} after {n + 1} attempt(s) at {where}")
 
 
 def screenshots_shown(request: JudgeRequest, limit: int) -> tuple[int, ...]:
