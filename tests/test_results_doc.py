@@ -46,6 +46,7 @@ BOUND_SECTIONS = (
     ("docs/scaling.md", "Security of the policy-server port"), ("docs/scaling.md", "Launcher overhead"),
     ("docs/scaling.md", "Wiring status (what `launch/train.py` does today)"),
     ("docs/scaling.md", "Planning a deployment: `launch/plan.py`"),
+    ("docs/scaling.md", "Paper scale without the hardware: `launch/compile.py`"),
 )
 KINDS = {"measured", "roofline", "model", "paper"}  # roofline: an AOT bound from XLA's analysis; model: jaxwebrl/plan;
 # paper: the paper's own figure, as the JSON that compares against it holds it
