@@ -10,8 +10,8 @@ quote may run across a paragraph's line breaks; code blocks are not claims. In e
 
 The format (docs/results.md says the same for a reader): two markdown tables, `## Sources` (json | command | commit |
 machine | alone) and `## Figures` (figure | kind | value | scale | json | key | doc | quote). `json` is relative to
-docs/results/. A key is `path`, `fn(path)` (fn: mean, min, max, sum, len, abs, sqrt), a number, or `key / key`,
-`key - key`. A path is dot-separated names (`"a - b"` quoted when a name holds spaces or dots), each followed by
+docs/results/. A key is `path`, `fn(path)` (fn: mean, min, max, sum, len, abs, sqrt), a number, or arithmetic on
+keys: `+ - * /`, each between spaces, with the usual precedence, left to right, and `( )` to group. A path is dot-separated names (`"a - b"` quoted when a name holds spaces or dots), each followed by
 any of `[i]` (a list index), `[*]` (every element) or `[k=v,...]` (the one element of a list whose fields equal
 those values; a JSONL file is the list of its lines). `scale` maps the JSON number to the shown one (`×100`,
 `÷1e9`, `÷2^30`, `×1`); the tolerance is half the last digit shown (an integer of 4+ digits ending in zeros:
@@ -131,24 +131,46 @@ def resolve(data, path: str):
     return values if many else values[0]
 
 
-def _outside_quotes(key: str, op: str) -> int:
-    """The index of the first `op` in `key` outside double quotes and brackets, else -1."""
+ARITHMETIC = {" + ": lambda x, y: x + y, " - ": lambda x, y: x - y, " * ": lambda x, y: x * y,
+              " / ": lambda x, y: x / y}
+
+
+def _last_outside(key: str, ops: tuple[str, ...]) -> tuple[int, str] | None:
+    """(index, op) of the last of `ops` in `key` outside double quotes, brackets and parentheses, else None."""
+    depth, quoted, last = 0, False, None
+    for i, ch in enumerate(key):
+        quoted ^= ch == '"'
+        depth += (ch in "[(") - (ch in "])")
+        for op in ops:
+            if not quoted and depth == 0 and key.startswith(op, i):
+                last = (i, op)
+    return last
+
+
+def _grouped(key: str) -> bool:
+    """Whether `key` is one parenthesised group, `( ... )`."""
+    if not key.startswith("("):
+        return False
     depth, quoted = 0, False
     for i, ch in enumerate(key):
         quoted ^= ch == '"'
-        depth += (ch == "[") - (ch == "]")
-        if not quoted and depth == 0 and key.startswith(op, i):
-            return i
-    return -1
+        depth += (not quoted) * ((ch == "(") - (ch == ")"))
+        if depth == 0:
+            return i == len(key) - 1
+    return False
 
 
 def evaluate(data, key: str) -> float:
-    """The number a key expression names (see the module docstring)."""
-    for op in (" / ", " - "):
-        at = _outside_quotes(key, op)
-        if at >= 0:
-            x, y = evaluate(data, key[:at].strip()), evaluate(data, key[at + len(op):].strip())
-            return x / y if op == " / " else x - y
+    """The number a key expression names (see the module docstring): `+ -` bind looser than `* /`, and an operator
+    splits at its last occurrence, so `a - b - c` is `(a - b) - c`."""
+    key = key.strip()
+    for ops in ((" + ", " - "), (" * ", " / ")):
+        found = _last_outside(key, ops)
+        if found:
+            at, op = found
+            return ARITHMETIC[op](evaluate(data, key[:at]), evaluate(data, key[at + len(op):]))
+    if _grouped(key):
+        return evaluate(data, key[1:-1])
     if re.fullmatch(r"-?\d+(\.\d+)?", key):
         return float(key)  # a constant, as in `60 / s_per_update`
     call = re.fullmatch(r"(\w+)\((.*)\)", key)
@@ -335,6 +357,12 @@ def test_key_paths_rounding_and_scales():
         evaluate(lines, "[program=train_step].rows")
     assert evaluate({"runs": [{"s": 1}, {"s": 3}]}, "sum(runs[*].s)") == 4
     assert evaluate({"s": 12.0}, "60 / s") == 5.0
+    abc = {"a": 8.0, "b": 4.0, "c": 2.0, "a - b": 1.0}
+    assert evaluate(abc, "a / b / c") == 1.0 and evaluate(abc, "a - b - c") == 2.0      # left to right
+    assert evaluate(abc, "a - b / c") == 6.0 and evaluate(abc, "a + b * c") == 16.0     # * / before + -
+    assert evaluate(abc, "(a - b) / c") == 2.0 and evaluate(abc, "a / (b / c)") == 4.0  # groups
+    assert evaluate(abc, '"a - b" * c') == 2.0                                          # a quoted name
+    assert evaluate({"xs": [1.0, 3.0]}, "mean(xs) * (xs[1] - xs[-2])") == 4.0
     assert shown("9,800") == (9800, 50) and shown("70") == (70, 0.5) and shown("\u22126.7") == (-6.7, 0.05)
     assert scale_of("×100") == 100 and scale_of("÷1e9") == 1e-9 and scale_of("÷2^30") == 2 ** -30
     assert cells("| a \\| b | `c` |") == ["a | b", "c"]
