@@ -217,9 +217,13 @@ class PolicyServer:
                     _settle(future, error=exc)
                 continue
             for (_, future, queued_at), reply in zip(batch, replies):
+                if isinstance(reply, Exception):   # its own request could not be encoded: it fails alone
+                    _settle(future, error=reply)
+                    continue
                 reply["timing"]["queue_s"] = start - queued_at
                 _settle(future, result=reply)
-            self._count(replies, batches=1, busy_s=time.monotonic() - start)
+            self._count([r for r in replies if not isinstance(r, Exception)], batches=1,
+                        busy_s=time.monotonic() - start)
 
     def _count(self, replies: list[dict], *, batches: int, busy_s: float) -> None:
         """Adds answered `replies`, `batches` batches decoded (or admitted) and `busy_s` seconds to the stats; a
@@ -254,15 +258,25 @@ class PolicyServer:
         images = [self.buffer.screenshots.get(int(r)) for r in refs]
         return self.processor(request["messages"], images)
 
-    def _generate(self, requests: list[dict]) -> list[dict]:
-        """Replies for `requests`, decoded together per distinct setting (usually one; verdicts apart)."""
-        replies: list[dict | None] = [None] * len(requests)
+    def _generate(self, requests: list[dict]) -> list[dict | Exception]:
+        """Replies for `requests`, decoded together per distinct setting (usually one; verdicts apart); a request
+        that cannot be encoded (a screenshot gone from the store, an image the processor refuses) gets its error
+        instead, and the others decode without it."""
+        replies: list[dict | Exception | None] = [None] * len(requests)
         by_setting: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
             by_setting.setdefault(_setting(request), []).append(i)
         for setting, members in by_setting.items():
             t0 = time.perf_counter()
-            prompts = [self._encode(requests[i]) for i in members]
+            prompts = []
+            for i in list(members):
+                try:
+                    prompts.append(self._encode(requests[i]))
+                except Exception as exc:  # noqa: BLE001 - this request fails alone, its worker hears why
+                    replies[i] = exc
+                    members.remove(i)
+            if not members:
+                continue
             sampling, verdict = self._decoding(setting)
             seeds = [self._seed(requests[i]) for i in members]
             traces = sum(self._sampler.trace_counts.values())

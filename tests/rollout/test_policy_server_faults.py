@@ -53,6 +53,47 @@ def test_a_malformed_request_fails_alone(server, patch, message):
     assert len(results["good"]["input_ids"]) > 4
 
 
+@pytest.mark.parametrize("bad", ["verdict", "screenshot"])
+def test_a_request_that_cannot_be_encoded_fails_alone_not_the_batch_it_joined(server, bad):
+    """Static batches: a verdict whose screenshot the image processor refuses (aspect ratio 300), or a request whose
+    screenshot is not in the store, is failed alone; the worker's request decoded in the same batch is answered."""
+    from jaxwebrl.env.tasks.webgym.judge import JudgeRequest
+    from jaxwebrl.rollout.engine_judge import judge_payload
+
+    if bad == "verdict":
+        request = judge_payload(JudgeRequest("t", "goal", ("fact",), "answer",
+                                             screenshots=(np.zeros((1, 300, 3), np.uint8),)), (0,))
+        server._verdicts.decoding(1, False, True)   # built before: the verdict reaches the queue at once
+    else:
+        request = dict(server.good_request, image_refs=np.array([12345]))
+    results = {}
+
+    def ask(name, payload):
+        try:
+            results[name] = server.handle(payload)
+        except Exception as exc:  # noqa: BLE001 - recorded for the asserts
+            results[name] = exc
+
+    server.pause()
+    time.sleep(0.3)   # the batching thread waits for resume() before it takes a request
+    threads = [threading.Thread(target=ask, args=args) for args in (("good", dict(server.good_request)),
+                                                                     ("bad", request))]
+    try:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while server._requests.qsize() < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        server.resume()   # both are queued: they make one batch
+    for thread in threads:
+        thread.join(timeout=120)
+    assert isinstance(results["bad"], Exception) and "policy server" not in str(results["bad"])
+    assert isinstance(results["good"], dict), results["good"]
+    assert len(results["good"]["input_ids"]) > 4
+    server.raise_if_failed()
+
+
 def test_a_dead_batching_thread_fails_waiting_requests_and_the_run(tmp_path):
     buffer = RingBuffer.create(str(tmp_path / "buffer"), capacity_steps=256, max_seq_len=512,
                                screenshot_shape=(64, 64, 3), max_images_per_step=1)
