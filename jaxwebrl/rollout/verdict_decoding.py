@@ -43,21 +43,30 @@ class VerdictGrammars:
     def __init__(self, processor, vocab_size: int):
         self.tokenizer, self.vocab_size = processor.tokenizer, int(vocab_size)
         self._built: dict[tuple[int, bool, bool], tuple[TokenConstraint, SamplingParams]] = {}
-        self._lock = threading.Lock()
+        self._building: dict[tuple[int, bool, bool], threading.Lock] = {}   # one lock a grammar: built once
+        self._lock = threading.Lock()   # guards the two dicts only, never held while a grammar is built
 
     def decoding(self, facts: int, reference: bool, check_blocked: bool) -> tuple[TokenConstraint, SamplingParams]:
         """(constraint `[S, V]`, greedy SamplingParams) of a verdict on `facts` facts, with a reference answer or
-        without (reference_matched null), blocked a choice or always false."""
+        without (reference_matched null), blocked a choice or always false. A grammar being built holds up only
+        the requests for that same grammar."""
         key = (int(facts), bool(reference), bool(check_blocked))
         with self._lock:
-            if key not in self._built:
-                eos = self.tokenizer.eos_token_id
-                exact = TokenConstraint.from_regex(verdict_regex(*key), self.tokenizer.token_strings(self.vocab_size),
-                                                   eos)
-                states = max(MIN_STATES, 1 << (len(exact.allowed) - 1).bit_length())
-                self._built[key] = (exact.padded(states),
-                                    SamplingParams(max_new_tokens=states, temperature=0.0, stop_token_ids=(eos,)))
-            return self._built[key]
+            if key in self._built:
+                return self._built[key]
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                if key in self._built:   # built by the request this one waited for
+                    return self._built[key]
+            eos = self.tokenizer.eos_token_id
+            exact = TokenConstraint.from_regex(verdict_regex(*key), self.tokenizer.token_strings(self.vocab_size), eos)
+            states = max(MIN_STATES, 1 << (len(exact.allowed) - 1).bit_length())
+            built = (exact.padded(states),
+                     SamplingParams(max_new_tokens=states, temperature=0.0, stop_token_ids=(eos,)))
+            with self._lock:
+                self._built[key] = built
+            return built
 
 
 def check_judge_request(request: dict) -> None:

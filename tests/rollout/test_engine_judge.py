@@ -16,12 +16,14 @@ from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env import check
 from jaxwebrl.env.tasks.webgym.judge import BlockedPage, JudgeFailure, JudgeRequest, make_judge, verdict_regex
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
+from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.engine_judge import EngineJudge, judge_payload, link_engine_judge, main as probe_main
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.transport import TransportServer
+from jaxwebrl.rollout.verdict_decoding import VerdictGrammars
 from jaxwebrl.rollout.wire import RequestRefused
 
 
@@ -165,3 +167,34 @@ def test_make_judge_and_a_workers_link_build_it_and_the_doctor_probes_a_running_
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["backend"] == "engine" and report["address"] == service.address
     assert service.token not in json.dumps(report)
+
+
+def test_a_grammar_being_built_holds_up_no_verdict_of_a_grammar_already_built(service, monkeypatch):
+    """A new fact count's grammar is built on its request's handler thread (minutes at a 151k vocabulary); the
+    batching thread and other handlers asking for a grammar already built get it meanwhile, and two requests of the
+    new fact count build it once."""
+    grammars = VerdictGrammars(service.server.processor, service.server.policy.config.text.vocab_size)
+    ready = grammars.decoding(1, True, True)
+    started, release, builds = threading.Event(), threading.Event(), []
+    build = TokenConstraint.from_regex
+
+    def slow_build(*args, **kwargs):
+        builds.append(args[0])
+        started.set()
+        release.wait(30)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(TokenConstraint, "from_regex", slow_build)
+    new = [threading.Thread(target=grammars.decoding, args=(2, True, True), daemon=True) for _ in range(2)]
+    try:
+        for thread in new:
+            thread.start()
+        assert started.wait(30)
+        got = concurrent.futures.Future()
+        threading.Thread(target=lambda: got.set_result(grammars.decoding(1, True, True)), daemon=True).start()
+        assert got.result(timeout=5) is ready   # not held until the other grammar is built
+    finally:
+        release.set()
+    for thread in new:
+        thread.join(timeout=60)
+    assert len(builds) == 1 and grammars.decoding(2, True, True)[1].max_new_tokens >= 256
