@@ -255,10 +255,11 @@ def test_continuous_server_fails_an_unreadable_request_alone_and_what_waits_at_c
                 errors.append(str(exc))
 
         threads = [threading.Thread(target=ask) for _ in range(2)]
+        queued = server._requests.unfinished_tasks   # counts every put, taken off the queue or not
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30
-        while server._requests.qsize() + len(errors) < 2 and time.monotonic() < deadline:
+        while server._requests.unfinished_tasks - queued + len(errors) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.3)   # the batching thread takes them off the queue and holds them (paused)
     finally:
