@@ -71,8 +71,8 @@ class EngineJudge:
         t0 = time.perf_counter()
         shown = screenshots_shown(request, self.max_screenshots)
         raw = self._ask(judge_payload(request, shown, self.check_blocked), request)
-        return Verdict(rubric_criteria(raw, request, self.backend), raw, self.backend, time.perf_counter() - t0,
-                       shown)
+        criteria = rubric_criteria(raw, request, self.backend, self.check_blocked)
+        return Verdict(criteria, raw, self.backend, time.perf_counter() - t0, shown)
 
     def _client(self) -> TransportClient:
         client = getattr(self._local, "client", None)

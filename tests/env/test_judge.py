@@ -143,6 +143,20 @@ def test_every_judge_failure_is_an_env_failure_naming_its_cause_and_never_the_ke
     assert len(endpoint.bodies) == attempts and KEY not in caplog.text
 
 
+@pytest.mark.parametrize("endpoint, check_blocked", [
+    ([(200, verdict(matched=None), 0.0)], True),     # a reference answer the judge did not compare: not reward 0
+    ([(200, verdict(blocked=True), 0.0)], False),    # blocked where the schema says false: not a blocked page
+], indirect=["endpoint"])
+def test_an_off_schema_verdict_is_malformed_never_a_score_or_a_blocked_page(endpoint, check_blocked, monkeypatch):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    judge = judge_of(endpoint, check_blocked=check_blocked)
+    with pytest.raises(JudgeFailure, match=r"malformed verdict .* after 3 attempt\(s\)") as info:
+        judge.judge(request())
+    assert failure_cause(str(info.value)) == "malformed" and len(endpoint.bodies) == 3
+    if check_blocked:   # the same null is the schema's answer where there is no reference answer
+        assert judge.judge(request(reference_answer=None, ground_truth=None)).reward == 1.0
+
+
 def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -180,7 +180,7 @@ class ChatJudge:
                 took = time.monotonic() - start
                 if took > self.timeout_s:   # the socket's timeout bounds each read and write, not their sum
                     raise AttemptFailed(f"timed out ({took:.3f} s > timeout_s)")
-                return raw, rubric_criteria(raw, request, self.model)
+                return raw, rubric_criteria(raw, request, self.model, self.check_blocked)
             except urllib.error.HTTPError as err:
                 raise AttemptFailed(f"HTTP {err.code}", retry=err.code in RETRIED_STATUS) from err
             except (TimeoutError, OSError) as err:   # URLError is an OSError; a read timeout a TimeoutError
@@ -240,21 +240,26 @@ def verdict_regex(facts: int, reference: bool, check_blocked: bool = True) -> st
             + r',"facts":\[' + listed + r'\],"reference_matched":' + (flag if reference else "null") + r"\}")
 
 
-def rubric_criteria(raw: str, request: JudgeRequest, judge_name: str) -> tuple[tuple[str, bool], ...]:
+def rubric_criteria(raw: str, request: JudgeRequest, judge_name: str,
+                    check_blocked: bool = True) -> tuple[tuple[str, bool], ...]:
     """WebGym's criteria from a judge's JSON verdict (see the module docstring); MalformedVerdict when it is not
-    the schema, BlockedPage when it flags a blocked page."""
+    `verdict_schema(len(request.facts), check_blocked)` (a null reference_matched where there is a reference answer,
+    a blocked page where none is asked, included), BlockedPage when it flags a blocked page."""
     try:
         verdict = json.loads(raw)
         blocked, supported, facts = verdict["blocked"], verdict["answer_supported"], verdict["facts"]
         matched = verdict.get("reference_matched")
-        ok = (isinstance(blocked, bool) and isinstance(supported, bool) and isinstance(facts, list)
-              and len(facts) == len(request.facts) and all(isinstance(f, bool) for f in facts)
-              and (matched is None or isinstance(matched, bool)))
+        matched_ok = isinstance(matched, bool) or (matched is None and not request.reference_answer)
+        ok = (isinstance(blocked, bool) and (check_blocked or not blocked) and isinstance(supported, bool)
+              and isinstance(facts, list) and len(facts) == len(request.facts)
+              and all(isinstance(f, bool) for f in facts) and matched_ok)
     except (ValueError, KeyError, TypeError):
         ok = False
     if not ok:
-        raise MalformedVerdict(f"malformed verdict {str(raw)[:200]!r}: expected the verdict schema with "
-                               f"{len(request.facts)} facts")
+        rules = [] if check_blocked else ["blocked false"]
+        rules += ["reference_matched true or false"] if request.reference_answer else []
+        raise MalformedVerdict(f"malformed verdict {str(raw)[:200]!r}: expected the verdict schema "
+                               + (f"({'; '.join(rules)}) " if rules else "") + f"with {len(request.facts)} facts")
     if blocked:
         raise BlockedPage(f"judge {judge_name} on {request.task_id}: blocked page (CAPTCHA or access denied)", raw)
     criteria = [("B: the screenshots support the answer", supported)]
