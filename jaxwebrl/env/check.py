@@ -238,7 +238,8 @@ def _judge_report(report: dict, settings: dict) -> dict:
     """`report` with the judge check under "judge", and its one-line failure in "errors" and on stderr."""
     report["judge"] = check_judge(settings)
     if not report["judge"]["ok"]:
-        line = f"judge check failed: {report['judge']['cause']}: {report['judge']['fix']}"
+        cause, fix = report["judge"]["cause"], report["judge"]["fix"]
+        line = f"judge check failed: {cause}" + ("" if cause.endswith(fix) else f": {fix}")   # a fix said once
         report["errors"].append(line)
         print(line, file=sys.stderr)
     return report

@@ -149,7 +149,6 @@ def test_make_judge_and_a_workers_link_build_it_and_the_doctor_probes_a_running_
     assert capsys.readouterr().err.strip().endswith("judge check failed: env.judge.backend='engine' judges on the "
                                                     "run's own policy server, whose connection only the run's rollout "
                                                     "workers get (link_engine_judge); check a running run's with: "
-                                                    "python3 -m jaxwebrl.rollout.engine_judge --run=WORKDIR: "
                                                     "python3 -m jaxwebrl.rollout.engine_judge --run=WORKDIR")
     config = base.config()
     base.SCALES[base.variant("toy")](config)
