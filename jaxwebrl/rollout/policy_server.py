@@ -260,8 +260,8 @@ class PolicyServer:
 
     def _generate(self, requests: list[dict]) -> list[dict | Exception]:
         """Replies for `requests`, decoded together per distinct setting (usually one; verdicts apart); a request
-        that cannot be encoded (a screenshot gone from the store, an image the processor refuses) gets its error
-        instead, and the others decode without it."""
+        that cannot be encoded (a screenshot gone from the store, an image the processor refuses), or whose setting's
+        decode raises, gets its error instead, and the others decode without it."""
         replies: list[dict | Exception | None] = [None] * len(requests)
         by_setting: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
@@ -281,7 +281,13 @@ class PolicyServer:
             seeds = [self._seed(requests[i]) for i in members]
             traces = sum(self._sampler.trace_counts.values())
             t1 = time.perf_counter()
-            results = self._sampler.generate(self.weights, prompts, sampling, seed=seeds, constraint=verdict)
+            try:
+                results = self._sampler.generate(self.weights, prompts, sampling, seed=seeds, constraint=verdict)
+            except Exception as exc:  # noqa: BLE001 - this setting's requests fail; the other settings' stand
+                log.exception("policy server: decoding %d request(s) of one setting failed", len(members))
+                for i in members:
+                    replies[i] = exc
+                continue
             t2 = time.perf_counter()
             timing = {"encode_s": t1 - t0, "compute_s": t2 - t1, "batch_size": len(members),
                       "compiled": sum(self._sampler.trace_counts.values()) > traces}

@@ -53,17 +53,27 @@ def test_a_malformed_request_fails_alone(server, patch, message):
     assert len(results["good"]["input_ids"]) > 4
 
 
-@pytest.mark.parametrize("bad", ["verdict", "screenshot"])
-def test_a_request_that_cannot_be_encoded_fails_alone_not_the_batch_it_joined(server, bad):
-    """Static batches: a verdict whose screenshot the image processor refuses (aspect ratio 300), or a request whose
-    screenshot is not in the store, is failed alone; the worker's request decoded in the same batch is answered."""
+@pytest.mark.parametrize("bad", ["verdict", "screenshot", "verdict_decode"])
+def test_a_request_that_cannot_be_encoded_fails_alone_not_the_batch_it_joined(server, bad, monkeypatch):
+    """Static batches: a verdict whose screenshot the image processor refuses (aspect ratio 300), a request whose
+    screenshot is not in the store, or a verdict whose setting's decode raises, is failed alone; the worker's request
+    decoded in the same batch is answered."""
     from jaxwebrl.env.tasks.webgym.judge import JudgeRequest
     from jaxwebrl.rollout.engine_judge import judge_payload
 
-    if bad == "verdict":
+    if bad.startswith("verdict"):
+        shape = (1, 300, 3) if bad == "verdict" else (64, 64, 3)
         request = judge_payload(JudgeRequest("t", "goal", ("fact",), "answer",
-                                             screenshots=(np.zeros((1, 300, 3), np.uint8),)), (0,))
+                                             screenshots=(np.zeros(shape, np.uint8),)), (0,))
         server._verdicts.decoding(1, False, True)   # built before: the verdict reaches the queue at once
+        generate = server._sampler.generate
+
+        def failing_verdicts(*args, constraint=None, **kw):
+            if constraint is not None:
+                raise RuntimeError("the verdict setting's decode failed")
+            return generate(*args, constraint=constraint, **kw)
+
+        monkeypatch.setattr(server._sampler, "generate", failing_verdicts)
     else:
         request = dict(server.good_request, image_refs=np.array([12345]))
     results = {}
