@@ -87,18 +87,21 @@ def _check_rows(rewards, episode_ids, group_ids):
                          f"got {shapes}")
 
 
-def _episode_table(rewards, episode_ids, group_ids):
+def _episode_table(rewards, episode_ids, group_ids, row_valid=None):
     """Collapse step rows to episodes. Returns dict of [R]-sized episode arrays (R = rows = static
-    bound on episodes) and the row -> episode index."""
+    bound on episodes) and the row -> episode index. row_valid [R] bool (None: all): rows that are steps of an
+    episode; the others (a padded batch's padding rows) count in no episode, so an episode of padding alone is
+    not valid."""
     rewards = jnp.asarray(rewards, jnp.float32)
     episode_ids = jnp.asarray(episode_ids)
     group_ids = jnp.asarray(group_ids)
     _check_rows(rewards, episode_ids, group_ids)
+    real = jnp.ones(rewards.shape, bool) if row_valid is None else jnp.asarray(row_valid).astype(bool)
     ep_index, n_ep = segments.dense_ids(episode_ids)
     g_index, _ = segments.dense_ids(group_ids)
-    steps = segments.segment_sum(jnp.ones_like(rewards), ep_index, n_ep)
-    ep_reward = segments.segment_sum(rewards, ep_index, n_ep) / jnp.maximum(steps, 1.0)
-    ep_group = segments.segment_max(g_index, ep_index, n_ep)
+    steps = segments.segment_sum(real.astype(jnp.float32), ep_index, n_ep)
+    ep_reward = segments.segment_sum(jnp.where(real, rewards, 0.0), ep_index, n_ep) / jnp.maximum(steps, 1.0)
+    ep_group = segments.segment_max(jnp.where(real, g_index, 0), ep_index, n_ep)
     valid = steps > 0
     ep_group = jnp.where(valid, ep_group, 0)
     return dict(reward=ep_reward, group=ep_group, steps=steps, valid=valid), ep_index
@@ -268,7 +271,7 @@ class AdvantageTrace(NamedTuple):
 def compute_token_advantages(rewards, episode_ids, group_ids, loss_mask, *,
                              config: AdvantageConfig = AdvantageConfig(), values=None, logprobs=None,
                              ref_logprobs=None, bootstrap_values=None, terminated=None,
-                             turn_ids=None) -> AdvantageTrace:
+                             turn_ids=None, row_valid=None) -> AdvantageTrace:
     """Paper path 1-4 (+ adv_norm) on step rows; what the trainer calls.
 
     Args:
@@ -280,6 +283,9 @@ def compute_token_advantages(rewards, episode_ids, group_ids, loss_mask, *,
       logprobs, ref_logprobs: [R, T] for KL-in-reward when config.kl_ctl > 0.
       bootstrap_values / terminated: [R] per-row truncation semantics for GAE (default: terminal).
       turn_ids: [R, T] ints (-1 off-turn) when config.gae_timestep_unit == "turn".
+      row_valid: [R] bool, or None (every row real): the rows that are steps. The trainer passes its whole padded
+        batch (a static [B, T] whatever the real-row count, so this jitted path compiles once per batch shape);
+        padding rows (loss_mask 0) then belong to no episode and change no estimate, batch-level ones included.
 
     Returns:
       AdvantageTrace; `.advantages` [R, T] float32 is the loss input.
@@ -290,6 +296,8 @@ def compute_token_advantages(rewards, episode_ids, group_ids, loss_mask, *,
     if len(shape) != 2 or shape[0] != jnp.shape(rewards)[0]:
         raise ValueError(f"loss_mask must be [R, T] with R = len(rewards) = {jnp.shape(rewards)[0]}, "
                          f"got {shape}")
+    if row_valid is not None and jnp.shape(row_valid) != shape[:1]:
+        raise ValueError(f"row_valid shape {jnp.shape(row_valid)} must be [R] = {shape[:1]}")
     for name, arr in dict(values=values, logprobs=logprobs, ref_logprobs=ref_logprobs, turn_ids=turn_ids).items():
         if arr is not None and jnp.shape(arr) != shape:
             raise ValueError(f"{name} shape {jnp.shape(arr)} must equal loss_mask shape {shape}")
@@ -302,12 +310,12 @@ def compute_token_advantages(rewards, episode_ids, group_ids, loss_mask, *,
             raise ValueError(f"turn id {int(np.max(np.asarray(turn_ids)))} >= max_turns={config.max_turns}")
     episode_ids, group_ids = segments.host_dense_ids(episode_ids), segments.host_dense_ids(group_ids)
     return _token_advantages(rewards, episode_ids, group_ids, loss_mask, config, values, logprobs,
-                             ref_logprobs, bootstrap_values, terminated, turn_ids)
+                             ref_logprobs, bootstrap_values, terminated, turn_ids, row_valid)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def _token_advantages(rewards, episode_ids, group_ids, loss_mask, config, values, logprobs, ref_logprobs,
-                      bootstrap_values, terminated, turn_ids):
+                      bootstrap_values, terminated, turn_ids, row_valid):
     mask = jnp.asarray(loss_mask).astype(bool)
     raw = jnp.asarray(rewards, jnp.float32)
     if config.overlong_tokens is not None:
@@ -316,7 +324,7 @@ def _token_advantages(rewards, episode_ids, group_ids, loss_mask, config, values
                                              overlong_penalty_factor=config.overlong_penalty_factor)
     shaped = shape_rewards(raw, reward_bias=config.reward_bias, reward_scaling=config.reward_scaling,
                            reward_clip=config.reward_clip)
-    table, ep_index = _episode_table(shaped, episode_ids, group_ids)
+    table, ep_index = _episode_table(shaped, episode_ids, group_ids, row_valid)
     estimator = get_estimator(config.estimator)
     r_hat = estimator(table["reward"], table["group"], table["valid"],
                       std_unbiased=config.std_unbiased, eps=config.eps)

@@ -326,8 +326,6 @@ class Updater:
         all of them once (`_rows`); only the logged means come back to the host."""
         s, critic = self.settings, self.critic
         n_real = batch.num_real_rows
-        real_mask = batch.loss_mask[:n_real]
-        pad = ((0, batch.loss_mask.shape[0] - n_real), (0, 0))
         minibatches = [m for m in self._split(batch) if m.policy_tokens > 0]
         rows = [jnp.asarray(m.rows) for m in minibatches]
         shape = batch.input_ids.shape
@@ -341,17 +339,20 @@ class Updater:
                                        for m in minibatches], rows, shape)
             ref_kl = float(_ref_kl(prox, ref, jnp.asarray(batch.objective_mask)))
             if s.advantage.kl_ctl:
-                extra.update(logprobs=prox[:n_real], ref_logprobs=ref[:n_real])
+                extra.update(logprobs=prox, ref_logprobs=ref)
         if s.advantage.gae_timestep_unit == "turn":
-            extra["turn_ids"] = np.asarray(gae_lib.turn_ids_from_mask(real_mask))
+            extra["turn_ids"] = np.asarray(gae_lib.turn_ids_from_mask(batch.loss_mask))
         if critic is not None:   # V before any update: GAE's values and the value clip's anchor
             values, old_values = critic.batch_values(minibatches, shape)
-            extra["values"] = values[:n_real]
-        trace = self._advantages(batch.rewards[:n_real], batch.episode_ids[:n_real], batch.group_ids[:n_real],
-                                 real_mask, **extra)
-        advantages = jnp.pad(trace.advantages, pad)   # [B, T]
+            extra["values"] = values
+        # the whole padded batch, its padding rows marked: one static [B, T] shape whatever the real-row count
+        padding = ((0, shape[0] - n_real),)
+        ids = [np.pad(ids, padding, constant_values=-1) for ids in (batch.episode_ids, batch.group_ids)]
+        trace = self._advantages(np.pad(batch.rewards, padding), *ids, batch.loss_mask,
+                                 row_valid=np.arange(shape[0]) < n_real, **extra)
+        advantages = trace.advantages   # [B, T]
         if critic is not None:
-            returns, value_mask = jnp.pad(trace.returns, pad), jnp.asarray(critic.value_mask(batch.loss_mask))
+            returns, value_mask = trace.returns, jnp.asarray(critic.value_mask(batch.loss_mask))
         for m, r in zip(minibatches, rows):   # the reference's log-probs stay only for a KL loss
             m.minibatch = m.minibatch._replace(
                 **_rows(r, prox_logprobs=prox, advantages=advantages, ref_logprobs=ref if s.kl_loss_coef else None))
@@ -374,7 +375,7 @@ class Updater:
             log.warning("no policy token carries loss in this batch of %d rows: no optimizer step", n_real)
             stats = dict.fromkeys(("actor_loss", "grad_norm", "approx_kl_abs", "behave_approx_kl_abs",
                                    "policy_tokens"), 0.0)
-        final_reward, mean_advantage = _policy_token_means(trace.token_rewards, trace.advantages, real_mask)
+        final_reward, mean_advantage = _policy_token_means(trace.token_rewards, trace.advantages, batch.loss_mask)
         stats["final_reward"], stats["advantages"] = float(final_reward), float(mean_advantage)
         stats["optimizer_updates"] = len(per_update)
         stats["skipped_updates"] = int(sum(u["skipped"] for u in per_update))

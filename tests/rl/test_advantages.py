@@ -149,6 +149,23 @@ def test_compute_token_advantages_jits_with_static_config():
     np.testing.assert_allclose(jitted.advantages, eager.advantages, rtol=1e-6)
 
 
+@pytest.mark.parametrize("estimator", ["grpo", "batch", "liteppo"])
+@pytest.mark.parametrize("const", [None, 10.0])
+def test_padding_rows_marked_by_row_valid_change_no_advantage(estimator, const):
+    """The trainer runs the path on its whole padded batch (one compiled shape whatever the real-row count): padding
+    rows, even one with a real episode's id and a reward, leave every real row's advantage as the unpadded path's,
+    batch-level estimators and 1/|τ| included."""
+    rewards, episodes, groups = np.array([1.0, 1.0, 0.0, 0.5, 0.5, 0.5]), np.array([7, 7, 8, 9, 9, 9]), np.zeros(6)
+    mask = np.array([[0, 1, 1]] * 6, np.int8)
+    cfg = A.AdvantageConfig(estimator=estimator, step_adv_const_length=const)
+    plain = A.compute_token_advantages(rewards, episodes, groups, mask, config=cfg).advantages
+    padded = A.compute_token_advantages(np.r_[rewards, 5.0, 0.0], np.r_[episodes, 7, -1], np.r_[groups, 0, -1],
+                                        np.r_[mask, np.zeros((2, 3), np.int8)], config=cfg,
+                                        row_valid=np.arange(8) < 6).advantages
+    assert np.abs(np.asarray(plain)).max() > 0.1
+    np.testing.assert_allclose(np.asarray(padded), np.r_[np.asarray(plain), np.zeros((2, 3))], rtol=1e-6, atol=1e-7)
+
+
 def test_kl_in_reward_k1_k2_k3():
     mask = np.array([[1, 1, 0]])
     lp = np.array([[-1.0, -2.0, -3.0]])

@@ -11,6 +11,7 @@ from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import UpdateBatch, assemble, row_bucket
 from jaxwebrl.models import lm_head
+from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.train.update import LOGPROB_FLOOR, OptimizerConfig, Updater, UpdateSettings
 from tests.train.conftest import play_toy
 
@@ -244,7 +245,9 @@ def test_batches_of_one_row_bucket_share_one_compiled_program(policy, toy_buffer
     """Real-row counts vary from step to step (episodes end early, env failures drop out), and padding rows hold no
     screenshot; the distinct images are padded to a bucket, so every batch of one row bucket (and one length-group
     layout: one group here) reuses the same compiled log-prob and update programs instead of retracing for its
-    image count."""
+    image count. The advantage path runs on the whole padded batch (its padding rows marked), so it compiles once
+    too (it retraced for every real-row count; that its padding rows change no advantage is
+    tests/rl/test_advantages.py's test_padding_rows_marked_by_row_valid_change_no_advantage)."""
     config = get_config("toy")
     config.train.ppo_n_minibatches, config.train.ppo_n_epochs, config.train.length_groups = 1, 1, 1
     updater, tx = updater_for(policy, config)
@@ -259,5 +262,6 @@ def test_batches_of_one_row_bucket_share_one_compiled_program(policy, toy_buffer
         assert batch.input_ids.shape[0] == 40 and batch.num_real_rows == 3 * n
         params, opt_state, stats = updater(params, opt_state, batch)
         assert np.isfinite(stats["actor_loss"])
-        counts.append((updater._logprobs._cache_size(), updater._step._cache_size()))
+        counts.append((updater._logprobs._cache_size(), updater._step._cache_size(),
+                       adv_lib._token_advantages._cache_size()))
     assert counts[1] == counts[0], counts
