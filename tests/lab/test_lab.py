@@ -84,6 +84,43 @@ def test_step_normaliser_is_the_rl_library_own():
     np.testing.assert_allclose(flat[1], 0.5 * flat[0], rtol=1e-4, atol=1e-9)
 
 
+@jax.jit
+def rows_with_time_outs():
+    """Oracle rows (ε = 0.5) where the episodes of clue 0 never answer, so they run to their horizon."""
+    def choose(state, prompt, k):
+        generated, kinds = oracle.act(ENV, state, k, epsilon=0.5)
+        answer = (kinds == env_lib.KIND_ACTION) & (generated >= ENV.answer0) & (state.clue[:, None] == 0)
+        return jnp.where(answer, ENV.press0, generated), kinds, jnp.zeros(generated.shape, jnp.float32)
+    return rollout.play(ENV, choose, jax.random.PRNGKey(3), n_groups=4, group_size=4)
+
+
+def test_measures_are_taken_over_the_right_episodes_and_rows():
+    """The study's measures against NumPy from the episodes alone: steps over successes / failures, time-outs among
+    failures, memory tokens over real steps only (not padding), the failures' share of |advantage| weight."""
+    rows = rows_with_time_outs()
+    success, steps, horizon = (np.asarray(x) for x in (rows.success, rows.steps, rows.horizon))
+    generated = np.asarray(rows.generated).reshape(steps.size, ENV.max_horizon, -1)
+    real = np.arange(ENV.max_horizon)[None] < steps[:, None]
+    memory = ((generated >= ENV.memory0) & (generated < ENV.press0)).sum(-1)
+    timed_out = steps >= horizon
+    assert (timed_out & ~success).any() and (~timed_out & ~success).any() and success.any()
+    assert (memory[~real] > 0).any()                 # padding steps wrote memory too: they must not count
+    curves = {k: float(v) for k, v in run.batch_curves(rows).items()}
+    expected = {"success": success.mean(), "success_steps": steps[success].mean(),
+                "failure_steps": steps[~success].mean(), "failure_timeout_share": timed_out[~success].mean(),
+                "memory_tokens": memory[real].mean()}
+    for name, value in expected.items():
+        assert curves[name] == pytest.approx(value, rel=1e-6), name
+    failed_rows = np.repeat(~success, ENV.max_horizon)
+    for arm in ("constT10", "grpo"):
+        setup = setup_for(arm)
+        advantages = update.token_advantages(setup, rows)
+        weight = np.abs(np.asarray(advantages))
+        assert weight[failed_rows].sum() > 0 and weight[~failed_rows].sum() > 0
+        share = float(update.failure_weight_share(setup, rows, advantages))
+        assert share == pytest.approx(weight[failed_rows].sum() / weight.sum(), rel=1e-5), arm
+
+
 @pytest.mark.slow   # two compiles of the whole update program: ~60 s on the loaded 2-core machine
 def test_paired_arms_train_a_few_updates():
     seeds = jnp.arange(2)
