@@ -110,6 +110,7 @@ class EnvState(NamedTuple):
     t: jnp.ndarray          # int32 steps taken
     done: jnp.ndarray       # bool
     success: jnp.ndarray    # bool
+    timed_out: jnp.ndarray  # bool ended by the horizon (its last step a press that did not trap), not by an answer
     memory: jnp.ndarray     # [E, M] int32 memory tokens written last step (PAD-filled)
 
 
@@ -129,7 +130,8 @@ def reset(config: EnvConfig, key, n_groups: int, group_size: int) -> EnvState:
     e = n_groups * group_size
     return EnvState(clue=rep(clue), length=rep(length), horizon=rep(horizon), hints=rep(hints),
                     progress=jnp.zeros(e, jnp.int32), t=jnp.zeros(e, jnp.int32), done=jnp.zeros(e, bool),
-                    success=jnp.zeros(e, bool), memory=jnp.full((e, config.memory_slots), PAD, jnp.int32))
+                    success=jnp.zeros(e, bool), timed_out=jnp.zeros(e, bool),
+                    memory=jnp.full((e, config.memory_slots), PAD, jnp.int32))
 
 
 def ready(state: EnvState):
@@ -169,11 +171,13 @@ def step(config: EnvConfig, state: EnvState, generated, slot_kinds, key):
     success = is_answer & due & (action - config.answer0 == state.clue)
     t = state.t + 1
     done = is_answer | trapped | (t >= state.horizon) | ~(is_answer | is_press)
+    timed_out = is_press & ~trapped & (t >= state.horizon)
 
     def keep(new, old):
         return jnp.where(active.reshape(active.shape + (1,) * (new.ndim - 1)), new, old)
 
     new = state._replace(progress=keep(state.progress + correct_press, state.progress), t=keep(t, state.t),
                          done=keep(done, state.done), success=keep(success, state.success),
+                         timed_out=keep(timed_out, state.timed_out),
                          memory=keep(memory, state.memory))
     return new, active

@@ -31,6 +31,7 @@ class Rows(NamedTuple):
     rewards: jnp.ndarray          # [R] float32 the episode's reward (1 success, 0 failure) on its rows
     success: jnp.ndarray          # [E] bool
     steps: jnp.ndarray            # [E] int32 episode length |τ|
+    timed_out: jnp.ndarray        # [E] bool ended by the horizon, not by an answer or a trap
     horizon: jnp.ndarray          # [E] int32 the episode's horizon H
 
 
@@ -60,7 +61,7 @@ def play(config: env_lib.EnvConfig, choose: Callable, key, *, n_groups: int, gro
                 episode_ids=jnp.where(active, episode, padding_id),
                 group_ids=jnp.where(active, episode // group_size, padding_id),
                 rewards=jnp.where(active, reward, 0.0), success=final.success, steps=final.t,
-                horizon=final.horizon)
+                timed_out=final.timed_out, horizon=final.horizon)
 
 
 def policy_chooser(env_config, policy_config, params):

@@ -78,9 +78,9 @@ def batch_curves(rows: rollout_lib.Rows) -> dict:
     """One update's training-batch measures (float32 scalars; NaN where there is nothing to average)."""
     steps = rows.steps.astype(jnp.float32)
     failed = ~rows.success
-    timed_out = (rows.steps >= rows.horizon) & failed
     return {"success": rows.success.mean(), "success_steps": _mean_where(steps, rows.success),
-            "failure_steps": _mean_where(steps, failed), "failure_timeout_share": _mean_where(timed_out, failed),
+            "failure_steps": _mean_where(steps, failed),
+            "failure_timeout_share": _mean_where(rows.timed_out, failed),
             "memory_tokens": _mean_where(rows.memory_len.astype(jnp.float32), rows.active)}
 
 

@@ -86,24 +86,30 @@ def test_step_normaliser_is_the_rl_library_own():
 
 @jax.jit
 def rows_with_time_outs():
-    """Oracle rows (ε = 0.5) where the episodes of clue 0 never answer, so they run to their horizon."""
+    """Oracle rows (ε = 0.5) where the episodes of clue 0 never answer, so they run to their horizon; and one
+    episode that answers, wrongly, at its horizon's step (it ended by its answer, not by a time-out)."""
     def choose(state, prompt, k):
         generated, kinds = oracle.act(ENV, state, k, epsilon=0.5)
         answer = (kinds == env_lib.KIND_ACTION) & (generated >= ENV.answer0) & (state.clue[:, None] == 0)
         return jnp.where(answer, ENV.press0, generated), kinds, jnp.zeros(generated.shape, jnp.float32)
-    return rollout.play(ENV, choose, jax.random.PRNGKey(3), n_groups=4, group_size=4)
+    return rollout.play(ENV, choose, jax.random.PRNGKey(4), n_groups=4, group_size=4)
 
 
 def test_measures_are_taken_over_the_right_episodes_and_rows():
     """The study's measures against NumPy from the episodes alone: steps over successes / failures, time-outs among
-    failures, memory tokens over real steps only (not padding), the failures' share of |advantage| weight."""
+    failures (ended by the horizon, not by an answer), memory tokens over real steps only (not padding), the
+    failures' share of |advantage| weight."""
     rows = rows_with_time_outs()
     success, steps, horizon = (np.asarray(x) for x in (rows.success, rows.steps, rows.horizon))
     generated = np.asarray(rows.generated).reshape(steps.size, ENV.max_horizon, -1)
     real = np.arange(ENV.max_horizon)[None] < steps[:, None]
     memory = ((generated >= ENV.memory0) & (generated < ENV.press0)).sum(-1)
-    timed_out = steps >= horizon
+    kinds = np.asarray(rows.slot_kinds).reshape(generated.shape)
+    last_action = np.where(kinds == env_lib.KIND_ACTION, generated, 0)[np.arange(steps.size), steps - 1].max(-1)
+    answered = last_action >= ENV.answer0
+    timed_out = (steps >= horizon) & ~answered       # the horizon ended it, not an answer
     assert (timed_out & ~success).any() and (~timed_out & ~success).any() and success.any()
+    assert (answered & ~success & (steps >= horizon)).any()   # a wrong answer on the horizon's step
     assert (memory[~real] > 0).any()                 # padding steps wrote memory too: they must not count
     curves = {k: float(v) for k, v in run.batch_curves(rows).items()}
     expected = {"success": success.mean(), "success_steps": steps[success].mean(),
