@@ -282,6 +282,9 @@ SCHEMA = {
         "ppo_n_epochs": Field(3, "passes over each train step's batch", at_least(1)),
         "length_groups": Field(8, "a minibatch's rows, longest first, run in up to this many groups, each padded "
                                   "to its own length bucket (1: every row to the minibatch's longest)", at_least(1)),
+        "length_layouts": Field(8, "the most length-group layouts compiled per minibatch shape; a minibatch whose "
+                                   "own is not kept runs in a wider kept one (or every row at full width), so "
+                                   "varied rows stop recompiling the update (train/length_layouts.py)", at_least(1)),
         "dynamic_sampling": Field(True, "drop groups whose episodes all succeed or all fail"),
         # Guarded inside the jitted update (jaxwebrl/train/update.py): no copy of the train state is kept.
         "rollback_non_finite": Field(True, "skip a minibatch update whose loss or gradient norm is NaN/inf inside "

@@ -155,7 +155,8 @@ def update_settings(config: config_dict.ConfigDict) -> UpdateSettings:
         temperature=m.temperature, top_k=m.top_k, top_p=m.top_p,
         advantage=advantage_config(a, max_new_tokens=m.max_new_tokens),
         kl_loss_coef=float(a.kl_loss_coef), kl_loss_estimator=a.kl_loss_estimator,
-        skip_non_finite=bool(t.rollback_non_finite), length_groups=int(t.length_groups))
+        skip_non_finite=bool(t.rollback_non_finite), length_groups=int(t.length_groups),
+        length_layouts=int(t.length_layouts))
 
 
 def critic_optimizer_settings(config: config_dict.ConfigDict) -> OptimizerConfig:

@@ -31,8 +31,8 @@ The jitted functions take one `Minibatch` (a NamedTuple, so a pytree: its None f
 change only the static structure), the static image grid and the static length groups. A minibatch carries each
 distinct screenshot its rows show once (`image_index` points the rows at them: with a prompt window, consecutive
 steps share screenshots), and its rows, longest first, run in a few groups each padded to its own length bucket
-(`length_groups`, the config's `train.length_groups`): the vision tower and the decoder do no repeated and little
-padded work.
+(`train/length_layouts.py`, the config's `train.length_groups`, at most `train.length_layouts` compiled layouts per
+minibatch shape): the vision tower and the decoder do no repeated and little padded work.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ from jaxwebrl.rl import gae as gae_lib
 from jaxwebrl.rl import kl as kl_lib
 from jaxwebrl.rl import losses, regularizers
 from jaxwebrl.train import trainable
-from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches, length_bucket
+from jaxwebrl.train.assembly import UpdateBatch, balanced_minibatches
+from jaxwebrl.train.length_layouts import LengthLayouts
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class UpdateSettings:
     kl_loss_estimator: str = "k3"
     skip_non_finite: bool = True       # the in-jit guard (module docstring)
     length_groups: int = 1             # rows of a minibatch run in up to this many groups, each at its own width
+    length_layouts: int = 8            # ... in at most this many compiled layouts per minibatch shape (+ full width)
 
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -223,25 +225,6 @@ def _block(x: jax.Array | None, start: int, rows: int, width: int | None = None)
     return None if x is None else x[start:start + rows, :width]
 
 
-def length_groups(lengths: np.ndarray, n_groups: int, width: int) -> tuple[np.ndarray, tuple]:
-    """Rows of one minibatch grouped by length, so short rows stop padding to the longest.
-
-    lengths [R] int (real tokens a row); n_groups: the most groups; width: the minibatch's T. The rows, longest
-    first, split into n_groups chunks of near-equal row count (`np.array_split`: sizes fixed by R), each padded to
-    the bucket of its longest row (`assembly.length_bucket`); neighbours of one width merge. Returns (order [R]:
-    the rows in group order, groups ((rows, width), ...)): a static key from a fixed set of widths over fixed
-    chunk sizes, so the compiled programs stay few."""
-    order = np.argsort(-np.asarray(lengths), kind="stable")
-    groups: list[list[int]] = []
-    for chunk in np.array_split(order, min(max(n_groups, 1), len(order))):
-        chunk_width = length_bucket(int(np.asarray(lengths)[chunk].max()), width)
-        if groups and groups[-1][1] == chunk_width:
-            groups[-1][0] += len(chunk)
-        else:
-            groups.append([len(chunk), chunk_width])
-    return order, tuple((rows, w) for rows, w in groups)
-
-
 @functools.lru_cache(maxsize=None)
 def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfig):
     """(logprobs_fn, step_fn) jitted once per (module, settings, optimizer): every Updater alike shares them.
@@ -310,6 +293,7 @@ class Updater:
         self.critic = critic
         self.allowed_table = None if allowed_table is None else jnp.asarray(allowed_table, bool)
         self.settings = settings
+        self._layouts = LengthLayouts(settings.length_groups, settings.length_layouts)
         tx, self.lr_fn = make_optimizer(optimizer_config)
         self.optimizer = trainable.masked_optimizer(tx, module.config)   # state for the trainable weights only
         self._logprobs, self._step = _compiled(module, settings, optimizer_config)
@@ -405,7 +389,7 @@ class Updater:
         out = []
         lengths = batch.attention_mask.sum(axis=1)
         for index in balanced_minibatches(tokens, s.n_minibatches):
-            order, groups = length_groups(lengths[index], s.length_groups, batch.input_ids.shape[1])
+            order, groups = self._layouts(lengths[index], batch.input_ids.shape[1])
             index = index[order]
             grid = pixels = image_index = None
             if images is not None:

@@ -158,7 +158,7 @@ def test_print_config_dry_run_and_the_nearest_key(tmp_path, monkeypatch):
     code, _, err = launch("train.py", f"--workdir={workdir}", *TOY, "--config.train.learning_rate=1e-5",
                           out=str(tmp_path / "typo"))
     assert code == 1 and err.strip() == ("config error: unknown config key 'train.learning_rate': no such field; "
-                                         "did you mean train.lr (or critic.lr, train.length_groups)? (every field "
+                                         "did you mean train.lr (or critic.lr, train.length_layouts)? (every field "
                                          "is defined in configs/base.py)"), err   # the key's own section first
 
 

@@ -14,7 +14,8 @@ from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import UpdateBatch, assemble
-from jaxwebrl.train.update import OptimizerConfig, Updater, length_groups
+from jaxwebrl.train.length_layouts import LengthLayouts, length_groups
+from jaxwebrl.train.update import OptimizerConfig, Updater
 from tests.train.conftest import play_toy
 
 
@@ -112,6 +113,44 @@ def test_length_groups_sort_chunk_and_pad_each_chunk_to_its_longest_row():
     _, groups = length_groups(np.array([300, 290, 280, 270, 5, 3]), 3, 320)
     assert groups == ((4, 320), (2, 16))
     assert length_groups(lengths, 1, 320)[1] == ((8, 320),)
+
+
+def test_kept_layouts_bound_the_compiles_of_varied_rows_and_every_row_fits():
+    """The paper recipe's row mix (rows of about 1,299, 2,342 and 3,385 tokens, T 4,096), 8 rows a minibatch in 8
+    groups, over 200 minibatches: each minibatch's own widths make dozens of layouts (each a compile of the update);
+    kept to 4, at most 5 layouts run (4 kept + full width), every row fits its group, and the padding stays near the
+    own layouts'."""
+    rng = np.random.default_rng(0)
+    own, bounded = set(), set()
+    layouts = LengthLayouts(n_groups=8, max_layouts=4)
+    padded = {"own": 0, "kept": 0}
+    for _ in range(200):
+        lengths = rng.choice([1299, 2342, 3385], 8) + rng.integers(-40, 41, 8)
+        order, groups = layouts(lengths, 4096)
+        _, mine = length_groups(lengths, 8, 4096)
+        own.add(mine)
+        bounded.add(groups)
+        start = 0
+        for rows, width in groups:
+            assert (lengths[order[start:start + rows]] <= width).all() and width <= 4096
+            start += rows
+        assert start == 8 and sorted(order) == list(range(8))
+        padded["own"] += sum(r * w for r, w in mine)
+        padded["kept"] += sum(r * w for r, w in groups)
+    assert len(own) > 20 and len(bounded) <= 5, (len(own), len(bounded))
+    assert padded["own"] <= padded["kept"] <= 1.25 * padded["own"], padded
+
+
+def test_a_kept_layout_serves_a_narrower_minibatch_within_the_slack_else_the_own_is_kept_until_full():
+    layouts = LengthLayouts(n_groups=2, max_layouts=2)
+    assert layouts.widths((512, 256), 4, 1024) == (512, 256)           # kept
+    assert layouts.widths((512, 240), 4, 1024) == (512, 256)           # (512, 256) covers it, within the slack
+    assert layouts.widths((384, 128), 4, 1024) == (384, 128)           # covered at +60% tokens: its own is kept
+    assert layouts.widths((320, 128), 4, 1024) == (384, 128)           # full: the narrowest kept cover
+    assert layouts.widths((640, 128), 4, 1024) == (1024, 1024)         # full, none covers: every row at T
+    assert layouts.widths((512, 256), 2, 512) == (512, 256)            # another minibatch shape keeps its own
+    with pytest.raises(ValueError, match="train.length_layouts >= 1"):
+        LengthLayouts(n_groups=2, max_layouts=0)
 
 
 def test_length_groups_keep_every_token_and_its_logprob(policy, shared_batch):
