@@ -151,6 +151,11 @@ def test_a_kept_layout_serves_a_narrower_minibatch_within_the_slack_else_the_own
     assert layouts.widths((512, 256), 2, 512) == (512, 256)            # another minibatch shape keeps its own
     with pytest.raises(ValueError, match="train.length_layouts >= 1"):
         LengthLayouts(n_groups=2, max_layouts=0)
+    config = get_config("toy")
+    config.train.length_groups, config.train.length_layouts = 3, 2        # the config reaches the Updater's layouts
+    settings = rl_config.update_settings(config)
+    layouts = Updater(tiny_policy(seed=0).module, settings, OptimizerConfig(lr=1.0, total_steps=1))._layouts
+    assert (layouts.n_groups, layouts.max_layouts) == (3, 2)
 
 
 def test_length_groups_keep_every_token_and_its_logprob(policy, shared_batch):
