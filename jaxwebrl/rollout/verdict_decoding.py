@@ -7,7 +7,7 @@ A judge request (docs/interfaces.md, "judge request"):
      "images": [uint8 [H, W, 3], ...], "facts": int, "reference": bool, "check_blocked": bool}
 
 carries its screenshots' pixels (a verdict is not an episode step: its images are not read by reference from the
-ring buffer) and is answered {"text": the verdict, JSON of `judge.verdict_schema(facts, check_blocked)`, "version":
+ring buffer) and is answered {"text": the verdict, JSON of `judge.verdict_schema(facts, reference, check_blocked)`, "version":
 the policy version that judged it, "num_tokens", "timing"}. It names no group, so admission control never holds
 it, and its tokens are no policy tokens: nothing of it reaches the buffer or the trainer (the server counts
 judge_requests, judge_tokens).

@@ -108,7 +108,7 @@ def test_a_met_rubric_is_reward_one_and_the_request_is_what_webgym_sends(endpoin
     assert headers["Authorization"] == f"Bearer {KEY}" and body["model"] == "judge-model"
     images = [c for c in body["messages"][1]["content"] if c["type"] == "image_url"]
     assert len(images) == 2 and all(c["image_url"]["url"].startswith("data:image/png;base64,") for c in images)
-    assert body["response_format"]["json_schema"]["schema"] == verdict_schema(3)
+    assert body["response_format"]["json_schema"]["schema"] == verdict_schema(3, reference=True)
 
 
 @pytest.mark.parametrize("endpoint", [[(200, verdict(facts=(True, False, True)), 0.0)]], indirect=True)

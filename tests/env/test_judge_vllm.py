@@ -148,7 +148,7 @@ def test_the_real_server_answers_a_verdict_the_judge_validates(server):
     except BlockedPage as blocked:   # what random weights decide is theirs; the schema is the server's
         result = blocked
     verdict = raw_verdict(result)
-    schema = verdict_schema(len(FACTS))
+    schema = verdict_schema(len(FACTS), reference=True)
     assert set(verdict) == set(schema["required"]) and len(verdict["facts"]) == len(FACTS)
     if isinstance(result, Verdict):
         assert result.backend == "chat" and result.criteria[0][0] == "B: the screenshots support the answer"

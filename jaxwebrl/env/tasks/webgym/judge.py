@@ -112,16 +112,17 @@ def _png_data_url(image: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def verdict_schema(facts: int, check_blocked: bool = True) -> dict:
-    """The JSON schema of the chat judge's answer for a rubric of `facts` facts; `check_blocked` False: blocked is
-    always false (sites that cannot block a page, where the judge's flag could only be a false alarm)."""
+def verdict_schema(facts: int, reference: bool, check_blocked: bool = True) -> dict:
+    """The JSON schema of the chat judge's answer for a rubric of `facts` facts; reference_matched is a boolean with
+    a `reference` answer, null without one; `check_blocked` False: blocked is always false (sites that cannot block
+    a page, where the judge's flag could only be a false alarm)."""
     blocked = {"type": "boolean"} if check_blocked else {"type": "boolean", "enum": [False]}
     return {"type": "object", "additionalProperties": False,
             "required": ["blocked", "answer_supported", "facts", "reference_matched"],
             "properties": {"blocked": blocked, "answer_supported": {"type": "boolean"},
                            "facts": {"type": "array", "items": {"type": "boolean"}, "minItems": facts,
                                      "maxItems": facts},
-                           "reference_matched": {"type": ["boolean", "null"]}}}
+                           "reference_matched": {"type": "boolean" if reference else "null"}}}
 
 
 SYSTEM = ("You judge whether a web agent completed a task, from its screenshots (oldest first) and its final answer. "
@@ -157,7 +158,8 @@ class ChatJudge:
                 "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}],
                 "response_format": {"type": "json_schema", "json_schema": {
                     "name": "verdict", "strict": True,
-                    "schema": verdict_schema(len(request.facts), self.check_blocked)}}}
+                    "schema": verdict_schema(len(request.facts), bool(request.reference_answer),
+                                             self.check_blocked)}}}
 
     def _ask(self, body: dict, request: JudgeRequest) -> tuple[str, tuple[tuple[str, bool], ...]]:
         """The endpoint's answer and its criteria; retries 429/5xx, timeouts, refused connections and malformed
@@ -231,9 +233,9 @@ def rubric_text(request: JudgeRequest, shots: int) -> str:
 
 
 def verdict_regex(facts: int, reference: bool, check_blocked: bool = True) -> str:
-    """The verdict of `verdict_schema(facts, check_blocked)` as a regex over its compact JSON (no whitespace): the
-    grammar a judge decoded under by token constraints answers, so its verdict always parses; reference_matched is
-    null without a reference answer."""
+    """The verdict of `verdict_schema(facts, reference, check_blocked)` as a regex over its compact JSON (no
+    whitespace): the grammar a judge decoded under by token constraints answers, so its verdict always parses;
+    reference_matched is null without a reference answer."""
     flag = "(true|false)"
     listed = "" if facts < 1 else flag + ("" if facts == 1 else f"(,{flag}){{{facts - 1}}}")
     return (r'\{"blocked":' + (flag if check_blocked else "false") + r',"answer_supported":' + flag
@@ -243,8 +245,8 @@ def verdict_regex(facts: int, reference: bool, check_blocked: bool = True) -> st
 def rubric_criteria(raw: str, request: JudgeRequest, judge_name: str,
                     check_blocked: bool = True) -> tuple[tuple[str, bool], ...]:
     """WebGym's criteria from a judge's JSON verdict (see the module docstring); MalformedVerdict when it is not
-    `verdict_schema(len(request.facts), check_blocked)` (a null reference_matched where there is a reference answer,
-    a blocked page where none is asked, included), BlockedPage when it flags a blocked page."""
+    the verdict schema (`verdict_schema`: a null reference_matched where there is a reference answer, a blocked
+    page where none is asked, included), BlockedPage when it flags a blocked page."""
     try:
         verdict = json.loads(raw)
         blocked, supported, facts = verdict["blocked"], verdict["answer_supported"], verdict["facts"]
