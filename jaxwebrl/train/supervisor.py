@@ -38,6 +38,7 @@ from jaxwebrl.rollout.ray_launcher import pool_for
 from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.spec import run_fingerprint, worker_spec
 from jaxwebrl.train import console, run_config
+from jaxwebrl.train.host_limits import map_limit_warning
 from jaxwebrl.train.trainer import Trainer
 from jaxwebrl.train.workdir import RUN_UMASK, check_workdir, remove_unused_workdir, workdir_lock
 
@@ -90,6 +91,8 @@ def run(config, workdir: str, *, stop: threading.Event | None = None, allow_conf
                 changes = run_config.record(config, workdir, allow_change=allow_config_change)
                 log.info("config validated (%s); workdir %s%s", config.get("variant") or "recipe", workdir,
                          f", resuming with changes {run_config.describe(changes)}" if changes else "")
+                if (limit := map_limit_warning()) is not None:
+                    log.warning("%s", limit)
             return _run(config, workdir, stop, primary, greedy_probe)
     except RunError:
         if new_workdir and primary:   # refused before it wrote anything (another run's buffer): leave no trace
