@@ -268,15 +268,15 @@ class PolicyServer:
             by_setting.setdefault(_setting(request), []).append(i)
         for setting, members in by_setting.items():
             t0 = time.perf_counter()
-            prompts = []
-            for i in list(members):
+            encoded = {}
+            for i in members:
                 try:
-                    prompts.append(self._encode(requests[i]))
+                    encoded[i] = self._encode(requests[i])
                 except Exception as exc:  # noqa: BLE001 - this request fails alone, its worker hears why
                     replies[i] = exc
-                    members.remove(i)
-            if not members:
+            if not encoded:
                 continue
+            members, prompts = list(encoded), list(encoded.values())
             sampling, verdict = self._decoding(setting)
             seeds = [self._seed(requests[i]) for i in members]
             traces = sum(self._sampler.trace_counts.values())

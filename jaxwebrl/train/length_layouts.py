@@ -8,11 +8,12 @@ The rows, longest first, split into `n_groups` chunks of near-equal row count (`
 on R alone), each padded to the length bucket of its longest row (`assembly.length_bucket`). The chunks' widths
 are a static key, so every new combination compiles the train step and the log-prob pass again; over a run's
 varied rows that is dozens of combinations (simulated on the paper recipe's row mix, 8 rows a minibatch in 8 groups:
-67 in 200 minibatches, padding 7.5% of tokens; kept to 8, 9 layouts and 15%; kept to 4, 5 and 19%: the
-padding bought back costs a compile each, minutes at 8B). `LengthLayouts` keeps at most `max_layouts` of them per minibatch shape (R, T): a minibatch whose
-own widths are not kept takes the narrowest kept layout at least as wide in every chunk when that costs at most
-`COVER_SLACK` more padded tokens, else its own while fewer than `max_layouts` are kept, else the narrowest kept one
-that covers it, else every row at T. So each shape compiles at most `max_layouts` + 1 layouts.
+67 in 200 minibatches, padding 7.5% of tokens; kept to 8, 9 layouts and 15%; kept to 4, 5 and 19%: the padding
+bought back costs a compile each, minutes at 8B). `LengthLayouts` keeps at most `max_layouts` of them per minibatch
+shape (R, T): a minibatch whose own widths are not kept takes the narrowest kept layout at least as wide in every
+chunk when that costs at most `COVER_SLACK` more padded tokens, else its own while fewer than `max_layouts` are
+kept, else the narrowest kept one that covers it, else every row at T. So each shape compiles at most
+`max_layouts` + 1 layouts.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ def length_groups(lengths: np.ndarray, n_groups: int, width: int) -> tuple[np.nd
     return order, _merged(order, widths)
 
 
+def _chunk_sizes(rows: int, chunks: int) -> list[int]:
+    """Rows in each of `chunks` chunks of near-equal row count (`np.array_split`'s sizes: fixed by the two counts)."""
+    return [len(chunk) for chunk in np.array_split(np.arange(rows), chunks)]
+
+
 def _chunk_widths(lengths: np.ndarray, n_groups: int, width: int) -> tuple[np.ndarray, tuple[int, ...]]:
     lengths = np.asarray(lengths)
     order = np.argsort(-lengths, kind="stable")
@@ -40,9 +46,8 @@ def _chunk_widths(lengths: np.ndarray, n_groups: int, width: int) -> tuple[np.nd
 
 def _merged(order: np.ndarray, widths: tuple[int, ...]) -> tuple:
     """((rows, width), ...) of the chunks of `order` at `widths`, neighbours of one width merged."""
-    sizes = [len(chunk) for chunk in np.array_split(order, len(widths))]
     groups: list[list[int]] = []
-    for rows, chunk_width in zip(sizes, widths):
+    for rows, chunk_width in zip(_chunk_sizes(len(order), len(widths)), widths):
         if groups and groups[-1][1] == chunk_width:
             groups[-1][0] += rows
         else:
@@ -68,7 +73,7 @@ class LengthLayouts:
         kept = self.kept.setdefault((rows, width), [])
         if own in kept:
             return own
-        sizes = [len(chunk) for chunk in np.array_split(np.arange(rows), len(own))]
+        sizes = _chunk_sizes(rows, len(own))
 
         def tokens(widths):
             return sum(n * w for n, w in zip(sizes, widths))

@@ -331,7 +331,7 @@ class Updater:
             extra["values"] = values
         # the whole padded batch, its padding rows marked: one static [B, T] shape whatever the real-row count
         padding = ((0, shape[0] - n_real),)
-        ids = [np.pad(ids, padding, constant_values=-1) for ids in (batch.episode_ids, batch.group_ids)]
+        ids = [np.pad(real_ids, padding, constant_values=-1) for real_ids in (batch.episode_ids, batch.group_ids)]
         trace = self._advantages(np.pad(batch.rewards, padding), *ids, batch.loss_mask,
                                  row_valid=np.arange(shape[0]) < n_real, **extra)
         advantages = trace.advantages   # [B, T]
