@@ -78,6 +78,27 @@ def _endpoints(record, measure, scale):
     return [None if v is None else v * scale for v in record["per_seed"][measure][ENDPOINT]]
 
 
+# what may differ between paired records: an arm's own name and recipe; across ratios, the ratio and the environment
+# and horizons it sets
+ARM_KEYS, RATIO_KEYS = ("arm", "recipe"), ("ratio", "env", "horizons")
+
+
+def check_paired(records: list[dict]) -> None:
+    """Refuses records that are not paired: every record's experiment must match the first one's in every key but the
+    arm's own (ARM_KEYS) and the ratio's (RATIO_KEYS): the same seeds, updates, policy and setup."""
+    if not records:
+        return
+    first = records[0]["experiment"]
+    for record in records[1:]:
+        other = record["experiment"]
+        differ = sorted(k for k in set(first) | set(other)
+                        if k not in ARM_KEYS + RATIO_KEYS and first.get(k) != other.get(k))
+        if differ:
+            raise SystemExit(f"lab_table: {first['arm']} at ratio {first['ratio']} and {other['arm']} at ratio "
+                             f"{other['ratio']} differ in {', '.join(differ)}: not paired; rerun one of them "
+                             "(bench/lab_study.py) with the other's settings")
+
+
 def _paired(a, b):
     return [None if x is None or y is None else x - y for x, y in zip(a, b)]
 
@@ -86,11 +107,10 @@ def table(records: dict, arm="constT10", baseline="grpo") -> list[dict]:
     """One row per (prediction, ratio) with its paired interval and verdict."""
     rows = []
     ratios = sorted({r for r, a in records if (r, arm) in records and (r, baseline) in records})
+    check_paired([records[(r, name)] for r in ratios for name in (arm, baseline)])
     for name, (measure, scale, sign, sesoi) in PREDICTIONS.items():
         for ratio in ratios:
             a, b = records[(ratio, arm)], records[(ratio, baseline)]
-            if a["experiment"]["seeds"] != b["experiment"]["seeds"]:
-                raise SystemExit(f"lab_table: ratio {ratio}: {arm} and {baseline} ran other seeds; not paired")
             d = interval(_paired(_endpoints(a, measure, scale), _endpoints(b, measure, scale)))
             rows.append({"id": name.split()[0], "prediction": name, "ratio": ratio, "measure": measure, **d,
                          arm: interval(_endpoints(a, measure, scale))["mean"],

@@ -62,6 +62,25 @@ def test_table_pairs_seeds_and_marks_each_prediction(tmp_path):
     assert "| P1 shorter failures | 4.0 |" in lab_table.markdown(list(rows.values()))
 
 
+def test_table_refuses_records_that_are_not_paired(tmp_path):
+    """Arms pair by seed number only when they ran the same experiment: other seeds, updates or setup refuse,
+    naming the key; the arm's recipe and, across ratios, the environment may differ."""
+    values = {k: np.full(50, 0.5) for k in ("failure_steps", "memory_tokens", "success", "clip_ratio")}
+    records = {}
+    for ratio in (1.0, 4.0):
+        for arm in ("constT10", "grpo"):
+            record = _record(ratio, arm, values)
+            record["experiment"].update(updates=200, env={"ratio": ratio}, recipe={"k": arm})
+            records[(ratio, arm)] = record
+    assert len(lab_table.table(records)) == 9
+    records[(4.0, "grpo")]["experiment"]["updates"] = 100
+    with pytest.raises(SystemExit, match="grpo at ratio 4.0 differ in updates: not paired"):
+        lab_table.table(records)
+    records[(4.0, "grpo")]["experiment"].update(updates=200, seeds=list(range(1, 51)))
+    with pytest.raises(SystemExit, match="differ in seeds"):
+        lab_table.table(records)
+
+
 def test_partial_state_round_trip(tmp_path):
     state = {"a": jnp.arange(3.0), "b": (jnp.ones((2, 2), jnp.int32),)}
     partial = lab_study.Partial(str(tmp_path), "ratio1_grpo")
