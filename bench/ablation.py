@@ -316,6 +316,37 @@ def paired_differences(arms: dict) -> dict:
     return out
 
 
+def recorded_arms(root: str) -> dict:
+    """{recipe: {"seeds": [seed_record, ...]}} of the finished runs recorded under `root` (--record's
+    <recipe>/seed<s>.json), seeds in number order, their dynamics derived from the curve by today's code: what
+    `paired_differences` reads, before the study's ablation JSON exists."""
+    arms = {}
+    for recipe in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+        folder = os.path.join(root, recipe)
+        names = sorted((f for f in os.listdir(folder) if f.startswith("seed") and f.endswith(".json")),
+                       key=lambda f: int(f[4:-5] or -1))
+        seeds = []
+        for name in names:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                run_result = json.load(f)["run"]
+            seeds.append(seed_record({**run_result, "dynamics": run_dynamics(run_result["curve"])}))
+        if seeds:
+            arms[recipe] = {"seeds": seeds}
+    return arms
+
+
+def paired_markdown(paired: dict, pair: str = "constT10 - grpo") -> str:
+    """`paired_differences(...)[pair]` as docs/learning.md's table: prediction, seeds paired, mean difference and its
+    95% interval, MDE, verdict (unresolved below two pairs)."""
+    fmt = lambda x: "" if x is None else f"{x:+.2f}".replace("-", "−")   # noqa: E731
+    lines = [f"| prediction | pairs | {pair.replace(' - ', ' − ')} (95% CI) | MDE | verdict |", "|---|---|---|---|---|"]
+    for row in paired[pair].values():
+        ci = "" if row["ci95"] is None else f"{fmt(row['mean'])} ± {row['ci95']:.2f}"
+        mde = "" if row["mde"] is None else f"{row['mde']:.2f}"
+        lines.append(f"| {row['prediction']} | {row['n']} | {ci or fmt(row['mean'])} | {mde} | {row['verdict']} |")
+    return "\n".join(lines)
+
+
 def split_differences(arms: dict) -> dict:
     """Per difficulty split: every pair of arms' difference of mean held-out success ± SE (`arm_differences`)."""
     splits = sorted({s for a in arms.values() for r in a.get("seeds", []) for s in r["success_by_split"]})

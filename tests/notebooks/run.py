@@ -16,7 +16,7 @@ import nbclient
 import nbformat
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-NOTEBOOKS = ("loss_analysis.ipynb", "training_curves.ipynb", "lab_study.ipynb")
+NOTEBOOKS = ("loss_analysis.ipynb", "training_curves.ipynb", "lab_study.ipynb", "browser_power.ipynb")
 
 
 def execute(name: str, *, cwd: pathlib.Path, env: dict[str, str] | None = None):
@@ -47,7 +47,8 @@ def images(nb) -> int:
 
 def main() -> int:
     for name in NOTEBOOKS:
-        nb = execute(name, cwd=REPO / "notebooks", env={"JAXWEBRL_WORKDIR": "", "JAXWEBRL_LAB_RECORDS": ""})
+        nb = execute(name, cwd=REPO / "notebooks",
+                     env={"JAXWEBRL_WORKDIR": "", "JAXWEBRL_LAB_RECORDS": "", "JAXWEBRL_POWER_RECORDS": ""})
         nbformat.write(nb, REPO / "notebooks" / name)
         print(f"notebooks/{name}: executed, {images(nb)} plots saved")
     return 0
