@@ -4,16 +4,18 @@
     order, groups = layouts(lengths, width)   # lengths [R] real tokens a row; width: the minibatch's T
     # order [R]: the rows longest first; groups ((rows, width), ...): a static key of the jitted update
 
-The rows, longest first, split into `n_groups` chunks of near-equal row count (`np.array_split`: the sizes depend
-on R alone), each padded to the length bucket of its longest row (`assembly.length_bucket`). The chunks' widths
-are a static key, so every new combination compiles the train step and the log-prob pass again; over a run's
-varied rows that is dozens of combinations (simulated on the paper recipe's row mix, 8 rows a minibatch in 8 groups:
-67 in 200 minibatches, padding 7.5% of tokens; kept to 8, 9 layouts and 15%; kept to 4, 5 and 19%: the padding
-bought back costs a compile each, minutes at 8B). `LengthLayouts` keeps at most `max_layouts` of them per minibatch
+The rows, longest first, split into `n_groups` chunks of near-equal row count (`np.array_split`: the sizes depend on
+R alone), each padded to the length bucket of its longest row (`assembly.length_bucket`). The chunks' widths are a
+static key, so every new combination compiles the train step and the log-prob pass again; over a run's varied rows
+that is dozens of combinations, and the padding bought back costs a compile each, minutes at 8B. Simulated with the
+planner's three row lengths (about 1,299, 2,342 and 3,385 tokens, T 3,584), 8 rows a minibatch in 8 groups, 5 draws
+of 200 minibatches: in the planner's shares (10/10/80%), 23-28 own layouts at 6.0-6.1% padding of tokens; kept to 8,
+8 layouts at 8.2-9.0%; kept to 4, 4-5 at 8.6-10.7%. In equal shares (a harder mix): 60-71 own at 7.6-7.7%; kept to
+8, 9 at 13.0-19.1%; kept to 4, 5 at 15.9-21.0%. `LengthLayouts` keeps at most `max_layouts` of them per minibatch
 shape (R, T): a minibatch whose own widths are not kept takes the narrowest kept layout at least as wide in every
 chunk when that costs at most `COVER_SLACK` more padded tokens, else its own while fewer than `max_layouts` are
-kept, else the narrowest kept one that covers it, else every row at T. So each shape compiles at most
-`max_layouts` + 1 layouts.
+kept, else the narrowest kept one that covers it, else every row at T. So each shape compiles at most `max_layouts`
++ 1 layouts.
 """
 
 from __future__ import annotations

@@ -116,10 +116,10 @@ def test_length_groups_sort_chunk_and_pad_each_chunk_to_its_longest_row():
 
 
 def test_kept_layouts_bound_the_compiles_of_varied_rows_and_every_row_fits():
-    """The paper recipe's row mix (rows of about 1,299, 2,342 and 3,385 tokens, T 4,096), 8 rows a minibatch in 8
-    groups, over 200 minibatches: each minibatch's own widths make dozens of layouts (each a compile of the update);
-    kept to 4, at most 5 layouts run (4 kept + full width), every row fits its group, and the padding stays near the
-    own layouts'."""
+    """The paper recipe's row lengths (about 1,299, 2,342 and 3,385 tokens) in equal shares, T 4,096, 8 rows a
+    minibatch in 8 groups, over 200 minibatches: each minibatch's own widths make dozens of layouts (each a compile of
+    the update); kept to 4, at most 5 layouts run (4 kept + full width), every row fits its group, and the padding
+    stays near the own layouts'."""
     rng = np.random.default_rng(0)
     own, bounded = set(), set()
     layouts = LengthLayouts(n_groups=8, max_layouts=4)
