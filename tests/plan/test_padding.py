@@ -46,3 +46,17 @@ def test_paper_row_mix_pads_under_15_percent_with_the_default_length_groups():
     assert before == pytest.approx(0.1438, abs=5e-4)
     assert after == pytest.approx(0.1121, abs=5e-4) and after <= 0.15
     assert padding_fraction(mix, layout="row") == pytest.approx(0.0626, abs=5e-4)
+
+
+def test_the_committed_padding_json_is_what_bench_update_padding_prints():
+    """docs/results/update_padding.json (docs/scaling.md's padding figures) is reproduced by its command: the
+    expectations and the seeded draws through the update's LengthLayouts."""
+    import json
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    printed = subprocess.run([sys.executable, os.path.join(repo, "bench", "update_padding.py")], capture_output=True,
+                             text=True, check=True, env={**os.environ, "PYTHONPATH": repo}).stdout
+    with open(os.path.join(repo, "docs", "results", "update_padding.json"), encoding="utf-8") as f:
+        assert json.loads(printed) == json.load(f)
