@@ -13,7 +13,8 @@
 Supervision: a monitor thread restarts a worker that dies (immediately after a long life, with a growing pause
 when it keeps dying young); a worker that exits with EXIT_FATAL (wrong token, bad configuration) is not
 restarted, and neither is one that failed ``max_same_failures`` times in a row with the same error (a worker
-writes its error as one line to a private report file before it exits); ``raise_if_failed`` reports why, in
+writes its error as one line to a private report file before it exits; lines that differ only in their numbers,
+such as a port or a pid, are the same error); ``raise_if_failed`` reports why, in
 one line, so the run stops instead of restarting it forever. Every env spec of ``spec["worker"]["tasks"]`` is
 validated in the parent first (`jaxwebrl.env.registry.check_env_spec`). What runs inside a worker process is
 `worker_process.py`.
@@ -198,7 +199,7 @@ class WorkerPool:
             self.fatal[worker_id] = f"exited with a fatal error (code {code}): {failure or 'see its log above'}"
             log.error("worker %d exited with a fatal error; not restarting it", worker_id)
             return
-        same = failure is not None and failure == self._last_failure[worker_id]
+        same = failure is not None and failure_kind(failure) == failure_kind(self._last_failure[worker_id])
         self._same_failures[worker_id] = self._same_failures[worker_id] + 1 if same else int(failure is not None)
         self._last_failure[worker_id] = failure
         if self._same_failures[worker_id] >= self.max_same_failures:
@@ -285,6 +286,12 @@ def next_backoff(previous_s: float, lived_s: float, min_uptime_s: float, max_bac
     if lived_s < min_uptime_s:
         return min(max_backoff_s, max(0.5, 2 * previous_s))
     return 0.0
+
+
+def failure_kind(line: str | None) -> str | None:
+    """A worker's one-line failure with its numbers masked: two lives failed the same way when these agree (a port,
+    a pid, a token count or an address differs from life to life: chromedriver's port is picked per start)."""
+    return None if line is None else re.sub(r"0x[0-9a-fA-F]+|\d+", "#", line)
 
 
 def _check_spec(spec: dict) -> None:

@@ -181,6 +181,42 @@ def test_a_worker_failing_the_same_way_stops_the_pool_with_that_error(tmp_path, 
     assert "browser" not in message and "\n" not in message
 
 
+def test_failures_that_differ_only_in_their_numbers_are_the_same_failure(tmp_path, monkeypatch):
+    """A browser that dies at every start fails each worker life with the same line but for chromedriver's port
+    (Selenium picks a free one per start; pids, token counts, addresses vary alike): compared verbatim, no two lives
+    ever failed "the same way" and the pool restarted the worker for ever. Lives are simulated (a dead process and
+    the report line a real worker writes), so the test checks the supervisor's decision alone, in well under a s."""
+    class DeadWorker:
+        pid, exitcode = 2**22 + 1, 1
+
+        def is_alive(self):
+            return False
+
+        def join(self, timeout=None):
+            pass
+
+    lives = []
+
+    def start_worker(self, worker_id):   # one life: dies at once, leaving its one-line report
+        lives.append(worker_id)
+        with open(self._report_path(worker_id), "w") as f:
+            f.write(f"EnvGivenUp: miniwob/click-test failed 4 times in a row before its first step (last: "
+                    f"BrowserCrashed: reset: chromedriver unreachable (MaxRetryError: HTTPConnectionPool("
+                    f"host='localhost', port={40000 + len(lives)}): Max retries exceeded)); check the browser "
+                    "installation (python -m jaxwebrl.env.check)")
+        self._procs[worker_id] = DeadWorker()
+        self._started_at[worker_id] = time.monotonic()
+
+    monkeypatch.setattr(WorkerPool, "_start_worker", start_worker)
+    monkeypatch.setattr(WorkerPool, "_kill_leftovers", lambda self, pid: None)
+    pool = WorkerPool(toy_spec(tmp_path), num_workers=1, poll_s=0.01, max_backoff_s=0.01, max_same_failures=3)
+    with pool:
+        wait_for(lambda: pool.fatal or len(lives) > 10, 30, "the pool to give up or restart 10 times")
+        assert len(lives) == 3 and pool.restarts == 2, f"{len(lives)} lives: the pool never gave up"
+        with pytest.raises(RuntimeError, match=r"worker 0: failed 3 times in a row with: EnvGivenUp: .*port=40003"):
+            pool.raise_if_failed()
+
+
 @pytest.mark.browser
 def test_a_start_page_that_does_not_load_stops_the_worker_at_once_in_one_line(tmp_path, capfd):
     """Issue 44.5: the task's own fault went through the generic crash path: a traceback per worker life and
