@@ -53,6 +53,7 @@ from jaxwebrl.env.agent.memory import MemoryTracker
 from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord
 from jaxwebrl.env.base import EnvFailure, browser_is_the_cause
 from jaxwebrl.env.latency import LatencyConfig
+from jaxwebrl.errors import CannotTrain
 from jaxwebrl.seeds import training_seed
 from jaxwebrl.env.registry import make_env
 from jaxwebrl.rollout.agent import Agent, step_texts
@@ -394,9 +395,8 @@ class RolloutWorker:
         if self._max_seq_len is not None and len(generation.input_ids) > self._max_seq_len:
             self.stats.overlong_steps += 1
             if not history:
-                raise ValueError(f"the first prompt + response of {env.task_id} is "
-                                 f"{len(generation.input_ids)} tokens, more than the buffer's max_seq_len="
-                                 f"{self._max_seq_len}: create the buffer with a larger max_seq_len")
+                raise CannotTrain(f"the first prompt + response of {env.task_id} is {len(generation.input_ids)} "
+                                  f"tokens, more than the buffer's max_seq_len={self._max_seq_len}: give it a larger one")
             self._warn.warning("cut", "worker %d: step %d of %s is %d tokens, more than buffer.max_seq_len=%d: the "
                                "episode is cut before it (excluded from training, counted as rollout/cut_episodes; "
                                "%d cut so far)", self.worker_id, len(history), env.task_id,

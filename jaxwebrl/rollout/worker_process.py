@@ -6,7 +6,7 @@ JSON spec, serving until it is told to stop, its failure reported in one line.
     worker_process_main(spec_json, worker_id, ...)            # WorkerPool's process target: own group, dies with it
 
 Exit codes: EXIT_FATAL (a bad configuration, a refused token, a buffer that keeps refusing episodes, a task whose
-own page or spec fails before its first step: restarting cannot help) and EXIT_CRASH (anything else: the pool
+own page or spec fails before its first step, a first step longer than the buffer's rows: restarting cannot help) and EXIT_CRASH (anything else: the pool
 restarts it unless it keeps failing the same way). Either way the error goes to the report file as one line first,
 for the pool to quote; only an unexpected error is logged with its traceback.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.env.browser.chromium import set_parent_death_signal
-from jaxwebrl.errors import one_line
+from jaxwebrl.errors import CannotTrain, one_line
 from jaxwebrl.files import write_file_atomically
 from jaxwebrl.extensions import import_extensions
 from jaxwebrl.rollout.client import InProcessClient, PolicyClient
@@ -104,7 +104,7 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
                     write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
                 except OSError as exc:  # a full disk costs the stats file, not the worker
                     log.warning("worker %d: stats not written: %s", worker_id, exc)
-    except (TransportAuthError, TransportRequestRefused, BufferUnusable) as exc:
+    except (TransportAuthError, TransportRequestRefused, BufferUnusable, CannotTrain) as exc:
         stop(EXIT_FATAL, exc, "stops for good")
     except EnvGivenUp as exc:   # its line names the task and the cause; a fresh browser may help, a fresh task not
         stop(EXIT_FATAL if exc.task_fault else EXIT_CRASH, exc, "gives up")

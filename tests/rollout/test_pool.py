@@ -15,7 +15,7 @@ import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.pool import WorkerPool, read_stats
-from jaxwebrl.rollout.worker_process import EXIT_FATAL, WORKER_EXIT_S, worker_process_main
+from jaxwebrl.rollout.worker_process import EXIT_FATAL, WORKER_EXIT_S, serve_worker, worker_process_main
 from jaxwebrl.rollout.transport import TransportServer, new_token
 
 
@@ -215,6 +215,29 @@ def test_failures_that_differ_only_in_their_numbers_are_the_same_failure(tmp_pat
         assert len(lives) == 3 and pool.restarts == 2, f"{len(lives)} lives: the pool never gave up"
         with pytest.raises(RuntimeError, match=r"worker 0: failed 3 times in a row with: EnvGivenUp: .*port=40003"):
             pool.raise_if_failed()
+
+
+def test_a_first_step_that_cannot_fit_the_buffer_stops_its_worker_for_good_in_one_line(tmp_path, monkeypatch):
+    """A first prompt + response longer than buffer.max_seq_len (a MiniWoB++ goal is only known once its page loads,
+    so the start-up budget counts none) is a configuration the worker cannot play: it went through the generic
+    crash path (a traceback, EXIT_CRASH, a restart that cannot help). Run in this process: os._exit raises."""
+    class Exited(BaseException):
+        pass
+
+    def exit_(code):
+        raise Exited(code)
+
+    spec = toy_spec(tmp_path)
+    spec["buffer"]["path"] = str(tmp_path / "short")
+    RingBuffer.create(spec["buffer"]["path"], capacity_steps=64, max_seq_len=16, screenshot_shape=(64, 64, 3),
+                      max_images_per_step=2)
+    monkeypatch.setattr(os, "_exit", exit_)
+    report = tmp_path / "report.txt"
+    with pytest.raises(Exited) as exited:
+        serve_worker(spec, 0, report_path=str(report))
+    assert exited.value.args == (EXIT_FATAL,)
+    line = report.read_text()
+    assert line.startswith("CannotTrain: the first prompt + response of toy is ") and "max_seq_len=16" in line
 
 
 @pytest.mark.browser

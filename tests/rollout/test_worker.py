@@ -13,6 +13,7 @@ from jaxwebrl.env.tasks.toy import toy
 from jaxwebrl.env.agent.actions import parse_action
 from jaxwebrl.env.base import BrowserCrashed
 from jaxwebrl.env.agent.memory import memory_stats, parse_memory, split_memory
+from jaxwebrl.errors import CannotTrain
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.rollout.client import InProcessClient
 from jaxwebrl.rollout.scripted import ScriptedBackend, random_choice_responder, toy_oracle_responder
@@ -243,7 +244,7 @@ def test_a_step_longer_than_max_seq_len_cuts_the_episode_before_it_flagged_and_s
     assert not whole.cut and whole.num_steps == 3
     tiny = RingBuffer.create(str(tmp_path / "tiny"), capacity_steps=64, max_seq_len=16,
                              screenshot_shape=(64, 64, 3), max_images_per_step=2)
-    with pytest.raises(ValueError, match="larger max_seq_len"):
+    with pytest.raises(CannotTrain, match="max_seq_len=16: give it a larger one"):
         make_worker(tiny, toy_oracle_responder())[0].run(max_groups=1)
     narrow = RingBuffer.create(str(tmp_path / "narrow"), capacity_steps=64, max_seq_len=1024,
                                screenshot_shape=(64, 64, 3), max_images_per_step=1)
