@@ -64,6 +64,7 @@ class AwaitingEpisodes:
         self._failures_in_a_row = 0
         self._error: BaseException | None = None
         self._closing = False
+        self._landing: AwaitingVerdict | None = None   # the episode the lander is appending now
         self._lander: threading.Thread | None = None
 
     def __len__(self) -> int:
@@ -99,11 +100,12 @@ class AwaitingEpisodes:
 
     def close(self, timeout_s: float) -> int:
         """Land what comes within `timeout_s`, stop the lander, drop the episodes still waiting (one log line);
-        returns how many were dropped. Never raises."""
+        returns how many were dropped (not the one the lander is appending: it lands). Never raises."""
         with self._cond:
             self._cond.wait_for(lambda: not self._waiting or self._error is not None, timeout=timeout_s)
             self._closing = True
-            dropped, self._waiting = len(self._waiting), []
+            dropped = sum(a is not self._landing for a in self._waiting)
+            self._waiting = [a for a in self._waiting if a is self._landing]
             self._cond.notify_all()
         if self._lander is not None:
             self._lander.join(timeout=timeout_s)
@@ -124,16 +126,20 @@ class AwaitingEpisodes:
                     return
                 ready = [a for a in self._waiting if a.verdict.done()]
             for awaiting in ready:
+                with self._cond:
+                    if self._closing:   # close dropped the rest: none of them lands after it
+                        return
+                    self._landing = awaiting
                 try:
                     counts = self._land(awaiting)
                 except BaseException as exc:  # noqa: BLE001 - a bug in the append: the worker raises it at `land`
                     with self._cond:
-                        self._error = exc
+                        self._error, self._landing = exc, None
                         self._cond.notify_all()
                     return
                 with self._cond:
-                    if awaiting in self._waiting:   # not dropped by close meanwhile
-                        self._waiting.remove(awaiting)
+                    self._landing = None
+                    self._waiting.remove(awaiting)
                     self._counts.update(counts)
                     self._cond.notify_all()
 

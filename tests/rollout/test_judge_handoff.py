@@ -111,6 +111,30 @@ def test_a_lander_appends_episodes_as_their_verdicts_come_the_limit_bounds_them_
     assert [n for n, *_ in landed] == [1, 0, 2] and "worker 5: 1 episodes dropped at close" in caplog.text
 
 
+def test_close_drops_only_what_it_says_and_the_lander_lands_nothing_after_it():
+    """Three verdicts came; the lander is inside the first (slow) append when close gives up waiting. close said all
+    three were dropped, then the lander went on through the list it had taken and appended all three after close:
+    every episode was counted both dropped and landed (stats.dropped_episodes, the log line), and appends ran on
+    while the worker process was exiting. Now the one under way lands, the other two are dropped and stay so."""
+    release, appended = threading.Event(), []
+
+    def slow_append(parts, *outcome):
+        appended.append(parts["n"])
+        release.wait(5)
+
+    awaiting = AwaitingEpisodes(slow_append, who="worker 2", warn=RateLimitedLog(logging.getLogger("test"), 30.0))
+    for n in range(3):
+        done = concurrent.futures.Future()
+        done.set_result((1.0, {"success": True}))
+        awaiting.add(done, {"n": n, "steps": [], "task_id": "t"})
+    eventually(lambda: appended)                 # the lander is inside its first append
+    threading.Timer(0.5, release.set).start()   # which ends after close has given up
+    dropped = awaiting.close(0.1)
+    assert not release.is_set(), "close waited past the append: the test cannot tell anything"
+    eventually(lambda: not awaiting._lander.is_alive())
+    assert appended == [0] and dropped == 2, (appended, dropped)
+
+
 def test_a_buffer_that_keeps_refusing_judged_episodes_stops_the_worker():
     def refuse(*args):
         raise BufferWriteError("disk full at /buffer: free space")
