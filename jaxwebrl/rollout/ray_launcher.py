@@ -28,10 +28,10 @@ import threading
 import time
 from typing import Any
 
+from jaxwebrl.errors import one_line
 from jaxwebrl.rollout.pool import WorkerPool, checked_spec_json, next_backoff
-from jaxwebrl.rollout.wire import TransportAuthError
 from jaxwebrl.rollout.worker import WorkerStats
-from jaxwebrl.rollout.worker_process import build_worker, close_quietly, write_stats
+from jaxwebrl.rollout.worker_process import build_worker, close_quietly, restart_cannot_help, write_stats
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,8 @@ class RolloutActor:
         self._worker = None
 
     def run(self) -> dict:
-        """Play until stopped; returns the worker's stats. Raises FatalWorkerError on a refused token/bad spec."""
+        """Play until stopped; returns the worker's stats. Raises FatalWorkerError on a bad spec and on what
+        `worker_process.restart_cannot_help` names (a refused token, ...)."""
         worker = client = None
         try:
             try:
@@ -77,8 +78,10 @@ class RolloutActor:
                 if stats_dir:
                     write_stats(stats_dir, self.worker_id, self.incarnation, worker.stats.to_dict())
             return worker.stats.to_dict()
-        except TransportAuthError as exc:
-            raise FatalWorkerError(f"worker {self.worker_id}: the policy server refused it: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - fatal where a worker process's exit would be
+            if restart_cannot_help(exc):
+                raise FatalWorkerError(f"worker {self.worker_id} stops for good: {one_line(exc, 1000)}") from None
+            raise
         finally:
             close_quietly(worker, client)
 

@@ -34,6 +34,7 @@ from jaxwebrl.rollout.worker import BufferUnusable, EnvGivenUp, RolloutWorker, W
 EXIT_FATAL = 78  # configuration or authentication error: restarting would not help
 EXIT_CRASH = 1   # an unexpected error: restarted, unless it keeps being the same one
 WORKER_EXIT_S = 15  # after SIGTERM a worker is gone within this, even when no pool is left to SIGKILL it
+FATAL_ERRORS = (TransportAuthError, TransportRequestRefused, BufferUnusable, CannotTrain)   # and a task's EnvGivenUp
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +105,21 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
                     write_stats(stats_dir, worker_id, incarnation, worker.stats.to_dict())
                 except OSError as exc:  # a full disk costs the stats file, not the worker
                     log.warning("worker %d: stats not written: %s", worker_id, exc)
-    except (TransportAuthError, TransportRequestRefused, BufferUnusable, CannotTrain) as exc:
+    except FATAL_ERRORS as exc:
         stop(EXIT_FATAL, exc, "stops for good")
     except EnvGivenUp as exc:   # its line names the task and the cause; a fresh browser may help, a fresh task not
-        stop(EXIT_FATAL if exc.task_fault else EXIT_CRASH, exc, "gives up")
+        stop(EXIT_FATAL if restart_cannot_help(exc) else EXIT_CRASH, exc, "gives up")
     except Exception as exc:  # noqa: BLE001 - reported in one line; the pool decides whether to restart
         stop(EXIT_CRASH, exc, "failed", traceback=True)
     finally:
         close_quietly(worker, client)
+
+
+def restart_cannot_help(exc: BaseException) -> bool:
+    """Whether `exc` ends a worker for good (EXIT_FATAL; a Ray actor's FatalWorkerError): a refused token or request,
+    a buffer that keeps refusing episodes, a first step longer than the buffer's rows, a task whose own page or spec
+    fails before its first step."""
+    return isinstance(exc, FATAL_ERRORS) or (isinstance(exc, EnvGivenUp) and exc.task_fault)
 
 
 def apply_placement(placement: dict | None) -> None:

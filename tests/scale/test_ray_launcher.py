@@ -1,6 +1,7 @@
 """Ray-launched rollout workers on a local Ray cluster: real toy episodes over the pyzmq transport into a real
 ring buffer, a refused token stops the fleet for good, a killed actor is replaced, close leaves no actor."""
 
+import json
 import time
 
 import numpy as np
@@ -147,3 +148,28 @@ def test_a_fatal_actor_is_recorded_before_the_pool_counts_it_gone(tmp_path):
     assert seen == [{0: "refused token"}] and pool.alive() == 0
     with pytest.raises(RuntimeError, match="worker 0: refused token"):
         pool.raise_if_failed()
+
+
+@pytest.mark.parametrize("fault", ["first step too long", "refused request"])
+def test_a_worker_that_restarting_cannot_help_stops_its_actor_for_good(tmp_path, fault):
+    """A local pool's worker exits EXIT_FATAL on what a restart cannot cure (worker_process.restart_cannot_help: a
+    first step longer than the buffer's rows, a request the policy server refuses as malformed, a buffer that keeps
+    refusing episodes, a task whose own page or spec fails before its first step); a Ray actor raised those raw, so
+    RayWorkerPool replaced it for ever (it has no same-failure rule). Without a cluster: the actor's body runs here."""
+    from jaxwebrl.rollout.ray_launcher import FatalWorkerError, RolloutActor
+    from jaxwebrl.rollout.wire import RequestRefused
+
+    def refuse(request):
+        raise RequestRefused("generate request 'messages' must be a list of chat message dicts")
+
+    token = new_token()
+    with TransportServer(refuse, token=token) as server:
+        spec = toy_spec(tmp_path, server.address, token)
+        if fault == "first step too long":
+            spec["buffer"]["path"] = str(tmp_path / "short")
+            RingBuffer.create(spec["buffer"]["path"], capacity_steps=64, max_seq_len=16, screenshot_shape=(64, 64, 3),
+                              max_images_per_step=1)
+            spec["policy"] = {"kind": "scripted", "responder": "toy_oracle"}
+        expected = "CannotTrain: the first prompt" if fault == "first step too long" else "TransportRequestRefused"
+        with pytest.raises(FatalWorkerError, match=f"worker 0 stops for good: {expected}"):
+            RolloutActor(json.dumps(spec), 0, 0).run()
