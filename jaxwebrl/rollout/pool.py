@@ -72,8 +72,7 @@ class WorkerPool:
         self.grace_s, self.poll_s = float(grace_s), float(poll_s)
         self.min_uptime_s, self.max_backoff_s = float(min_uptime_s), float(max_backoff_s)
         self.max_same_failures = max(1, int(max_same_failures))
-        self._last_failure: list[str | None] = [None] * self.num_workers
-        self._same_failures = [0] * self.num_workers
+        self._streaks: list[tuple[str | None, int]] = [(None, 0)] * self.num_workers   # (last failure, in a row)
         self._reports_dir: str | None = None
         self._context = multiprocessing.get_context("spawn")
         self._procs: list[Any] = [None] * self.num_workers
@@ -199,13 +198,11 @@ class WorkerPool:
             self.fatal[worker_id] = f"exited with a fatal error (code {code}): {failure or 'see its log above'}"
             log.error("worker %d exited with a fatal error; not restarting it", worker_id)
             return
-        same = failure is not None and failure_kind(failure) == failure_kind(self._last_failure[worker_id])
-        self._same_failures[worker_id] = self._same_failures[worker_id] + 1 if same else int(failure is not None)
-        self._last_failure[worker_id] = failure
-        if self._same_failures[worker_id] >= self.max_same_failures:
-            self.fatal[worker_id] = f"failed {self._same_failures[worker_id]} times in a row with: {failure}"
+        self._streaks[worker_id] = failure_streak(self._streaks[worker_id], failure)
+        if self._streaks[worker_id][1] >= self.max_same_failures:
+            self.fatal[worker_id] = f"failed {self._streaks[worker_id][1]} times in a row with: {failure}"
             log.error("worker %d failed %d times in a row with the same error; not restarting it: %s", worker_id,
-                      self._same_failures[worker_id], failure)
+                      self._streaks[worker_id][1], failure)
             return
         lived = time.monotonic() - self._started_at[worker_id]
         self._backoff[worker_id] = next_backoff(self._backoff[worker_id], lived, self.min_uptime_s, self.max_backoff_s)
@@ -288,10 +285,16 @@ def next_backoff(previous_s: float, lived_s: float, min_uptime_s: float, max_bac
     return 0.0
 
 
-def failure_kind(line: str | None) -> str | None:
-    """A worker's one-line failure with its numbers masked: two lives failed the same way when these agree (a port,
-    a pid, a token count or an address differs from life to life: chromedriver's port is picked per start)."""
-    return None if line is None else re.sub(r"0x[0-9a-fA-F]+|\d+", "#", line)
+def failure_streak(streak: tuple[str | None, int], failure: str | None) -> tuple[str | None, int]:
+    """(failure, how many lives in a row failed like it) after a worker life that ended with the one-line `failure`
+    (None: it left none), given the previous life's `streak`. Lines that differ only in their numbers are the same
+    failure (a port, a pid, a token count or an address differs from life to life: chromedriver's port is picked
+    per start)."""
+    def kind(line):
+        return None if line is None else re.sub(r"0x[0-9a-fA-F]+|\d+", "#", line)
+
+    same = failure is not None and kind(failure) == kind(streak[0])
+    return failure, streak[1] + 1 if same else int(failure is not None)
 
 
 def _check_spec(spec: dict) -> None:

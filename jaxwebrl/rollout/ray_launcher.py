@@ -14,7 +14,8 @@ into Ray (as a string argument); episodes go through the buffer, never through R
 
 Supervision mirrors `WorkerPool`: an actor whose process dies (node lost, OOM, crash) is replaced with the next
 incarnation (a new seed), after a growing pause when it keeps dying young; an actor that stops on a fatal error
-(refused token, bad configuration) is not replaced and `raise_if_failed` names the reason. `close` asks every
+(refused token, bad configuration), or fails `max_same_failures` times in a row the same way, is not replaced and
+`raise_if_failed` names the reason. `close` asks every
 actor to stop (its browsers close), waits `grace_s`, then kills what is left.
 """
 
@@ -29,7 +30,7 @@ import time
 from typing import Any
 
 from jaxwebrl.errors import one_line
-from jaxwebrl.rollout.pool import WorkerPool, checked_spec_json, next_backoff
+from jaxwebrl.rollout.pool import WorkerPool, checked_spec_json, failure_streak, next_backoff
 from jaxwebrl.rollout.worker import WorkerStats
 from jaxwebrl.rollout.worker_process import build_worker, close_quietly, restart_cannot_help, write_stats
 
@@ -106,12 +107,14 @@ class RayWorkerPool:
     num_cpus_per_worker: CPUs Ray reserves per actor (a worker drives one headless Chromium).
     resources: custom Ray resources per actor, e.g. {"rollout": 1} to pin workers to rollout nodes.
     first_worker_id: worker ids are first_worker_id + 0..N-1 (as in `WorkerPool`).
+    max_same_failures: an actor whose run failed this many times in a row the same way is not replaced (as there).
     """
 
     def __init__(self, spec: dict[str, Any], num_workers: int, *, address: str | None = None,
                  num_cpus_per_worker: float = 1.0, resources: dict[str, float] | None = None,
                  init_kwargs: dict[str, Any] | None = None, grace_s: float = 30.0, poll_s: float = 0.5,
-                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0, first_worker_id: int = 0):
+                 min_uptime_s: float = 10.0, max_backoff_s: float = 30.0, max_same_failures: int = 3,
+                 first_worker_id: int = 0):
         self._spec_json = checked_spec_json(spec, num_workers)
         self.num_workers = int(num_workers)
         self.first_worker_id = int(first_worker_id)
@@ -121,6 +124,8 @@ class RayWorkerPool:
         self.init_kwargs = dict(init_kwargs or {})
         self.grace_s, self.poll_s = float(grace_s), float(poll_s)
         self.min_uptime_s, self.max_backoff_s = float(min_uptime_s), float(max_backoff_s)
+        self.max_same_failures = max(1, int(max_same_failures))
+        self._streaks: list[tuple[str | None, int]] = [(None, 0)] * self.num_workers   # (last failure, in a row)
         self.restarts = 0
         self.fatal: dict[int, str] = {}
         self._ray = None
@@ -248,7 +253,7 @@ class RayWorkerPool:
         """An actor's run ended: stopped (fine), fatal (recorded), or died (replaced after a backoff). A fatal
         error is recorded before `alive()` drops, so a poller never sees the worker gone and the pool healthy."""
         ray = self._ray
-        actor, reason = self._actors[worker_id], None
+        actor, reason, failure = self._actors[worker_id], None, None
         try:
             ray.get(run)
             reason = "returned without being stopped"
@@ -258,9 +263,13 @@ class RayWorkerPool:
                 self.fatal[worker_id] = str(cause.args[0] if cause.args else cause)
                 log.error("rollout worker %d stopped for good: %s", worker_id, self.fatal[worker_id])
             else:
-                reason = f"failed: {cause!r}"
+                reason, failure = f"failed: {cause!r}", one_line(getattr(exc, "cause", cause), 1000)
         except ray.exceptions.RayActorError as exc:
             reason = f"its actor died: {exc.__class__.__name__}"
+        self._streaks[worker_id] = streak = failure_streak(self._streaks[worker_id], failure)
+        if streak[1] >= self.max_same_failures and not self._closing.is_set():
+            self.fatal[worker_id], reason = f"failed {streak[1]} times in a row with: {failure}", None
+            log.error("rollout worker %d stopped for good: %s", worker_id, self.fatal[worker_id])
         with self._lock:
             self._actors[worker_id] = self._runs[worker_id] = None
         if actor is not None:

@@ -150,6 +150,34 @@ def test_a_fatal_actor_is_recorded_before_the_pool_counts_it_gone(tmp_path):
         pool.raise_if_failed()
 
 
+def test_an_actor_failing_the_same_way_is_not_replaced_for_ever(tmp_path):
+    """WorkerPool stops a worker that failed max_same_failures times in a row the same way (numbers aside: a browser
+    that dies at every start differs only in chromedriver's port); RayWorkerPool, whose supervision "mirrors" it,
+    replaced such an actor for ever. `_finished` on runs that raised, with a fake Ray (no cluster)."""
+    from types import SimpleNamespace
+
+    class TaskError(Exception):
+        def as_instanceof_cause(self):
+            return self.args[0]
+
+    lives = iter(range(40000, 40010))
+
+    def get(run):
+        raise TaskError(RuntimeError(f"EnvGivenUp: toy failed 4 times in a row before its first step (last: "
+                                     f"BrowserCrashed: chromedriver unreachable (port={next(lives)}))"))
+
+    fake_ray = SimpleNamespace(get=get, kill=lambda actor, no_restart: None,
+                               exceptions=SimpleNamespace(RayTaskError=TaskError, RayActorError=OSError))
+    pool = RayWorkerPool(toy_spec(tmp_path, "tcp://127.0.0.1:9", new_token()), num_workers=1, max_same_failures=3)
+    pool._ray = fake_ray
+    for life in range(3):
+        assert not pool.fatal, f"stopped after {life} lives"
+        pool._actors, pool._runs = ["actor"], ["run"]
+        pool._finished(0, "run")
+    assert pool.fatal and pool.alive() == 0
+    with pytest.raises(RuntimeError, match=r"worker 0: failed 3 times in a row with: .*port=40002"):
+        pool.raise_if_failed()
+
 @pytest.mark.parametrize("fault", ["first step too long", "refused request"])
 def test_a_worker_that_restarting_cannot_help_stops_its_actor_for_good(tmp_path, fault):
     """A local pool's worker exits EXIT_FATAL on what a restart cannot cure (worker_process.restart_cannot_help: a
