@@ -35,6 +35,7 @@ from jaxwebrl.rollout.vllm_server import VllmPolicyServer
 
 TRANSPORT_FILE = "transport.json"
 TOKEN_FILE = "transport.token"
+MIN_HANDLER_THREADS = 1024   # the least the transport may start; it starts one only when a request needs it
 
 
 def server_class(rollout) -> type[PolicyServer]:
@@ -47,10 +48,12 @@ def server_class(rollout) -> type[PolicyServer]:
 
 class PolicyService:
     """`handler` behind a TransportServer with a fresh token (see the module docstring). `server` is the
-    PolicyServer when built by `for_policy`, else None. The transport runs 2 handler threads a client (at least 4),
-    plus `verdicts_per_client` for an engine judge's requests (each holds a thread until its verdict is decoded,
-    while a worker's generate request may wait on admission control), so every connected worker's requests reach
-    the batching server at once."""
+    PolicyServer when built by `for_policy`, else None. A request holds its handler thread until it is answered:
+    while admission control holds a new group, while an engine judge's verdict is decoded. So the transport starts
+    threads as requests need them, up to 2 a client plus `verdicts_per_client` and never fewer than
+    `MIN_HANDLER_THREADS`: workers that join by hand (launch/rollout.py) connect beside the run's own `num_clients`,
+    and every connected worker's request must reach the batching server at once (one held by admission must never
+    leave a running group's next step without a thread)."""
 
     def __init__(self, handler, *, host: str = "127.0.0.1", num_clients: int = 1, server: PolicyServer | None = None,
                  curve: bool = False, verdicts_per_client: int = 0):
@@ -59,7 +62,8 @@ class PolicyService:
         public, secret = zmq.curve_keypair() if curve else (None, None)
         self.server_key: str | None = public.decode() if public is not None else None
         self.transport = TransportServer(handler, token=self.token, host=host,
-                                         num_threads=max(4, (2 + int(verdicts_per_client)) * num_clients),
+                                         num_threads=max(MIN_HANDLER_THREADS,
+                                                         (2 + int(verdicts_per_client)) * num_clients),
                                          curve_secret_key=secret)
 
     @classmethod

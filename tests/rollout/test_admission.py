@@ -102,3 +102,39 @@ def test_the_policy_server_gates_a_new_group(tmp_path):
             server.handle(dict(request(0, 7), group_id="x"))
     finally:
         server.close()
+
+
+def test_workers_held_by_admission_never_starve_a_running_group_of_its_steps():
+    """A new group's request holds its transport handler thread while admission holds it (PolicyServer.handle). The
+    service sized its handler threads by the trainer's own workers (2 a worker, at least 4), but workers that join by
+    hand (launch/rollout.py, docs/scaling.md) connect too: with 5 of them held, a running group's next step found no
+    thread, so its episode never ended, the trainer never consumed and nothing was admitted again (a deadlock, broken
+    only by the clients' 600 s timeouts). Real transport and sockets; the handler gates as PolicyServer.handle does."""
+    from jaxwebrl.rollout.serving import PolicyService
+    from jaxwebrl.rollout.transport import TransportClient
+
+    gate = Admission(group_size=1)
+    gate.set_limit(capacity=1, backlog=0)                       # one group at a time
+
+    def handle(request):
+        gate.enter(request["worker_id"], request["group_id"])
+        return {"served": request["worker_id"]}
+
+    service = PolicyService(handle, num_clients=1).start()     # the trainer's own pool: one worker
+    clients = [TransportClient(service.address, token=service.token, timeout_s=60) for _ in range(6)]
+    try:
+        assert clients[0].request({"worker_id": 0, "group_id": 1}) == {"served": 0}    # its group runs
+        for worker in range(1, 6):                              # 5 joined workers ask for new groups: held
+            threading.Thread(target=clients[worker].request, args=({"worker_id": worker, "group_id": 1},),
+                             daemon=True).start()
+        deadline = time.monotonic() + 30
+        while sum(t.name.startswith("transport-handler") for t in threading.enumerate()) < 4:
+            assert time.monotonic() < deadline, "the joined workers' requests never reached the handler"
+            time.sleep(0.05)
+        time.sleep(0.5)                                         # the fifth too, where a thread can take it
+        assert clients[0].request({"worker_id": 0, "group_id": 1}, timeout_s=5) == {"served": 0}  # its next step
+    finally:
+        gate.close()
+        for client in clients:
+            client.close()
+        service.close()

@@ -154,8 +154,8 @@ def test_make_judge_and_a_workers_link_build_it_and_the_doctor_probes_a_running_
     base.SCALES[base.variant("toy")](config)
     config.env.judge.backend, config.env.judge.concurrency = "engine", 3
     run_service = PolicyService.for_policy(service.server.policy, service.server.buffer, config, host="127.0.0.1",
-                                           num_clients=2)
-    assert run_service.transport._num_threads == 2 * (2 + 3)   # a thread for each verdict a worker has in flight
+                                           num_clients=300)   # past the floor (MIN_HANDLER_THREADS)
+    assert run_service.transport._num_threads == 300 * (2 + 3)   # a thread for each verdict a worker has in flight
     run_service.close()
     continuous = ContinuousPolicyServer(service.server.policy, service.server.buffer)
     with pytest.raises(RequestRefused, match="continuous batching serves no verdicts"):
