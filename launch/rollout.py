@@ -2,7 +2,7 @@ r"""Start rollout workers by hand on a (remote) CPU node, against a running poli
 
     export JAXWEBRL_TOKEN=...   # or --token_file=PATH: the policy server's shared token (never on the command line)
     python launch/rollout.py --config=configs/constT10.py:tiny --server=tcp://10.0.0.1:5555 \
-        --buffer=/shared/run1/buffer --num_workers=16 --first_worker_id=16
+        --buffer=/shared/run1/buffer --num_workers=16 --first_worker_id=1000
 
     python launch/rollout.py --config=configs/constT10.py:tiny --workdir=/shared/run1 --num_workers=16 ...
 
@@ -15,7 +15,11 @@ horizon cap); a host whose own config differs is refused in one line naming the 
 Worker settings (tasks, group size, screenshot size, prompt, sampling) come from the same recipe as the trainer's
 (`--config.a.b=v` overrides apply), so both sides agree by construction; `--server` and `--buffer` say where the
 policy server and ring buffer are (a path on a shared filesystem or a TensorStore kvstore URL, e.g.
-gs://bucket/run1/buffer). Give every node its own `--first_worker_id` range so worker ids and seeds differ.
+gs://bucket/run1/buffer). Worker ids seed each worker's task draw and key the policy server's admission of new
+groups, so no two workers of a run may share one: `--first_worker_id` gives this node's first; left out, the node
+takes a random block of ids past the run's own (`ID_BLOCK` apart: two nodes meet with odds of about one in a
+million). An explicit range that overlaps the ids the run published for its own workers (WORKDIR/transport.json)
+is refused in one line.
 
 `--launcher=local` (default) runs the workers as supervised processes on this node (`WorkerPool`);
 `--launcher=ray` places them on a Ray cluster (`--ray_address`, e.g. auto or ray://head:10001). Runs until
@@ -26,6 +30,7 @@ is gone: the line names the address), 1 on a bad flag (one `rollout error:` line
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import threading
@@ -49,7 +54,8 @@ _SERVER = flags.DEFINE_string("server", None, "policy server transport address, 
 _TOKEN_FILE = flags.DEFINE_string("token_file", None, "file holding the shared token (default: $JAXWEBRL_TOKEN)")
 _BUFFER = flags.DEFINE_string("buffer", None, "ring buffer path or kvstore URL (default: the config's buffer.path)")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", None, "workers on this node (default: rollout.num_workers)")
-_FIRST_ID = flags.DEFINE_integer("first_worker_id", 0, "id of this node's first worker (distinct per node)")
+_FIRST_ID = flags.DEFINE_integer("first_worker_id", None, "id of this node's first worker, distinct per node "
+                                 "(default: a random block past the run's own workers' ids)")
 _STATS_DIR = flags.DEFINE_string("stats_dir", None, "each worker writes worker_<id>.json here after every group")
 _LAUNCHER = flags.DEFINE_enum("launcher", "local", ["local", "ray"], "processes on this node, or Ray actors")
 _WORKDIR = flags.DEFINE_string("workdir", None, "a running training run's workdir: join its published policy server")
@@ -58,6 +64,8 @@ _RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "Ray cluster address for
 _GIVE_UP_S = flags.DEFINE_float("give_up_after_s", 300.0, "stop when nothing has listened at the policy server's "
                                 "address for this long (its trainer is gone); 0: wait for ever")
 PROBE_EVERY_S = 5.0   # how often the policy server's address is probed
+ID_BLOCK = 1024       # a node's default ids start at a random multiple of this past the run's own
+ID_BLOCKS = 1 << 20   # ... out of this many blocks
 
 log = logging.getLogger("jaxwebrl.launch.rollout")
 
@@ -106,8 +114,9 @@ def read_token(token_file: str | None, environ=os.environ) -> str:
     return token
 
 
-def build_spec(config) -> tuple[dict, int]:
-    """(pool spec, number of workers) from the config and the flags; every problem is one `rollout error:` line."""
+def build_spec(config) -> tuple[dict, int, int]:
+    """(pool spec, number of workers, first worker id) from the config and the flags; every problem is one
+    `rollout error:` line."""
     published = {}
     if _WORKDIR.value:
         try:
@@ -142,7 +151,23 @@ def build_spec(config) -> tuple[dict, int]:
     num_workers = _NUM_WORKERS.value or config.rollout.num_workers
     if num_workers < 1:
         cli.exit_with(f"rollout error: --num_workers={num_workers}: need at least 1")
-    return spec, num_workers
+    first = first_worker_id(_FIRST_ID.value, num_workers, published.get("worker_ids"))
+    return spec, num_workers, first
+
+
+def first_worker_id(requested: int | None, num_workers: int, run_ids: range | None, rng=secrets) -> int:
+    """This node's first worker id: `requested` when its `num_workers` ids miss the run's own (`run_ids`, None: not
+    published), else one `rollout error:` line; None: a random block of ID_BLOCK past the run's own ids."""
+    end = run_ids.stop if run_ids is not None else 0
+    if requested is None:
+        return end + ID_BLOCK * (1 + rng.randbelow(ID_BLOCKS))
+    mine = range(requested, requested + num_workers)
+    if run_ids is not None and mine.start < run_ids.stop and run_ids.start < mine.stop:
+        cli.exit_with(f"rollout error: --first_worker_id={requested}: this node's worker ids {mine.start}-"
+                      f"{mine.stop - 1} overlap the run's own workers' {run_ids.start}-{run_ids.stop - 1} (ids seed "
+                      f"the task draw and key admission): use --first_worker_id={run_ids.stop} or more, or leave "
+                      "it out")
+    return requested
 
 
 def check_fingerprint(published: dict, config) -> None:
@@ -155,26 +180,26 @@ def check_fingerprint(published: dict, config) -> None:
                       f"joins ({diffs}): start it with the run's recipe and overrides (WORKDIR/config.json)")
 
 
-def make_pool(spec: dict, num_workers: int):
+def make_pool(spec: dict, num_workers: int, first: int):
     if _LAUNCHER.value == "ray":
         local = {} if _RAY_ADDRESS.value else {"include_dashboard": False}  # a Ray of its own on this node
-        return RayWorkerPool(spec, num_workers, address=_RAY_ADDRESS.value, first_worker_id=_FIRST_ID.value,
+        return RayWorkerPool(spec, num_workers, address=_RAY_ADDRESS.value, first_worker_id=first,
                              init_kwargs=local)
-    return WorkerPool(spec, num_workers, first_worker_id=_FIRST_ID.value)
+    return WorkerPool(spec, num_workers, first_worker_id=first)
 
 
 def main(argv) -> int:
     del argv
-    spec, num_workers = build_spec(cli.loaded_config("rollout error"))
+    spec, num_workers, first = build_spec(cli.loaded_config("rollout error"))
     console.log_to_stderr()   # absl owns the root logger (and its verbosity): jaxwebrl's INFO lines go to stderr
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
     address = spec["policy"]["address"]
     watch = ServerWatch(address)
-    pool = make_pool(spec, num_workers)
-    log.info("starting %d rollout workers (ids %d..%d) against %s, buffer %s", num_workers, _FIRST_ID.value,
-             _FIRST_ID.value + num_workers - 1, address, spec["buffer"]["path"])
+    pool = make_pool(spec, num_workers, first)
+    log.info("starting %d rollout workers (ids %d..%d) against %s, buffer %s", num_workers, first,
+             first + num_workers - 1, address, spec["buffer"]["path"])
     with pool:
         log.info("rollout workers started (%s launcher)", _LAUNCHER.value)
         next_probe = 0.0

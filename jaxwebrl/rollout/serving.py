@@ -11,9 +11,10 @@ training run or an evaluation builds, starts and stops.
 `PolicyService(handler, ...)` serves any other handler (the scripted backend of tests and diagnostics).
 `curve=True` encrypts the transport with CurveZMQ (a fresh server key pair; `server_key` is its public half).
 
-Joining a running service from another node: `service.publish(WORKDIR, fingerprint)` writes
-WORKDIR/transport.json ({"address", "server_key", "fingerprint"}: public; the fingerprint is what a joining host
-must agree on, `rollout.spec.run_fingerprint`) and WORKDIR/transport.token (the shared token, mode 0600);
+Joining a running service from another node: `service.publish(WORKDIR, fingerprint, worker_ids)` writes
+WORKDIR/transport.json ({"address", "server_key", "fingerprint", "worker_ids"}: public; the fingerprint is what a
+joining host must agree on, `rollout.spec.run_fingerprint`; worker_ids [first, end) the ids of the run's own
+workers, which a joining host's must not repeat) and WORKDIR/transport.token (the shared token, mode 0600);
 `read_published(WORKDIR)` reads them back (launch/rollout.py --workdir=WORKDIR refuses a host whose own fingerprint
 differs).
 """
@@ -76,18 +77,19 @@ class PolicyService:
         return cls(server.handle, host=host, num_clients=num_clients, server=server, curve=curve,
                    verdicts_per_client=verdicts)
 
-    def publish(self, workdir: str, fingerprint: dict | None = None) -> str:
-        """Write WORKDIR/transport.json (address, server_key, the run's `fingerprint`) and WORKDIR/transport.token
-        (0600) for workers that join by hand (`read_published`); returns the published address (a wildcard bind
-        names this host)."""
+    def publish(self, workdir: str, fingerprint: dict | None = None, worker_ids: range | None = None) -> str:
+        """Write WORKDIR/transport.json (address, server_key, the run's `fingerprint`, the run's own `worker_ids`)
+        and WORKDIR/transport.token (0600) for workers that join by hand (`read_published`); returns the published
+        address (a wildcard bind names this host)."""
         address = self.address
         host = address.rpartition("//")[2].rpartition(":")[0]
         if host in ("0.0.0.0", "[::]", "*"):
             address = address.replace(host, socket.getfqdn(), 1)
         _write_private(os.path.join(workdir, TOKEN_FILE), self.token + "\n")
         _write_private(os.path.join(workdir, TRANSPORT_FILE),
-                       json.dumps({"address": address, "server_key": self.server_key,
-                                   "fingerprint": fingerprint}, indent=2) + "\n")
+                       json.dumps({"address": address, "server_key": self.server_key, "fingerprint": fingerprint,
+                                   "worker_ids": None if worker_ids is None else [worker_ids.start, worker_ids.stop]},
+                                  indent=2) + "\n")
         return address
 
     @property
@@ -121,7 +123,8 @@ class PolicyService:
 
 
 def read_published(workdir: str) -> dict:
-    """{"address", "token", "server_key", "fingerprint"} a run published in WORKDIR (`PolicyService.publish`); ValueError (one
+    """{"address", "token", "server_key", "fingerprint", "worker_ids"} a run published in WORKDIR
+    (`PolicyService.publish`; worker_ids a range, or None from a run that published none); ValueError (one
     line naming the file and the fix) when a file is missing, unreadable, malformed or the token file is not
     private."""
     files = {name: os.path.join(workdir, name) for name in (TRANSPORT_FILE, TOKEN_FILE)}
@@ -143,8 +146,12 @@ def read_published(workdir: str) -> dict:
                          f"chmod 600 {files[TOKEN_FILE]}")
     if not token:
         raise ValueError(f"{files[TOKEN_FILE]}: empty: the run rewrites it when it starts")
+    ids = published.get("worker_ids")
+    if ids is not None and not (isinstance(ids, list) and len(ids) == 2 and all(type(i) is int for i in ids)):
+        raise ValueError(f"{files[TRANSPORT_FILE]}: 'worker_ids' is {ids!r}, not [first, end]: the run rewrites it "
+                         "when it starts")
     return {"address": published["address"], "token": token, "server_key": published.get("server_key"),
-            "fingerprint": published.get("fingerprint")}
+            "fingerprint": published.get("fingerprint"), "worker_ids": None if ids is None else range(*ids)}
 
 
 def _write_private(path: str, text: str) -> None:

@@ -173,7 +173,7 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
             service.start()
             log.info("policy server up at %s (policy version %d)", service.address, trainer.state.version)
             # WORKDIR/transport.json + transport.token: launch/rollout.py --workdir joins if its fingerprint matches
-            service.publish(workdir, run_fingerprint(config))
+            service.publish(workdir, run_fingerprint(config), range(config.rollout.num_workers))   # pool_for's ids
             spec = worker_spec(config, buffer_path=run_buffer.path_for(config, workdir), address=service.address,
                                token=service.token, stats_dir=os.path.join(workdir, "rollout_stats"),
                                server_key=service.server_key)

@@ -32,6 +32,7 @@ def test_a_hand_started_worker_joins_a_running_curve_run(tmp_path):
         wait_for(lambda: os.path.exists(published), 600, train, "the run to publish its transport")
         info = json.loads(open(published).read())
         assert info["address"].startswith("tcp://127.0.0.1:") and len(info["server_key"]) == 40
+        assert info["worker_ids"] == [0, 1]   # the run's own worker (rollout.num_workers=1): a joiner takes others
         assert stat.S_IMODE(os.stat(os.path.join(workdir, "transport.token")).st_mode) == 0o600
         env = {k: v for k, v in os.environ.items() if k != "JAXWEBRL_TOKEN"}
         env["PYTHONPATH"] = REPO

@@ -115,17 +115,36 @@ def test_a_hand_started_worker_joins_a_run_from_its_published_files(curve, tmp_p
     path = os.path.join(str(tmp_path), "buffer")
     with _published_service(tmp_path, curve=curve) as service:
         service.start()
-        service.publish(str(tmp_path), run_fingerprint(get_config("toy")))   # the same recipe joins
+        service.publish(str(tmp_path), run_fingerprint(get_config("toy")), range(4))   # the same recipe joins
         assert stat.S_IMODE(os.stat(tmp_path / "transport.token").st_mode) == 0o600
         published = json.loads((tmp_path / "transport.json").read_text())
         assert published["address"] == service.address and (published["server_key"] is not None) == curve
+        assert published["worker_ids"] == [0, 4] and read_published(str(tmp_path))["worker_ids"] == range(4)
         assert service.token not in (tmp_path / "transport.json").read_text()
-        proc = launch(f"--workdir={tmp_path}", "--num_workers=1", "--first_worker_id=5")   # no token, no server
+        ids = ["--first_worker_id=5"] if curve else []   # no token, no server; plain: ids left to the node
+        proc = launch(f"--workdir={tmp_path}", "--num_workers=1", *ids)
         output = play_then_stop(proc, path, 2)
     assert proc.returncode == 0, output[-3000:]
     episodes, _ = RingBuffer.open(path).read()
-    assert len(episodes) >= 2 and {e.info["worker_id"] for e in episodes} == {5}
+    worker_ids = {e.info["worker_id"] for e in episodes}
+    assert len(episodes) >= 2 and len(worker_ids) == 1, worker_ids
+    if curve:
+        assert worker_ids == {5}
+    else:   # a random block of 1,024 past the run's own 0-3
+        assert min(worker_ids) >= 4 + 1024 and (min(worker_ids) - 4) % 1024 == 0, worker_ids
     assert all(v == 3 for e in episodes for step in (s.versions for s in e.steps) for v in step[step >= 0])
+
+
+def test_a_joining_node_whose_worker_ids_overlap_the_runs_own_is_refused_in_one_line(tmp_path):
+    with _published_service(tmp_path, curve=False) as service:
+        service.start()
+        service.publish(str(tmp_path), run_fingerprint(get_config("toy")), range(8))
+        proc = launch(f"--workdir={tmp_path}", "--num_workers=2", "--first_worker_id=6")
+        output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 1, output[-3000:]
+    assert output.strip().splitlines()[-1] == (
+        "rollout error: --first_worker_id=6: this node's worker ids 6-7 overlap the run's own workers' 0-7 (ids seed "
+        "the task draw and key admission): use --first_worker_id=8 or more, or leave it out")
 
 
 def test_a_wrong_token_file_is_refused_and_a_missing_or_open_one_is_one_line(tmp_path):
