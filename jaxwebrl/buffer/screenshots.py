@@ -116,7 +116,9 @@ class ScreenshotStore:
             if hit is not None and np.array_equal(hit[1], image) and self.is_live([hit[0]])[0]:
                 self._recent.move_to_end(key)
                 return hit[0]
-            if self._block[0] >= self._block[1]:
+            # A block reserved before this process waited may have been lapped by other writers' puts: its refs
+            # would overwrite newer images of their slots (and be refused by append as not live): take a new block.
+            if self._block[0] >= self._block[1] or not self.is_live([self._block[0]])[0]:
                 _, start = self._reservations.reserve(0, self._put_block)
                 self._block = (start, start + self._put_block)
                 self._lease.record(shots=[start, start + self._put_block])

@@ -240,3 +240,18 @@ def test_same_buffer_through_path_url_and_spec(tmp_path):
     create(f"file://{tmp_path}/buf").append(make_episode(4))
     for location in (tmp_path / "buf", str(tmp_path / "buf"), {"driver": "file", "path": str(tmp_path / "buf")}):
         assert [e.info["seed"] for e in RingBuffer.open(location).read().episodes] == [4]
+
+
+def test_a_put_block_lapped_while_its_writer_waited_is_not_used(tmp_path):
+    """A writer that reserved a block of refs and then waited (admission, a slow page) while the other writers put
+    a whole ring of images must not write its next image at a lapped ref: that clobbers the newer image of the same
+    slot (whose reader then sees damage) and hands out a ref the episode's append refuses as not live."""
+    path = tmp_path / "buf"
+    idle, busy = create(path, capacity_screenshots=8), RingBuffer.open(path)   # two writers: blocks of 2 refs
+    images = np.random.default_rng(0).integers(0, 256, (10,) + SHAPE).astype(np.uint8)
+    assert idle.screenshots.put(images[0]) == 0                                # reserves refs 0 and 1
+    refs = [busy.screenshots.put(image) for image in images[1:9]]              # refs 2..9: ref 9 owns slot 1
+    ref = idle.screenshots.put(images[9])
+    assert ref not in (1, *refs) and idle.screenshots.is_live([ref])[0]
+    np.testing.assert_array_equal(busy.screenshots.get_many(refs[-6:]), images[3:9])
+    np.testing.assert_array_equal(busy.screenshots.get(ref), images[9])
