@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 from jaxwebrl.buffer.ring import RingBuffer
-from jaxwebrl.buffer.schema import META_KEY
 
 
 def path_for(config, workdir: str) -> str:
@@ -32,7 +31,7 @@ def open_or_create(config, workdir: str, vocab_size: int = 0) -> RingBuffer:
     """Open the run's buffer when it exists, else create it with `buffer.capacity_steps`; `vocab_size` (the
     policy's) makes every writer refuse token ids outside the vocabulary."""
     path = path_for(config, workdir)
-    if os.path.isfile(os.path.join(path, META_KEY)):
+    if RingBuffer.exists(path):   # any location: a plain path, file://, gs:// (a resumed run reopens its buffer)
         return RingBuffer.open(path)
     return RingBuffer.create(path, capacity_steps=config.buffer.capacity_steps, vocab_size=vocab_size,
                              **shapes(config))

@@ -142,6 +142,12 @@ class RingBuffer:
         return buf
 
     @classmethod
+    def exists(cls, path) -> bool:
+        """Whether `path` (path, kvstore URL or spec) holds a buffer's metadata: RingBuffer.open applies there."""
+        spec = storage.kvstore_spec(path)
+        return storage.open_kvstore(spec, False).read(META_KEY).result().state == "value"
+
+    @classmethod
     def open(cls, path) -> "RingBuffer":
         """Opens an existing buffer; a missing, foreign or corrupt one raises BufferFormatError."""
         spec = storage.kvstore_spec(path)

@@ -12,7 +12,7 @@ import os
 import jax
 
 from jaxwebrl.buffer import from_config as run_buffer
-from jaxwebrl.buffer.schema import META_KEY
+from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.env.registry import env_specs, needs_browser
 from jaxwebrl.train import run_config
@@ -31,7 +31,7 @@ def plan(config, workdir: str) -> str:
     skeleton = recipe_policy(config, with_params=False)
     params = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(skeleton.params))
     buffer = run_buffer.path_for(config, workdir)
-    exists = "existing" if os.path.isfile(os.path.join(buffer, META_KEY)) else "new"
+    exists = "existing" if RingBuffer.exists(buffer) else "new"
     shapes = run_buffer.shapes(config)
     t, r, e = config.train, config.rollout, config.env
     browser = "headless Chromium each" if needs_browser(env_specs(e.tasks)) else "no browser"
