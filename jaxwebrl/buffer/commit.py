@@ -9,16 +9,20 @@ leaves nothing visible; its reserved slots are simply reused when the ring comes
 The log is a ring of `log_capacity` keys holding consecutive sequence numbers without gaps: a writer
 claims log seq n only by atomically replacing the record n - log_capacity (or an empty slot when
 n < log_capacity), and it only tries n after seeing n - 1 taken. A reader's cursor is therefore just
-"the next log seq", and "missing or older record" means "not committed yet".
+"the next log seq", and "missing or older record" means "not committed yet" -- until seq n + 1 is seen taken: then
+the record of n was damaged on disk (or its key deleted) and readers count its episode as corrupt and go on, and
+the writer whose lap reaches that slot replaces it.
 The atomic updates are compare-and-swap on a TensorStore kvstore or flock on local files (control.py).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
+import types
 import uuid
 
 from jaxwebrl.buffer.control import Abort
@@ -27,6 +31,11 @@ from jaxwebrl.buffer.schema import BufferFormatError
 RESERVE_KEY = "control/reserve"
 LOG_PREFIX = "log/"
 WRITERS_PREFIX = "writers/"
+RECORD_INT_FIELDS = ("seq", "episode_id", "first_step", "num_steps", "oldest_ref", "refs_width", "group_id")
+# What the log reads for a slot whose bytes are no commit record (damaged on disk): an "older record" of no seq.
+DAMAGED = types.MappingProxyType({"seq": -1, "damaged": True})
+
+log = logging.getLogger(__name__)
 
 
 class Reservations:
@@ -75,27 +84,31 @@ class CommitLog:
     def _key(self, seq: int) -> str:
         return f"{LOG_PREFIX}{seq % self.capacity:012d}"
 
-    def _decode(self, raw: bytes | None, slot_key: str):
+    @staticmethod
+    def _decode(raw: bytes | None):
+        """The record of a slot's bytes; None when empty, DAMAGED when they are no commit record."""
         if raw is None:
             return None
         try:
             record = json.loads(raw)
-            int(record["seq"])
+            if not all(type(record[k]) is int for k in RECORD_INT_FIELDS) or not isinstance(record["task_id"], str):
+                raise TypeError("fields")
             return record
         except (ValueError, KeyError, TypeError):
-            raise BufferFormatError(f"{self._where}/{slot_key} is not a valid commit record "
-                                    f"({raw[:80]!r}); the log is corrupt. Recreate the buffer "
-                                    f"or delete that key to drop the episode.") from None
+            return DAMAGED
 
     def read_slot(self, seq: int):
-        """Record stored in seq's slot (may be an older or newer seq), or None when empty."""
-        key = self._key(seq)
-        return self._decode(self._control.read(key), key)
+        """Record stored in seq's slot (may be an older or newer seq), None when empty, DAMAGED when unreadable."""
+        return self._decode(self._control.read(self._key(seq)))
 
     def read_range(self, start: int, count: int) -> list:
-        """Records in the slots of seqs start..start+count-1."""
-        keys = [self._key(s) for s in range(start, start + count)]
-        return [self._decode(raw, k) for raw, k in zip(self._control.read_many(keys), keys)]
+        """Records in the slots of seqs start..start+count-1 (as read_slot)."""
+        return [self._decode(raw) for raw in self._control.read_many([self._key(s) for s in range(start, start + count)])]
+
+    def taken_after(self, seq: int) -> bool:
+        """Whether a seq after `seq` is already taken (then `seq` is taken too: the log is gapless)."""
+        after = self.read_slot(seq + 1)
+        return after is not None and int(after["seq"]) > seq
 
     def publish(self, record: dict) -> int:
         """Appends `record` (JSON-able, without "seq") at the next free seq; returns that seq."""
@@ -104,14 +117,18 @@ class CommitLog:
             key = self._key(seq)
 
             def claim(raw, seq=seq, key=key):
-                existing = self._decode(raw, key)
+                existing = self._decode(raw)
                 found = -1 if existing is None else int(existing["seq"])
                 if found >= seq:
                     raise Abort(found)  # taken (possibly laps ahead): everything below is taken too
-                if found != seq - self.capacity and not (existing is None and seq < self.capacity):
-                    raise BufferFormatError(f"{self._where}: commit log slot {key} holds seq {found} where "
-                                            f"{seq - self.capacity} or newer was expected; the log is corrupt "
-                                            f"(recreate the buffer).")
+                if existing is None or existing is DAMAGED or found != seq - self.capacity:
+                    # empty on the first lap, else no record of the lap before (damaged on disk or deleted); a later
+                    # seq taken means this one was taken too (then damaged: readers count its episode as corrupt)
+                    if self.taken_after(seq):
+                        raise Abort(seq)
+                    if existing is not None or seq >= self.capacity:
+                        log.warning("%s: commit log slot %s held no commit record (damaged on disk or deleted; its "
+                                    "episode is lost); seq %d replaces it", self._where, key, seq)
                 return json.dumps(dict(record, seq=seq), separators=(",", ":")).encode()
             try:
                 self._control.update(key, claim, lock="log")
@@ -126,6 +143,11 @@ class CommitLog:
         first = self.read_slot(0)
         if first is None:
             return 0
+        if first is DAMAGED:   # the next slot tells the lap (one seq short when slot 0 began a newer lap)
+            first = self.read_slot(1) if self.capacity > 1 else None
+            if first is None or first is DAMAGED:
+                return 1
+            first = {"seq": int(first["seq"]) - 1}
         lap_base = int(first["seq"])  # = k * capacity for the lap k now being written
         lo, hi = 1, self.capacity      # slots [1, lo) are known written in lap k; find first that is not
         while lo < hi:

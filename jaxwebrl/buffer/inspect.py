@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from jaxwebrl.buffer import integrity
-from jaxwebrl.buffer.commit import read_leases, writer_alive
+from jaxwebrl.buffer.commit import DAMAGED, read_leases, writer_alive
 from jaxwebrl.buffer.control import LocalControl
 from jaxwebrl.buffer.episode import EpisodeError
 from jaxwebrl.buffer.ring import RingBuffer
@@ -56,7 +56,8 @@ def summarize(buf: RingBuffer, *, verify: bool = True) -> dict:
     heads = buf.reservations.heads()
     end = buf.log.end()
     oldest = max(0, end - cfg.log_capacity)
-    records = [r for r in buf.log.read_range(oldest, end - oldest) if r is not None]
+    slots = buf.log.read_range(oldest, end - oldest)
+    records = [r for r in slots if r is not None and r is not DAMAGED]
     live = [r for r in records
             if heads["steps"] <= int(r["first_step"]) + cfg.capacity_steps
             and (r["oldest_ref"] < 0 or buf.screenshots.is_live([r["oldest_ref"]], heads)[0])]
@@ -96,6 +97,7 @@ def summarize(buf: RingBuffer, *, verify: bool = True) -> dict:
         "in_flight_steps": int((uncommitted & held).sum()),
         "orphaned_steps": int((uncommitted & ~held).sum()),
         "writers": len(leases),
+        "damaged_commit_records": sum(r is DAMAGED for r in slots),   # their episodes are lost
         "checksums": cfg.checksums,
         "vocab_size": cfg.vocab_size or None,
     }

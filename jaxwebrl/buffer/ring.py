@@ -22,7 +22,7 @@ import numpy as np
 import tensorstore as ts
 
 from jaxwebrl.buffer import integrity, storage
-from jaxwebrl.buffer.commit import CommitLog, Lease, Reservations, read_lease, writer_alive
+from jaxwebrl.buffer.commit import DAMAGED, CommitLog, Lease, Reservations, read_lease, writer_alive
 from jaxwebrl.buffer.episode import Episode, EpisodeError
 from jaxwebrl.buffer.rows import from_rows, to_rows
 from jaxwebrl.buffer.schema import META_KEY, TRAINER_LOCK_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
@@ -257,11 +257,19 @@ class RingBuffer:
                 n += 1
             else:
                 continue
-            if found_end:
+            if not found_end:
+                continue
+            if not self.log.taken_after(n):
                 break
+            again = self.log.read_slot(n)   # n was taken before n + 1: its record is there now, or it never will be
+            if again is None or int(again["seq"]) < n:
+                stats["corrupt"] += 1
+                log.warning("ring buffer %s: the commit record of log seq %d is unreadable (damaged on disk or "
+                            "deleted): its episode is dropped, the log goes on", self.where, n)
+                n += 1
         if not records and n > 0 and n == start:
             before = self.log.read_slot(n - 1)
-            if before is None or int(before["seq"]) < n - 1:
+            if before is None or before is not DAMAGED and int(before["seq"]) < n - 1:
                 raise ValueError(f"cursor next={n} is ahead of the commit log of {self.where} (was the buffer "
                                  f"recreated?); start again with since=None")
         return records, n

@@ -177,3 +177,23 @@ def test_a_group_with_a_corrupt_member_is_never_returned_in_part(tmp_path):
     result = buf.read(None, group_size=2)
     assert [e.episode_id for e in result.episodes] == ids[:2]
     assert result.stats["corrupt"] == 1 and result.stats["incomplete"] == 1 and result.cursor["pending"] == []
+
+
+@pytest.mark.parametrize("damage", ["garbage", "deleted"])
+def test_a_damaged_commit_record_drops_its_episode_and_the_log_goes_on(tmp_path, caplog, damage):
+    """A commit record damaged on disk (or its key deleted) used to stop the trainer's every read (deleted: stall
+    it for ever at that seq) and every writer whose lap reached that slot."""
+    path = tmp_path / "buf"
+    buf = create(path, log_capacity=8)
+    ids = [buf.append(make_episode(seed, num_steps=1)) for seed in range(3)]
+    slot = path / "log" / f"{1:012d}"                          # log seq 1: taken, since seq 2 is
+    slot.write_bytes(b'{"seq": 1, "episo\x00') if damage == "garbage" else slot.unlink()
+    with caplog.at_level(logging.WARNING):
+        first = RingBuffer.open(path).read(None)
+    assert [e.episode_id for e in first.episodes] == [ids[0], ids[2]] and first.stats["corrupt"] == 1
+    assert "commit record of log seq 1 is unreadable" in caplog.text
+    writer = RingBuffer.open(path)                             # a restarted worker: it starts at log seq 0
+    later = [writer.append(make_episode(seed, num_steps=1)) for seed in range(3, 11)]   # seq 9 takes slot 1
+    rest = RingBuffer.open(path).read(first.cursor)
+    assert [e.episode_id for e in rest.episodes] == later and rest.stats["corrupt"] == 0
+    assert summarize(RingBuffer.open(path))["committed_episodes"] == 8

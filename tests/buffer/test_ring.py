@@ -218,9 +218,8 @@ def test_corrupt_and_foreign_locations(tmp_path):
     row_chunk.write_bytes(row_chunk.read_bytes()[:100])
     result = RingBuffer.open(path).read()   # a short chunk drops its episode, counted; the read goes on
     assert result.episodes == [] and result.stats["corrupt"] == 1
-    next((path / "log").iterdir()).write_text("{broken")
-    with pytest.raises(BufferFormatError, match="not a valid commit record"):
-        RingBuffer.open(path).read()
+    next((path / "log").iterdir()).write_text("{broken")   # the newest record: counted once the log goes on
+    assert RingBuffer.open(path).read().stats["returned"] == 0   # (test_integrity.py: a damaged commit record)
     (path / "screenshots" / "zarr.json").write_text("[]")
     with pytest.raises(BufferFormatError, match="screenshots/ is missing or corrupt"):
         RingBuffer.open(path)
@@ -255,3 +254,4 @@ def test_a_put_block_lapped_while_its_writer_waited_is_not_used(tmp_path):
     assert ref not in (1, *refs) and idle.screenshots.is_live([ref])[0]
     np.testing.assert_array_equal(busy.screenshots.get_many(refs[-6:]), images[3:9])
     np.testing.assert_array_equal(busy.screenshots.get(ref), images[9])
+
