@@ -103,7 +103,8 @@ class CommitLog:
 
     def read_range(self, start: int, count: int) -> list:
         """Records in the slots of seqs start..start+count-1 (as read_slot)."""
-        return [self._decode(raw) for raw in self._control.read_many([self._key(s) for s in range(start, start + count)])]
+        keys = [self._key(s) for s in range(start, start + count)]
+        return [self._decode(raw) for raw in self._control.read_many(keys)]
 
     def taken_after(self, seq: int) -> bool:
         """Whether a seq after `seq` is already taken (then `seq` is taken too: the log is gapless)."""

@@ -3,8 +3,9 @@
 Every step row and screenshot starts with its global sequence number (`stamp`); format-2 buffers also carry a
 32-bit checksum per record (schema.py). A record is
 - "ok": its checksum holds and the stamp is the one expected;
-- "overwritten": its checksum holds but a later lap of the ring wrote it (newer stamp, same slot), or the
-  slot was never written (a screenshot whose writer was killed before it landed);
+- "overwritten": its checksum holds but another lap of the ring wrote it (a stamp of the same slot: a later writer's,
+  or an earlier one's whose writer the ring lapped before its write landed), or the slot was never written (a
+  screenshot whose writer was killed before it landed);
 - "corrupt": the checksum fails, the stamp cannot belong to this slot, or the chunk is unreadable / short.
 Format-1 buffers have no checksum: a stamp mismatch counts as overwritten there, as it always did.
 """
@@ -18,8 +19,9 @@ from jaxwebrl.buffer.schema import SHOT_MAGIC, SHOT_MAGIC_HIGH, row_checksums, s
 OK, OVERWRITTEN, CORRUPT = "ok", "overwritten", "corrupt"
 
 
-def _later_lap(stamps: np.ndarray, expected: np.ndarray, capacity: int) -> np.ndarray:
-    return (stamps > expected) & ((stamps - expected) % capacity == 0)
+def _other_lap(stamps: np.ndarray, expected: np.ndarray, capacity: int) -> np.ndarray:
+    """The stamps belong to the expected ones' slots, in another lap of the ring."""
+    return (stamps >= 0) & (stamps != expected) & ((stamps - expected) % capacity == 0)
 
 
 def rows_status(rows: np.ndarray | None, expected: np.ndarray, capacity: int, checksums: bool) -> str:
@@ -35,7 +37,7 @@ def rows_status(rows: np.ndarray | None, expected: np.ndarray, capacity: int, ch
     if np.array_equal(stamps, expected):
         return OK
     moved = stamps != expected
-    return OVERWRITTEN if _later_lap(stamps[moved], expected[moved], capacity).all() else CORRUPT
+    return OVERWRITTEN if _other_lap(stamps[moved], expected[moved], capacity).all() else CORRUPT
 
 
 def shot_status(ref: int, stamp: int, magic: int, pixels: np.ndarray, capacity: int, checksums: bool) -> str:
@@ -48,4 +50,4 @@ def shot_status(ref: int, stamp: int, magic: int, pixels: np.ndarray, capacity: 
         return CORRUPT
     if stamp == ref:
         return OK
-    return OVERWRITTEN if _later_lap(np.int64(stamp), np.int64(ref), capacity) else CORRUPT
+    return OVERWRITTEN if _other_lap(np.int64(stamp), np.int64(ref), capacity) else CORRUPT

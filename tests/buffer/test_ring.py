@@ -255,3 +255,34 @@ def test_a_put_block_lapped_while_its_writer_waited_is_not_used(tmp_path):
     np.testing.assert_array_equal(busy.screenshots.get_many(refs[-6:]), images[3:9])
     np.testing.assert_array_equal(busy.screenshots.get(ref), images[9])
 
+
+def test_rows_a_lapped_writer_lands_late_are_overwritten_not_damage(tmp_path):
+    """A writer that stalls between its reservation and its row writes while the ring laps it writes its rows over a
+    newer committed episode (then raises RingOverrun): that episode is overwritten -- the ring is too small -- not
+    damaged on disk (which would send its reader to check the disk instead of raising capacity_steps)."""
+    import threading
+
+    from jaxwebrl.buffer.ring import RingOverrun
+    path = tmp_path / "buf"
+    create(path, capacity_steps=8)
+    late, reserved, go = RingBuffer.open(path), threading.Event(), threading.Event()
+    record = late._lease.record
+    late._lease.record = lambda **kw: (record(**kw), reserved.set(), go.wait(30))   # stalls after reserving
+    failure = []
+
+    def append_late():
+        try:
+            late.append(make_episode(9, num_steps=2))
+        except RingOverrun as err:
+            failure.append(err)
+    stalled = threading.Thread(target=append_late)
+    stalled.start()
+    assert reserved.wait(30)                                   # steps 0, 1 reserved
+    writer = RingBuffer.open(path)
+    ids = [writer.append(make_episode(seed, num_steps=2)) for seed in range(4)]   # steps 2..9: 8, 9 lap 0, 1
+    go.set()
+    stalled.join(30)
+    assert failure and ids[-1] == 8
+    result = writer.read(since=0)
+    assert [e.episode_id for e in result.episodes] == ids[:3]   # the episode at steps 8, 9 is gone
+    assert result.stats["overwritten"] == 1 and result.stats["corrupt"] == 0
