@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 ROW_IO_IN_FLIGHT = 8  # step rows are small chunks: a few concurrent TensorStore reads/writes help
 READ_STAT_KEYS = ("returned", "overwritten", "lost", "incomplete", "corrupt", "pending")
-LIVE_WRITER_RECHECK_S = 5.0  # a writer seen alive is asked again after this long (a dead one stays dead)
+LIVE_WRITER_RECHECK_S = 5.0  # a writer seen alive is asked again after this long
 
 
 class RingOverrun(RuntimeError):
@@ -339,8 +339,7 @@ class RingBuffer:
         now = time.monotonic()
         if seen is not None and now - seen < LIVE_WRITER_RECHECK_S:
             return True
-        if seen == -1.0 or not writer_alive(read_lease(self.control, writer)):
-            self._writers_seen_alive[writer] = -1.0
+        if not writer_alive(read_lease(self.control, writer)):   # not remembered: a stalled remote writer comes back
             return False
         self._writers_seen_alive[writer] = now
         return True

@@ -197,3 +197,29 @@ def test_a_damaged_commit_record_drops_its_episode_and_the_log_goes_on(tmp_path,
     rest = RingBuffer.open(path).read(first.cursor)
     assert [e.episode_id for e in rest.episodes] == later and rest.stats["corrupt"] == 0
     assert summarize(RingBuffer.open(path))["committed_episodes"] == 8
+
+
+def test_a_remote_writer_that_stalled_once_still_completes_its_later_groups(tmp_path):
+    """A writer on another host counts as dead while its lease is older than REMOTE_LEASE_SECONDS; once it writes its
+    lease again (it was only stalled) its partial groups may complete again: the reader used to remember it dead for
+    ever and gave up every later group of that worker as incomplete at once."""
+    path = tmp_path / "buf"
+    reader, writer = create(path), RingBuffer.open(path)
+    lease = path / "writers" / writer._lease.writer_id
+
+    def as_remote(age_s: float) -> None:   # the lease that worker (on another host) last wrote, age_s ago
+        body = json.loads(lease.read_text())
+        lease.write_text(json.dumps(dict(body, host="another-host", time=body["time"] - age_s)))
+
+    writer.append(make_episode(1, num_steps=1, group_id=7))
+    as_remote(700.0)                                           # stalled past REMOTE_LEASE_SECONDS mid-group
+    first = reader.read(None, group_size=2)
+    assert first.stats["incomplete"] == 1                      # given up: it looked dead
+    writer.append(make_episode(2, num_steps=1, group_id=8))    # it was alive after all: a new group
+    as_remote(0.0)
+    second = reader.read(first.cursor, group_size=2)
+    assert second.stats["pending"] == 1 and second.stats["incomplete"] == 0
+    writer.append(make_episode(3, num_steps=1, group_id=8))
+    as_remote(0.0)
+    third = reader.read(second.cursor, group_size=2)
+    assert [[e.info["seed"] for e in group] for group in third.groups] == [[2, 3]]
