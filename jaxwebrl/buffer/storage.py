@@ -136,10 +136,14 @@ class RecordArray:
 
     def read_into(self, slot: int, parts: list) -> bool:
         """Reads one record into writable buffers whose sizes add up to itemsize (zeros if never written);
-        False when the chunk is shorter than a record (damaged: the rest is zero-filled)."""
+        False when the chunk is damaged (short or undecodable: the rest is zero-filled)."""
         views = [memoryview(p).cast("B") for p in parts]
         if self._local_dir is None:
-            record = self.array[int(slot)].read().result()
+            record = _result_or_none(self.array[int(slot)].read())
+            if record is None:   # damaged: TensorStore cannot decode it
+                for view in views:
+                    view[:] = bytes(len(view))
+                return False
             offset = 0
             for view in views:
                 view[:] = record[offset:offset + len(view)]
@@ -192,10 +196,19 @@ class RecordArray:
         return out + [_result_or_none(future) for future in pending]
 
 
+# TensorStore raises ValueError for every failed read, its status code first (python/tensorstore/status.cc): these
+# codes say the read failed for now (outage, quota, credentials), not that the chunk is damaged.
+FAILED_FOR_NOW = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED", "UNAUTHENTICATED",
+                  "PERMISSION_DENIED")
+
+
 def _result_or_none(future):
+    """The future's record, or None when its chunk is damaged; a read that failed for now raises (nothing dropped)."""
     try:
         return future.result()
-    except ValueError:   # TensorStore reports an undecodable chunk as ValueError
+    except ValueError as err:   # an undecodable chunk, or any other failure
+        if str(err).startswith(FAILED_FOR_NOW):
+            raise
         return None
 
 

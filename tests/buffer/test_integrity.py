@@ -223,3 +223,38 @@ def test_a_remote_writer_that_stalled_once_still_completes_its_later_groups(tmp_
     as_remote(0.0)
     third = reader.read(second.cursor, group_size=2)
     assert [[e.info["seed"] for e in group] for group in third.groups] == [[2, 3]]
+
+
+def test_a_read_that_failed_for_now_is_raised_not_counted_as_damage(tmp_path):
+    """TensorStore raises ValueError for every failed read (its status code first): a chunk it cannot decode, and
+    also an outage, a quota or expired credentials on gs://. Those used to count as damaged chunks: every episode
+    read meanwhile was dropped as corrupt, for ever. Now such a read raises and the cursor stays (nothing lost). And a
+    damaged image chunk read through TensorStore raised its ValueError instead of ScreenshotCorrupt."""
+    path = tmp_path / "buf"
+    buf = create(path, direct_file_io=False)                  # rows and screenshots through TensorStore
+    ids = [buf.append(make_episode(seed, num_steps=2)) for seed in range(2)]
+    rows = buf._rows.array
+
+    class Unavailable:   # the rows/ array during a network outage: every read fails for now
+        def __getitem__(self, index):
+            return self
+
+        def read(self):
+            return self
+
+        def result(self):
+            raise ValueError('UNAVAILABLE: Error reading "gs://bucket/run/buffer/rows/c.0.0": Connection reset')
+
+    buf._rows.array = Unavailable()
+    with pytest.raises(ValueError, match="UNAVAILABLE"):
+        buf.read(0)
+    buf._rows.array = rows
+    victim = _chunk(path, "rows", ids[1])
+    victim.write_bytes(victim.read_bytes()[:100])             # a real short chunk: damage TensorStore cannot decode
+    result = buf.read(0)
+    assert [e.episode_id for e in result.episodes] == ids[:1] and result.stats["corrupt"] == 1
+    ref = int(result.episodes[0].steps[0].screenshot_refs[0])
+    shot = _chunk(path, "screenshots", ref)
+    shot.write_bytes(shot.read_bytes()[:100])                 # a short image chunk: corrupt, not a crash
+    with pytest.raises(ScreenshotCorrupt, match=f"screenshot ref {ref} is corrupt"):
+        buf.screenshots.get(ref)
