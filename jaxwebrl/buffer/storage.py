@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 from typing import Any
 
@@ -25,6 +26,9 @@ from jaxwebrl.buffer.control import KvControl, LocalControl, write_file_atomical
 from jaxwebrl.buffer.schema import BufferWriteError
 
 _CONTEXTS: dict[tuple[str, bool], ts.Context] = {}
+# errno of a local chunk read that says the chunk itself is damaged (a media error, a broken filesystem entry); any
+# other OSError (too many open files, memory, permissions) is a failure for now and raises
+DAMAGED_ERRNOS = frozenset({errno.EIO, errno.ELOOP, errno.EISDIR, errno.EBADMSG, getattr(errno, "EUCLEAN", 117)})
 
 
 def _context(driver: str, fsync: bool) -> ts.Context:
@@ -141,9 +145,7 @@ class RecordArray:
         if self._local_dir is None:
             record = _result_or_none(self.array[int(slot)].read())
             if record is None:   # damaged: TensorStore cannot decode it
-                for view in views:
-                    view[:] = bytes(len(view))
-                return False
+                return _zero_filled(views)
             offset = 0
             for view in views:
                 view[:] = record[offset:offset + len(view)]
@@ -155,6 +157,10 @@ class RecordArray:
             for view in views:
                 view[:] = bytes(len(view))
             return True
+        except OSError as err:
+            if err.errno not in DAMAGED_ERRNOS:
+                raise
+            return _zero_filled(views)
         try:
             got = os.preadv(fd, views, 0)
             total = sum(len(v) for v in views)
@@ -168,11 +174,13 @@ class RecordArray:
                     offset = 0
                 more = os.preadv(fd, rest, got)
                 if more == 0:   # short chunk: damaged
-                    for view in rest:
-                        view[:] = bytes(len(view))
-                    return False
+                    return _zero_filled(rest)
                 got += more
             return True
+        except OSError as err:
+            if err.errno not in DAMAGED_ERRNOS:
+                raise
+            return _zero_filled(views)
         finally:
             os.close(fd)
 
@@ -186,7 +194,11 @@ class RecordArray:
                     record = np.fromfile(self._chunk_path(slot), np.uint8)
                 except FileNotFoundError:
                     record = np.zeros(self.itemsize, np.uint8)
-                out.append(record if record.size == self.itemsize else None)
+                except OSError as err:
+                    if err.errno not in DAMAGED_ERRNOS:
+                        raise
+                    record = None
+                out.append(record if record is not None and record.size == self.itemsize else None)
             return out
         out, pending = [], collections.deque()
         for slot in slots:
@@ -200,6 +212,13 @@ class RecordArray:
 # codes say the read failed for now (outage, quota, credentials), not that the chunk is damaged.
 FAILED_FOR_NOW = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED", "UNAUTHENTICATED",
                   "PERMISSION_DENIED")
+
+
+def _zero_filled(views) -> bool:
+    """Zeros the buffers of a damaged chunk's record; False (read_into's answer for a damaged chunk)."""
+    for view in views:
+        view[:] = bytes(len(view))
+    return False
 
 
 def _result_or_none(future):

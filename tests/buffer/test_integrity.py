@@ -258,3 +258,20 @@ def test_a_read_that_failed_for_now_is_raised_not_counted_as_damage(tmp_path):
     shot.write_bytes(shot.read_bytes()[:100])                 # a short image chunk: corrupt, not a crash
     with pytest.raises(ScreenshotCorrupt, match=f"screenshot ref {ref} is corrupt"):
         buf.screenshots.get(ref)
+
+
+def test_an_unreadable_chunk_on_local_files_is_corrupt_not_a_crash(tmp_path):
+    """A chunk the disk cannot give back (EIO on a bad sector; here ELOOP, a symlink loop in its place) is damage:
+    the episode is counted corrupt and the read goes on, the image raises ScreenshotCorrupt. Both used to raise the
+    OSError out of every read, stopping the trainer again at each restart."""
+    path = tmp_path / "buf"
+    buf = create(path)
+    ids = [buf.append(make_episode(seed, num_steps=1)) for seed in range(2)]
+    ref = int(buf.read(0).episodes[1].steps[0].screenshot_refs[0])
+    for chunk in (_chunk(path, "rows", ids[0]), _chunk(path, "screenshots", ref)):
+        chunk.unlink()
+        chunk.symlink_to(chunk.name)                               # reading it fails with ELOOP
+    result = buf.read(0)
+    assert [e.episode_id for e in result.episodes] == ids[1:] and result.stats["corrupt"] == 1
+    with pytest.raises(ScreenshotCorrupt, match=f"screenshot ref {ref} is corrupt"):
+        buf.screenshots.get(ref)
