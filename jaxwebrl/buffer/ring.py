@@ -204,7 +204,8 @@ class RingBuffer:
         self._lease.record(steps=[step_start, step_start + S], shots=[shot_start, shot_start + n_new])
         global_refs = refs
         if ep.screenshots is not None:
-            global_refs = np.where(refs >= 0, shot_start + local_to_unique[np.maximum(refs, 0)], -1)
+            global_refs = np.full_like(refs, -1)
+            global_refs[refs >= 0] = shot_start + local_to_unique[refs[refs >= 0]]
             self.screenshots.write_reserved(ep.screenshots, shot_start + np.arange(n_new), index=used[keep])
         rows = to_rows(ep, self.config, step_start, global_refs)
         self._rows.write_many((step_start + np.arange(S)) % self.config.capacity_steps, rows,

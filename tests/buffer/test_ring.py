@@ -30,6 +30,9 @@ def test_round_trip_every_field(tmp_path, backend):
     sent = [make_episode(seed) for seed in range(6)]
     sent.append(make_episode(99, with_memory=False, num_steps=3))
     sent.append(make_episode(98, num_steps=1, env_failed=True, terminated=False, truncated=True, reward=0.0))
+    blind = make_episode(97, num_steps=2)   # shows no image: its pixels [0, H, W, 3] (append raised IndexError)
+    sent.append(dataclasses.replace(blind, screenshots=blind.screenshots[:0], steps=tuple(
+        dataclasses.replace(s, screenshot_refs=np.full(2, -1, np.int64)) for s in blind.steps)))
     ids = [buf.append(ep) for ep in sent]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     episodes, cursor = RingBuffer.open(path).read()
