@@ -31,7 +31,7 @@ from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
 log = logging.getLogger(__name__)
 
 ROW_IO_IN_FLIGHT = 8  # step rows are small chunks: a few concurrent TensorStore reads/writes help
-READ_STAT_KEYS = ("returned", "overwritten", "lost", "incomplete", "corrupt", "pending")
+READ_STAT_KEYS = ("returned", "overwritten", "lost", "incomplete", "corrupt", "surplus", "pending")
 LIVE_WRITER_RECHECK_S = 5.0  # a writer seen alive is asked again after this long
 
 
@@ -283,7 +283,9 @@ class RingBuffer:
           still filling are held in the cursor's "pending" list, and given up as incomplete once
           `group_wait` (default log_capacity // 2) newer commits have passed them, or at once when the
           writer that committed them is dead (it will never finish the group), or when a member of the
-          group was overwritten or is corrupt. A partial group is never returned.
+          group was overwritten or is corrupt. A partial group is never returned, nor more than `group_size` of
+          one: members past its first `group_size` commits are counted as surplus and skipped (a worker that
+          replays a slot whose episode did land, after a write error that came too late to undo it).
         max_episodes: read at most this many new commit records.
         Returns a ReadResult (unpacks as `episodes, cursor`; counts in .stats and summed in self.stats).
         """
@@ -320,10 +322,11 @@ class RingBuffer:
             by_group: dict = {}
             for episode in episodes:
                 by_group.setdefault(episode.group_id, []).append(episode)
-            groups = [members for members in by_group.values() if len(members) >= group_size]
+            groups = [members[:group_size] for members in by_group.values() if len(members) >= group_size]
             stats["incomplete"] += sum(len(m) for m in by_group.values() if len(m) < group_size)
-            whole = {members[0].group_id for members in groups}
-            episodes = [episode for episode in episodes if episode.group_id in whole]
+            stats["surplus"] += sum(len(m) - group_size for m in by_group.values() if len(m) > group_size)
+            whole = {id(episode) for members in groups for episode in members}
+            episodes = [episode for episode in episodes if id(episode) in whole]
         stats["returned"] = len(episodes)
         self.stats.update({k: v for k, v in stats.items() if k != "pending"})
         self.stats["pending"] = stats["pending"]

@@ -172,6 +172,21 @@ def test_group_completeness_filter(tmp_path):
     assert r.stats["incomplete"] >= 1 and 3 not in r.cursor["pending"]
 
 
+def test_a_group_is_never_handed_out_with_more_than_its_size(tmp_path):
+    """A worker whose append raised after its episode had landed (the commit's rename done, its folder's fsync
+    failed) replays the slot: the group then holds G + 1 episodes. The read hands out its first G commits and
+    counts the rest as surplus, in the same read and when the extra commits later."""
+    buf = create(tmp_path / "buf", capacity_steps=128)
+    for seed in (0, 1, 2):
+        buf.append(make_episode(seed, group_id=7, num_steps=1))
+    r = buf.read(since=0, group_size=2)
+    assert [[e.info["seed"] for e in group] for group in r.groups] == [[0, 1]]
+    assert [e.info["seed"] for e in r.episodes] == [0, 1] and r.stats["surplus"] == 1 and r.stats["returned"] == 2
+    buf.append(make_episode(3, group_id=7, num_steps=1))   # one more, late: never a group of its own size
+    r = buf.read(since=r.cursor, group_size=2, group_wait=1)
+    assert r.episodes == [] and r.cursor["pending"] == [3]
+
+
 def test_cursor_resume_across_reopen(tmp_path):
     path = tmp_path / "buf"
     buf = create(path)
