@@ -24,6 +24,7 @@ import tensorstore as ts
 
 from jaxwebrl.buffer.control import KvControl, LocalControl, write_file_atomically
 from jaxwebrl.buffer.schema import BufferWriteError
+from jaxwebrl.errors import one_line
 
 _CONTEXTS: dict[tuple[str, bool], ts.Context] = {}
 # errno of a local chunk read that says the chunk itself is damaged (a media error, a broken filesystem entry); any
@@ -73,7 +74,8 @@ def describe(spec: dict) -> str:
 
 @contextlib.contextmanager
 def writing(where: str):
-    """Turns an OSError of the block (disk full, read-only, quota) into a one-line BufferWriteError."""
+    """Turns an OSError of the block (disk full, read-only, quota), or a TensorStore write that failed for now
+    (FAILED_FOR_NOW: an outage, a quota or credentials on gs://), into a one-line BufferWriteError."""
     try:
         yield
     except BufferWriteError:
@@ -82,6 +84,12 @@ def writing(where: str):
         raise BufferWriteError(err.errno, f"cannot write the ring buffer at {where}: {err.strerror or err} "
                                           f"({err.filename or where}); free space on that disk or make it writable"
                                ) from None
+    except ValueError as err:   # TensorStore's error for any failed write, its status code first
+        if not str(err).startswith(FAILED_FOR_NOW):
+            raise
+        raise BufferWriteError(errno.EAGAIN, f"cannot write the ring buffer at {where}: {one_line(err, 300)}; "
+                                             "it is retried (check the store's availability, quota and "
+                                             "credentials)") from None
 
 
 def open_kvstore(spec: dict, fsync: bool) -> ts.KvStore:

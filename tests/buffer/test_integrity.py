@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from jaxwebrl.buffer.episode import EpisodeError
+from jaxwebrl.buffer.schema import BufferWriteError
 
 from jaxwebrl.buffer.ring import RingBuffer
 
@@ -223,6 +224,32 @@ def test_a_remote_writer_that_stalled_once_still_completes_its_later_groups(tmp_
     as_remote(0.0)
     third = reader.read(second.cursor, group_size=2)
     assert [[e.info["seed"] for e in group] for group in third.groups] == [[2, 3]]
+
+
+def test_a_write_that_failed_for_now_is_a_buffer_write_error_and_leaves_nothing(tmp_path):
+    """On gs:// (any TensorStore path) a failed write raises TensorStore's ValueError: an outage crashed the worker
+    (a restart, and the run stopped after three alike) instead of the write error a worker pauses on and replays."""
+    buf = create(tmp_path / "buf", direct_file_io=False)
+    buf.append(make_episode(0, num_steps=2))
+    rows = buf._rows.array
+
+    class Unavailable:   # the rows/ array during a network outage: every write fails for now
+        def __getitem__(self, index):
+            return self
+
+        def write(self, record):
+            return self
+
+        def result(self):
+            raise ValueError('UNAVAILABLE: Error writing "gs://bucket/run/buffer/rows/c.1.0": Connection reset')
+
+    buf._rows.array = Unavailable()
+    with pytest.raises(BufferWriteError, match="cannot write the ring buffer at .*UNAVAILABLE.*it is retried"):
+        buf.append(make_episode(1, num_steps=2))
+    buf._rows.array = rows
+    assert [e.info["seed"] for e in buf.read(0).episodes] == [0]   # nothing of the failed append is visible
+    buf.append(make_episode(2, num_steps=2))                     # and the next append goes on
+    assert [e.info["seed"] for e in buf.read(0).episodes] == [0, 2]
 
 
 def test_a_read_that_failed_for_now_is_raised_not_counted_as_damage(tmp_path):
