@@ -85,7 +85,7 @@ def writing(where: str):
                                           f"({err.filename or where}); free space on that disk or make it writable"
                                ) from None
     except ValueError as err:   # TensorStore's error for any failed write, its status code first
-        if not str(err).startswith(FAILED_FOR_NOW):
+        if not failed_for_now(err):
             raise
         raise BufferWriteError(errno.EAGAIN, f"cannot write the ring buffer at {where}: {one_line(err, 300)}; "
                                              "it is retried (check the store's availability, quota and "
@@ -229,12 +229,17 @@ def _zero_filled(views) -> bool:
     return False
 
 
+def failed_for_now(err: BaseException) -> bool:
+    """Whether a TensorStore error says its read or write failed for now (FAILED_FOR_NOW), not that data is bad."""
+    return isinstance(err, ValueError) and str(err).startswith(FAILED_FOR_NOW)
+
+
 def _result_or_none(future):
     """The future's record, or None when its chunk is damaged; a read that failed for now raises (nothing dropped)."""
     try:
         return future.result()
     except ValueError as err:   # an undecodable chunk, or any other failure
-        if str(err).startswith(FAILED_FOR_NOW):
+        if failed_for_now(err):
             raise
         return None
 

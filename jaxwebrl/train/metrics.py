@@ -60,6 +60,7 @@ DASHBOARD_KEYS = (
     "buffer/lost",
     "buffer/incomplete",
     "buffer/corrupt",
+    "buffer/surplus",                      # members beyond a group's G (a replayed slot whose episode had landed)
     "trainer/dropped_invalid_episodes",    # token ids outside the policy's vocabulary
     "trainer/skipped_batches",             # non-finite loss / gradients / weights: step rolled back
     "policy/version",

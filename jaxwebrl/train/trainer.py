@@ -23,7 +23,6 @@ Nothing is lost silently and no single bad batch stops the run:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -47,6 +46,7 @@ from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
 from jaxwebrl.train import console, reference, rl_config, run_config
 from jaxwebrl.train.assembly import assemble
+from jaxwebrl.train.buffer_reads import BufferReads
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter, memory_metrics
@@ -55,14 +55,6 @@ from jaxwebrl.train.update import Updater, UpdateInterrupted
 log = logging.getLogger(__name__)
 
 MAX_SKIPPED_IN_A_ROW = 3   # skipped batches in a row (same finite weights each time) before the run stops
-BUFFER_LOSSES = {          # read stat -> what it means for the user
-    "overwritten": "overwritten in the ring before they were read (raise buffer.capacity_steps)",
-    "lost": "whose commit records were lapped before they were read (raise buffer.capacity_steps)",
-    "incomplete": "in groups that can never complete (their worker died mid-group, or the group waited too long)",
-    "corrupt": "damaged on disk (checksum mismatch; python -m jaxwebrl.buffer.inspect lists them)",
-}
-
-
 class WeightSink(Protocol):
     """Where new weights go (the policy server): `set_weights(params, version)`; optional pause/resume."""
 
@@ -106,7 +98,8 @@ class Trainer:
                                reference=self.reference, critic=self.critic)
         self.optimizer, self.lr_fn = self.updater.optimizer, self.updater.lr_fn
         self.vocab_size = int(policy.config.text.vocab_size)
-        self.buffer_losses = collections.Counter({k: 0 for k in BUFFER_LOSSES})   # running totals (metrics)
+        self.reads = BufferReads(buffer, config.env.group_size)
+        self.buffer_losses = self.reads.losses   # running totals (metrics)
         self.dropped_invalid_episodes = 0
         self.skipped_batches = 0
         self.skipped_updates = 0              # minibatch updates the in-jit guard skipped (running total)
@@ -165,8 +158,9 @@ class Trainer:
     def poll(self) -> None:
         """Read newly committed whole groups from the buffer into the gatherer; count what the read lost."""
         before = self.ledger.cursor
-        result = self.buffer.read(before, group_size=self.config.env.group_size)
-        self._count_buffer_losses(result.stats)
+        result = self.reads.read(before)
+        if result is None:   # the store failed for now: the same cursor is read again at the next poll
+            return
         self.gatherer.add_groups(self.ledger.record(before, result.cursor, result.groups))
         self._publish_admission()
 
@@ -189,12 +183,6 @@ class Trainer:
             capacity = max((max_offpolicyness(c) + 1) * c.train.consumer_batch_size,
                            c.rollout.num_workers * c.env.group_size)
             self._admission(capacity, self.gatherer.ready_trajectories())
-
-    def _count_buffer_losses(self, stats: dict) -> None:
-        lost = {k: int(stats.get(k, 0)) for k in BUFFER_LOSSES if stats.get(k, 0)}
-        if lost:
-            self.buffer_losses.update(lost)
-            log.warning("ring buffer read: %s", "; ".join(f"{n} episodes {BUFFER_LOSSES[k]}" for k, n in lost.items()))
 
     def next_batch(self, stop: Callable[[], bool]) -> list[dict] | None:
         """Block (polling) until a batch is ready or `stop()`; idle time is counted. With several processes each
