@@ -42,7 +42,7 @@ from jaxwebrl.checkpoint.resume import restore_or_init
 from jaxwebrl.errors import CannotTrain, TrainingDiverged, one_line
 from jaxwebrl.models import lora
 from jaxwebrl.models.serving_weights import serving_copy, serving_dtype
-from jaxwebrl.parallel import distributed
+from jaxwebrl.parallel import distributed, partition
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
 from jaxwebrl.train import console, reference, rl_config, run_config
@@ -144,7 +144,7 @@ class Trainer:
         rng = jax.random.key(self.config.seed)
         if self.mesh is not None:   # global arrays every process's update and Orbax save share
             params, rng = place_train_state(params, rng, self.mesh)
-        opt_state = (jax.jit(self.optimizer.init) if self.mesh is not None else self.optimizer.init)(params)
+        opt_state = partition.init_state(self.optimizer.init, params)   # each moment sharded like its weight
         start = restore_or_init(self.config, self.checkpointer, params=params, opt_state=opt_state, rng=rng,
                                 set_aside=distributed.is_primary(),
                                 critic=None if self.critic is None else self.critic.init_state(params))
