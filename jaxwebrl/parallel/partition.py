@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jax.sharding import PartitionSpec as P
 
-from jaxwebrl.parallel.mesh import BATCH_AXES, batch_spec
+from jaxwebrl.parallel.mesh import AXES, BATCH_AXES, batch_spec
 
 Rules = Sequence[tuple[str, PartitionSpec]]
 
@@ -171,6 +171,17 @@ def init_state(init: Callable[[Any], Any], params: Any, replicated: str | None =
         raise ValueError("the params live on several meshes: place them on one (partition.param_shardings)")
     mesh = meshes.pop()
     return jax.jit(init, out_shardings=state_shardings(jax.eval_shape(init, params), mesh, replicated))(params)
+
+
+def constrain_state(tree: Any, replicated: str | None = None) -> Any:
+    """`tree` (params or optimizer state) held to its partition rules (`state_specs`) when a mesh with the axes
+    (`data`, `fsdp`, `tensor`) is in context (`jax.set_mesh`); unchanged otherwise. For a jitted step's updated
+    state: XLA's propagation may otherwise give an output another layout than the input it replaces (a norm's
+    weight split over `fsdp`), so the next call recompiles and the state drifts off the rules."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(AXES) <= set(mesh.axis_names):
+        return tree
+    return jax.lax.with_sharding_constraint(tree, state_specs(tree, mesh, replicated))
 
 
 def data_shardings(tree: Any, mesh: Mesh) -> Any:

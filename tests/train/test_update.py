@@ -13,7 +13,10 @@ from jaxwebrl.train.assembly import UpdateBatch, assemble, row_bucket
 from jaxwebrl.models import lm_head
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.train.update import LOGPROB_FLOOR, OptimizerConfig, Updater, UpdateSettings
-from tests.train.conftest import play_toy
+from jaxwebrl.parallel import distributed, partition
+from jaxwebrl.parallel import mesh as mesh_lib
+from tests.scale.train_steps import synthetic_episodes
+from tests.train.conftest import assert_on_partition_rules, play_toy
 
 
 @pytest.fixture(scope="module")
@@ -265,3 +268,20 @@ def test_batches_of_one_row_bucket_share_one_compiled_program(policy, toy_buffer
         counts.append((updater._logprobs._cache_size(), updater._step._cache_size(),
                        adv_lib._token_advantages._cache_size()))
     assert counts[1] == counts[0], counts
+
+
+def test_a_sharded_update_keeps_the_state_on_the_partition_rules(policy):
+    """Text rows on a (data 2, fsdp 2, tensor 2) mesh of the 8 CPU devices, the mesh in context as the trainer runs
+    it: the updated weights and AdamW moments keep their input's layout. XLA's propagation had split the norms'
+    weights and moments over fsdp, so the second minibatch compiled the step again (and the next step the
+    log-prob pass: `jax_log_compiles` showed both), and the state drifted off the rules the AOT report assumes."""
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    params = distributed.shard_from_host(policy.params, partition.param_shardings(policy.params, mesh))
+    batch = assemble(synthetic_episodes(), screenshots=None, image_processor=None, n_minibatches=2, max_seq_len=64)
+    updater = Updater(policy.module, UpdateSettings(n_minibatches=2, n_epochs=1),
+                      OptimizerConfig(lr=1e-2, total_steps=2, updates_per_step=2))
+    opt_state = partition.init_state(updater.optimizer.init, params)
+    assert_on_partition_rules(params, opt_state, mesh)
+    with jax.set_mesh(mesh):
+        params, opt_state, _ = updater(params, opt_state, batch)
+    assert_on_partition_rules(params, opt_state, mesh)
