@@ -43,6 +43,7 @@ from jaxwebrl.errors import CannotTrain, TrainingDiverged, one_line
 from jaxwebrl.models import lora
 from jaxwebrl.models.serving_weights import serving_copy, serving_dtype
 from jaxwebrl.parallel import distributed, partition
+from jaxwebrl.parallel.mesh import batch_divisor
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
 from jaxwebrl.train import console, reference, rl_config, run_config
@@ -248,10 +249,10 @@ class Trainer:
         try:
             lags = [staleness(e, self.state.version) for e in episodes]
             try:
-                batch = assemble(episodes, screenshots=self.buffer.screenshots,
+                batch = assemble(episodes, screenshots=self.buffer.screenshots,   # rows split over data x fsdp
                                  image_processor=self.policy.processor.image_processor,
-                                 n_minibatches=self.settings.n_minibatches,
-                                 max_seq_len=self.config.buffer.max_seq_len, constraint=self.constraint)
+                                 n_minibatches=self.settings.n_minibatches, constraint=self.constraint,
+                                 max_seq_len=self.config.buffer.max_seq_len, row_multiple=batch_divisor(self.mesh))
             except ScreenshotOverwritten as err:   # also ScreenshotCorrupt
                 return self._skip(episodes, f"an image of the batch is unavailable: {err}")
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))

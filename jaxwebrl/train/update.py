@@ -50,6 +50,7 @@ import optax
 from jaxwebrl.models import lm_head, vision_layout
 from jaxwebrl.models.sampling_transform import LOGPROB_FLOOR  # noqa: F401  (re-exported: the replay floor)
 from jaxwebrl.parallel import partition
+from jaxwebrl.parallel.mesh import context_batch_divisor
 from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.rl import gae as gae_lib
@@ -391,7 +392,8 @@ class Updater:
         out = []
         lengths = batch.attention_mask.sum(axis=1)
         for index in balanced_minibatches(tokens, s.n_minibatches):
-            order, groups = self._layouts(lengths[index], batch.input_ids.shape[1])
+            # groups of whole batch shards under a trainer mesh (`jax.set_mesh`), so each splits over its chips
+            order, groups = self._layouts(lengths[index], batch.input_ids.shape[1], context_batch_divisor())
             index = index[order]
             grid = pixels = image_index = None
             if images is not None:
