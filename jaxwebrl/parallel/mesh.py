@@ -79,19 +79,25 @@ def batch_spec(ndim: int, batch_dim: int = 0) -> PartitionSpec:
     return PartitionSpec(*spec)
 
 
-def batch_divisor(mesh: Mesh) -> int:
-    """Batch sizes must be multiples of this (the data × fsdp device count)."""
-    return mesh.shape["data"] * mesh.shape["fsdp"]
+def batch_divisor(mesh: Mesh | None) -> int:
+    """Batch sizes must be multiples of this (the data × fsdp device count; 1 without a mesh)."""
+    return 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def context_batch_divisor() -> int:
+    """The (`data` × `fsdp`) device count of the mesh in context (`jax.set_mesh`); 1 when none is set."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
+        return 1
+    return math.prod(mesh.shape[axis] for axis in BATCH_AXES)
 
 
 def constrain_batch(x: jax.Array, batch_dim: int = 0) -> jax.Array:
     """x with dimension `batch_dim` split over (`data`, `fsdp`) when a mesh with those axes is in context
     (`jax.set_mesh`) and their size divides it; x unchanged otherwise (one device, no mesh set). A hint for
-    activations XLA's sharding propagation would otherwise shard like the weights (replicating rows)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
-        return x
-    size = math.prod(mesh.shape[axis] for axis in BATCH_AXES)
+    activations XLA's sharding propagation would otherwise shard like the weights (replicating rows): a row count
+    it does not divide runs whole on every chip of the batch axes (`assembly.row_bucket`'s `multiple` avoids it)."""
+    size = context_batch_divisor()
     if size == 1 or x.shape[batch_dim] % size:
         return x
     return jax.lax.with_sharding_constraint(x, batch_spec(x.ndim, batch_dim))

@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jax.sharding import PartitionSpec as P
 
-from jaxwebrl.parallel.mesh import BATCH_AXES, batch_spec
+from jaxwebrl.parallel.mesh import AXES, BATCH_AXES, batch_spec
 
 Rules = Sequence[tuple[str, PartitionSpec]]
 
@@ -138,6 +138,50 @@ def partition_specs(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> An
 def param_shardings(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
     """Pytree of NamedSharding, one per parameter. `params` may hold arrays or ShapeDtypeStructs."""
     return jax.tree_util.tree_map(lambda spec: NamedSharding(mesh, spec), partition_specs(params, mesh, rules))
+
+
+def state_specs(tree: Any, mesh: Any, replicated: str | None = None) -> Any:
+    """PartitionSpecs of a params-shaped pytree nested anywhere (optimizer state, a critic's state): each leaf by the
+    partition rule its path ends with; scalars, and leaves whose path holds the key `replicated`, replicated.
+    `mesh`: a Mesh or the abstract mesh in context."""
+    def one(path, leaf):
+        path = path_string(path)
+        if not np.shape(leaf) or (replicated and replicated in path.split("/")):
+            return P()
+        return param_spec(path, np.shape(leaf), mesh)
+
+    return jax.tree_util.tree_map_with_path(one, tree)
+
+
+def state_shardings(tree: Any, mesh: Mesh, replicated: str | None = None) -> Any:
+    """NamedShardings of `state_specs` on `mesh`. `tree` may hold arrays or ShapeDtypeStructs."""
+    return jax.tree_util.tree_map(lambda spec: NamedSharding(mesh, spec), state_specs(tree, mesh, replicated))
+
+
+def init_state(init: Callable[[Any], Any], params: Any, replicated: str | None = None) -> Any:
+    """`init(params)` (e.g. an optimizer's `init`) with its outputs on `state_shardings` over the mesh `params` live
+    on, so every AdamW moment is sharded like its parameter; plain `init(params)` when `params` are on no mesh.
+    (A bare `jax.jit(init)` puts the zeros it makes on one device: XLA does not propagate an input's sharding to
+    a constant.)"""
+    meshes = {leaf.sharding.mesh for leaf in jax.tree_util.tree_leaves(params)
+              if isinstance(getattr(leaf, "sharding", None), NamedSharding)}
+    if not meshes:
+        return init(params)
+    if len(meshes) > 1:
+        raise ValueError("the params live on several meshes: place them on one (partition.param_shardings)")
+    mesh = meshes.pop()
+    return jax.jit(init, out_shardings=state_shardings(jax.eval_shape(init, params), mesh, replicated))(params)
+
+
+def constrain_state(tree: Any, replicated: str | None = None) -> Any:
+    """`tree` (params or optimizer state) held to its partition rules (`state_specs`) when a mesh with the axes
+    (`data`, `fsdp`, `tensor`) is in context (`jax.set_mesh`); unchanged otherwise. For a jitted step's updated
+    state: XLA's propagation may otherwise give an output another layout than the input it replaces (a norm's
+    weight split over `fsdp`), so the next call recompiles and the state drifts off the rules."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(AXES) <= set(mesh.axis_names):
+        return tree
+    return jax.lax.with_sharding_constraint(tree, state_specs(tree, mesh, replicated))
 
 
 def data_shardings(tree: Any, mesh: Mesh) -> Any:

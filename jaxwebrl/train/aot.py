@@ -129,17 +129,6 @@ def _abstract(tree, shardings):
     return jax.tree.map(lambda leaf, sh: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sh), tree, shardings)
 
 
-def state_shardings(tree, mesh, replicated: str | None = None):
-    """Shardings of a params-shaped pytree nested anywhere (optimizer state): each leaf by the partition rule its
-    path ends with; scalars, and leaves whose path holds the key `replicated`, replicated."""
-    def one(path, leaf):
-        if not np.shape(leaf) or (replicated and replicated in partition.path_string(path).split("/")):
-            return NamedSharding(mesh, P())
-        return NamedSharding(mesh, partition.param_spec(partition.path_string(path), np.shape(leaf), mesh))
-
-    return jax.tree_util.tree_map_with_path(one, tree)
-
-
 def _batch(mesh, shape, dtype):
     """Abstract array whose leading dimension is split over the batch axes (when it divides)."""
     return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, partition.fit_spec(
@@ -197,7 +186,7 @@ class Programs:
         self.optimizer_config = optimizer_settings(config)
         optimizer = trainable.masked_optimizer(make_optimizer(self.optimizer_config)[0], model_config)
         opt_shapes = jax.eval_shape(optimizer.init, shapes_tree)      # the trainable weights' moments only
-        self.opt_state = _abstract(opt_shapes, state_shardings(opt_shapes, mesh))
+        self.opt_state = _abstract(opt_shapes, partition.state_shardings(opt_shapes, mesh))
         self.settings = update_settings(config)
         self.logprobs_fn, self.step_fn = _compiled(self.module, self.settings, self.optimizer_config)
         self.reference = self._reference(shapes_tree)
@@ -221,8 +210,8 @@ class Programs:
         params = jax.eval_shape(lambda p: value_head.value_model_params(p, self.model_config), shapes_tree)
         opt = jax.eval_shape(critic.optimizer.init, params)
         # the trunk on the policy's shardings (`init_state` copies the policy's arrays), the value head replicated
-        return critic, CriticState(_abstract(params, state_shardings(params, self.mesh, "value_head")),
-                                   _abstract(opt, state_shardings(opt, self.mesh, "value_head")))
+        return critic, CriticState(_abstract(params, partition.state_shardings(params, self.mesh, "value_head")),
+                                   _abstract(opt, partition.state_shardings(opt, self.mesh, "value_head")))
 
     def resident_bytes(self, name: str) -> dict[str, int] | None:
         """Bytes a chip holds through train-side program `name` besides its arguments (the Updater keeps the

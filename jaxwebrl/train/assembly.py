@@ -67,10 +67,12 @@ def rows_bucket(num_rows: int) -> int:
     return bucket(num_rows)
 
 
-def row_bucket(num_rows: int, n_minibatches: int) -> int:
+def row_bucket(num_rows: int, n_minibatches: int, multiple: int = 1) -> int:
     """Rows of the padded batch: n_minibatches × rows_bucket(⌈num_rows / n_minibatches⌉), so every minibatch has
-    the same static row count with room for a balanced split."""
-    return n_minibatches * rows_bucket(-(-max(int(num_rows), 1) // n_minibatches))
+    the same static row count with room for a balanced split; with `multiple` (a trainer mesh's data × fsdp, see
+    `parallel.mesh.constrain_batch`) that count is a multiple of it, so its rows split over the batch axes instead
+    of running whole on every chip."""
+    return n_minibatches * bucket(-(-max(int(num_rows), 1) // n_minibatches), multiple)   # rows_bucket at 1
 
 
 LENGTH_MULTIPLE = 16   # row lengths pad to a multiple of this (a few programs, aligned tiles)
@@ -119,14 +121,15 @@ def balanced_minibatches(policy_tokens: np.ndarray, n_minibatches: int) -> np.nd
 
 
 def assemble(episodes: list[Episode], *, screenshots, image_processor, n_minibatches: int, max_seq_len: int,
-             pad_id: int = 0, constraint: TokenConstraint | None = None) -> UpdateBatch:
+             pad_id: int = 0, constraint: TokenConstraint | None = None, row_multiple: int = 1) -> UpdateBatch:
     """The UpdateBatch of `episodes` (read from the buffer): one row per step, episodes in order, steps in order.
-    `constraint`: the action automaton the policy decoded under, if any (sets `decision_mask`)."""
+    `constraint`: the action automaton the policy decoded under, if any (sets `decision_mask`). `row_multiple`:
+    each minibatch's rows pad to a multiple of it (the trainer mesh's data × fsdp; `row_bucket`)."""
     if not episodes:
         raise ValueError("assemble needs at least one episode")
     n_rows = sum(ep.num_steps for ep in episodes)
     seq_len = length_bucket(max(step.num_tokens for ep in episodes for step in ep.steps), max_seq_len)
-    B = row_bucket(n_rows, n_minibatches)
+    B = row_bucket(n_rows, n_minibatches, row_multiple)
     padded = batching.pad_steps(episodes, seq_len=seq_len, batch_size=B, pad_id=pad_id)
     attention = padded["attention_mask"].astype(np.int32)
     attention[n_rows:, 0] = 1  # padding rows attend to one token: finite logits, no NaN through the mask

@@ -29,6 +29,7 @@ import numpy as np
 import optax
 
 from jaxwebrl.models import value_head
+from jaxwebrl.parallel import partition
 from jaxwebrl.rl import gae as gae_lib
 from jaxwebrl.rl import value_loss
 from jaxwebrl.train.update import Minibatch, OptimizerConfig, make_optimizer
@@ -107,7 +108,7 @@ class ValueModel:
     def init_state(self, policy_params) -> CriticState:
         """A fresh critic on a copy of `policy_params`' trunk (the warm start's), zero head, fresh optimizer."""
         params = value_head.value_model_params(policy_params, self.model_config)
-        return CriticState(params, jax.jit(self.optimizer.init)(params))
+        return CriticState(params, partition.init_state(self.optimizer.init, params, "value_head"))
 
     def batch_values(self, splits, shape) -> tuple[jax.Array, list]:
         """(V [B, T] float32 of the batch's rows, scattered from `splits` (update.Split: rows, minibatch, grid; rows

@@ -34,22 +34,32 @@ def length_groups(lengths: np.ndarray, n_groups: int, width: int) -> tuple[np.nd
     return order, _merged(order, widths)
 
 
-def _chunk_sizes(rows: int, chunks: int) -> list[int]:
-    """Rows in each of `chunks` chunks of near-equal row count (`np.array_split`'s sizes: fixed by the two counts)."""
-    return [len(chunk) for chunk in np.array_split(np.arange(rows), chunks)]
+def _chunk_sizes(rows: int, chunks: int, multiple: int = 1) -> list[int]:
+    """Rows in each of `chunks` chunks of near-equal row count, each a multiple of `multiple` (`np.array_split`'s
+    sizes over rows / multiple units: fixed by the counts)."""
+    return [len(chunk) * multiple for chunk in np.array_split(np.arange(rows // multiple), chunks)]
 
 
-def _chunk_widths(lengths: np.ndarray, n_groups: int, width: int) -> tuple[np.ndarray, tuple[int, ...]]:
+def _row_unit(rows: int, multiple: int) -> int:
+    """The chunks' row multiple: `multiple` (a trainer mesh's data × fsdp) when it divides `rows`, else 1 (rows
+    that do not split over the batch axes run whole on every chip, however they are grouped)."""
+    return multiple if multiple > 1 and rows % multiple == 0 else 1
+
+
+def _chunk_widths(lengths: np.ndarray, n_groups: int, width: int,
+                  multiple: int = 1) -> tuple[np.ndarray, tuple[int, ...]]:
     lengths = np.asarray(lengths)
     order = np.argsort(-lengths, kind="stable")
-    chunks = np.array_split(order, min(max(n_groups, 1), len(order)))
-    return order, tuple(length_bucket(int(lengths[chunk].max()), width) for chunk in chunks)
+    sizes = _chunk_sizes(len(order), min(max(n_groups, 1), len(order) // multiple), multiple)
+    ends = np.cumsum(sizes)
+    return order, tuple(length_bucket(int(lengths[order[end - size:end]].max()), width)
+                        for size, end in zip(sizes, ends))
 
 
-def _merged(order: np.ndarray, widths: tuple[int, ...]) -> tuple:
+def _merged(order: np.ndarray, widths: tuple[int, ...], multiple: int = 1) -> tuple:
     """((rows, width), ...) of the chunks of `order` at `widths`, neighbours of one width merged."""
     groups: list[list[int]] = []
-    for rows, chunk_width in zip(_chunk_sizes(len(order), len(widths)), widths):
+    for rows, chunk_width in zip(_chunk_sizes(len(order), len(widths), multiple), widths):
         if groups and groups[-1][1] == chunk_width:
             groups[-1][0] += rows
         else:
@@ -66,16 +76,20 @@ class LengthLayouts:
         self.n_groups, self.max_layouts = int(n_groups), int(max_layouts)
         self.kept: dict[tuple[int, int], list[tuple[int, ...]]] = {}
 
-    def __call__(self, lengths: np.ndarray, width: int) -> tuple[np.ndarray, tuple]:
-        order, own = _chunk_widths(lengths, self.n_groups, width)
-        return order, _merged(order, self.widths(own, len(order), width))
+    def __call__(self, lengths: np.ndarray, width: int, row_multiple: int = 1) -> tuple[np.ndarray, tuple]:
+        """row_multiple: each group's rows a multiple of it when it divides the minibatch's (a trainer mesh's
+        data × fsdp: a group's rows then split over the batch axes, `parallel.mesh.constrain_batch`)."""
+        multiple = _row_unit(len(lengths), row_multiple)
+        order, own = _chunk_widths(lengths, self.n_groups, width, multiple)
+        return order, _merged(order, self.widths(own, len(order), width, multiple), multiple)
 
-    def widths(self, own: tuple[int, ...], rows: int, width: int) -> tuple[int, ...]:
-        """The chunk widths a minibatch of `rows` rows at T = `width` whose own chunk widths are `own` runs at."""
-        kept = self.kept.setdefault((rows, width), [])
+    def widths(self, own: tuple[int, ...], rows: int, width: int, multiple: int = 1) -> tuple[int, ...]:
+        """The chunk widths a minibatch of `rows` rows at T = `width` whose own chunk widths are `own` (chunks of
+        `multiple`-row units) runs at."""
+        kept = self.kept.setdefault((rows, width, multiple), [])
         if own in kept:
             return own
-        sizes = _chunk_sizes(rows, len(own))
+        sizes = _chunk_sizes(rows, len(own), multiple)
 
         def tokens(widths):
             return sum(n * w for n, w in zip(sizes, widths))

@@ -41,7 +41,8 @@ from jaxwebrl.checkpoint.resume import restore_or_init
 from jaxwebrl.errors import CannotTrain, TrainingDiverged, one_line
 from jaxwebrl.models import lora
 from jaxwebrl.models.serving_weights import serving_copy, serving_dtype
-from jaxwebrl.parallel import distributed
+from jaxwebrl.parallel import distributed, partition
+from jaxwebrl.parallel.mesh import batch_divisor
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
 from jaxwebrl.train import console, reference, rl_config, run_config
@@ -137,7 +138,7 @@ class Trainer:
         rng = jax.random.key(self.config.seed)
         if self.mesh is not None:   # global arrays every process's update and Orbax save share
             params, rng = place_train_state(params, rng, self.mesh)
-        opt_state = (jax.jit(self.optimizer.init) if self.mesh is not None else self.optimizer.init)(params)
+        opt_state = partition.init_state(self.optimizer.init, params)   # each moment sharded like its weight
         start = restore_or_init(self.config, self.checkpointer, params=params, opt_state=opt_state, rng=rng,
                                 set_aside=distributed.is_primary(),
                                 critic=None if self.critic is None else self.critic.init_state(params))
@@ -236,10 +237,10 @@ class Trainer:
         try:
             lags = [staleness(e, self.state.version) for e in episodes]
             try:
-                batch = assemble(episodes, screenshots=self.buffer.screenshots,
+                batch = assemble(episodes, screenshots=self.buffer.screenshots,   # rows split over data x fsdp
                                  image_processor=self.policy.processor.image_processor,
-                                 n_minibatches=self.settings.n_minibatches,
-                                 max_seq_len=self.config.buffer.max_seq_len, constraint=self.constraint)
+                                 n_minibatches=self.settings.n_minibatches, constraint=self.constraint,
+                                 max_seq_len=self.config.buffer.max_seq_len, row_multiple=batch_divisor(self.mesh))
             except ScreenshotOverwritten as err:   # also ScreenshotCorrupt
                 return self._skip(episodes, f"an image of the batch is unavailable: {err}")
             lr = float(self.lr_fn(self.state.step * self.settings.n_minibatches * self.settings.n_epochs))

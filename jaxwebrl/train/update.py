@@ -49,6 +49,8 @@ import optax
 
 from jaxwebrl.models import lm_head, vision_layout
 from jaxwebrl.models.sampling_transform import LOGPROB_FLOOR  # noqa: F401  (re-exported: the replay floor)
+from jaxwebrl.parallel import partition
+from jaxwebrl.parallel.mesh import context_batch_divisor
 from jaxwebrl.parallel.precision import with_moments_dtype
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.rl import gae as gae_lib
@@ -259,7 +261,8 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
                                             (new_train, new_opt_state), (train, opt_state))
         else:
             train, opt_state = new_train, new_opt_state
-        params = trainable.combine(train, frozen)
+        # the updated state on its input's layout (the partition rules): no recompile, no drift, donation aliases
+        params, opt_state = partition.constrain_state((trainable.combine(train, frozen), opt_state))
         logprobs = jax.lax.stop_gradient(logprobs)
         out = {f"loss_stats/{k}": jnp.asarray(v, jnp.float32).mean() for k, v in stats.items()}
         out.update(actor_loss=loss.astype(jnp.float32), grad_norm=grad_norm,
@@ -389,7 +392,8 @@ class Updater:
         out = []
         lengths = batch.attention_mask.sum(axis=1)
         for index in balanced_minibatches(tokens, s.n_minibatches):
-            order, groups = self._layouts(lengths[index], batch.input_ids.shape[1])
+            # groups of whole batch shards under a trainer mesh (`jax.set_mesh`), so each splits over its chips
+            order, groups = self._layouts(lengths[index], batch.input_ids.shape[1], context_batch_divisor())
             index = index[order]
             grid = pixels = image_index = None
             if images is not None:

@@ -16,7 +16,9 @@ from jaxwebrl.train import rl_config
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.critic import CriticState
 from jaxwebrl.train.update import Updater
-from tests.train.conftest import play_toy
+from jaxwebrl.parallel import distributed, partition
+from jaxwebrl.parallel import mesh as mesh_lib
+from tests.train.conftest import assert_moments_like_weights, play_toy
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +95,17 @@ def test_critic_update_trains_the_value_model_next_to_the_policy(policy, toy_buf
     _leaves_equal(got[0], new_params)
     _leaves_equal(params_of(str(tmp_path / "checkpoints"), policy.params)[0], new_params)
     ck.close()
+
+
+def test_a_critic_on_a_mesh_starts_its_adam_moments_sharded_like_its_trunk(policy):
+    """(data 2, fsdp 2, tensor 2) over the 8 CPU devices: a bare `jax.jit(optimizer.init)` made every moment of the
+    critic's trunk whole on device 0 (the AOT report counts them sharded)."""
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    params = distributed.shard_from_host(policy.params, partition.param_shardings(policy.params, mesh))
+    state = rl_config.value_model(_config(), policy).init_state(params)
+    assert_moments_like_weights(state.params, state.opt_state, skip="value_head")
+    largest = max(jax.tree.leaves(state.opt_state), key=lambda x: x.size)   # the embedding's moment: split
+    assert largest.addressable_shards[0].data.size < largest.size
 
 
 def test_the_policy_step_follows_the_critics_values(policy, toy_buffer):

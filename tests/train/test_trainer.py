@@ -15,9 +15,12 @@ from tensorboardX.proto import event_pb2
 from configs.constT10 import get_config
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import Policy, init_params, tiny_policy
+from jaxwebrl.parallel import mesh as mesh_lib
 from jaxwebrl.train.metrics import DASHBOARD_KEYS, read_metrics
+from jaxwebrl.train import trainer as trainer_module
+from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.trainer import Trainer
-from tests.train.conftest import play_toy
+from tests.train.conftest import assert_on_partition_rules, play_toy
 
 
 class RecordingSink:
@@ -94,6 +97,44 @@ def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path)
     for a, b in zip(jax.tree.leaves(straight.state.opt_state), jax.tree.leaves(second.state.opt_state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(jax.random.key_data(straight.state.rng), jax.random.key_data(second.state.rng))
+
+
+def _device_bytes(tree, device) -> int:
+    """Bytes `device` holds of the arrays of `tree`."""
+    return sum(shard.data.nbytes for leaf in jax.tree.leaves(tree) for shard in leaf.addressable_shards
+               if shard.device == device)
+
+
+class _Assembled(Exception):
+    """Raised with the trainer's assembled batch (the test needs no update)."""
+
+
+def test_a_mesh_trainer_shards_adam_moments_like_weights_and_pads_rows_to_whole_batch_shards(
+        policy, filled_buffer, tmp_path, monkeypatch):
+    """(data 2, fsdp 2, tensor 2) over the 8 CPU devices. A bare `jax.jit(optimizer.init)` made every moment whole on
+    device 0 (twice the model's weights on one chip: out of memory at 8B) and a checkpoint restore read into that
+    layout. A minibatch of a row count the 4 batch shards do not divide ran on several chips at once
+    (test_update.py measures it): the trainer now pads rows to whole shards. (The update keeps the state's layout:
+    test_update.py's sharded update test.)"""
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    trainer = Trainer(toy_config(1), str(tmp_path / "run"), policy=policy, buffer=filled_buffer,
+                      weight_sink=RecordingSink(), mesh=mesh)
+    params, opt_state = trainer.state.params, trainer.state.opt_state
+    assert_on_partition_rules(params, opt_state, mesh)
+    for device in mesh.devices.flat:   # two moments per weight shard, and a few scalars
+        assert _device_bytes(opt_state, device) <= 2 * _device_bytes(params, device) + 64
+
+    episodes, _ = filled_buffer.read(None, group_size=2)
+    episodes = next(episodes[:n] for n in range(1, len(episodes)) if sum(e.num_steps for e in episodes[:n]) % 4)
+
+    def assemble_then_stop(*args, **kwargs):   # the real assembly, then no update
+        raise _Assembled(assemble(*args, **kwargs))
+
+    monkeypatch.setattr(trainer_module, "assemble", assemble_then_stop)
+    with pytest.raises(_Assembled) as assembled:
+        trainer.train_step(episodes)
+    rows = assembled.value.args[0].input_ids.shape[0]
+    assert rows % (trainer.settings.n_minibatches * mesh_lib.batch_divisor(mesh)) == 0, rows
 
 
 def test_sync_mode_trains_strictly_on_policy(policy, filled_buffer, tmp_path):

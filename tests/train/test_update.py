@@ -13,7 +13,10 @@ from jaxwebrl.train.assembly import UpdateBatch, assemble, row_bucket
 from jaxwebrl.models import lm_head
 from jaxwebrl.rl import advantages as adv_lib
 from jaxwebrl.train.update import LOGPROB_FLOOR, OptimizerConfig, Updater, UpdateSettings
-from tests.train.conftest import play_toy
+from jaxwebrl.parallel import distributed, partition
+from jaxwebrl.parallel import mesh as mesh_lib
+from tests.scale.train_steps import synthetic_episodes
+from tests.train.conftest import assert_on_partition_rules, play_toy
 
 
 @pytest.fixture(scope="module")
@@ -265,3 +268,47 @@ def test_batches_of_one_row_bucket_share_one_compiled_program(policy, toy_buffer
         counts.append((updater._logprobs._cache_size(), updater._step._cache_size(),
                        adv_lib._token_advantages._cache_size()))
     assert counts[1] == counts[0], counts
+
+
+def test_a_sharded_update_keeps_the_state_on_the_partition_rules(policy):
+    """Text rows on a (data 2, fsdp 2, tensor 2) mesh of the 8 CPU devices, the mesh in context as the trainer runs
+    it: the updated weights and AdamW moments keep their input's layout. XLA's propagation had split the norms'
+    weights and moments over fsdp, so the second minibatch compiled the step again (and the next step the
+    log-prob pass: `jax_log_compiles` showed both), and the state drifted off the rules the AOT report assumes."""
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    params = distributed.shard_from_host(policy.params, partition.param_shardings(policy.params, mesh))
+    batch = assemble(synthetic_episodes(), screenshots=None, image_processor=None, n_minibatches=2, max_seq_len=64)
+    updater = Updater(policy.module, UpdateSettings(n_minibatches=2, n_epochs=1),
+                      OptimizerConfig(lr=1e-2, total_steps=2, updates_per_step=2))
+    opt_state = partition.init_state(updater.optimizer.init, params)
+    assert_on_partition_rules(params, opt_state, mesh)
+    with jax.set_mesh(mesh):
+        params, opt_state, _ = updater(params, opt_state, batch)
+    assert_on_partition_rules(params, opt_state, mesh)
+
+
+def _per_chip_flops(updater, params, split) -> float:
+    """XLA's FLOPs for one chip's share of the log-prob pass over `split`'s minibatch (compiled for the mesh in
+    context, or for one device without one)."""
+    analysis = updater._logprobs.lower(params, split.minibatch, split.grid, split.groups).compile().cost_analysis()
+    return float((analysis[0] if isinstance(analysis, (list, tuple)) else analysis)["flops"])
+
+
+def test_on_a_mesh_each_length_group_is_whole_batch_shards_and_splits_over_the_chips(policy):
+    """Text rows on a (data 2, fsdp 2, tensor 2) mesh, 4 length groups a minibatch. A group (or minibatch) whose row
+    count the batch axes (4 chips) do not divide is not split over them (`constrain_batch` cannot), so its rows ran
+    on several chips at once: groups of 2 and 6 rows cost a chip 1/3.6 of the whole pass's FLOPs. Now each group is
+    whole batch shards (4 and 4 rows): 1/6.6 (1/8 is the ideal: 4 batch shards x 2 tensor shards)."""
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    divisor = mesh_lib.batch_divisor(mesh)
+    batch = assemble(synthetic_episodes(seed=6, groups=5), screenshots=None, image_processor=None, n_minibatches=2,
+                     max_seq_len=64, row_multiple=divisor)
+    updater = Updater(policy.module, UpdateSettings(n_minibatches=2, n_epochs=1, length_groups=4),
+                      OptimizerConfig(lr=1e-2, total_steps=2, updates_per_step=2))
+    whole = _per_chip_flops(updater, policy.params, updater._split(batch)[0])   # one device: every row
+    params = distributed.shard_from_host(policy.params, partition.param_shardings(policy.params, mesh))
+    with jax.set_mesh(mesh):
+        splits = updater._split(batch)
+        assert len(splits[0].groups) > 1
+        assert all(rows % divisor == 0 for split in splits for rows, _ in split.groups), [s.groups for s in splits]
+        assert _per_chip_flops(updater, params, splits[0]) < whole / 5
