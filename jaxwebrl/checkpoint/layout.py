@@ -26,6 +26,8 @@ import os
 import jax
 import orbax.checkpoint as ocp
 
+from jaxwebrl.errors import one_line
+
 ITEMS = ("state", "meta")               # the items of every training checkpoint step
 PARAMS_INFO = "jaxwebrl_params.json"    # provenance file inside a standalone params checkpoint
 PARAMS_DIR = "params"
@@ -73,6 +75,7 @@ def restore_params(checkpoint_dir: str, template, *, step: int | None = None):
     step = steps[-1] if step is None else int(step)
     if step not in steps:
         raise FileNotFoundError(f"checkpoint step {step} not in {checkpoint_dir}: available steps {steps}")
+    _check_same_leaves(os.path.join(checkpoint_dir, str(step)), template)
     abstract = {"params": jax.tree.map(ocp.utils.to_shape_dtype_struct, template)}
     manager = ocp.CheckpointManager(checkpoint_dir, item_names=ITEMS,
                                     options=ocp.CheckpointManagerOptions(read_only=True))
@@ -88,6 +91,27 @@ def restore_params(checkpoint_dir: str, template, *, step: int | None = None):
     finally:
         manager.close()
     return out["state"]["params"], dict(out["meta"])
+
+
+def _check_same_leaves(step_dir: str, template) -> None:
+    """ValueError (one line) unless the params on disk under `step_dir/state` have exactly `template`'s leaves. The
+    partial restore of `restore_params` would otherwise hand back a leaf missing on disk as its ShapeDtypeStruct and
+    drop a leaf only the checkpoint has (a LoRA run's adapters read with a config without LoRA) without a word."""
+    try:
+        with ocp.PyTreeCheckpointer() as reader:
+            on_disk = reader.metadata(os.path.join(step_dir, "state")).item_metadata.tree["params"]
+    except Exception as err:  # noqa: BLE001 - a damaged or foreign checkpoint: one line naming it
+        raise ValueError(f"{step_dir} is unreadable ({one_line(err, 160)}): give another --step or checkpoint") from None
+    mine, theirs = _leaf_names(template), _leaf_names(on_disk)
+    if mine != theirs:
+        extra, missing = sorted(theirs - mine), sorted(mine - theirs)
+        raise ValueError(f"{step_dir} does not hold params of this model: {len(extra)} leaves only in the checkpoint "
+                         f"{extra[:3]}, {len(missing)} only in the model {missing[:3]}; pass the --config the run "
+                         f"was trained with (model.preset, model.lora.rank, ...)")
+
+
+def _leaf_names(tree) -> set[str]:
+    return {jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def save_params(params, out_dir: str, info: dict) -> None:

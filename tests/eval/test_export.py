@@ -10,7 +10,7 @@ import torch
 
 from jaxwebrl.eval.export import export
 from jaxwebrl.checkpoint.policies import initial_policy, load_policy
-from tests.eval.trained import write_trained_checkpoint
+from tests.eval.trained import toy_config, write_trained_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +79,10 @@ def test_bad_sources_name_the_problem(trained, tmp_path):
         load_policy(config, str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="nothing to export"):
         export(config, workdir)
+    lora_config = toy_config()     # a model with leaves the checkpoint lacks: never their ShapeDtypeStructs back
+    lora_config.model.lora.rank = 4
+    with pytest.raises(ValueError, match=r"\d+ only in the model \[.*lora_.*--config the run was trained with"):
+        load_policy(lora_config, workdir)
 
 
 def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path):
@@ -89,7 +93,6 @@ def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path
     from jaxwebrl.checkpoint.checkpointer import Checkpointer
     from jaxwebrl.models import lora
     from jaxwebrl.models.policy import merged_policy
-    from tests.eval.trained import toy_config
 
     config = toy_config()
     config.model.lora.rank, config.model.lora.base_dtype = 4, "float32"
@@ -123,3 +126,7 @@ def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path
     assert np.abs(adapted - theirs).max() <= 1e-4
     base = np.asarray(policy.logits(ids, pixel_values=pixels, image_grid_thw=grid))
     assert np.abs(base - theirs).max() > 1e-3
+    # read with a config without LoRA, the trained adapters must not be dropped for an export of the base weights
+    with pytest.raises(ValueError, match=r"\d+ leaves only in the checkpoint \[.*lora_"):
+        export(toy_config(), str(tmp_path / "run"), hf_out=str(tmp_path / "hf_base"))
+    assert not (tmp_path / "hf_base").exists()
