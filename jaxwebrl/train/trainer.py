@@ -328,8 +328,10 @@ class Trainer:
         return None
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> int:
-        """Train until `train.max_steps` or `stop()`; returns the number of steps taken in this call."""
+        """Train until `train.max_steps` or `stop()`; returns the number of steps taken in this call. A stop between
+        two `checkpoint.save_every_steps` saves (a signal, a failed worker pool) saves the last step first."""
         taken = 0
+        saved, scalars = self.state.step, None   # the step the newest checkpoint holds (the start: on disk or 0)
         try:
             while self.state.step < self.config.train.max_steps and not stop():
                 self.checkpointer.check()   # a failed background save stops the run now, naming its step
@@ -363,9 +365,12 @@ class Trainer:
                 if self.state.step % self.config.checkpoint.save_every_steps == 0 or \
                         self.state.step >= self.config.train.max_steps or reached:
                     self.save(scalars)
+                    saved = self.state.step
                 if reached:
                     log.info("step %d: %s; stopping", self.state.step, reached)
                     break
+            if self.state.step > saved:
+                self.save(scalars)
         finally:
             if self.state.step == 0 and self.gatherer.counts.episodes_seen:   # what it saw, though it never trained
                 self._write_stopped(sys.exc_info()[1])

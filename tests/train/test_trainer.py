@@ -82,10 +82,12 @@ def test_steps_publish_versions_log_dashboard_and_checkpoint(policy, filled_buff
 
 
 def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path):
-    straight, _ = train(toy_config(4), tmp_path / "straight", policy, filled_buffer)
-    first, _ = train(toy_config(4), tmp_path / "resumed", policy, filled_buffer, stop_at=2)
-    assert first.state.step == 2
-    second, sink = train(toy_config(4), tmp_path / "resumed", policy, filled_buffer)
+    config = toy_config(4)
+    config.checkpoint.save_every_steps = 3   # the stop at step 2 falls between two saves: it saves step 2 itself
+    straight, _ = train(config, tmp_path / "straight", policy, filled_buffer)
+    first, _ = train(config, tmp_path / "resumed", policy, filled_buffer, stop_at=2)
+    assert first.state.step == 2 and first.checkpointer.all_steps() == [2]
+    second, sink = train(config, tmp_path / "resumed", policy, filled_buffer)
     assert sink.versions[0] == 2 and second.state.step == 4
     # every episode trained exactly once, and the same ones in the same order as the uninterrupted run
     assert first.trained_episode_ids + second.trained_episode_ids == straight.trained_episode_ids
