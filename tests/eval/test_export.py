@@ -1,6 +1,9 @@
 """Export of a trained checkpoint: HF dir that transformers loads with the JAX policy's logits; Orbax params."""
 
 import json
+import logging
+import os
+import shutil
 
 import jax
 import numpy as np
@@ -83,6 +86,26 @@ def test_bad_sources_name_the_problem(trained, tmp_path):
     lora_config.model.lora.rank = 4
     with pytest.raises(ValueError, match=r"\d+ only in the model \[.*lora_.*--config the run was trained with"):
         load_policy(lora_config, workdir)
+
+
+def test_a_truncated_latest_step_is_skipped_by_name_and_one_line_when_asked_for(trained, tmp_path, caplog):
+    """A damaged newest checkpoint (its array data cut short, as a disk that filled up leaves it) costs nothing but a
+    log line when the latest is asked for (the step before is read), and is one ValueError naming it when asked for
+    by number (launch/export.py prints it as one line)."""
+    config, params, workdir = trained
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(f"{workdir}/checkpoints", checkpoints)
+    shutil.copytree(checkpoints / "2", checkpoints / "3")
+    for data in (checkpoints / "3" / "state" / "ocdbt.process_0" / "d").iterdir():
+        os.truncate(data, data.stat().st_size // 2)
+    with caplog.at_level(logging.WARNING):
+        policy, info = load_policy(config, str(checkpoints))
+    assert info["step"] == 2
+    _leaves_equal(policy.params, params)
+    assert any("step 3 is unreadable" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match=r"^no readable checkpoint under .*step 3 is unreadable") as raised:
+        export(config, str(checkpoints), step=3, params_out=str(tmp_path / "out"))
+    assert "\n" not in str(raised.value)
 
 
 def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path):
