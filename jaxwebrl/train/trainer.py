@@ -344,9 +344,10 @@ class Trainer:
                             result = self.train_step(episodes, stop)
                     else:
                         result = self.train_step(episodes, stop)
-                except UpdateInterrupted:
+                except UpdateInterrupted:   # the update donated the live state: the last save is what is left
                     log.info("stopped during train step %d: it is discarded (resume from step %d)",
-                             self.state.step + 1, self.state.step)
+                             self.state.step + 1, saved)
+                    saved = self.state.step
                     break
                 if result is None:
                     continue

@@ -98,6 +98,21 @@ def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path)
     np.testing.assert_array_equal(jax.random.key_data(straight.state.rng), jax.random.key_data(second.state.rng))
 
 
+def test_a_stop_inside_an_update_discards_its_step_and_saves_nothing_of_the_donated_state(policy, filled_buffer,
+                                                                                             tmp_path, caplog):
+    config = toy_config(4)
+    config.checkpoint.save_every_steps = 3
+    config.train.ppo_n_epochs = 2                # two updates a step: the stop comes after the first donated the state
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    compiled, updates = trainer.updater._step, []
+    trainer.updater._step = lambda *args: updates.append(1) or compiled(*args)
+    with caplog.at_level("INFO"):
+        trainer.run(stop=lambda: len(updates) >= 3)   # step 1 whole, step 2 stopped after its first update
+    assert trainer.state.step == 1 and trainer.checkpointer.all_steps() == []
+    assert any("stopped during train step 2: it is discarded (resume from step 0)" in r.getMessage()
+               for r in caplog.records)
+
+
 def test_sync_mode_trains_strictly_on_policy(policy, filled_buffer, tmp_path):
     """Synchronous mode ignores η: after a step, every episode made by the previous version is dropped as stale
     (the async run with the same config trains them)."""
