@@ -97,7 +97,7 @@ class _Unreadable(ValueError):
 def _restore_step_params(checkpoint_dir: str, step: int, template):
     """`restore_params` of one step: ValueError when it holds another model's params, _Unreadable when damaged."""
     step_dir = os.path.join(checkpoint_dir, str(step))
-    _check_same_params(step_dir, template)
+    _check_same_params(os.path.join(step_dir, "state"), template, name=f"step {step}", subtree="params")
     abstract = {"params": jax.tree.map(ocp.utils.to_shape_dtype_struct, template)}
     manager = ocp.CheckpointManager(checkpoint_dir, item_names=ITEMS,
                                     options=ocp.CheckpointManagerOptions(read_only=True))
@@ -114,23 +114,24 @@ def _restore_step_params(checkpoint_dir: str, step: int, template):
     return out["state"]["params"], dict(out["meta"])
 
 
-def _check_same_params(step_dir: str, template) -> None:
-    """ValueError (one line) unless the params on disk under `step_dir/state` have exactly `template`'s leaves and
-    shapes (dtypes may differ: the restore casts). The partial restore of `restore_params` would otherwise hand back
-    a leaf missing on disk as its ShapeDtypeStruct and drop a leaf only the checkpoint has (a LoRA run's adapters
-    read with a config without LoRA) without a word; _Unreadable when the tree's metadata does not read back."""
+def _check_same_params(item_dir: str, template, *, name: str, subtree: str | None = None) -> None:
+    """ValueError (one line) unless the params on disk (the Orbax pytree `item_dir`, its `subtree` when given) have
+    exactly `template`'s leaves and shapes (dtypes may differ: the restore casts). The partial restore of
+    `restore_params` would otherwise hand back a leaf missing on disk as its ShapeDtypeStruct and drop a leaf only
+    the checkpoint has (a LoRA run's adapters read with a config without LoRA) without a word; _Unreadable (naming
+    it `name`) when the tree's metadata does not read back."""
     try:
         with ocp.PyTreeCheckpointer() as reader:
-            on_disk = reader.metadata(os.path.join(step_dir, "state")).item_metadata.tree["params"]
+            on_disk = reader.metadata(item_dir).item_metadata.tree
+        on_disk = on_disk if subtree is None else on_disk[subtree]
     except Exception as err:  # noqa: BLE001 - a damaged metadata file
-        raise _Unreadable(f"step {os.path.basename(step_dir)} is unreadable (its params' metadata: "
-                          f"{one_line(err, 120)})") from None
+        raise _Unreadable(f"{name} is unreadable (its params' metadata: {one_line(err, 120)})") from None
     mine, theirs = _leaf_shapes(template), _leaf_shapes(on_disk)
     if mine != theirs:
         extra, missing = sorted(theirs.keys() - mine.keys()), sorted(mine.keys() - theirs.keys())
         other = sorted(k for k in mine.keys() & theirs.keys() if mine[k] != theirs[k])
         shapes = f", {len(other)} of another shape {[(k, theirs[k], mine[k]) for k in other[:2]]}" if other else ""
-        raise ValueError(f"{step_dir} does not hold params of this model: {len(extra)} leaves only in the checkpoint "
+        raise ValueError(f"{item_dir} does not hold params of this model: {len(extra)} leaves only in the checkpoint "
                          f"{extra[:3]}, {len(missing)} only in the model {missing[:3]}{shapes}; pass the --config "
                          f"the run was trained with (model.preset, model.lora.rank, ...)")
 
@@ -160,11 +161,24 @@ def load_params(path: str, template):
     if not is_params_checkpoint(path):
         raise FileNotFoundError(f"{path} is not a params checkpoint (no {PARAMS_INFO}); write one with "
                                 f"launch/export.py --params_out")
-    with open(os.path.join(path, PARAMS_INFO), encoding="utf-8") as f:
-        info = json.load(f)
+    try:
+        with open(os.path.join(path, PARAMS_INFO), encoding="utf-8") as f:
+            info = json.load(f)
+    except ValueError as err:
+        raise ValueError(f"{path}/{PARAMS_INFO} is unreadable ({one_line(err, 80)}): export it again "
+                         f"(launch/export.py --params_out)") from None
+    item = os.path.join(path, PARAMS_DIR)
+    try:
+        _check_same_params(item, template, name=item)   # another model's params: that ValueError, as it is
+    except _Unreadable as err:
+        raise ValueError(f"{err}: export it again (launch/export.py --params_out)") from None
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-    with ocp.StandardCheckpointer() as checkpointer:
-        params = checkpointer.restore(os.path.join(path, PARAMS_DIR), abstract)
+    try:
+        with ocp.StandardCheckpointer() as checkpointer:
+            params = checkpointer.restore(item, abstract)
+    except Exception as err:  # noqa: BLE001 - leaves and shapes matched: what fails now is damage on disk
+        raise ValueError(f"{item} is unreadable ({one_line(err, 160)}): export it again (launch/export.py "
+                         f"--params_out)") from None
     return params, info
 
 

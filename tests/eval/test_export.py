@@ -70,6 +70,16 @@ def test_checkpoint_exports_to_standalone_orbax_params(trained, tmp_path):
         _leaves_equal(plain.restore(str(out / "params")), params)
     with pytest.raises(FileExistsError, match="--params_out"):
         export(config, workdir, params_out=str(out))
+    lora_config = toy_config()
+    lora_config.model.lora.rank = 4
+    with pytest.raises(ValueError, match=r"params does not hold params of this model: 0 leaves only in the "
+                                         r"checkpoint \[\], \d+ only in the model \[.*lora_"):
+        load_policy(lora_config, str(out))
+    for data in (out / "params" / "ocdbt.process_0" / "d").iterdir():   # damaged on disk: one line naming it
+        os.truncate(data, data.stat().st_size // 2)
+    with pytest.raises(ValueError, match=r"params is unreadable \(.*\): export it again") as raised:
+        load_policy(config, str(out))
+    assert "\n" not in str(raised.value)
 
 
 def test_bad_sources_name_the_problem(trained, tmp_path):
