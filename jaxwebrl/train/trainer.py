@@ -154,7 +154,10 @@ class Trainer:
         return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
 
     def save(self, metrics: dict | None = None) -> None:
-        point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()))
+        """Checkpoint the train state with the buffer resume point: the episodes the gatherer holds and a batch held
+        for the other processes (a stop while they catch up saves with one) are read again by a resume."""
+        held = {e.episode_id for e in self._held or ()}
+        point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()) | held)
         meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
                 "consumed_episode_ids": point["consumed"], "config": self._config_json}
         self.checkpointer.save(self.state.step, params=self.state.params, opt_state=self.state.opt_state,

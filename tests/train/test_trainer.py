@@ -113,6 +113,20 @@ def test_a_stop_inside_an_update_discards_its_step_and_saves_nothing_of_the_dona
                for r in caplog.records)
 
 
+def test_a_batch_held_for_the_other_processes_at_a_stop_is_read_again_after_the_resume(policy, filled_buffer, tmp_path):
+    config = toy_config(4)
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    trainer.poll()
+    trainer._held = trainer.gatherer.pop_batch(trainer.state.version)   # popped, the other processes not yet ready
+    held = {e.episode_id for e in trainer._held}
+    trainer.save()
+    trainer.close()
+    again = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    again.poll()
+    assert held and held <= set(again.gatherer.pending_episode_ids())
+    again.close()
+
+
 def test_sync_mode_trains_strictly_on_policy(policy, filled_buffer, tmp_path):
     """Synchronous mode ignores η: after a step, every episode made by the previous version is dropped as stale
     (the async run with the same config trains them)."""
