@@ -11,8 +11,10 @@ import orbax.checkpoint as ocp
 import pytest
 import torch
 
+from jaxwebrl.errors import CheckpointError
 from jaxwebrl.eval.export import export
 from jaxwebrl.checkpoint.policies import initial_policy, load_policy
+from jaxwebrl.train.reference import load_reference
 from tests.eval.trained import toy_config, write_trained_checkpoint
 
 
@@ -163,3 +165,11 @@ def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path
     with pytest.raises(ValueError, match=r"\d+ leaves only in the checkpoint \[.*lora_"):
         export(toy_config(), str(tmp_path / "run"), hf_out=str(tmp_path / "hf_base"))
     assert not (tmp_path / "hf_base").exists()
+    warm = toy_config()     # nor may a warm start from it (launch/train.py prints a CheckpointError as one line)
+    warm.model.init_params = str(tmp_path / "run")
+    with pytest.raises(CheckpointError, match=r"^model\.init_params=.*leaves only in the checkpoint \[.*lora_"):
+        initial_policy(warm)
+    kl = toy_config()       # nor a KL run's reference
+    kl.actor.kl_ctl, kl.actor.ref_checkpoint = 0.05, str(tmp_path / "run")
+    with pytest.raises(CheckpointError, match=r"^the reference .*leaves only in the checkpoint \[.*lora_"):
+        load_reference(kl, str(tmp_path / "kl_run"), recipe_params=initial_policy(toy_config()).params)
