@@ -26,6 +26,7 @@ import os
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
 from jaxwebrl.errors import one_line
 
@@ -120,12 +121,14 @@ def _check_same_params(item_dir: str, template, *, name: str, subtree: str | Non
     `restore_params` would otherwise hand back a leaf missing on disk as its ShapeDtypeStruct and drop a leaf only
     the checkpoint has (a LoRA run's adapters read with a config without LoRA) without a word; _Unreadable (naming
     it `name`) when the tree's metadata does not read back."""
+    reader = ocp.PyTreeCheckpointHandler()   # the tree's own metadata (a Checkpointer also looks for a step's)
     try:
-        with ocp.PyTreeCheckpointer() as reader:
-            on_disk = reader.metadata(item_dir).item_metadata.tree
+        on_disk = reader.metadata(epath.Path(item_dir)).tree
         on_disk = on_disk if subtree is None else on_disk[subtree]
     except Exception as err:  # noqa: BLE001 - a damaged metadata file
         raise _Unreadable(f"{name} is unreadable (its params' metadata: {one_line(err, 120)})") from None
+    finally:
+        reader.close()
     mine, theirs = _leaf_shapes(template), _leaf_shapes(on_disk)
     if mine != theirs:
         extra, missing = sorted(theirs.keys() - mine.keys()), sorted(mine.keys() - theirs.keys())
