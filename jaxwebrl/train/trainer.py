@@ -112,7 +112,7 @@ class Trainer:
         self.skipped_updates = 0              # minibatch updates the in-jit guard skipped (running total)
         self._skipped_in_a_row = 0
         self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
-                                      max_head_offpolicyness=max_offpolicyness(config),
+                                      max_head_offpolicyness=rl_config.max_offpolicyness(config),
                                       dynamic_sampling=t.dynamic_sampling)
         c = config.checkpoint
         self.checkpointer = Checkpointer(f"{workdir}/checkpoints", keep=c.keep, keep_best=c.keep_best,
@@ -154,9 +154,7 @@ class Trainer:
         return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
 
     def save(self, metrics: dict | None = None) -> None:
-        """Checkpoint the train state with the buffer resume point: the episodes the gatherer holds and a batch held
-        for the other processes (a stop while they catch up saves with one) are read again by a resume."""
-        held = {e.episode_id for e in self._held or ()}
+        held = {e.episode_id for e in self._held or ()}   # a batch held for the other processes: read again too
         point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()) | held)
         meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
                 "consumed_episode_ids": point["consumed"], "config": self._config_json}
@@ -189,7 +187,7 @@ class Trainer:
         one group for every worker, so no worker sits idle while the batch is still being played."""
         if self._admission is not None:
             c = self.config
-            capacity = max((max_offpolicyness(c) + 1) * c.train.consumer_batch_size,
+            capacity = max((rl_config.max_offpolicyness(c) + 1) * c.train.consumer_batch_size,
                            c.rollout.num_workers * c.env.group_size)
             self._admission(capacity, self.gatherer.ready_trajectories())
 
@@ -499,9 +497,3 @@ def _non_finite(stats: dict, params) -> str | None:
         return "the updated weights hold NaN/inf"
     return None
 
-
-def max_offpolicyness(config) -> int:
-    """η the gatherer enforces: `rollout.max_head_offpolicyness` in asynchronous mode, 0 in synchronous mode, whose
-    baseline is strictly on-policy (an episode still in flight when the weights changed, or left over from the
-    round before, is dropped as stale and counted, never trained)."""
-    return 0 if config.rollout.mode == "sync" else int(config.rollout.max_head_offpolicyness)
