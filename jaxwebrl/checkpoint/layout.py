@@ -21,10 +21,16 @@ A standalone params checkpoint (written by `save_params`: launch/sft.py, launch/
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
+
+from jaxwebrl.errors import one_line
+
+log = logging.getLogger(__name__)
 
 ITEMS = ("state", "meta")               # the items of every training checkpoint step
 PARAMS_INFO = "jaxwebrl_params.json"    # provenance file inside a standalone params checkpoint
@@ -64,15 +70,35 @@ def holds_params(path: str) -> bool:
 
 
 def restore_params(checkpoint_dir: str, template, *, step: int | None = None):
-    """Params of training checkpoint `step` (default: latest) in the structure and dtypes of `template` (arrays
-    or ShapeDtypeStructs); the optimizer state stays on disk. Returns `(params, meta)`."""
+    """Params of training checkpoint `step` (default: the newest that reads back; newer damaged ones are skipped with
+    a log line naming them) in the structure and dtypes of `template` (arrays or ShapeDtypeStructs); the optimizer
+    state stays on disk. Returns `(params, meta)`. ValueError (one line) when the checkpoint holds another model's
+    params, or when no candidate step reads back."""
     steps = checkpoint_steps(checkpoint_dir)
     if not steps:
         raise FileNotFoundError(f"no training checkpoint under {checkpoint_dir} (expected <dir>/<step>/state, as "
                                 f"written by jaxwebrl.checkpoint.checkpointer)")
-    step = steps[-1] if step is None else int(step)
-    if step not in steps:
+    if step is not None and int(step) not in steps:
         raise FileNotFoundError(f"checkpoint step {step} not in {checkpoint_dir}: available steps {steps}")
+    broken = []
+    for candidate in [int(step)] if step is not None else reversed(steps):
+        try:
+            return _restore_step_params(checkpoint_dir, candidate, template)
+        except _Unreadable as err:
+            broken.append(str(err))
+            log.warning("%s; trying the step before", err)
+    raise ValueError(f"no readable checkpoint under {checkpoint_dir} ({'; '.join(broken)}): give a --step that "
+                     f"reads back, or another checkpoint")
+
+
+class _Unreadable(ValueError):
+    """A checkpoint step whose params of the right structure and shapes do not read back (damaged on disk)."""
+
+
+def _restore_step_params(checkpoint_dir: str, step: int, template):
+    """`restore_params` of one step: ValueError when it holds another model's params, _Unreadable when damaged."""
+    step_dir = os.path.join(checkpoint_dir, str(step))
+    _check_same_params(os.path.join(step_dir, "state"), template, name=f"step {step}", subtree="params")
     abstract = {"params": jax.tree.map(ocp.utils.to_shape_dtype_struct, template)}
     manager = ocp.CheckpointManager(checkpoint_dir, item_names=ITEMS,
                                     options=ocp.CheckpointManagerOptions(read_only=True))
@@ -82,12 +108,41 @@ def restore_params(checkpoint_dir: str, template, *, step: int | None = None):
                                          restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
                                          partial_restore=True),
             meta=ocp.args.JsonRestore()))
-    except (ValueError, KeyError) as err:
-        raise ValueError(f"{checkpoint_dir}/{step} does not hold params of this model ({err}); pass the "
-                         f"--config the run was trained with") from err
+    except Exception as err:  # noqa: BLE001 - structure and shapes matched: what fails now is damage on disk
+        raise _Unreadable(f"step {step} is unreadable ({one_line(err, 160)})") from None
     finally:
         manager.close()
     return out["state"]["params"], dict(out["meta"])
+
+
+def _check_same_params(item_dir: str, template, *, name: str, subtree: str | None = None) -> None:
+    """ValueError (one line) unless the params on disk (the Orbax pytree `item_dir`, its `subtree` when given) have
+    exactly `template`'s leaves and shapes (dtypes may differ: the restore casts). The partial restore of
+    `restore_params` would otherwise hand back a leaf missing on disk as its ShapeDtypeStruct and drop a leaf only
+    the checkpoint has (a LoRA run's adapters read with a config without LoRA) without a word; _Unreadable (naming
+    it `name`) when the tree's metadata does not read back."""
+    reader = ocp.PyTreeCheckpointHandler()   # the tree's own metadata (a Checkpointer also looks for a step's)
+    try:
+        on_disk = reader.metadata(epath.Path(item_dir)).tree
+        on_disk = on_disk if subtree is None else on_disk[subtree]
+    except Exception as err:  # noqa: BLE001 - a damaged metadata file
+        raise _Unreadable(f"{name} is unreadable (its params' metadata: {one_line(err, 120)})") from None
+    finally:
+        reader.close()
+    mine, theirs = _leaf_shapes(template), _leaf_shapes(on_disk)
+    if mine != theirs:
+        extra, missing = sorted(theirs.keys() - mine.keys()), sorted(mine.keys() - theirs.keys())
+        other = sorted(k for k in mine.keys() & theirs.keys() if mine[k] != theirs[k])
+        shapes = f", {len(other)} of another shape {[(k, theirs[k], mine[k]) for k in other[:2]]}" if other else ""
+        raise ValueError(f"{item_dir} does not hold params of this model: {len(extra)} leaves only in the checkpoint "
+                         f"{extra[:3]}, {len(missing)} only in the model {missing[:3]}{shapes}; pass the --config "
+                         f"the run was trained with (model.preset, model.lora.rank, ...)")
+
+
+def _leaf_shapes(tree) -> dict[str, tuple]:
+    """{key path: shape} of every leaf of a params tree (arrays, ShapeDtypeStructs or Orbax's ArrayMetadata)."""
+    return {jax.tree_util.keystr(path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def save_params(params, out_dir: str, info: dict) -> None:
@@ -109,11 +164,24 @@ def load_params(path: str, template):
     if not is_params_checkpoint(path):
         raise FileNotFoundError(f"{path} is not a params checkpoint (no {PARAMS_INFO}); write one with "
                                 f"launch/export.py --params_out")
-    with open(os.path.join(path, PARAMS_INFO), encoding="utf-8") as f:
-        info = json.load(f)
+    try:
+        with open(os.path.join(path, PARAMS_INFO), encoding="utf-8") as f:
+            info = json.load(f)
+    except ValueError as err:
+        raise ValueError(f"{path}/{PARAMS_INFO} is unreadable ({one_line(err, 80)}): export it again "
+                         f"(launch/export.py --params_out)") from None
+    item = os.path.join(path, PARAMS_DIR)
+    try:
+        _check_same_params(item, template, name=item)   # another model's params: that ValueError, as it is
+    except _Unreadable as err:
+        raise ValueError(f"{err}: export it again (launch/export.py --params_out)") from None
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-    with ocp.StandardCheckpointer() as checkpointer:
-        params = checkpointer.restore(os.path.join(path, PARAMS_DIR), abstract)
+    try:
+        with ocp.StandardCheckpointer() as checkpointer:
+            params = checkpointer.restore(item, abstract)
+    except Exception as err:  # noqa: BLE001 - leaves and shapes matched: what fails now is damage on disk
+        raise ValueError(f"{item} is unreadable ({one_line(err, 160)}): export it again (launch/export.py "
+                         f"--params_out)") from None
     return params, info
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from jaxwebrl.checkpoint import layout
+from jaxwebrl.errors import CheckpointError
 from jaxwebrl.models import presets
 from jaxwebrl.models.hf_io import load_pretrained
 from jaxwebrl.models.policy import Policy
@@ -38,6 +39,8 @@ def warm_start_params(config, template):
         raise FileNotFoundError(f"model.init_params={source!r} holds neither a params checkpoint "
                                 f"({layout.PARAMS_INFO}) nor a training checkpoint (<step>/state): give launch/sft.py's "
                                 f"--workdir") from None
+    except ValueError as err:   # another model's params, or damaged: one line through launch/train.py
+        raise CheckpointError(f"model.init_params={source!r}: {err}") from None
     return params
 
 

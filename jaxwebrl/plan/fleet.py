@@ -114,7 +114,7 @@ class FleetParams:
 
     @property
     def effective_eta(self) -> int:
-        """η the gatherer and the gate use: 0 in synchronous mode (train/trainer.py max_offpolicyness)."""
+        """η the gatherer and the gate use: 0 in synchronous mode (train/rl_config.py max_offpolicyness)."""
         return 0 if self.mode == "sync" else int(self.eta)
 
 

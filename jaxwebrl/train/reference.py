@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwebrl.checkpoint import layout
-from jaxwebrl.errors import ConfigChanged, RunError, one_line
+from jaxwebrl.errors import CheckpointError, ConfigChanged, RunError, one_line
 from jaxwebrl.files import write_file_atomically
 from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.partition import param_shardings
@@ -128,7 +128,10 @@ def load_reference(config, workdir: str, *, recipe_params, mesh=None) -> Referen
     if source == RECIPE:
         params, info = _cast(recipe_params, template, mesh), {"source": RECIPE, "step": None}
     else:   # a training checkpoint's latest step when the run started (the recorded one on a resume), or params
-        params, read = layout.params_of(source, template, step=step)
+        try:
+            params, read = layout.params_of(source, template, step=step)
+        except ValueError as err:   # another model's params, or damaged: one line through launch/train.py
+            raise CheckpointError(f"the reference {source!r}: {err}") from None
         info = {"source": source, "step": read.get("step")}
     if config.actor.ref_offload:
         params = _to_host(params)

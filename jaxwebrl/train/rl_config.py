@@ -173,3 +173,10 @@ def value_model(config: config_dict.ConfigDict, policy) -> ValueModel | None:
     settings = CriticSettings(value_eps_clip=c.value_eps_clip, value_loss_coef=float(c.value_loss_coef),
                               turn_unit=config.actor.gae_timestep_unit == "turn")
     return ValueModel(policy.module, policy.config, settings, critic_optimizer_settings(config))
+
+
+def max_offpolicyness(config) -> int:
+    """η the gatherer enforces: `rollout.max_head_offpolicyness` in asynchronous mode, 0 in synchronous mode, whose
+    baseline is strictly on-policy (an episode still in flight when the weights changed, or left over from the
+    round before, is dropped as stale and counted, never trained)."""
+    return 0 if config.rollout.mode == "sync" else int(config.rollout.max_head_offpolicyness)

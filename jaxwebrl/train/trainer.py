@@ -106,7 +106,7 @@ class Trainer:
         self.skipped_updates = 0              # minibatch updates the in-jit guard skipped (running total)
         self._skipped_in_a_row = 0
         self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
-                                      max_head_offpolicyness=max_offpolicyness(config),
+                                      max_head_offpolicyness=rl_config.max_offpolicyness(config),
                                       dynamic_sampling=t.dynamic_sampling)
         c = config.checkpoint
         self.checkpointer = Checkpointer(f"{workdir}/checkpoints", keep=c.keep, keep_best=c.keep_best,
@@ -148,7 +148,8 @@ class Trainer:
         return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
 
     def save(self, metrics: dict | None = None) -> None:
-        point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()))
+        held = {e.episode_id for e in self._held or ()}   # a batch held for the other processes: read again too
+        point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()) | held)
         meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
                 "consumed_episode_ids": point["consumed"], "config": self._config_json}
         self.checkpointer.save(self.state.step, params=self.state.params, opt_state=self.state.opt_state,
@@ -181,7 +182,7 @@ class Trainer:
         one group for every worker, so no worker sits idle while the batch is still being played."""
         if self._admission is not None:
             c = self.config
-            capacity = max((max_offpolicyness(c) + 1) * c.train.consumer_batch_size,
+            capacity = max((rl_config.max_offpolicyness(c) + 1) * c.train.consumer_batch_size,
                            c.rollout.num_workers * c.env.group_size)
             self._admission(capacity, self.gatherer.ready_trajectories())
 
@@ -317,8 +318,10 @@ class Trainer:
         return None
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> int:
-        """Train until `train.max_steps` or `stop()`; returns the number of steps taken in this call."""
+        """Train until `train.max_steps` or `stop()`; returns the number of steps taken in this call. A stop between
+        two `checkpoint.save_every_steps` saves (a signal, a failed worker pool) saves the last step first."""
         taken = 0
+        saved, scalars = self.state.step, None   # the step the newest checkpoint holds (the start: on disk or 0)
         try:
             while self.state.step < self.config.train.max_steps and not stop():
                 self.checkpointer.check()   # a failed background save stops the run now, naming its step
@@ -331,9 +334,10 @@ class Trainer:
                             result = self.train_step(episodes, stop)
                     else:
                         result = self.train_step(episodes, stop)
-                except UpdateInterrupted:
+                except UpdateInterrupted:   # the update donated the live state: the last save is what is left
                     log.info("stopped during train step %d: it is discarded (resume from step %d)",
-                             self.state.step + 1, self.state.step)
+                             self.state.step + 1, saved)
+                    saved = self.state.step
                     break
                 if result is None:
                     continue
@@ -352,9 +356,12 @@ class Trainer:
                 if self.state.step % self.config.checkpoint.save_every_steps == 0 or \
                         self.state.step >= self.config.train.max_steps or reached:
                     self.save(scalars)
+                    saved = self.state.step
                 if reached:
                     log.info("step %d: %s; stopping", self.state.step, reached)
                     break
+            if self.state.step > saved:
+                self.save(scalars)
         finally:
             if self.state.step == 0 and self.gatherer.counts.episodes_seen:   # what it saw, though it never trained
                 self._write_stopped(sys.exc_info()[1])
@@ -479,9 +486,3 @@ def _non_finite(stats: dict, params) -> str | None:
         return "the updated weights hold NaN/inf"
     return None
 
-
-def max_offpolicyness(config) -> int:
-    """η the gatherer enforces: `rollout.max_head_offpolicyness` in asynchronous mode, 0 in synchronous mode, whose
-    baseline is strictly on-policy (an episode still in flight when the weights changed, or left over from the
-    round before, is dropped as stale and counted, never trained)."""
-    return 0 if config.rollout.mode == "sync" else int(config.rollout.max_head_offpolicyness)

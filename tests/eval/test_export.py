@@ -1,6 +1,9 @@
 """Export of a trained checkpoint: HF dir that transformers loads with the JAX policy's logits; Orbax params."""
 
 import json
+import logging
+import os
+import shutil
 
 import jax
 import numpy as np
@@ -8,9 +11,11 @@ import orbax.checkpoint as ocp
 import pytest
 import torch
 
+from jaxwebrl.errors import CheckpointError
 from jaxwebrl.eval.export import export
 from jaxwebrl.checkpoint.policies import initial_policy, load_policy
-from tests.eval.trained import write_trained_checkpoint
+from jaxwebrl.train.reference import load_reference
+from tests.eval.trained import toy_config, write_trained_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +72,16 @@ def test_checkpoint_exports_to_standalone_orbax_params(trained, tmp_path):
         _leaves_equal(plain.restore(str(out / "params")), params)
     with pytest.raises(FileExistsError, match="--params_out"):
         export(config, workdir, params_out=str(out))
+    lora_config = toy_config()
+    lora_config.model.lora.rank = 4
+    with pytest.raises(ValueError, match=r"params does not hold params of this model: 0 leaves only in the "
+                                         r"checkpoint \[\], \d+ only in the model \[.*lora_"):
+        load_policy(lora_config, str(out))
+    for data in (out / "params" / "ocdbt.process_0" / "d").iterdir():   # damaged on disk: one line naming it
+        os.truncate(data, data.stat().st_size // 2)
+    with pytest.raises(ValueError, match=r"params is unreadable \(.*\): export it again") as raised:
+        load_policy(config, str(out))
+    assert "\n" not in str(raised.value)
 
 
 def test_bad_sources_name_the_problem(trained, tmp_path):
@@ -79,6 +94,30 @@ def test_bad_sources_name_the_problem(trained, tmp_path):
         load_policy(config, str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="nothing to export"):
         export(config, workdir)
+    lora_config = toy_config()     # a model with leaves the checkpoint lacks: never their ShapeDtypeStructs back
+    lora_config.model.lora.rank = 4
+    with pytest.raises(ValueError, match=r"\d+ only in the model \[.*lora_.*--config the run was trained with"):
+        load_policy(lora_config, workdir)
+
+
+def test_a_truncated_latest_step_is_skipped_by_name_and_one_line_when_asked_for(trained, tmp_path, caplog):
+    """A damaged newest checkpoint (its array data cut short, as a disk that filled up leaves it) costs nothing but a
+    log line when the latest is asked for (the step before is read), and is one ValueError naming it when asked for
+    by number (launch/export.py prints it as one line)."""
+    config, params, workdir = trained
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(f"{workdir}/checkpoints", checkpoints)
+    shutil.copytree(checkpoints / "2", checkpoints / "3")
+    for data in (checkpoints / "3" / "state" / "ocdbt.process_0" / "d").iterdir():
+        os.truncate(data, data.stat().st_size // 2)
+    with caplog.at_level(logging.WARNING):
+        policy, info = load_policy(config, str(checkpoints))
+    assert info["step"] == 2
+    _leaves_equal(policy.params, params)
+    assert any("step 3 is unreadable" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match=r"^no readable checkpoint under .*step 3 is unreadable") as raised:
+        export(config, str(checkpoints), step=3, params_out=str(tmp_path / "out"))
+    assert "\n" not in str(raised.value)
 
 
 def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path):
@@ -89,7 +128,6 @@ def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path
     from jaxwebrl.checkpoint.checkpointer import Checkpointer
     from jaxwebrl.models import lora
     from jaxwebrl.models.policy import merged_policy
-    from tests.eval.trained import toy_config
 
     config = toy_config()
     config.model.lora.rank, config.model.lora.base_dtype = 4, "float32"
@@ -123,3 +161,15 @@ def test_lora_checkpoint_exports_merged_weights_that_transformers_loads(tmp_path
     assert np.abs(adapted - theirs).max() <= 1e-4
     base = np.asarray(policy.logits(ids, pixel_values=pixels, image_grid_thw=grid))
     assert np.abs(base - theirs).max() > 1e-3
+    # read with a config without LoRA, the trained adapters must not be dropped for an export of the base weights
+    with pytest.raises(ValueError, match=r"\d+ leaves only in the checkpoint \[.*lora_"):
+        export(toy_config(), str(tmp_path / "run"), hf_out=str(tmp_path / "hf_base"))
+    assert not (tmp_path / "hf_base").exists()
+    warm = toy_config()     # nor may a warm start from it (launch/train.py prints a CheckpointError as one line)
+    warm.model.init_params = str(tmp_path / "run")
+    with pytest.raises(CheckpointError, match=r"^model\.init_params=.*leaves only in the checkpoint \[.*lora_"):
+        initial_policy(warm)
+    kl = toy_config()       # nor a KL run's reference
+    kl.actor.kl_ctl, kl.actor.ref_checkpoint = 0.05, str(tmp_path / "run")
+    with pytest.raises(CheckpointError, match=r"^the reference .*leaves only in the checkpoint \[.*lora_"):
+        load_reference(kl, str(tmp_path / "kl_run"), recipe_params=initial_policy(toy_config()).params)

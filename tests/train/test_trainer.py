@@ -85,10 +85,12 @@ def test_steps_publish_versions_log_dashboard_and_checkpoint(policy, filled_buff
 
 
 def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path):
-    straight, _ = train(toy_config(4), tmp_path / "straight", policy, filled_buffer)
-    first, _ = train(toy_config(4), tmp_path / "resumed", policy, filled_buffer, stop_at=2)
-    assert first.state.step == 2
-    second, sink = train(toy_config(4), tmp_path / "resumed", policy, filled_buffer)
+    config = toy_config(4)
+    config.checkpoint.save_every_steps = 3   # the stop at step 2 falls between two saves: it saves step 2 itself
+    straight, _ = train(config, tmp_path / "straight", policy, filled_buffer)
+    first, _ = train(config, tmp_path / "resumed", policy, filled_buffer, stop_at=2)
+    assert first.state.step == 2 and first.checkpointer.all_steps() == [2]
+    second, sink = train(config, tmp_path / "resumed", policy, filled_buffer)
     assert sink.versions[0] == 2 and second.state.step == 4
     # every episode trained exactly once, and the same ones in the same order as the uninterrupted run
     assert first.trained_episode_ids + second.trained_episode_ids == straight.trained_episode_ids
@@ -135,6 +137,35 @@ def test_a_mesh_trainer_shards_adam_moments_like_weights_and_pads_rows_to_whole_
         trainer.train_step(episodes)
     rows = assembled.value.args[0].input_ids.shape[0]
     assert rows % (trainer.settings.n_minibatches * mesh_lib.batch_divisor(mesh)) == 0, rows
+
+
+def test_a_stop_inside_an_update_discards_its_step_and_saves_nothing_of_the_donated_state(policy, filled_buffer,
+                                                                                             tmp_path, caplog):
+    config = toy_config(4)
+    config.checkpoint.save_every_steps = 3
+    config.train.ppo_n_epochs = 2                # two updates a step: the stop comes after the first donated the state
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    compiled, updates = trainer.updater._step, []
+    trainer.updater._step = lambda *args: updates.append(1) or compiled(*args)
+    with caplog.at_level("INFO"):
+        trainer.run(stop=lambda: len(updates) >= 3)   # step 1 whole, step 2 stopped after its first update
+    assert trainer.state.step == 1 and trainer.checkpointer.all_steps() == []
+    assert any("stopped during train step 2: it is discarded (resume from step 0)" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_batch_held_for_the_other_processes_at_a_stop_is_read_again_after_the_resume(policy, filled_buffer, tmp_path):
+    config = toy_config(4)
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    trainer.poll()
+    trainer._held = trainer.gatherer.pop_batch(trainer.state.version)   # popped, the other processes not yet ready
+    held = {e.episode_id for e in trainer._held}
+    trainer.save()
+    trainer.close()
+    again = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    again.poll()
+    assert held and held <= set(again.gatherer.pending_episode_ids())
+    again.close()
 
 
 def test_sync_mode_trains_strictly_on_policy(policy, filled_buffer, tmp_path):
