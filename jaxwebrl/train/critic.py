@@ -85,6 +85,7 @@ def _compiled(module, settings: CriticSettings, optimizer_config: OptimizerConfi
         params = optax.apply_updates(state.params, updates)
         ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)   # a non-finite step leaves the critic as it was
         new = jax.tree.map(lambda n, o: jnp.where(ok, n, o), (params, opt_state), (state.params, state.opt_state))
+        new = partition.constrain_state(new, "value_head")   # on a mesh: the layout it came in (as init_state)
         out = {f"critic/{k}": jnp.asarray(v, jnp.float32) for k, v in stats.items()}
         out.update({"critic/grad_norm": grad_norm, "critic/skipped_ratio": (~ok).astype(jnp.float32)})
         return CriticState(*new), out

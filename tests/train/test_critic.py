@@ -108,6 +108,32 @@ def test_a_critic_on_a_mesh_starts_its_adam_moments_sharded_like_its_trunk(polic
     assert largest.addressable_shards[0].data.size < largest.size
 
 
+def test_a_critic_update_on_a_mesh_keeps_its_state_on_the_partition_rules(policy):
+    """Text rows on a (data 2, fsdp 2, tensor 2) mesh, the mesh in context as the trainer runs it: after the critic's
+    updates its trunk and moments keep the layout they started in, as the policy's do (test_update.py)."""
+    from tests.scale.train_steps import synthetic_episodes
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    params = distributed.shard_from_host(policy.params, partition.param_shardings(policy.params, mesh))
+    critic = rl_config.value_model(_config(), policy)
+    critic.state = critic.init_state(params)
+    before = jax.tree.map(lambda x: x.sharding, critic.state)
+    batch = assemble(synthetic_episodes(), screenshots=None, image_processor=None, n_minibatches=2, max_seq_len=64)
+    config = _config()
+    updater = Updater(policy.module, rl_config.update_settings(config), rl_config.optimizer_settings(config),
+                      critic=critic)
+    opt_state = partition.init_state(updater.optimizer.init, params)
+    with jax.set_mesh(mesh):
+        updater(params, opt_state, batch)
+    after = jax.tree.map(lambda x: x.sharding, critic.state)
+    for (path, old), new, leaf in zip(jax.tree_util.tree_leaves_with_path(before), jax.tree.leaves(after),
+                                      jax.tree.leaves(critic.state)):
+        name = partition.path_string(path)
+        if "value_head" in name.split("/"):   # the small head (made on one device) ends replicated
+            assert new.is_fully_replicated, (name, new)
+        else:
+            assert new.is_equivalent_to(old, leaf.ndim), (name, old, new)
+
+
 def test_the_policy_step_follows_the_critics_values(policy, toy_buffer):
     """The critic's values are GAE's baseline: the same batch and policy with a critic whose value head reads the
     trunk (a non-zero kernel, so V varies token by token) takes another policy step than with the zero head, whose
