@@ -64,6 +64,9 @@ MUTATIONS = (
              "seed=seeds, constraint=verdict)", "seed=seeds, constraint=None)",
              "tests/rollout/test_engine_judge.py::"
              "test_every_verdict_parses_its_criteria_make_the_reward_and_no_policy_token_is_counted"),
+    Mutation("a group handed out with more than its G members", "jaxwebrl/buffer/ring.py",
+             "groups = [members[:group_size] for members", "groups = [members for members",
+             "tests/buffer/test_ring.py::test_a_group_is_never_handed_out_with_more_than_its_size"),
     Mutation("transport admits any PLAIN password", "jaxwebrl/rollout/transport.py",
              "and hmac.compare_digest(credentials[1], self._token))", "and True)",
              "tests/rollout/test_transport.py::test_wrong_token_is_refused_and_the_server_goes_on"),
