@@ -84,12 +84,16 @@ def batch_divisor(mesh: Mesh | None) -> int:
     return 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
 
 
+def context_mesh(axes: Sequence[str] = AXES):
+    """The (abstract) mesh in context (`jax.set_mesh`) when it has every one of `axes`, else None."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty or not set(axes) <= set(mesh.axis_names) else mesh
+
+
 def context_batch_divisor() -> int:
     """The (`data` × `fsdp`) device count of the mesh in context (`jax.set_mesh`); 1 when none is set."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
-        return 1
-    return math.prod(mesh.shape[axis] for axis in BATCH_AXES)
+    mesh = context_mesh(BATCH_AXES)
+    return 1 if mesh is None else math.prod(mesh.shape[axis] for axis in BATCH_AXES)
 
 
 def constrain_batch(x: jax.Array, batch_dim: int = 0) -> jax.Array:

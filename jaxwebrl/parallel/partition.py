@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jax.sharding import PartitionSpec as P
 
-from jaxwebrl.parallel.mesh import AXES, BATCH_AXES, batch_spec
+from jaxwebrl.parallel.mesh import AXES, BATCH_AXES, batch_spec, context_mesh
 
 Rules = Sequence[tuple[str, PartitionSpec]]
 
@@ -178,10 +178,8 @@ def constrain_state(tree: Any, replicated: str | None = None) -> Any:
     (`data`, `fsdp`, `tensor`) is in context (`jax.set_mesh`); unchanged otherwise. For a jitted step's updated
     state: XLA's propagation may otherwise give an output another layout than the input it replaces (a norm's
     weight split over `fsdp`), so the next call recompiles and the state drifts off the rules."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or not set(AXES) <= set(mesh.axis_names):
-        return tree
-    return jax.lax.with_sharding_constraint(tree, state_specs(tree, mesh, replicated))
+    mesh = context_mesh(AXES)
+    return tree if mesh is None else jax.lax.with_sharding_constraint(tree, state_specs(tree, mesh, replicated))
 
 
 def data_shardings(tree: Any, mesh: Mesh) -> Any:

@@ -56,6 +56,8 @@ from jaxwebrl.train.update import Updater, UpdateInterrupted
 log = logging.getLogger(__name__)
 
 MAX_SKIPPED_IN_A_ROW = 3   # skipped batches in a row (same finite weights each time) before the run stops
+
+
 class WeightSink(Protocol):
     """Where new weights go (the policy server): `set_weights(params, version)`; optional pause/resume."""
 
@@ -99,8 +101,7 @@ class Trainer:
                                reference=self.reference, critic=self.critic)
         self.optimizer, self.lr_fn = self.updater.optimizer, self.updater.lr_fn
         self.vocab_size = int(policy.config.text.vocab_size)
-        self.reads = BufferReads(buffer, config.env.group_size)
-        self.buffer_losses = self.reads.losses   # running totals (metrics)
+        self.reads = BufferReads(buffer, config.env.group_size)   # its `losses`: running totals (metrics)
         self.dropped_invalid_episodes = 0
         self.skipped_batches = 0
         self.skipped_updates = 0              # minibatch updates the in-jit guard skipped (running total)
@@ -372,7 +373,7 @@ class Trainer:
         """metrics.jsonl's record of a run that stops before train step 1 (its counts; `err`, what stopped it)."""
         try:
             self.metrics.write_stopped(0, {**self.gatherer.counts_with_queued().as_metrics(),
-                                           **{f"buffer/{k}": n for k, n in self.buffer_losses.items()}},
+                                           **{f"buffer/{k}": n for k, n in self.reads.losses.items()}},
                                        one_line(err, 1000) if err else "stopped before train step 1")
         except OSError as write_err:   # a full disk must not hide what stopped the run
             log.warning("metrics.jsonl: the stopped run's counts not written: %s", one_line(write_err))
@@ -425,7 +426,7 @@ class Trainer:
             "rollout/steps_failure/avg": float(steps[~success].mean()) if (~success).any() else float("nan"),
             **memory_metrics(episodes, success),
             **counts.as_metrics(),
-            **{f"buffer/{k}": n for k, n in self.buffer_losses.items()},
+            **{f"buffer/{k}": n for k, n in self.reads.losses.items()},
             "trainer/dropped_invalid_episodes": self.dropped_invalid_episodes,
             "trainer/skipped_batches": self.skipped_batches,
             "trainer/skipped_updates": self.skipped_updates,
