@@ -65,7 +65,7 @@ import sys
 from jaxwebrl.env.registry import check_env_spec, env_specs, task_horizon
 from jaxwebrl.plan.validation import apply_overrides
 
-from lab_table import interval, verdict
+from lab_table import interval, signed, verdict
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
 from provenance import require_clean_tree
@@ -179,8 +179,7 @@ class RunRecords:
             return None
         print(f"ablation: {recipe} seed {seed} from its record {path} (commit {record.get('commit')})",
               file=sys.stderr, flush=True)
-        run_result = record["run"]   # the dynamics are derived from the curve by today's code
-        return {**run_result, "dynamics": run_dynamics(run_result["curve"])}
+        return with_dynamics(record["run"])
 
     def commit(self) -> str:
         """The checkout's commit; SystemExit when the records are inside it and its code has uncommitted changes."""
@@ -316,6 +315,11 @@ def paired_differences(arms: dict) -> dict:
     return out
 
 
+def with_dynamics(run_result: dict) -> dict:
+    """A recorded run with its dynamics derived from its curve by today's code (`seed_stats.run_dynamics`)."""
+    return {**run_result, "dynamics": run_dynamics(run_result["curve"])}
+
+
 def recorded_arms(root: str) -> dict:
     """{recipe: {"seeds": [seed_record, ...]}} of the finished runs recorded under `root` (--record's
     <recipe>/seed<s>.json), seeds in number order, their dynamics derived from the curve by today's code: what
@@ -329,7 +333,7 @@ def recorded_arms(root: str) -> dict:
         for name in names:
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 run_result = json.load(f)["run"]
-            seeds.append(seed_record({**run_result, "dynamics": run_dynamics(run_result["curve"])}))
+            seeds.append(seed_record(with_dynamics(run_result)))
         if seeds:
             arms[recipe] = {"seeds": seeds}
     return arms
@@ -338,12 +342,12 @@ def recorded_arms(root: str) -> dict:
 def paired_markdown(paired: dict, pair: str = "constT10 - grpo") -> str:
     """`paired_differences(...)[pair]` as docs/learning.md's table: prediction, seeds paired, mean difference and its
     95% interval, MDE, verdict (unresolved below two pairs)."""
-    fmt = lambda x: "" if x is None else f"{x:+.2f}".replace("-", "−")   # noqa: E731
-    lines = [f"| prediction | pairs | {pair.replace(' - ', ' − ')} (95% CI) | MDE | verdict |", "|---|---|---|---|---|"]
+    lines = [f"| prediction | pairs | {pair.replace(' - ', ' − ')} (95% CI) | MDE | verdict |",
+             "|---|---|---|---|---|"]
     for row in paired[pair].values():
-        ci = "" if row["ci95"] is None else f"{fmt(row['mean'])} ± {row['ci95']:.2f}"
+        ci = "" if row["ci95"] is None else f"{signed(row['mean'])} ± {row['ci95']:.2f}"
         mde = "" if row["mde"] is None else f"{row['mde']:.2f}"
-        lines.append(f"| {row['prediction']} | {row['n']} | {ci or fmt(row['mean'])} | {mde} | {row['verdict']} |")
+        lines.append(f"| {row['prediction']} | {row['n']} | {ci or signed(row['mean'])} | {mde} | {row['verdict']} |")
     return "\n".join(lines)
 
 

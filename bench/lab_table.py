@@ -127,7 +127,8 @@ def table(records: dict, arm="constT10", baseline="grpo") -> list[dict]:
     return rows
 
 
-def _fmt(x, digits=2):
+def signed(x, digits=2):
+    """A signed number with a real minus sign (−0.34, +4.00), or "" for None."""
     return "" if x is None else f"{x:+.{digits}f}".replace("-", "−")
 
 
@@ -135,7 +136,7 @@ def markdown(rows, arm="constT10", baseline="grpo") -> str:
     lines = [f"| prediction | ratio | {arm} | {baseline} | {arm} − {baseline} (95% CI) | MDE | seeds | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        ci = "" if r["ci95"] is None else f"{_fmt(r['mean'])} ± {r['ci95']:.2f}"
+        ci = "" if r["ci95"] is None else f"{signed(r['mean'])} ± {r['ci95']:.2f}"
         own = "" if r[arm] is None else f"{r[arm]:.2f}"
         base = "" if r[baseline] is None else f"{r[baseline]:.2f}"
         mde = "" if r["mde"] is None else f"{r['mde']:.2f}"
