@@ -155,12 +155,12 @@ def build_spec(config) -> tuple[dict, int, int]:
     return spec, num_workers, first
 
 
-def first_worker_id(requested: int | None, num_workers: int, run_ids: range | None, rng=secrets) -> int:
+def first_worker_id(requested: int | None, num_workers: int, run_ids: range | None) -> int:
     """This node's first worker id: `requested` when its `num_workers` ids miss the run's own (`run_ids`, None: not
     published), else one `rollout error:` line; None: a random block of ID_BLOCK past the run's own ids."""
     end = run_ids.stop if run_ids is not None else 0
     if requested is None:
-        return end + ID_BLOCK * (1 + rng.randbelow(ID_BLOCKS))
+        return end + ID_BLOCK * (1 + secrets.randbelow(ID_BLOCKS))
     mine = range(requested, requested + num_workers)
     if run_ids is not None and mine.start < run_ids.stop and run_ids.start < mine.stop:
         cli.exit_with(f"rollout error: --first_worker_id={requested}: this node's worker ids {mine.start}-"
