@@ -16,7 +16,7 @@ from configs import base
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import env_specs, make_env
 from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
-                                             make_judge, verdict_schema)
+                                             MalformedVerdict, make_judge, rubric_criteria, verdict_schema)
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train.config_validation import ConfigError, validate
@@ -155,6 +155,21 @@ def test_an_off_schema_verdict_is_malformed_never_a_score_or_a_blocked_page(endp
     assert failure_cause(str(info.value)) == "malformed" and len(endpoint.bodies) == 3
     if check_blocked:   # the same null is the schema's answer where there is no reference answer
         assert judge.judge(request(reference_answer=None, ground_truth=None)).reward == 1.0
+
+
+@pytest.mark.parametrize("reference", ["4.20", None])
+def test_a_verdict_with_a_key_the_schema_forbids_or_lacks_is_malformed(reference):
+    """The schema (`verdict_schema`) has exactly its four keys: a verdict with another key, or without
+    reference_matched, answers some other question and is never scored."""
+    asked = request(reference_answer=reference)
+    schema = verdict_schema(len(FACTS), reference=bool(reference))
+    extra = dict(json.loads(verdict(matched=reference and True)), facts_met=[False] * 3)
+    missing = {k: v for k, v in json.loads(verdict(matched=reference and True)).items() if k != "reference_matched"}
+    assert set(extra) - set(schema["properties"]) and set(schema["required"]) - set(missing)
+    for raw in (json.dumps(extra), json.dumps(missing)):
+        with pytest.raises(MalformedVerdict, match="expected the verdict schema"):
+            rubric_criteria(raw, asked, "judge-model")
+    assert rubric_criteria(verdict(matched=reference and True), asked, "judge-model")[-1][1] is True
 
 
 def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):

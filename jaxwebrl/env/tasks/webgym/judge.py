@@ -41,6 +41,7 @@ from jaxwebrl.env.tasks.webtask.task_spec import text_matches
 
 MAX_SCREENSHOTS = 48          # WebGym submits at most 48 screenshots to the judge
 RETRIED_STATUS = (429, 500, 502, 503, 504)
+VERDICT_KEYS = ("blocked", "answer_supported", "facts", "reference_matched")   # a verdict's keys, all and only
 
 
 class JudgeFailure(EnvFailure):
@@ -118,7 +119,7 @@ def verdict_schema(facts: int, reference: bool, check_blocked: bool = True) -> d
     a page, where the judge's flag could only be a false alarm)."""
     blocked = {"type": "boolean"} if check_blocked else {"type": "boolean", "enum": [False]}
     return {"type": "object", "additionalProperties": False,
-            "required": ["blocked", "answer_supported", "facts", "reference_matched"],
+            "required": list(VERDICT_KEYS),
             "properties": {"blocked": blocked, "answer_supported": {"type": "boolean"},
                            "facts": {"type": "array", "items": {"type": "boolean"}, "minItems": facts,
                                      "maxItems": facts},
@@ -250,9 +251,10 @@ def rubric_criteria(raw: str, request: JudgeRequest, judge_name: str,
     try:
         verdict = json.loads(raw)
         blocked, supported, facts = verdict["blocked"], verdict["answer_supported"], verdict["facts"]
-        matched = verdict.get("reference_matched")
+        matched = verdict["reference_matched"]
         matched_ok = isinstance(matched, bool) or (matched is None and not request.reference_answer)
-        ok = (isinstance(blocked, bool) and (check_blocked or not blocked) and isinstance(supported, bool)
+        ok = (set(verdict) == set(VERDICT_KEYS)
+              and isinstance(blocked, bool) and (check_blocked or not blocked) and isinstance(supported, bool)
               and isinstance(facts, list) and len(facts) == len(request.facts)
               and all(isinstance(f, bool) for f in facts) and matched_ok)
     except (ValueError, KeyError, TypeError):
