@@ -17,6 +17,7 @@ from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import env_specs, make_env
 from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
                                              MalformedVerdict, make_judge, rubric_criteria, verdict_schema)
+from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train.config_validation import ConfigError, validate
@@ -186,6 +187,37 @@ def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
     with pytest.raises(JudgeFailure, match="TEST_JUDGE_KEY holding its API key is not set") as info:
         dead.judge(request())
     assert failure_cause(str(info.value)) == "no_api_key"
+
+
+@pytest.mark.parametrize("reply", [b"+OK not an HTTP server\r\n",                                # another protocol
+                                   b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{\"choices\": ["])   # cut short
+def test_a_server_that_does_not_speak_http_or_cuts_its_answer_is_a_judge_failure(reply):
+    """Retried like any transport fault, then a JudgeFailure (an env failure, never the agent's 0); the doctor's
+    judge check reports it with its fix instead of raising."""
+    server, connections = socket.socket(), []
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                connections.append(conn.recv(1 << 20))
+                conn.sendall(reply)
+
+    threading.Thread(target=answer, daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    try:
+        with pytest.raises(JudgeFailure, match=r"malformed response .* after 2 attempt\(s\)") as info:
+            ChatJudge(base_url=url, model="m", retries=1, backoff_s=0.01, timeout_s=5.0).judge(request())
+        assert failure_cause(str(info.value)) == "malformed" and len(connections) == 2
+        report = check_judge({"backend": "chat", "url": url, "model": "m", "retries": 0, "timeout_s": 5.0})
+        assert not report["ok"] and "does not answer OpenAI chat completions" in report["fix"]
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.3), (200, "bad", 0.3), (200, verdict(), 0.3),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import dataclasses
+import http.client
 import io
 import json
 import os
@@ -189,6 +190,9 @@ class ChatJudge:
             except (TimeoutError, OSError) as err:   # URLError is an OSError; a read timeout a TimeoutError
                 reason = getattr(err, "reason", err)
                 raise AttemptFailed("timed out" if "timed out" in str(reason) else f"unreachable ({reason})") from err
+            except http.client.HTTPException as err:   # another protocol on that port, or an answer cut short
+                raise AttemptFailed(f"malformed response ({type(err).__name__}: not an HTTP answer, or one cut "
+                                    f"short)") from err
             except MalformedVerdict as err:
                 raise AttemptFailed(str(err)) from err
             except (ValueError, KeyError, IndexError, TypeError) as err:
