@@ -11,6 +11,7 @@ from jaxwebrl.env.agent.actions import Action, parse_action
 from jaxwebrl.env.agent.prompt import summarize_action
 from jaxwebrl.env.browser.probes import serve_directory
 from jaxwebrl.env.registry import action_texts, check_env_spec, env_specs, make_env, task_horizon
+from jaxwebrl.env.tasks.webgym.judge import GroundTruthJudge, JudgeRequest
 from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, held_out, load_task_line
 from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError
 
@@ -144,3 +145,19 @@ def test_a_constrained_policy_may_answer_each_tasks_reference_answer(tmp_path):
     texts = action_texts(env_specs(f"webgym:{path}"))
     assert texts[:100] == CLICK_GRID and texts[100:] == ('answer("4.20")', 'answer("say \\"hi\\"")')
     assert [parse_action(t).text for t in texts[100:]] == ["4.20", 'say "hi"']
+
+
+def test_a_regex_ground_truth_offers_the_answer_it_accepts_never_its_pattern(tmp_path):
+    """A constrained policy's answer must be one the task's judge accepts: the reference answer the pattern
+    matches, not the pattern itself (which the pattern rejects); with no answer to offer, clicks only."""
+    path = write(tmp_path / "t.jsonl", [
+        task(task_id="a", ground_truth={"answer": "^\\$?4\\.20$", "mode": "regex"}),
+        task(task_id="b", ground_truth={"answer": "^5\\.\\d+$", "mode": "regex"}),      # 4.20 is not a 5.xx
+        task(task_id="c", ground_truth={"answer": "4.2", "mode": "contains"})])
+    specs = env_specs(f"webgym:{path}")
+    offered = [[parse_action(t).text for t in action_texts([s]) if t.startswith("answer(")] for s in specs]
+    assert offered == [["4.20"], [], ["4.2"]]
+    judge = GroundTruthJudge()
+    for spec, answers in zip(specs, offered):
+        truth = load_task_line(path, int(spec.rpartition(":")[2])).ground_truth
+        assert all(judge.judge(JudgeRequest("t", "g", ("f",), a, ground_truth=truth)).reward == 1.0 for a in answers)
