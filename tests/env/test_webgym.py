@@ -77,6 +77,10 @@ def test_held_out_split_by_task_id_whatever_the_order(tmp_path):
     (task(difficulty="extreme"), r"t\.jsonl:2: 'difficulty'='extreme': must be one of"),
     (task(ground_truth={"answer": "x", "mode": "fuzzy"}), r"t\.jsonl:2: 'ground_truth'"),
     (task(website="ftp://x/"), r"t\.jsonl:2: 'start_url'='ftp://x/'"),
+    (task(solution=[{"click": 5}, {"answer": "4.20"}]), r"t\.jsonl:2: 'solution'.*step 0 \{'click': 5\}"),
+    (task(solution=[{"click": ["#a", "#b"]}, {"answer": "4.20"}]), r"t\.jsonl:2: 'solution'.*step 0"),
+    (task(solution=[{"type": "#q"}, {"answer": "4.20"}]), r"t\.jsonl:2: 'solution'.*step 0"),
+    (task(solution=[{"answer": 4.2}]), r"t\.jsonl:2: 'solution'.*step 0 \{'answer': 4\.2\}"),
 ])
 def test_a_bad_line_is_refused_in_one_line_naming_its_number(tmp_path, record, message):
     path = write(tmp_path / "t.jsonl", [task(task_id="fine"), record])
