@@ -76,6 +76,7 @@ def test_held_out_split_by_task_id_whatever_the_order(tmp_path):
     (task(evaluator_reference=[{"text": "x"}]), r"t\.jsonl:2: 'evaluator_reference'.*\{\"description\""),
     (task(difficulty="extreme"), r"t\.jsonl:2: 'difficulty'='extreme': must be one of"),
     (task(ground_truth={"answer": "x", "mode": "fuzzy"}), r"t\.jsonl:2: 'ground_truth'"),
+    (task(ground_truth={"answer": "X", "case_sensitive": True}), r"t\.jsonl:2: 'ground_truth'.*case_sensitive"),
     (task(website="ftp://x/"), r"t\.jsonl:2: 'start_url'='ftp://x/'"),
     (task(solution=[{"click": 5}, {"answer": "4.20"}]), r"t\.jsonl:2: 'solution'.*step 0 \{'click': 5\}"),
     (task(solution=[{"click": ["#a", "#b"]}, {"answer": "4.20"}]), r"t\.jsonl:2: 'solution'.*step 0"),
@@ -106,6 +107,15 @@ def test_a_rubric_alone_is_left_to_a_judge_and_refused_under_the_ground_truth_ju
         validate(config, str(tmp_path / "run"))
     config.env.judge.update(backend="chat", url="http://127.0.0.1:9/v1", model="judge")
     validate(config, str(tmp_path / "run2"))
+
+
+def test_a_blank_reference_answer_is_no_reference_answer(tmp_path):
+    """A reference answer of spaces is none (like an empty one): the task is left to a judge, never matched
+    against an empty answer."""
+    path = write(tmp_path / "t.jsonl", [task(reference_answer="   "), task(reference_answer="")])
+    for line in (1, 2):
+        assert load_task_line(path, line).reference_answer is None
+        assert check_env_spec(f"webgym:{path}:{line}").evaluator == {"type": "judge", "when": "answer"}
 
 
 def test_a_file_or_a_bad_option_is_not_one_task(tmp_path):
