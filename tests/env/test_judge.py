@@ -220,6 +220,37 @@ def test_a_server_that_does_not_speak_http_or_cuts_its_answer_is_a_judge_failure
         server.close()
 
 
+def test_an_answer_that_trickles_in_is_timed_out_within_its_timeout_not_after_it():
+    """timeout_s bounds an attempt's whole reading, not each read: a server that sends its (valid) verdict a byte
+    every 30 ms, 4 s in all, is a timeout after about 0.5 s (a JudgeFailure, never the agent's 0)."""
+    body = json.dumps({"choices": [{"message": {"content": verdict()}}]}).encode()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def trickle():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(1 << 20)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+                for i in range(len(body)):
+                    conn.sendall(body[i:i + 1])
+                    time.sleep(0.03)
+            except OSError:
+                pass   # the judge gave up
+
+    threading.Thread(target=trickle, daemon=True).start()
+    judge = ChatJudge(base_url=f"http://127.0.0.1:{server.getsockname()[1]}/v1", model="m", retries=0, timeout_s=0.5)
+    start = time.monotonic()
+    try:
+        with pytest.raises(JudgeFailure, match=r"timed out .* after 1 attempt") as info:
+            judge.judge(request())
+    finally:
+        server.close()
+    assert time.monotonic() - start < 1.5 and failure_cause(str(info.value)) == "timeout"
+
+
 @pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.3), (200, "bad", 0.3), (200, verdict(), 0.3),
                                        (200, verdict(), 0.3)]], indirect=True)
 def test_the_pool_judges_a_batch_concurrently_and_keeps_failures_apart(endpoint, monkeypatch):

@@ -178,12 +178,20 @@ class ChatJudge:
 
         def attempt():
             start = time.monotonic()
+
+            def in_time():   # the socket's timeout bounds each read and write, not their sum
+                took = time.monotonic() - start
+                if took > self.timeout_s:
+                    raise AttemptFailed(f"timed out ({took:.3f} s > timeout_s)")
+
             try:
                 with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=self.timeout_s) as r:
-                    raw = json.loads(r.read())["choices"][0]["message"]["content"]
-                took = time.monotonic() - start
-                if took > self.timeout_s:   # the socket's timeout bounds each read and write, not their sum
-                    raise AttemptFailed(f"timed out ({took:.3f} s > timeout_s)")
+                    chunks = []
+                    while chunk := r.read1(1 << 16):   # an answer that trickles in is cut at timeout_s
+                        in_time()
+                        chunks.append(chunk)
+                    raw = json.loads(b"".join(chunks))["choices"][0]["message"]["content"]
+                in_time()
                 return raw, rubric_criteria(raw, request, self.model, self.check_blocked)
             except urllib.error.HTTPError as err:
                 raise AttemptFailed(f"HTTP {err.code}", retry=err.code in RETRIED_STATUS) from err
