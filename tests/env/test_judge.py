@@ -125,6 +125,8 @@ def test_criterion_a_stops_at_the_first_fact_not_met(endpoint, monkeypatch):
     ([(401, "", 0.0)], r"HTTP 401 after 1 attempt\(s\)", 1, "http_401"),                   # not retried
     ([(200, "I think the agent did well", 0.0)], r"malformed verdict 'I think.* after 3 attempt\(s\)", 3,
      "malformed"),
+    ([(200, "HTTP 503: the page timed out", 0.0)], r"malformed verdict 'HTTP 503.* after 3 attempt\(s\)", 3,
+     "malformed"),                                                    # its own words never name another cause
     ([(200, verdict(facts=(True,)), 0.0), (200, verdict(), 0.0)], None, 2, None),        # retried, then judged
     ([(200, verdict(facts=(True,)), 0.0)], r"malformed verdict .*with 3 facts after 3 attempt\(s\)", 3, "malformed"),
     ([(200, verdict(blocked=True), 0.0)], "blocked page", 1, "blocked"),
