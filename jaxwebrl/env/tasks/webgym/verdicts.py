@@ -47,6 +47,11 @@ def failure_cause(message: str) -> str:
     """The cause of a judge failure from its message: timeout, http_<status>, malformed, blocked, unreachable,
     no_api_key, no_ground_truth, engine_error, refused (the engine judge's policy server), or other. The marker
     that comes first decides (a malformed verdict's message quotes the verdict, whose words may be any marker)."""
-    found = [(m.start(), f"http_{m.group(1)}") for m in re.finditer(r"\bHTTP (\d{3})\b", message)][:1]
-    found += [(message.find(text), cause) for text, cause in _CAUSES if text in message]
-    return min(found)[1] if found else "other"
+    http = re.search(r"\bHTTP (\d{3})\b", message)
+    return first_marked(message, _CAUSES + (((http.group(0), f"http_{http.group(1)}"),) if http else ()), "other")
+
+
+def first_marked(message: str, markers, default):
+    """The value of the (marker, value) pair whose marker comes first in `message`; `default` when none is in it."""
+    found = [(message.find(marker), n) for n, (marker, _) in enumerate(markers) if marker in message]
+    return markers[min(found)[1]][1] if found else default
