@@ -22,6 +22,7 @@ written to disk or put in a message.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import concurrent.futures
 import dataclasses
@@ -311,10 +312,23 @@ JUDGE_SETTINGS = {"backend": str, "url": str, "model": str, "api_key_env": str, 
 
 
 def add_judge_flags(parser, help: str, backend_required: bool = False) -> None:
-    """`--judge.<name>` on an argparse `parser` for each of a run's env.judge settings (`judge_flags` reads them)."""
+    """`--judge.<name>` on an argparse `parser` for each of a run's env.judge settings (`judge_flags` reads them),
+    each refused as its config field (configs/base.py) refuses it: one usage line naming the fix."""
+    from configs.base import FIELDS  # deferred: the fields' checks, for the commands that take judge flags
+
+    def checked(name: str, kind):
+        def parse(text: str):
+            value = kind(text)
+            problem = FIELDS[f"env.judge.{name}"].problem(value)
+            if problem:
+                raise argparse.ArgumentTypeError(f"{text}: {problem}")
+            return value
+        parse.__name__ = kind.__name__   # argparse names the type in "invalid <type> value"
+        return parse
+
     for name, kind in JUDGE_SETTINGS.items():
-        parser.add_argument(f"--judge.{name}", type=kind, required=backend_required and name == "backend",
-                            help=f"{help}: env.judge.{name}")
+        parser.add_argument(f"--judge.{name}", type=checked(name, kind),
+                            required=backend_required and name == "backend", help=f"{help}: env.judge.{name}")
 
 
 def judge_flags(args) -> dict:
