@@ -57,13 +57,13 @@ class SuccessProbe:
             self._warmup_error = exc
 
     def __call__(self, params, version: int) -> float:
-        """Success rate in [0, 1] of one greedy episode of every job under `params`."""
+        """Success rate in [0, 1] of one greedy episode of every job under `params` (`greedy_success`)."""
         self._warmup.join()
         if self._warmup_error is not None:
             error, self._warmup_error = self._warmup_error, None
             raise error
         self.players.set_weights(params, version)
-        return float(report_lib.summarize(self.players.play(self.jobs))["overall"]["success_rate"])
+        return greedy_success(self.players.play(self.jobs))
 
     def close(self) -> None:
         self._warmup.join()
@@ -71,3 +71,10 @@ class SuccessProbe:
             self.players.close()
         finally:
             shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def greedy_success(episodes) -> float:
+    """The success rate of the scored `episodes`; NaN when none was scored (every one env-failed or cut, e.g. its
+    judge down): not measured, so a run neither stops on it nor crashes."""
+    rate = report_lib.summarize(episodes)["overall"]["success_rate"]
+    return float("nan") if rate is None else float(rate)

@@ -55,6 +55,7 @@ def test_doctor_checks_every_new_task_by_default_and_a_judge_beside_them(monkeyp
 
 @pytest.mark.parametrize("script, flags, cause, fix", [
     ([(200, "The agent did well.", 0.0)], [], "malformed verdict 'The agent did well.'", VLLM_STRUCTURED),
+    ([(200, "The page was unreachable", 0.0)], [], "malformed verdict 'The page was unreachable'", VLLM_STRUCTURED),
     ([(200, verdict(facts=(True,)), 1.0)], ["--judge.timeout_s=0.2"], "timed out after 1 attempt",
      "no answer within env.judge.timeout_s=0.2: raise it"),
     ([(401, "", 0.0)], [], "HTTP 401", "export a valid one in TEST_JUDGE_KEY"),
@@ -81,8 +82,13 @@ def test_the_doctor_refuses_an_incomplete_judge(capsys):
 
 @pytest.mark.parametrize("argv", [["--judge-only"], ["--judge.url", "http://127.0.0.1:9/v1"],
                                   ["--tasks", "miniwob/book-flight"], ["--tasks", "no-such-task"], ["--episodes", "0"],
-                                  ["--screenshot-size", "big"], ["--tasks", "chain/easy?trap=9"]])
-def test_doctor_rejects_bad_arguments(argv):
+                                  ["--screenshot-size", "big"], ["--tasks", "chain/easy?trap=9"],
+                                  ["--judge-only", "--judge.backend=chat", "--judge.url=http://127.0.0.1:9/v1",
+                                   "--judge.model=m", "--judge.retries=-1"],      # env.judge.retries' own check
+                                  ["--judge-only", "--judge.backend=ground_truth", "--judge.timeout_s=0"]])
+def test_doctor_rejects_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         check.main(argv)
     assert exit_info.value.code == 2
+    if any(a.startswith("--judge.retries") or a.startswith("--judge.timeout_s") for a in argv):
+        assert "must be" in capsys.readouterr().err   # the config field's own fix, in one line

@@ -16,7 +16,8 @@ from configs import base
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import env_specs, make_env
 from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
-                                             make_judge, verdict_schema)
+                                             MalformedVerdict, make_judge, rubric_criteria, verdict_schema)
+from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train.config_validation import ConfigError, validate
@@ -124,6 +125,8 @@ def test_criterion_a_stops_at_the_first_fact_not_met(endpoint, monkeypatch):
     ([(401, "", 0.0)], r"HTTP 401 after 1 attempt\(s\)", 1, "http_401"),                   # not retried
     ([(200, "I think the agent did well", 0.0)], r"malformed verdict 'I think.* after 3 attempt\(s\)", 3,
      "malformed"),
+    ([(200, "HTTP 503: the page timed out", 0.0)], r"malformed verdict 'HTTP 503.* after 3 attempt\(s\)", 3,
+     "malformed"),                                                    # its own words never name another cause
     ([(200, verdict(facts=(True,)), 0.0), (200, verdict(), 0.0)], None, 2, None),        # retried, then judged
     ([(200, verdict(facts=(True,)), 0.0)], r"malformed verdict .*with 3 facts after 3 attempt\(s\)", 3, "malformed"),
     ([(200, verdict(blocked=True), 0.0)], "blocked page", 1, "blocked"),
@@ -157,6 +160,21 @@ def test_an_off_schema_verdict_is_malformed_never_a_score_or_a_blocked_page(endp
         assert judge.judge(request(reference_answer=None, ground_truth=None)).reward == 1.0
 
 
+@pytest.mark.parametrize("reference", ["4.20", None])
+def test_a_verdict_with_a_key_the_schema_forbids_or_lacks_is_malformed(reference):
+    """The schema (`verdict_schema`) has exactly its four keys: a verdict with another key, or without
+    reference_matched, answers some other question and is never scored."""
+    asked = request(reference_answer=reference)
+    schema = verdict_schema(len(FACTS), reference=bool(reference))
+    extra = dict(json.loads(verdict(matched=reference and True)), facts_met=[False] * 3)
+    missing = {k: v for k, v in json.loads(verdict(matched=reference and True)).items() if k != "reference_matched"}
+    assert set(extra) - set(schema["properties"]) and set(schema["required"]) - set(missing)
+    for raw in (json.dumps(extra), json.dumps(missing)):
+        with pytest.raises(MalformedVerdict, match="expected the verdict schema"):
+            rubric_criteria(raw, asked, "judge-model")
+    assert rubric_criteria(verdict(matched=reference and True), asked, "judge-model")[-1][1] is True
+
+
 def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -171,6 +189,68 @@ def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
     with pytest.raises(JudgeFailure, match="TEST_JUDGE_KEY holding its API key is not set") as info:
         dead.judge(request())
     assert failure_cause(str(info.value)) == "no_api_key"
+
+
+@pytest.mark.parametrize("reply", [b"+OK not an HTTP server\r\n",                                # another protocol
+                                   b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{\"choices\": ["])   # cut short
+def test_a_server_that_does_not_speak_http_or_cuts_its_answer_is_a_judge_failure(reply):
+    """Retried like any transport fault, then a JudgeFailure (an env failure, never the agent's 0); the doctor's
+    judge check reports it with its fix instead of raising."""
+    server, connections = socket.socket(), []
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                connections.append(conn.recv(1 << 20))
+                conn.sendall(reply)
+
+    threading.Thread(target=answer, daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    try:
+        with pytest.raises(JudgeFailure, match=r"malformed response .* after 2 attempt\(s\)") as info:
+            ChatJudge(base_url=url, model="m", retries=1, backoff_s=0.01, timeout_s=5.0).judge(request())
+        assert failure_cause(str(info.value)) == "malformed" and len(connections) == 2
+        report = check_judge({"backend": "chat", "url": url, "model": "m", "retries": 0, "timeout_s": 5.0})
+        assert not report["ok"] and "does not answer OpenAI chat completions" in report["fix"]
+    finally:
+        server.close()
+
+
+def test_an_answer_that_trickles_in_is_timed_out_within_its_timeout_not_after_it():
+    """timeout_s bounds an attempt's whole reading, not each read: a server that sends its (valid) verdict a byte
+    every 30 ms, 4 s in all, is a timeout after about 0.5 s (a JudgeFailure, never the agent's 0)."""
+    body = json.dumps({"choices": [{"message": {"content": verdict()}}]}).encode()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def trickle():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(1 << 20)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+                for i in range(len(body)):
+                    conn.sendall(body[i:i + 1])
+                    time.sleep(0.03)
+            except OSError:
+                pass   # the judge gave up
+
+    threading.Thread(target=trickle, daemon=True).start()
+    judge = ChatJudge(base_url=f"http://127.0.0.1:{server.getsockname()[1]}/v1", model="m", retries=0, timeout_s=0.5)
+    start = time.monotonic()
+    try:
+        with pytest.raises(JudgeFailure, match=r"timed out .* after 1 attempt") as info:
+            judge.judge(request())
+    finally:
+        server.close()
+    assert time.monotonic() - start < 1.5 and failure_cause(str(info.value)) == "timeout"
 
 
 @pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.3), (200, "bad", 0.3), (200, verdict(), 0.3),

@@ -20,7 +20,7 @@ from jaxwebrl.env.tasks.episode import OracleError, run_episode
 from jaxwebrl.env.tasks.sites import family, generate
 from jaxwebrl.env.tasks.webgym.judge import verdict_regex
 from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
-from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, difficulty_of
+from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, difficulty_of, load_task_line
 from jaxwebrl.eval import judge as rejudging
 from jaxwebrl.eval.demos import oracle_demonstrations
 from jaxwebrl.train.metrics import read_metrics
@@ -56,6 +56,11 @@ def test_sixty_webgym_tasks_over_three_difficulties_each_with_ground_truth_and_a
     assert min(difficulties.values()) >= 9 and set(difficulties) == {"easy", "medium", "hard"}
     test, train = env_specs("sites?split=test"), env_specs("sites?split=train")
     assert test and train and sorted(test + train) == sorted(specs)
+
+
+def test_the_doctor_plays_a_task_of_each_site():
+    lines = [int(spec.rpartition(":")[2]) for spec in family.SITES.doctor_specs()]
+    assert sorted(load_task_line(family.TASKS, n).domain for n in lines) == ["docs", "shop", "wiki"]
 
 
 def test_every_link_stays_inside_its_site():

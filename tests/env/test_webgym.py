@@ -11,6 +11,7 @@ from jaxwebrl.env.agent.actions import Action, parse_action
 from jaxwebrl.env.agent.prompt import summarize_action
 from jaxwebrl.env.browser.probes import serve_directory
 from jaxwebrl.env.registry import action_texts, check_env_spec, env_specs, make_env, task_horizon
+from jaxwebrl.env.tasks.webgym.judge import GroundTruthJudge, JudgeRequest
 from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, held_out, load_task_line
 from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError
 
@@ -75,7 +76,12 @@ def test_held_out_split_by_task_id_whatever_the_order(tmp_path):
     (task(evaluator_reference=[{"text": "x"}]), r"t\.jsonl:2: 'evaluator_reference'.*\{\"description\""),
     (task(difficulty="extreme"), r"t\.jsonl:2: 'difficulty'='extreme': must be one of"),
     (task(ground_truth={"answer": "x", "mode": "fuzzy"}), r"t\.jsonl:2: 'ground_truth'"),
+    (task(ground_truth={"answer": "X", "case_sensitive": True}), r"t\.jsonl:2: 'ground_truth'.*case_sensitive"),
     (task(website="ftp://x/"), r"t\.jsonl:2: 'start_url'='ftp://x/'"),
+    (task(solution=[{"click": 5}, {"answer": "4.20"}]), r"t\.jsonl:2: 'solution'.*step 0 \{'click': 5\}"),
+    (task(solution=[{"click": ["#a", "#b"]}, {"answer": "4.20"}]), r"t\.jsonl:2: 'solution'.*step 0"),
+    (task(solution=[{"type": "#q"}, {"answer": "4.20"}]), r"t\.jsonl:2: 'solution'.*step 0"),
+    (task(solution=[{"answer": 4.2}]), r"t\.jsonl:2: 'solution'.*step 0 \{'answer': 4\.2\}"),
 ])
 def test_a_bad_line_is_refused_in_one_line_naming_its_number(tmp_path, record, message):
     path = write(tmp_path / "t.jsonl", [task(task_id="fine"), record])
@@ -101,6 +107,15 @@ def test_a_rubric_alone_is_left_to_a_judge_and_refused_under_the_ground_truth_ju
         validate(config, str(tmp_path / "run"))
     config.env.judge.update(backend="chat", url="http://127.0.0.1:9/v1", model="judge")
     validate(config, str(tmp_path / "run2"))
+
+
+def test_a_blank_reference_answer_is_no_reference_answer(tmp_path):
+    """A reference answer of spaces is none (like an empty one): the task is left to a judge, never matched
+    against an empty answer."""
+    path = write(tmp_path / "t.jsonl", [task(reference_answer="   "), task(reference_answer="")])
+    for line in (1, 2):
+        assert load_task_line(path, line).reference_answer is None
+        assert check_env_spec(f"webgym:{path}:{line}").evaluator == {"type": "judge", "when": "answer"}
 
 
 def test_a_file_or_a_bad_option_is_not_one_task(tmp_path):
@@ -144,3 +159,19 @@ def test_a_constrained_policy_may_answer_each_tasks_reference_answer(tmp_path):
     texts = action_texts(env_specs(f"webgym:{path}"))
     assert texts[:100] == CLICK_GRID and texts[100:] == ('answer("4.20")', 'answer("say \\"hi\\"")')
     assert [parse_action(t).text for t in texts[100:]] == ["4.20", 'say "hi"']
+
+
+def test_a_regex_ground_truth_offers_the_answer_it_accepts_never_its_pattern(tmp_path):
+    """A constrained policy's answer must be one the task's judge accepts: the reference answer the pattern
+    matches, not the pattern itself (which the pattern rejects); with no answer to offer, clicks only."""
+    path = write(tmp_path / "t.jsonl", [
+        task(task_id="a", ground_truth={"answer": "^\\$?4\\.20$", "mode": "regex"}),
+        task(task_id="b", ground_truth={"answer": "^5\\.\\d+$", "mode": "regex"}),      # 4.20 is not a 5.xx
+        task(task_id="c", ground_truth={"answer": "4.2", "mode": "contains"})])
+    specs = env_specs(f"webgym:{path}")
+    offered = [[parse_action(t).text for t in action_texts([s]) if t.startswith("answer(")] for s in specs]
+    assert offered == [["4.20"], [], ["4.2"]]
+    judge = GroundTruthJudge()
+    for spec, answers in zip(specs, offered):
+        truth = load_task_line(path, int(spec.rpartition(":")[2])).ground_truth
+        assert all(judge.judge(JudgeRequest("t", "g", ("f",), a, ground_truth=truth)).reward == 1.0 for a in answers)

@@ -1,5 +1,8 @@
 """The evaluation report scores only played episodes: env-failed and cut ones are counted apart."""
 
+import math
+
+from jaxwebrl.eval.probe import greedy_success
 from jaxwebrl.eval.report import markdown, summarize
 from tests.buffer.factory import make_episode
 
@@ -20,3 +23,11 @@ def test_cut_and_env_failed_episodes_are_counted_not_scored():
     assert report["tasks"]["miniwob/click-test"]["cut"] == 1
     table = markdown(report)
     assert "| Env failed | Cut |" in table and table.rstrip().endswith("| 1 | 1 |")
+
+
+def test_the_greedy_check_of_only_env_failed_episodes_is_not_measured_not_a_crash():
+    """A probe round whose every episode env-failed (its judge down) scores nothing: NaN (the trainer's
+    stop_at_greedy_success reads it as not reached), never a TypeError that ends the run."""
+    failed = [_episode(s, 0.0, truncated=True, env_failed=True) for s in range(3)]
+    assert math.isnan(greedy_success(failed))
+    assert greedy_success(failed + [_episode(3, 1.0, terminated=True), _episode(4, 0.0, truncated=True)]) == 0.5

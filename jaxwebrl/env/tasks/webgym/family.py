@@ -3,7 +3,7 @@
 (its difficulty's horizon under the run's cap), rewarded by the run's
 judge (`env.py`, `judge.py`; the ground truth by default); a line that carries its `solution` has an oracle that
 plays it (`oracle.py`: the bundled sites' tasks). A constrained policy's action texts are the default click grid
-and `answer("<the task's reference answer>")`: over a run, a choice among all its tasks' answers."""
+and `answer("<the answer the task's ground truth accepts>")`: over a run, a choice among all its tasks' answers."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from jaxwebrl.env.agent.actions import Action, format_call
 from jaxwebrl.env.families import TaskFamily, register_family
 from jaxwebrl.env.tasks.webgym.oracle import plan_oracle
 from jaxwebrl.env.tasks.webgym.webgym_tasks import load_task_line, task_lines
-from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError, WebTaskSpec
+from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError, WebTaskSpec, text_matches
 
 PREFIX = "webgym:"
 _LINE = re.compile(r"(.+\.jsonl):(\d+)")
@@ -65,8 +65,15 @@ def _task_of(spec: WebTaskSpec):
 
 
 def _action_texts(spec: WebTaskSpec) -> tuple[str, ...]:
-    """The click grid and the task's own answer (a rubric alone has none a grammar could offer: clicks only)."""
-    answer = spec.evaluator.get("answer")
+    """The click grid and the answer the task's ground truth accepts: its answer, or with a regex ground truth the
+    reference answer when the pattern accepts it (a rubric alone, or a pattern without one: clicks only)."""
+    evaluator = spec.evaluator
+    answer = evaluator.get("answer")
+    if answer is not None and evaluator.get("mode") == "regex":
+        reference = _task_of(spec).reference_answer
+        accepted = reference is not None and text_matches(reference, answer, "regex",
+                                                          bool(evaluator.get("case_sensitive", False)))
+        answer = reference if accepted else None
     return CLICK_GRID + ((format_call(Action("answer", text=answer)),) if answer is not None else ())
 
 

@@ -22,9 +22,11 @@ written to disk or put in a message.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import concurrent.futures
 import dataclasses
+import http.client
 import io
 import json
 import os
@@ -41,6 +43,7 @@ from jaxwebrl.env.tasks.webtask.task_spec import text_matches
 
 MAX_SCREENSHOTS = 48          # WebGym submits at most 48 screenshots to the judge
 RETRIED_STATUS = (429, 500, 502, 503, 504)
+VERDICT_KEYS = ("blocked", "answer_supported", "facts", "reference_matched")   # a verdict's keys, all and only
 
 
 class JudgeFailure(EnvFailure):
@@ -118,7 +121,7 @@ def verdict_schema(facts: int, reference: bool, check_blocked: bool = True) -> d
     a page, where the judge's flag could only be a false alarm)."""
     blocked = {"type": "boolean"} if check_blocked else {"type": "boolean", "enum": [False]}
     return {"type": "object", "additionalProperties": False,
-            "required": ["blocked", "answer_supported", "facts", "reference_matched"],
+            "required": list(VERDICT_KEYS),
             "properties": {"blocked": blocked, "answer_supported": {"type": "boolean"},
                            "facts": {"type": "array", "items": {"type": "boolean"}, "minItems": facts,
                                      "maxItems": facts},
@@ -176,18 +179,29 @@ class ChatJudge:
 
         def attempt():
             start = time.monotonic()
+
+            def in_time():   # the socket's timeout bounds each read and write, not their sum
+                took = time.monotonic() - start
+                if took > self.timeout_s:
+                    raise AttemptFailed(f"timed out ({took:.3f} s > timeout_s)")
+
             try:
                 with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=self.timeout_s) as r:
-                    raw = json.loads(r.read())["choices"][0]["message"]["content"]
-                took = time.monotonic() - start
-                if took > self.timeout_s:   # the socket's timeout bounds each read and write, not their sum
-                    raise AttemptFailed(f"timed out ({took:.3f} s > timeout_s)")
+                    chunks = []
+                    while chunk := r.read1(1 << 16):   # an answer that trickles in is cut at timeout_s
+                        in_time()
+                        chunks.append(chunk)
+                    raw = json.loads(b"".join(chunks))["choices"][0]["message"]["content"]
+                in_time()
                 return raw, rubric_criteria(raw, request, self.model, self.check_blocked)
             except urllib.error.HTTPError as err:
                 raise AttemptFailed(f"HTTP {err.code}", retry=err.code in RETRIED_STATUS) from err
             except (TimeoutError, OSError) as err:   # URLError is an OSError; a read timeout a TimeoutError
                 reason = getattr(err, "reason", err)
                 raise AttemptFailed("timed out" if "timed out" in str(reason) else f"unreachable ({reason})") from err
+            except http.client.HTTPException as err:   # another protocol on that port, or an answer cut short
+                raise AttemptFailed(f"malformed response ({type(err).__name__}: not an HTTP answer, or one cut "
+                                    f"short)") from err
             except MalformedVerdict as err:
                 raise AttemptFailed(str(err)) from err
             except (ValueError, KeyError, IndexError, TypeError) as err:
@@ -250,9 +264,10 @@ def rubric_criteria(raw: str, request: JudgeRequest, judge_name: str,
     try:
         verdict = json.loads(raw)
         blocked, supported, facts = verdict["blocked"], verdict["answer_supported"], verdict["facts"]
-        matched = verdict.get("reference_matched")
+        matched = verdict["reference_matched"]
         matched_ok = isinstance(matched, bool) or (matched is None and not request.reference_answer)
-        ok = (isinstance(blocked, bool) and (check_blocked or not blocked) and isinstance(supported, bool)
+        ok = (set(verdict) == set(VERDICT_KEYS)
+              and isinstance(blocked, bool) and (check_blocked or not blocked) and isinstance(supported, bool)
               and isinstance(facts, list) and len(facts) == len(request.facts)
               and all(isinstance(f, bool) for f in facts) and matched_ok)
     except (ValueError, KeyError, TypeError):
@@ -297,10 +312,23 @@ JUDGE_SETTINGS = {"backend": str, "url": str, "model": str, "api_key_env": str, 
 
 
 def add_judge_flags(parser, help: str, backend_required: bool = False) -> None:
-    """`--judge.<name>` on an argparse `parser` for each of a run's env.judge settings (`judge_flags` reads them)."""
+    """`--judge.<name>` on an argparse `parser` for each of a run's env.judge settings (`judge_flags` reads them),
+    each refused as its config field (configs/base.py) refuses it: one usage line naming the fix."""
+    from configs.base import FIELDS  # deferred: the fields' checks, for the commands that take judge flags
+
+    def checked(name: str, kind):
+        def parse(text: str):
+            value = kind(text)
+            problem = FIELDS[f"env.judge.{name}"].problem(value)
+            if problem:
+                raise argparse.ArgumentTypeError(f"{text}: {problem}")
+            return value
+        parse.__name__ = kind.__name__   # argparse names the type in "invalid <type> value"
+        return parse
+
     for name, kind in JUDGE_SETTINGS.items():
-        parser.add_argument(f"--judge.{name}", type=kind, required=backend_required and name == "backend",
-                            help=f"{help}: env.judge.{name}")
+        parser.add_argument(f"--judge.{name}", type=checked(name, kind),
+                            required=backend_required and name == "backend", help=f"{help}: env.judge.{name}")
 
 
 def judge_flags(args) -> dict:

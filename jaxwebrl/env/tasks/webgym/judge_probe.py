@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from jaxwebrl.env.tasks.webgym.judge import BlockedPage, JudgeFailure, JudgeRequest, make_judge
+from jaxwebrl.env.tasks.webgym.verdicts import first_marked
 
 PROBE_ANSWER = "4.20"
 VLLM_STRUCTURED = "--structured-outputs-config '{\"backend\": \"xgrammar\", \"disable_any_whitespace\": true}'"
@@ -61,7 +62,7 @@ def failure_fix(cause: str, settings: Mapping[str, Any]) -> str:
         ("refused (", "the run's policy server refused the judge: the same jaxwebrl version and the run's own "
                       "WORKDIR/transport.token"),
     )
-    return next((fix for marker, fix in fixes if marker in cause), "see the cause")
+    return first_marked(cause, fixes, "see the cause")   # a malformed verdict's quoted words name no other cause
 
 
 def check_judge(settings: Mapping[str, Any]) -> dict:

@@ -30,9 +30,9 @@ def check_solution(solution) -> list[dict]:
     for n, step in enumerate(solution):
         ok = isinstance(step, dict) and len(step) == 1 and next(iter(step)) in STEP_KINDS
         value = next(iter(step.values())) if ok else None
-        if not ok or (isinstance(value, str) and not value) or (
-                "type" in step and not (isinstance(value, list) and len(value) == 2
-                                        and all(isinstance(v, str) and v for v in value))):
+        texts = ((value if isinstance(value, list) and len(value) == 2 else [None]) if ok and "type" in step
+                 else [value])   # the strings the step needs: a selector and a text for "type", else one
+        if not ok or not all(isinstance(v, str) and v for v in texts):
             raise ValueError(f"'solution' step {n} {step!r}: use {{\"click\": selector}}, {{\"type\": [selector, "
                              f"text]}} or {{\"answer\": text}}")
     return solution

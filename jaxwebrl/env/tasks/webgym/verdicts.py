@@ -19,7 +19,7 @@ import re
 from jaxwebrl.env.tasks.webgym.judge import JudgeRequest, Verdict
 
 JUDGE_RAW_CHARS = 2000   # the judge's raw answer kept with the episode is cut to this
-# (what the message says, the cause's name), first match wins; an HTTP error is "http_<status>"
+# (what the message says, the cause's name); an HTTP error is "http_<status>"
 _CAUSES = (("timed out", "timeout"), ("malformed", "malformed"), ("blocked page", "blocked"),
            ("unreachable", "unreachable"), ("API key is not set", "no_api_key"),
            ("needs a ground_truth", "no_ground_truth"), ("policy server error", "engine_error"),
@@ -45,8 +45,13 @@ def request_of(record: dict, screenshots: tuple = ()) -> JudgeRequest:
 
 def failure_cause(message: str) -> str:
     """The cause of a judge failure from its message: timeout, http_<status>, malformed, blocked, unreachable,
-    no_api_key, no_ground_truth, engine_error, refused (the engine judge's policy server), or other."""
+    no_api_key, no_ground_truth, engine_error, refused (the engine judge's policy server), or other. The marker
+    that comes first decides (a malformed verdict's message quotes the verdict, whose words may be any marker)."""
     http = re.search(r"\bHTTP (\d{3})\b", message)
-    if http:
-        return f"http_{http.group(1)}"
-    return next((cause for text, cause in _CAUSES if text in message), "other")
+    return first_marked(message, _CAUSES + (((http.group(0), f"http_{http.group(1)}"),) if http else ()), "other")
+
+
+def first_marked(message: str, markers, default):
+    """The value of the (marker, value) pair whose marker comes first in `message`; `default` when none is in it."""
+    found = [(message.find(marker), n) for n, (marker, _) in enumerate(markers) if marker in message]
+    return markers[min(found)[1]][1] if found else default

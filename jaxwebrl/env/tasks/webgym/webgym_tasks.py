@@ -7,9 +7,9 @@
 
 Required: `task_id`, `task_name` (the instruction), `website` (the start URL), `evaluator_reference` (the rubric: a
 non-empty list of facts, each a string or {"description": "..."}). Optional: `domain`, `subdomain`, `difficulty`,
-`reference_answer`, and `ground_truth` ({"answer": "...", "mode": "exact" | "contains" | "regex"}: the programmatic
-answer of a task whose site is known, e.g. the bundled ones) and `solution` (the plan its oracle plays,
-`oracle.py`). Fields WebGym adds later, or a user adds, are kept (`WebGymTask.extra`). A problem is one `TaskSpecError` line naming `FILE.jsonl:N`.
+`reference_answer` (a blank one is none), and `ground_truth` ({"answer": "...", "mode": "exact" | "contains" |
+"regex"}, no other key: the programmatic answer of a task whose site is known, e.g. the bundled ones) and
+`solution` (the plan its oracle plays, `oracle.py`). Fields WebGym adds later, or a user adds, are kept (`WebGymTask.extra`). A problem is one `TaskSpecError` line naming `FILE.jsonl:N`.
 
 Difficulty is the number of facts (WebGym's rule): easy 1-3, medium 4-6, hard 7+; a line's own "easy" / "medium" /
 "hard" wins. Each difficulty has its training horizon (HORIZONS: 10, 20, 30 steps).
@@ -149,10 +149,12 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
         fail("difficulty", f"must be one of {list(HORIZONS)} (or left out: the number of facts decides)")
     truth = record.get("ground_truth")
     if truth is not None:
-        if (not isinstance(truth, dict) or not isinstance(truth.get("answer"), str) or not truth["answer"].strip()
-                or truth.get("mode", "exact") not in EVALUATOR_MODES["answer_match"]):
+        if (not isinstance(truth, dict) or set(truth) - {"answer", "mode"} or not isinstance(truth.get("answer"), str)
+                or not truth["answer"].strip() or truth.get("mode", "exact") not in EVALUATOR_MODES["answer_match"]):
             fail("ground_truth", f"must be {{\"answer\": \"...\", \"mode\": "
                                  f"{' | '.join(EVALUATOR_MODES['answer_match'])}}}")
+    reference = record.get("reference_answer")
+    reference = reference if reference and reference.strip() else None   # a blank one is none
     if "solution" in record:
         try:
             check_solution(record["solution"])
@@ -160,7 +162,7 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
             fail("solution", str(err))
     task = WebGymTask(task_id=record["task_id"], task_name=record["task_name"], website=record["website"],
                       facts=tuple(facts), difficulty=difficulty, domain=record.get("domain"),
-                      subdomain=record.get("subdomain"), reference_answer=record.get("reference_answer"),
+                      subdomain=record.get("subdomain"), reference_answer=reference,
                       ground_truth=truth, extra={k: v for k, v in record.items() if k not in KNOWN_FIELDS},
                       source=source)
     try:
