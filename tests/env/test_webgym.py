@@ -118,6 +118,12 @@ def test_a_blank_reference_answer_is_no_reference_answer(tmp_path):
         assert check_env_spec(f"webgym:{path}:{line}").evaluator == {"type": "judge", "when": "answer"}
 
 
+def test_a_task_id_used_twice_in_a_file_is_refused_naming_both_lines(tmp_path):
+    path = write(tmp_path / "t.jsonl", [task(task_id="a"), task(task_id="b"), task(task_id="a")])
+    with pytest.raises(TaskSpecError, match=r"t.jsonl:3: task_id 'a' is line 1's too"):
+        env_specs(f"webgym:{path}")
+
+
 def test_a_file_or_a_bad_option_is_not_one_task(tmp_path):
     path = write(tmp_path / "t.jsonl", [task()])
     with pytest.raises(TaskSpecError, match="one task per line"):

@@ -7,11 +7,11 @@ the sites' folder and the request guard refuses everything else, so no request l
     wiki/   an encyclopedia of 20 fictional towns (founded, population, river), cross-linked by "See also"
     docs/   a documentation site of 16 options (default, related option) with a search box
 
-and `tasks.jsonl`: 63 tasks in WebGym's own format (task_name, website, domain, subdomain, difficulty,
-evaluator_reference, reference_answer, task_id) over easy / medium / hard, each also carrying its programmatic
+and `tasks.jsonl`: 63 tasks in WebGym's own format (task_name, website, domain, subdomain, evaluator_reference,
+reference_answer, task_id) over easy / medium / hard, each also carrying its programmatic
 `ground_truth` (the answer) and a `solution` (the oracle's plan: clicks and typing on CSS selectors, then the
 answer; `jaxwebrl.env.tasks.webgym.oracle`). The facts of a task are one per page it must reach plus the answer,
-so WebGym's rule (easy 1-3 facts, medium 4-6, hard 7+) gives its difficulty. The output is a function of SEED
+so WebGym's rule (easy 1-3 facts, medium 4-6, hard 7+) gives its difficulty (no record states one). The output is a function of SEED
 only: tests/env/test_sites.py regenerates it and compares.
 """
 

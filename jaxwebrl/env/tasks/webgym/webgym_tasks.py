@@ -95,11 +95,19 @@ def difficulty_of(facts: int) -> str:
 
 
 def task_lines(path: str, split: str | None = None) -> list[int]:
-    """The numbers of the task lines of a WebGym file (non-blank), only those of `split` when given."""
+    """The numbers of the task lines of a WebGym file (non-blank), only those of `split` when given.
+
+    Every line is validated, and a `task_id` used twice is refused: the report's rows and the held-out split key on it.
+    """
     if split is not None and split not in SPLITS:
         raise TaskSpecError(f"webgym task file {path}: split={split!r}: use one of {list(SPLITS)}")
-    numbers = spec_lines(path)
-    return numbers if split is None else [n for n in numbers if load_task_line(path, n).split == split]
+    tasks = {n: load_task_line(path, n) for n in spec_lines(path)}
+    first_line: dict[str, int] = {}
+    for number, task in tasks.items():
+        if first_line.setdefault(task.task_id, number) != number:
+            raise TaskSpecError(f"webgym task {path}:{number}: task_id {task.task_id!r} is line "
+                                f"{first_line[task.task_id]}'s too: give each task its own id")
+    return [n for n, task in tasks.items() if split is None or task.split == split]
 
 
 def load_task_line(path: str, number: int) -> WebGymTask:
