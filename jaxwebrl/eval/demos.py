@@ -8,7 +8,9 @@ Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (shor
 `click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. With a
 free memory grammar (`memory=`, env.memory "free") the oracle writes the memory it keeps, `{"done": "<n>"}`
 after its n-th action (the progress a recall page does not show), and the agent's next prompt carries it, as a
-rollout worker's does. Only episodes the oracle wins are kept. Each task's oracle is its family's
+rollout worker's does. Only episodes the oracle wins are kept; an episode whose environment fails (`EnvFailure`: a
+crashed browser, a judge that timed out) is neither won nor lost: it is dropped with a count, the env rebuilt, and a
+task whose every episode failed so raises its last failure. Each task's oracle is its family's
 (`jaxwebrl.env.registry.task_oracle`; a spec without one is refused): the chain family's reads only the goal and
 the screenshots (plus, in its recall variant, its own press count); MiniWoB++ tasks have one where
 `jaxwebrl.env.tasks.miniwob.oracles.oracle_tasks()` lists them.
@@ -21,6 +23,7 @@ dropped like any other).
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable
 
 import numpy as np
@@ -28,7 +31,10 @@ import numpy as np
 from jaxwebrl.env.agent import action_space
 from jaxwebrl.env.agent.actions import Action, format_action, format_call, parse_action
 from jaxwebrl.env.agent.prompt import PromptConfig, StepRecord, build_prompt, summarize_action
+from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import make_env, task_oracle
+
+log = logging.getLogger(__name__)
 
 
 def response_text(action: Action, action_style: str, memory: dict | None = None) -> str:
@@ -99,15 +105,28 @@ def oracle_demonstrations(tasks: Iterable[str], seeds: Iterable[int], *, prompt:
                           memory: action_space.MemoryGrammar | None = None) -> list[dict]:
     """Steps of the oracle's winning episodes on every (task, seed); see the module docstring."""
     prompt = prompt or PromptConfig()
+    seeds = list(seeds)
     out: list[dict] = []
     for task in tasks:
         oracle = task_oracle(task)
         env = make_env(task, **(env_options or {}))
+        failures: list[EnvFailure] = []
         try:
             for seed in seeds:
-                steps, reward = play_demonstration(env, oracle, int(seed), prompt, action_texts, memory)
+                try:
+                    steps, reward = play_demonstration(env, oracle, int(seed), prompt, action_texts, memory)
+                except EnvFailure as err:   # not the oracle's loss: drop the episode, start a fresh env
+                    failures.append(err)
+                    env.close()
+                    env = make_env(task, **(env_options or {}))
+                    continue
                 if reward > 0:
                     out.extend(steps)
         finally:
             env.close()
+        if failures and len(failures) == len(seeds):
+            raise failures[-1]
+        if failures:
+            log.warning("%s: %d of %d demonstration episodes dropped, their environment failed (last: %s)",
+                        task, len(failures), len(seeds), failures[-1])
     return out

@@ -26,6 +26,36 @@ def test_toy_demonstrations_are_the_oracle_path_in_worker_prompts():
     assert last[-1]["text"].startswith("Step 3 of at most 3.") and len(demos[2]["images"]) == 1
 
 
+def test_an_episode_whose_env_fails_is_dropped_not_lost_and_a_task_that_always_fails_raises(monkeypatch):
+    import jaxwebrl.eval.demos as demos_module
+    from jaxwebrl.env.base import EnvFailure
+
+    made = []
+
+    def failing_on(bad_seeds):
+        def make_env(task, **options):
+            env = real_make_env(task, **options)
+            real_reset = env.reset
+
+            def reset(seed):
+                if seed in bad_seeds:
+                    raise EnvFailure(f"judge timed out on seed {seed}")
+                return real_reset(seed)
+            env.reset = reset
+            made.append(env)
+            return env
+        return make_env
+
+    real_make_env = demos_module.make_env
+    options = {"screenshot_size": (64, 64)}
+    monkeypatch.setattr(demos_module, "make_env", failing_on({1}))
+    demos = oracle_demonstrations(["toy"], range(4), prompt=SHORT, env_options=options)
+    assert sorted({d["seed"] for d in demos}) == [0, 2, 3] and len(made) == 2   # seed 1 dropped, the env rebuilt
+    monkeypatch.setattr(demos_module, "make_env", failing_on({0, 1}))
+    with pytest.raises(EnvFailure, match="seed 1"):
+        oracle_demonstrations(["toy"], range(2), prompt=SHORT, env_options=options)
+
+
 def test_call_text_parses_back():
     for text in ["click(12, 900)", 'type(text="a \\"b\\"")', 'key("Enter")']:
         action = parse_action(text)
