@@ -54,7 +54,7 @@ MUTATIONS = (
              "elif staleness(episode, current_version) > self.max_head_offpolicyness:", "elif False:",
              "tests/train/test_gatherer.py::test_groups_filtered_and_batched_whole"),
     Mutation("buffer rows' checksum not checked", "jaxwebrl/buffer/integrity.py",
-             'if not np.array_equal(row_checksums(rows), rows["checksum"]):', "if False:",
+             'if not np.array_equal(row_checksums(rows, config), rows["checksum"]):', "if False:",
              "tests/buffer/test_integrity.py::test_one_flipped_byte_in_a_row_with_its_stamp_intact_is_corrupt"),
     Mutation("decoded tokens stamped with version 0", "jaxwebrl/models/sampler.py",
              "versions=put(state.versions, jnp.where(live, version, -1)),",

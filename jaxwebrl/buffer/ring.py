@@ -359,7 +359,7 @@ class RingBuffer:
             raw = flat[a:b]
             rows = None if any(r is None for r in raw) else np.stack(raw).view(self._row_dtype)[:, 0]
             expected = int(rec["first_step"]) + np.arange(int(rec["num_steps"]), dtype=np.int64)
-            out.append((rows, integrity.rows_status(rows, expected, C, self.config.checksums)))
+            out.append((rows, integrity.rows_status(rows, expected, self.config)))
         return out
 
     def _load(self, records: list, stats: collections.Counter) -> list:
