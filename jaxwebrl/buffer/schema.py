@@ -40,6 +40,7 @@ FORMAT_NAME = "jaxwebrl.buffer"
 FORMAT_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)  # 1: no record checksums; 2: block sums; 3: CRC-32
 META_KEY = "buffer.json"
+CREATING_KEY = "creating.json"  # written first by `create`, removed after META_KEY: a creation that did not finish
 TRAINER_LOCK_KEY = "trainer.lock"  # the owning training run's flock (owner.py); not buffer data
 SHOT_MAGIC = 0x6A57524C53484F54  # "jWRLSHOT": format 1 screenshot header
 SHOT_MAGIC_HIGH = SHOT_MAGIC >> 32  # "jWRL": format 2 keeps these 32 bits and puts the checksum in the low ones
@@ -136,7 +137,8 @@ class BufferConfig:
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise BufferFormatError(
                 f"{where}/{META_KEY} is not valid JSON ({e}); the buffer metadata is corrupt. "
-                f"Restore it or recreate the buffer with RingBuffer.create(..., overwrite=True).") from None
+                f"Restore it, or start the run on a new buffer (--config.buffer.path; RingBuffer.create(..., "
+                f"overwrite=True) erases this one).") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
             raise BufferFormatError(
                 f"{where}/{META_KEY} does not describe a {FORMAT_NAME} ring buffer "
