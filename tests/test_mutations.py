@@ -56,6 +56,13 @@ MUTATIONS = (
     Mutation("buffer rows' checksum not checked", "jaxwebrl/buffer/integrity.py",
              'if not np.array_equal(row_checksums(rows, config), rows["checksum"]):', "if False:",
              "tests/buffer/test_integrity.py::test_one_flipped_byte_in_a_row_with_its_stamp_intact_is_corrupt"),
+    Mutation("checkpoint leaf digests not checked at restore", "jaxwebrl/checkpoint/layout.py",
+             "    if DIGESTS_ITEM in restored.keys():", "    if False:",
+             "tests/train/test_checkpoint_faults.py::"
+             "test_a_bit_flip_inside_a_saved_array_makes_resume_fall_back_naming_the_leaf"),
+    Mutation("an unfinished buffer creation is recognised by its marker alone", "jaxwebrl/buffer/ring.py",
+             "return CREATING_KEY in names and names <= CREATION_KEYS", "return CREATING_KEY in names",
+             "tests/buffer/test_from_config.py::test_a_buffer_with_committed_episodes_is_never_created_again"),
     Mutation("decoded tokens stamped with version 0", "jaxwebrl/models/sampler.py",
              "versions=put(state.versions, jnp.where(live, version, -1)),",
              "versions=put(state.versions, jnp.where(live, 0, -1)),",
