@@ -22,8 +22,9 @@ the low 32 bits of the header's magic, over stamp + pixels), so a reader tells a
 (valid checksum, newer stamp of the same slot) from one damaged on disk. The checksum is the format's:
 - format 3: CRC-32 (`crc32_checksum`): catches every 1- and 2-bit error and every burst of up to 32 bits in a record;
 - format 2: a sum of 64-bit words per 4 KiB block (`block_sum_checksum`), which misses a bit set in one word and the
-  same bit cleared in another word of the block. Format-2 buffers are still read, and written, with it: a resumed
-  run keeps its buffer (the old check still catches random bytes, truncation and single flips);
+  same bit cleared in another word of the block, and a single flip of a word's top two bits in every other block.
+  Format-2 buffers are still read, and written, with it: a resumed run keeps its buffer (the old check still
+  catches random bytes, truncation and most single flips);
 - format 1: none; records are only stamp-checked.
 New buffers are format 3.
 """
@@ -43,7 +44,7 @@ META_KEY = "buffer.json"
 CREATING_KEY = "creating.json"  # written first by `create`, removed after META_KEY: a creation that did not finish
 TRAINER_LOCK_KEY = "trainer.lock"  # the owning training run's flock (owner.py); not buffer data
 SHOT_MAGIC = 0x6A57524C53484F54  # "jWRLSHOT": format 1 screenshot header
-SHOT_MAGIC_HIGH = SHOT_MAGIC >> 32  # "jWRL": format 2 keeps these 32 bits and puts the checksum in the low ones
+SHOT_MAGIC_HIGH = SHOT_MAGIC >> 32  # "jWRL": formats 2 and 3 keep these 32 bits, the checksum in the low ones
 CHECKSUM_BLOCK_WORDS = 512          # 4 KiB: format 2's checksum weights each block's word sum by its position
 _GOLDEN = 0x9E3779B97F4A7C15
 INT32_MAX = 2**31 - 1
@@ -200,7 +201,8 @@ def block_sum_checksum(data) -> int:
 
     The 64-bit words are summed per 4 KiB block; the block sums are added plain and weighted by block position, mixed
     with the bytes past the last whole word and the length, and folded to 32 bits. A sum, so it misses a bit set in
-    one word and the same bit cleared in another word of the same block (format 3's CRC-32 does not).
+    one word and the same bit cleared in another word of the same block, and (the plain and weighted sums cancel
+    there) a single flip of bit 62 or 63 of a word in an odd-numbered block; format 3's CRC-32 misses neither.
     """
     raw = np.frombuffer(memoryview(data).cast("B"), np.uint8)
     n = raw.size // 8

@@ -3,8 +3,9 @@
 Layout (`layout.py`): `WORKDIR/checkpoints/<step>/{state, meta, digests}`. `state` is a pytree (params, opt_state,
 rng key data); `meta` is JSON: step, policy version, buffer cursor and whatever the trainer needs to continue exactly
 where it stopped (no pickle); `digests` is JSON: each leaf's CRC-32 (`digests.py`; Orbax checksums no array data),
-written with the step (Orbax commits a step's items together) by process 0 over the shards it holds. Retention keeps the last `keep` steps plus the best one by `best_metric`; saves are
-asynchronous (the trainer keeps training while the previous step is written).
+written with the step (Orbax commits a step's items together) by process 0 over the shards it holds. Retention
+keeps the last `keep` steps plus the best one by `best_metric`; saves are asynchronous (the trainer keeps training
+while the previous step is written).
 
 Failures are one line (`CheckpointError`) and never cost an older checkpoint:
 - resume restores the newest checkpoint that reads back and matches its digests; a newer unreadable one is moved to

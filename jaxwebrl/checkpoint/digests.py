@@ -8,7 +8,8 @@ A digest is the CRC-32 (zlib) of each leaf's shards that this process holds (rep
 path and the shard's global index, so it needs no gather: on the CPU backend the shard is hashed in place; on an
 accelerator `np.asarray` copies it to the host once. A restore into another sharding (another mesh) finds other
 shard indices: where this process holds the whole leaf, the saved slices are cut from it and checked; elsewhere
-those shards are not checked (nothing is claimed about them), never reported as damaged.
+those shards are not checked (nothing is claimed about them), never reported as damaged. Nor is a leaf restored in
+another dtype (the restore casts, e.g. float32 params read into a bfloat16 policy): its bytes are not the saved ones.
 """
 
 from __future__ import annotations
@@ -51,10 +52,16 @@ def _index_slices(key: str) -> tuple:
 
 
 def leaf_digests(tree) -> dict:
-    """{"algorithm": "crc32", "leaves": {leaf path: {shard index: crc}}} of every leaf of `tree`."""
+    """{"algorithm": "crc32", "leaves": {leaf path: {"dtype": name, "shards": {shard index: crc}}}} of every leaf of
+    `tree`."""
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     return {"algorithm": DIGEST_ALGORITHM,
-            "leaves": {jax.tree_util.keystr(path): _shard_digests(leaf) for path, leaf in leaves}}
+            "leaves": {jax.tree_util.keystr(path): {"dtype": _dtype(leaf), "shards": _shard_digests(leaf)}
+                       for path, leaf in leaves}}
+
+
+def _dtype(leaf) -> str:
+    return str(leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype)
 
 
 def check_digests(tree, digests: dict) -> None:
@@ -64,13 +71,17 @@ def check_digests(tree, digests: dict) -> None:
         saved = digests["leaves"]
         if digests["algorithm"] != DIGEST_ALGORITHM or not isinstance(saved, dict):
             raise TypeError(f"algorithm {digests['algorithm']!r}")
+        if not all(isinstance(leaf, dict) and {"dtype", "shards"} <= leaf.keys() for leaf in saved.values()):
+            raise TypeError("a leaf without its dtype and shards")
     except (KeyError, TypeError) as err:
         raise DigestMismatch(f"its leaf digests are malformed ({err})") from None
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         name = jax.tree_util.keystr(path)
+        if name not in saved or saved[name]["dtype"] != _dtype(leaf):   # not saved, or cast by the restore
+            continue
         held = _shard_digests(leaf)
         whole = not isinstance(leaf, jax.Array) or leaf.is_fully_addressable
-        for index, saved_crc in saved.get(name, {}).items():
+        for index, saved_crc in saved[name]["shards"].items():
             crc = held.get(index)
             if crc is None and whole:   # restored in another sharding: cut the saved slice from the whole leaf
                 crc = _crc32(np.asarray(leaf)[_index_slices(index)])
