@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.buffer.schema import BufferFormatError
 
 
 def path_for(config, workdir: str) -> str:
@@ -28,13 +29,19 @@ def shapes(config) -> dict:
 
 
 def open_or_create(config, workdir: str, vocab_size: int = 0) -> RingBuffer:
-    """Open the run's buffer when it exists, else create it with `buffer.capacity_steps`; `vocab_size` (the
-    policy's) makes every writer refuse token ids outside the vocabulary."""
+    """Open the run's buffer when it exists, else create it with `buffer.capacity_steps` (again, when a first start
+    was killed while creating it); `vocab_size` (the policy's) makes every writer refuse token ids outside the
+    vocabulary. BufferFormatError (one line) when the location holds other data, which is left as it is."""
     path = path_for(config, workdir)
     if RingBuffer.exists(path):   # any location: a plain path, file://, gs:// (a resumed run reopens its buffer)
         return RingBuffer.open(path)
-    return RingBuffer.create(path, capacity_steps=config.buffer.capacity_steps, vocab_size=vocab_size,
-                             **shapes(config))
+    try:
+        return RingBuffer.create(path, capacity_steps=config.buffer.capacity_steps, vocab_size=vocab_size,
+                                 **shapes(config))
+    except FileExistsError:
+        raise BufferFormatError(f"{path} holds data but no ring buffer metadata (buffer.json: another program's "
+                                f"files, or a buffer whose metadata was lost); it is left as it is: move it away, or "
+                                f"set --config.buffer.path to an empty location") from None
 
 
 def create_sized(config, path: str, episodes: int, horizon: int | None = None) -> RingBuffer:

@@ -99,6 +99,7 @@ def summarize(buf: RingBuffer, *, verify: bool = True) -> dict:
         "writers": len(leases),
         "damaged_commit_records": sum(r is DAMAGED for r in slots),   # their episodes are lost
         "checksums": cfg.checksums,
+        "format_version": cfg.format_version,
         "vocab_size": cfg.vocab_size or None,
     }
     if corrupt is not None:

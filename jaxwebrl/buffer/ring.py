@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import logging
 import time
 
@@ -22,10 +23,11 @@ import numpy as np
 import tensorstore as ts
 
 from jaxwebrl.buffer import integrity, storage
-from jaxwebrl.buffer.commit import DAMAGED, CommitLog, Lease, Reservations, read_lease, writer_alive
+from jaxwebrl.buffer.commit import DAMAGED, RESERVE_KEY, CommitLog, Lease, Reservations, read_lease, writer_alive
 from jaxwebrl.buffer.episode import Episode, EpisodeError
 from jaxwebrl.buffer.rows import from_rows, to_rows
-from jaxwebrl.buffer.schema import META_KEY, TRAINER_LOCK_KEY, BufferConfig, BufferFormatError, row_dtype, shot_dtype
+from jaxwebrl.buffer.schema import (CREATING_KEY, FORMAT_NAME, META_KEY, TRAINER_LOCK_KEY, BufferConfig,
+                                    BufferFormatError, row_dtype, shot_dtype)
 from jaxwebrl.buffer.screenshots import ScreenshotStore, dedup_images
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,18 @@ def _data_keys(kv: ts.KvStore) -> list[bytes]:
     return [key for key in kv.list().result() if key != TRAINER_LOCK_KEY.encode()]
 
 
+# What `create` writes before its metadata, in order (CREATING_KEY first): a location that holds its marker and
+# nothing else is a creation that did not finish, in which no episode was ever committed (none can be before the
+# metadata exists)
+CREATION_KEYS = frozenset({CREATING_KEY, "rows/zarr.json", "screenshots/zarr.json", RESERVE_KEY})
+
+
+def _unfinished_creation(keys: list[bytes]) -> bool:
+    """Whether the keys (without the metadata) are only what a `create` killed halfway leaves, its marker among them."""
+    names = {key.decode(errors="replace") for key in keys}
+    return CREATING_KEY in names and names <= CREATION_KEYS
+
+
 class RingBuffer:
     """A TensorStore ring buffer of episodes; one instance per process (writers and readers alike)."""
 
@@ -119,7 +133,8 @@ class RingBuffer:
 
         capacity_screenshots defaults to capacity_steps; vocab_size (the policy's) makes `append` refuse token
         ids outside the vocabulary; see BufferConfig for the other fields.
-        Refuses a location that already holds data unless overwrite=True (which erases it).
+        Refuses a location that already holds data unless overwrite=True (which erases it); what a creation killed
+        halfway left (its marker, no metadata, no episode) is erased and created again, with a log line.
         """
         config = BufferConfig(capacity_steps=capacity_steps, max_seq_len=max_seq_len,
                               screenshot_shape=tuple(screenshot_shape),
@@ -130,15 +145,20 @@ class RingBuffer:
         kv = storage.open_kvstore(spec, fsync)
         existing = _data_keys(kv)
         if existing and not overwrite:
-            what = "a jaxwebrl buffer" if META_KEY.encode() in existing else f"{len(existing)} other keys"
-            raise FileExistsError(f"{storage.describe(spec)} already holds {what}; open it with RingBuffer.open, "
-                                  f"pick an empty location, or pass overwrite=True to erase it")
+            if not _unfinished_creation(existing):
+                what = "a jaxwebrl buffer" if META_KEY.encode() in existing else f"{len(existing)} other keys"
+                raise FileExistsError(f"{storage.describe(spec)} already holds {what}; open it with RingBuffer.open, "
+                                      f"pick an empty location, or pass overwrite=True to erase it")
+            log.warning("ring buffer %s: its creation did not finish (%d keys, no metadata, no episode): created "
+                        "again", storage.describe(spec), len(existing))
         if existing:   # everything but the owner's lock (deleting a held lock file would let a second owner in)
             kv.delete_range(ts.KvStore.KeyRange(exclusive_max=TRAINER_LOCK_KEY)).result()
             kv.delete_range(ts.KvStore.KeyRange(inclusive_min=TRAINER_LOCK_KEY + "\0")).result()
+        kv.write(CREATING_KEY, json.dumps({"format": FORMAT_NAME}).encode()).result()   # first
         buf = cls(spec, config, kv, create=True)
         buf.reservations.initialise()
         kv.write(META_KEY, config.to_json().encode()).result()  # last: a half-made buffer is not openable
+        kv.write(CREATING_KEY, None).result()   # None: delete
         return buf
 
     @classmethod
@@ -156,6 +176,10 @@ class RingBuffer:
         meta = kv.read(META_KEY).result()
         if meta.state != "value":
             keys = _data_keys(kv)
+            if _unfinished_creation(keys):
+                raise BufferFormatError(f"the ring buffer at {where} was never finished (its creation was "
+                                        f"interrupted; no episode is in it): the next start of its training run "
+                                        f"creates it again")
             if keys:
                 raise BufferFormatError(f"{where} is not a jaxwebrl ring buffer: it has {len(keys)} keys but no "
                                         f"{META_KEY}; point at a directory made by RingBuffer.create")
@@ -359,7 +383,7 @@ class RingBuffer:
             raw = flat[a:b]
             rows = None if any(r is None for r in raw) else np.stack(raw).view(self._row_dtype)[:, 0]
             expected = int(rec["first_step"]) + np.arange(int(rec["num_steps"]), dtype=np.int64)
-            out.append((rows, integrity.rows_status(rows, expected, C, self.config.checksums)))
+            out.append((rows, integrity.rows_status(rows, expected, self.config)))
         return out
 
     def _load(self, records: list, stats: collections.Counter) -> list:

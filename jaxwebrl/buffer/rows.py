@@ -47,7 +47,7 @@ def to_rows(ep: Episode, config: BufferConfig, first_seq: int, global_refs: np.n
             rows[key][j, :L] = getattr(step, key)
         rows["versions"][j, L:] = -1
     if config.checksums:
-        rows["checksum"] = row_checksums(rows)
+        rows["checksum"] = row_checksums(rows, config)
     return rows.view(np.uint8).reshape(S, rows.dtype.itemsize)
 
 

@@ -94,7 +94,7 @@ class ScreenshotStore:
         index = np.arange(len(refs)) if index is None else np.asarray(index)
         for ref, i in zip(refs, index):
             pixels = np.ascontiguousarray(images[i])
-            magic = shot_magic(int(ref), pixels) if self.config.checksums else SHOT_MAGIC
+            magic = shot_magic(int(ref), pixels, self.config) if self.config.checksums else SHOT_MAGIC
             header = np.array([ref, magic], "<i8")  # stamp, magic (< 2**63)
             self._array.write(int(ref) % self.capacity, [header, pixels])
 
@@ -150,7 +150,7 @@ class ScreenshotStore:
             slot = int(ref) % self.capacity
             whole = self._array.read_into(slot, [header, out[i]])
             stamp, magic = int(header[0]), int(header[1])
-            status = integrity.shot_status(int(ref), stamp, magic, out[i], self.capacity, self.config.checksums)
+            status = integrity.shot_status(int(ref), stamp, magic, out[i], self.config)
             if not whole or status == integrity.CORRUPT:
                 raise ScreenshotCorrupt(
                     f"screenshot ref {ref} is corrupt: the chunk of slot {slot} is "

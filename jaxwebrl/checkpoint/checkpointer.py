@@ -1,12 +1,14 @@
 """Orbax checkpoints of a training run: params, optimizer state, RNG and a JSON record of progress.
 
-Layout (`layout.py`): `WORKDIR/checkpoints/<step>/{state, meta}`. `state` is a pytree (params, opt_state, rng key
-data); `meta` is JSON: step, policy version, buffer cursor and whatever the trainer needs to continue exactly where
-it stopped (no pickle). Retention keeps the last `keep` steps plus the best one by `best_metric`; saves are
-asynchronous (the trainer keeps training while the previous step is written).
+Layout (`layout.py`): `WORKDIR/checkpoints/<step>/{state, meta, digests}`. `state` is a pytree (params, opt_state,
+rng key data); `meta` is JSON: step, policy version, buffer cursor and whatever the trainer needs to continue exactly
+where it stopped (no pickle); `digests` is JSON: each leaf's CRC-32 (`digests.py`; Orbax checksums no array data),
+written with the step (Orbax commits a step's items together) by process 0 over the shards it holds. Retention
+keeps the last `keep` steps plus the best one by `best_metric`; saves are asynchronous (the trainer keeps training
+while the previous step is written).
 
 Failures are one line (`CheckpointError`) and never cost an older checkpoint:
-- resume restores the newest checkpoint that reads back; a newer unreadable one is moved to
+- resume restores the newest checkpoint that reads back and matches its digests; a newer unreadable one is moved to
   `checkpoints/unreadable/<step>` (kept for a post-mortem) with a log line naming it;
 - a save that cannot be written (disk full, read-only) names its step: refused before writing when the disk
   has less room than the previous checkpoint took, or reported by `check()` (called every train step) once the
@@ -28,7 +30,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from jaxwebrl.checkpoint.layout import ITEMS, state_tree
+from jaxwebrl.checkpoint.digests import leaf_digests
+from jaxwebrl.checkpoint.layout import ITEMS, check_restored, digest_items, state_tree
 from jaxwebrl.errors import CheckpointError, one_line
 
 log = logging.getLogger(__name__)
@@ -105,11 +108,12 @@ class Checkpointer:
         best = None
         if metrics is not None and self.best_metric in metrics and np.isfinite(metrics[self.best_metric]):
             best = {self.best_metric: float(metrics[self.best_metric])}
+        digests = leaf_digests(state if jax.process_index() == 0 else {})   # only process 0 writes JSON items
         self._saving = int(step)
         try:
             self._manager.save(step, args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave({**meta, "step": int(step)})),
-                metrics=best, force=True)
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave({**meta, "step": int(step)}),
+                digests=ocp.args.JsonSave(digests)), metrics=best, force=True)
         except Exception as err:  # noqa: BLE001 - any write failure becomes one CheckpointError line
             raise self._failed(step, err) from None
         if not self._options["async_save"]:
@@ -173,14 +177,17 @@ class Checkpointer:
         """Restore step `step` (default: latest) into the structure, dtypes and shardings of the given pytrees.
 
         Returns `(params, opt_state, rng, meta)`, and the critic's state fifth when a `critic` template is given;
-        `rng` comes back as a typed key like the one passed in.
+        `rng` comes back as a typed key like the one passed in. DigestMismatch (naming the leaf) when an array
+        differs from what was saved (a step saved with digests; one saved before they existed is not checked).
         """
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint under {self.directory}: nothing to restore")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_tree(params, opt_state, rng, critic))
         out = self._manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore(),
+            **digest_items(os.path.join(self.directory, str(step)))))
+        check_restored(out)
         state = out["state"]
         restored_rng = jax.random.wrap_key_data(state["rng"], impl=jax.random.key_impl(rng))
         restored = (state["params"], state["opt_state"], restored_rng, dict(out["meta"]))

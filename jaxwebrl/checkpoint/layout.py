@@ -6,6 +6,8 @@ A training checkpoint (written by `Checkpointer`, a run's `WORKDIR/checkpoints/`
                            model's {"params", "opt_state"}) in a critic PPO run; a run without a critic reads
                            checkpoints without one, as before
     <dir>/<step>/meta      JSON: step, policy_version, buffer_cursor, consumed_episode_ids (no pickle)
+    <dir>/<step>/digests   JSON: the CRC-32 of every leaf of `state` (digests.py), checked at restore; a step
+                           saved before it existed has none and restores unchecked
 
 A standalone params checkpoint (written by `save_params`: launch/sft.py, launch/export.py --params_out):
 
@@ -28,11 +30,13 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from jaxwebrl.checkpoint.digests import check_digests
 from jaxwebrl.errors import one_line
 
 log = logging.getLogger(__name__)
 
-ITEMS = ("state", "meta")               # the items of every training checkpoint step
+DIGESTS_ITEM = "digests"
+ITEMS = ("state", "meta", DIGESTS_ITEM)  # the items of a training checkpoint step (digests: since they exist)
 PARAMS_INFO = "jaxwebrl_params.json"    # provenance file inside a standalone params checkpoint
 PARAMS_DIR = "params"
 
@@ -44,6 +48,18 @@ def state_tree(params, opt_state, rng: jax.Array, critic=None) -> dict:
     if critic is not None:
         tree["critic"] = critic
     return tree
+
+
+def digest_items(step_dir: str) -> dict:
+    """The Composite restore args that read a step's digests ({} for a step saved before they existed)."""
+    return {DIGESTS_ITEM: ocp.args.JsonRestore()} if os.path.isdir(os.path.join(step_dir, DIGESTS_ITEM)) else {}
+
+
+def check_restored(restored) -> None:
+    """DigestMismatch (naming the leaf) when a restored step's `state` (whole or partial) differs from the digests
+    it was saved with; nothing to check when `digest_items` read none."""
+    if DIGESTS_ITEM in restored.keys():
+        check_digests(restored["state"], restored[DIGESTS_ITEM])
 
 
 def checkpoint_steps(checkpoint_dir: str) -> list[int]:
@@ -107,7 +123,8 @@ def _restore_step_params(checkpoint_dir: str, step: int, template):
             state=ocp.args.PyTreeRestore(item=abstract,
                                          restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
                                          partial_restore=True),
-            meta=ocp.args.JsonRestore()))
+            meta=ocp.args.JsonRestore(), **digest_items(step_dir)))
+        check_restored(out)
     except Exception as err:  # noqa: BLE001 - structure and shapes matched: what fails now is damage on disk
         raise _Unreadable(f"step {step} is unreadable ({one_line(err, 160)})") from None
     finally:

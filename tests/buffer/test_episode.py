@@ -110,7 +110,7 @@ def test_rows_that_disagree_on_the_reward_are_counted_corrupt(tmp_path, caplog):
     (rows, _), = buf.load_rows([rec])
     rows = rows.copy()
     rows["reward"][1] += 1
-    rows["checksum"] = row_checksums(rows)
+    rows["checksum"] = row_checksums(rows, buf.config)
     with pytest.raises(EpisodeError, match="different rewards"):
         from_rows(rows, rec)
     buf._rows.array[1].write(rows[1:2].view(np.uint8)).result()

@@ -126,27 +126,35 @@ def test_random_bytes_over_a_screenshot_raise_corrupt_and_inspect_reports_it(tmp
     assert summary["committed_episodes"] == 0 and summary["corrupt_episodes"] == 1
 
 
-def test_format_1_buffers_still_read(tmp_path):
-    """A buffer as format 1 wrote it (no checksum field in the rows, no vocab_size) opens, appends and reads."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_format_buffers_still_read_and_write_with_their_own_check(tmp_path, version):
+    """A buffer as format 1 (no checksum field in the rows, no vocab_size) or format 2 (block-sum checksums) wrote it
+    opens, appends in its own format and reads: a resumed run keeps its buffer."""
     from jaxwebrl.buffer import storage
-    from jaxwebrl.buffer.schema import BufferConfig
+    from jaxwebrl.buffer.schema import BufferConfig, block_sum_checksum
 
     path = tmp_path / "buf"
     config = BufferConfig(capacity_steps=64, max_seq_len=48, screenshot_shape=SHAPE, capacity_screenshots=64,
-                          max_images_per_step=2, checksums=False)
+                          max_images_per_step=2, format_version=version)
     spec = storage.kvstore_spec(path)
     RingBuffer(spec, config, storage.open_kvstore(spec, False), create=True).reservations.initialise()
     meta = json.loads(config.to_json())
-    meta["format_version"] = 1
-    del meta["config"]["checksums"], meta["config"]["vocab_size"]
+    assert meta["format_version"] == version and meta["config"].get("checksums", False) == (version == 2)
+    if version == 1:
+        del meta["config"]["vocab_size"]
     (path / "buffer.json").write_text(json.dumps(meta))
     old = RingBuffer.open(path)
-    assert not old.config.checksums
+    assert old.config.format_version == version and old.config.checksums == (version == 2)
     sent = make_episode(5, num_steps=3)
     old.append(sent)
     got = RingBuffer.open(path).read().episodes
     assert len(got) == 1
     assert_same_episode(got[0], sent, old.screenshots)
+    if version == 2:   # the rows carry format 2's checksum, as every reader of that buffer expects
+        row = np.frombuffer(_chunk(path, "rows", 0).read_bytes(), np.uint8).copy()
+        stored = row.view(old._row_dtype)["checksum"][0]
+        row.view(old._row_dtype)["checksum"] = 0
+        assert stored == block_sum_checksum(row)
 
 
 def test_partial_group_of_a_killed_writer_is_counted_incomplete_at_once(tmp_path):
@@ -302,3 +310,67 @@ def test_an_unreadable_chunk_on_local_files_is_corrupt_not_a_crash(tmp_path):
     assert [e.episode_id for e in result.episodes] == ids[1:] and result.stats["corrupt"] == 1
     with pytest.raises(ScreenshotCorrupt, match=f"screenshot ref {ref} is corrupt"):
         buf.screenshots.get(ref)
+
+
+def _opposite_flips(raw: bytearray, start: int, stop: int) -> None:
+    """Sets bit k of one 64-bit word and clears bit k of another, both in raw[start:stop] (one 4 KiB block): a
+    change a sum of words per block cannot see."""
+    stop = min(stop, 4096) // 8 * 8
+    words = np.frombuffer(bytes(raw[:stop]), np.uint64)
+    first = -(-start // 8)
+    for bit in range(64):
+        mask = np.uint64(1 << bit)
+        clear = [i for i in range(first, len(words)) if not words[i] & mask]
+        set_ = [i for i in range(first, len(words)) if words[i] & mask]
+        if clear and set_:
+            for word in (clear[0], set_[0]):
+                raw[word * 8 + bit // 8] ^= 1 << (bit % 8)
+            return
+    raise AssertionError("no bit position is 0 in one word and 1 in another")
+
+
+def test_two_opposite_bit_flips_in_one_block_of_a_row_or_a_screenshot_are_corrupt(tmp_path):
+    """Format 2's checksum summed each 4 KiB block's 64-bit words: a bit set in one word and the same bit cleared in
+    another of the block left it unchanged, and the damaged row or image was trained on."""
+    path = tmp_path / "buf"
+    buf = create(path)
+    ids = [buf.append(make_episode(seed, num_steps=2)) for seed in range(2)]
+    row = _chunk(path, "rows", ids[1])
+    raw = bytearray(row.read_bytes())
+    tokens = buf._row_dtype.fields["input_ids"][1]
+    _opposite_flips(raw, tokens, tokens + 4 * 8)                 # low bits of the first 8 token ids: still valid ids
+    row.write_bytes(bytes(raw))
+    result = RingBuffer.open(path).read()
+    assert [e.episode_id for e in result.episodes] == [ids[0]] and result.stats["corrupt"] == 1
+    ref = int(result.episodes[0].steps[0].screenshot_refs[0])
+    shot = _chunk(path, "screenshots", ref)
+    raw = bytearray(shot.read_bytes())
+    _opposite_flips(raw, 16, len(raw))                          # the pixels, header intact
+    shot.write_bytes(bytes(raw))
+    with pytest.raises(ScreenshotCorrupt, match=f"screenshot ref {ref} is corrupt"):
+        buf.screenshots.get(ref)
+
+
+def _every_single_flip(path) -> np.ndarray:
+    """uint8 [bits, size]: the chunk file's bytes, bit b flipped in row b."""
+    stored = np.frombuffer(path.read_bytes(), np.uint8)
+    bits = np.arange(stored.size * 8)
+    flipped = np.repeat(stored[None], bits.size, axis=0)
+    flipped[bits, bits // 8] ^= (1 << (bits % 8)).astype(np.uint8)
+    return flipped
+
+
+def test_every_single_bit_flip_of_a_stored_row_or_screenshot_is_corrupt(tmp_path):
+    from jaxwebrl.buffer import integrity
+    from jaxwebrl.buffer.schema import row_checksums
+
+    path = tmp_path / "buf"
+    buf = create(path)
+    episode_id = buf.append(make_episode(3, num_steps=1))
+    rows = _every_single_flip(_chunk(path, "rows", episode_id)).view(buf._row_dtype)[:, 0]
+    assert not (row_checksums(rows, buf.config) == rows["checksum"]).any()
+    ref = int(buf.read().episodes[0].steps[0].screenshot_refs[0])
+    for shot in _every_single_flip(_chunk(path, "screenshots", ref)):
+        stamp, magic = shot[:16].view("<i8")
+        status = integrity.shot_status(ref, int(stamp), int(magic), shot[16:].reshape(SHAPE), buf.config)
+        assert status == integrity.CORRUPT

@@ -133,7 +133,7 @@ def test_late_writer_clobber_is_detected_not_mixed(tmp_path):
     from jaxwebrl.buffer.schema import row_checksums, row_dtype
     row = np.zeros(1, row_dtype(buf.config))
     row["stamp"] = victim.episode_id + 1 + buf.config.capacity_steps
-    row["checksum"] = row_checksums(row)   # a whole, valid row of a later lap: overwritten, not corrupt
+    row["checksum"] = row_checksums(row, buf.config)   # a whole, valid row of a later lap: overwritten, not corrupt
     buf._rows.array[victim.episode_id + 1].write(row.view(np.uint8)).result()
     result = buf.read(since=0)
     assert result.episodes == [] and result.stats["overwritten"] == 1 and result.stats["corrupt"] == 0

@@ -14,6 +14,7 @@ import optax
 import pytest
 
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.checkpoint.layout import restore_params
 from jaxwebrl.errors import CheckpointError, WorkdirError
 from jaxwebrl.train.metrics import MetricsWriter, read_metrics
 from tests.disks import tmpfs
@@ -72,6 +73,38 @@ def test_no_readable_checkpoint_is_one_line_and_moves_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path / "ck")) == ["1", "2"]
 
 
+def _flip_a_byte_in_the_largest_array_file(step_dir) -> None:
+    """One bit flipped in the middle of the step's largest array data file (the params' `w`: random, so it stays
+    the largest compressed), the rest of the checkpoint intact."""
+    files = [os.path.join(root, name) for root, _, names in os.walk(step_dir / "state") for name in names]
+    victim = max((f for f in files if os.sep + "d" + os.sep in f), key=os.path.getsize)
+    raw = bytearray(open(victim, "rb").read())
+    raw[len(raw) // 2] ^= 0x10
+    with open(victim, "wb") as f:
+        f.write(raw)
+
+
+def test_a_bit_flip_inside_a_saved_array_makes_resume_fall_back_naming_the_leaf(tmp_path, caplog):
+    """Orbax checksums no array data: a flipped bit in a saved array restored silently as a changed weight. Each
+    leaf's digest, saved with the step, makes that step damaged: resume takes the step before, and with none
+    left it is refused in one line naming the leaf."""
+    save_steps(tmp_path / "ck", [1, 2])
+    as_bf16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), state()[0])   # the restore casts: no digest to compare
+    assert restore_params(str(tmp_path / "ck"), as_bf16)[1]["step"] == 2
+    _flip_a_byte_in_the_largest_array_file(tmp_path / "ck" / "2")
+    with caplog.at_level(logging.WARNING, logger="jaxwebrl.checkpoint.checkpointer"):
+        params, _, _, got = restore(tmp_path / "ck", set_aside=False)
+    assert got["step"] == 1                                     # untouched: restores exactly
+    np.testing.assert_array_equal(np.asarray(params["w"]), np.asarray(state(1)[0]["w"]))
+    assert any("checkpoint of step 2" in r.getMessage() and "['params']['w']" in r.getMessage()
+               for r in caplog.records), caplog.text
+    params, meta = restore_params(str(tmp_path / "ck"), state()[0])   # eval / export / warm start: the same
+    assert meta["step"] == 1
+    _flip_a_byte_in_the_largest_array_file(tmp_path / "ck" / "1")
+    with pytest.raises(CheckpointError, match=r"step 2: .*\['params'\]\['w'\].*step 1: .*\['params'\]\['w'\]"):
+        restore(tmp_path / "ck", set_aside=False)
+
+
 def test_disk_full_at_save_is_one_line_naming_the_step_and_the_previous_checkpoint_stays(tmp_path):
     """Sync: refused before writing when the disk has less room than the last checkpoint took. Async: the failed
     background write is reported by check() as the step it happened at, its temp directory removed; Orbax's
@@ -79,6 +112,7 @@ def test_disk_full_at_save_is_one_line_naming_the_step_and_the_previous_checkpoi
     script = r"""
 import sys, time, jax, jax.numpy as jnp, optax
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.checkpoint.layout import restore_params
 from jaxwebrl.errors import CheckpointError
 params = {"w": jax.random.normal(jax.random.key(0), (256, 256))}
 opt = optax.adam(1e-3).init(params)
@@ -168,6 +202,7 @@ def test_a_save_right_after_an_unfinished_async_save_still_measures_the_room(tmp
     script = r"""
 import sys, jax, optax
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.checkpoint.layout import restore_params
 from jaxwebrl.errors import CheckpointError
 params = {"w": jax.random.normal(jax.random.key(0), (256, 256))}
 opt = optax.adam(1e-3).init(params)
@@ -195,6 +230,7 @@ def test_an_async_write_failure_first_seen_at_close_is_raised_there(tmp_path):
     script = r"""
 import sys, jax, optax
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.checkpoint.layout import restore_params
 from jaxwebrl.errors import CheckpointError
 params = {"w": jax.random.normal(jax.random.key(0), (256, 256))}
 ck = Checkpointer(sys.argv[1], keep=3, keep_best=False, async_save=True)
