@@ -262,6 +262,14 @@ class RingBuffer:
         """Cursor past every committed episode (read only what comes next)."""
         return {"next": self.log.end(), "pending": []}
 
+    def newest_version(self, since=None) -> int:
+        """The newest policy version of the episodes committed from cursor `since` on (None: the oldest retained),
+        held-back group members included; -1 when there are none. Reads commit records only, not step rows."""
+        cursor = _normalise_cursor(since) or self.oldest_cursor()
+        records, _ = self._scan_log(cursor["next"], None, collections.Counter())
+        pending = [r for r in (self.log.read_slot(seq) for seq in cursor["pending"]) if r not in (None, DAMAGED)]
+        return max((int(r["max_version"]) for r in records + pending), default=-1)
+
     def _scan_log(self, start: int, limit: int | None, stats: collections.Counter) -> tuple[list, int]:
         """New commit records from log seq `start` on (at most `limit`); returns (records, next seq)."""
         L = self.config.log_capacity

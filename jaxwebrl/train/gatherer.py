@@ -6,7 +6,8 @@ groups and, when a batch is asked for, decides per group:
 
 - env-failed episodes (the browser broke, not the agent) and cut ones (a step outgrew `buffer.max_seq_len`) are
   excluded and counted; never scored 0;
-- stale episodes (a policy token older than `current_version − max_head_offpolicyness`) are dropped and counted;
+- stale episodes (a policy token older than `current_version − max_head_offpolicyness`, or of a version whose
+  weights a trainer crash lost: `lost_versions`, train/versions.py) are dropped and counted;
   staleness is judged at that moment, against the version the batch will train, so a group that waited too long
   is dropped too. It is the only staleness filter; it reads the episode's `min_version`, which the buffer
   computed once when the episode was appended;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Callable
 
 from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.train.judge_metrics import JudgeTally
@@ -61,9 +63,11 @@ class GatherCounts:
 class BatchGatherer:
     """Filter and batch whole groups of episodes for the trainer (see the module docstring)."""
 
-    def __init__(self, *, consumer_batch_size: int, max_head_offpolicyness: int, dynamic_sampling: bool = True):
+    def __init__(self, *, consumer_batch_size: int, max_head_offpolicyness: int, dynamic_sampling: bool = True,
+                 lost_versions: Callable[[Episode], bool] = lambda episode: False):
         self.consumer_batch_size = consumer_batch_size
         self.max_head_offpolicyness = max_head_offpolicyness
+        self.lost_versions = lost_versions   # True: the episode holds tokens of weights a crash lost (versions.py)
         self.dynamic_sampling = dynamic_sampling
         self.counts = GatherCounts()
         self._ready: collections.deque[list[Episode]] = collections.deque()   # whole groups, arrival order
@@ -161,6 +165,8 @@ class BatchGatherer:
             elif episode.env_failed:
                 self.counts.env_failed += 1
             elif staleness(episode, current_version) > self.max_head_offpolicyness:
+                self.counts.dropped_stale += 1
+            elif self.lost_versions(episode):   # its version looks recent, but a crash lost those weights
                 self.counts.dropped_stale += 1
             else:
                 kept.append(episode)

@@ -52,6 +52,7 @@ from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter, memory_metrics
 from jaxwebrl.train.update import Updater, UpdateInterrupted
+from jaxwebrl.train.versions import run_history
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +107,15 @@ class Trainer:
         self.skipped_batches = 0
         self.skipped_updates = 0              # minibatch updates the in-jit guard skipped (running total)
         self._skipped_in_a_row = 0
-        self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
-                                      max_head_offpolicyness=rl_config.max_offpolicyness(config),
-                                      dynamic_sampling=t.dynamic_sampling)
         c = config.checkpoint
         self.checkpointer = Checkpointer(f"{workdir}/checkpoints", keep=c.keep, keep_best=c.keep_best,
                                          best_metric=c.best_metric, async_save=c.async_save)
         self.state = self._restore_or_init()
+        self.versions = run_history(workdir, self.state.version, buffer, self._resume["cursor"],   # never reused
+                                    rl_config.max_offpolicyness(config))
+        self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
+                                      max_head_offpolicyness=rl_config.max_offpolicyness(config),
+                                      dynamic_sampling=t.dynamic_sampling, lost_versions=self.versions.holds_lost)
         self.ledger = ReadLedger(self._resume["cursor"], self._resume["consumed"])
         writer = MetricsWriter if distributed.is_primary() else NullMetrics   # process 0 alone writes files
         self.metrics = writer(workdir, total_steps=t.max_steps, tensorboard=config.metrics.tensorboard,
@@ -175,6 +178,7 @@ class Trainer:
         adapter-free model)."""
         dtype = serving_dtype(self.config.rollout.serve_dtype, self.policy.config)
         self._published = serving_copy(lora.merge_params(params, self.policy.config.lora), dtype)
+        self.versions.publish(self.state.version)   # recorded first: a crash after this never reuses it
         self.sink.set_weights(self._published, self.state.version)
 
     def _publish_admission(self) -> None:
@@ -272,7 +276,7 @@ class Trainer:
             self._skipped_in_a_row = 0
             self.state.params, self.state.opt_state = params, opt_state
             self.state.step += 1
-            self.state.version += 1
+            self.state.version = self.versions.next_after(self.state.version)
             self.state.rng = jax.random.fold_in(self.state.rng, self.state.step)
             self._publish(params)
             self._publish_admission()

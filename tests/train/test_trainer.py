@@ -101,6 +101,39 @@ def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path)
     np.testing.assert_array_equal(jax.random.key_data(straight.state.rng), jax.random.key_data(second.state.rng))
 
 
+class HardStop(Exception):
+    """The trainer process dies: nothing after this point is saved."""
+
+
+@pytest.mark.slow   # two update compiles: ~50 s on a busy 2-core box (test_versions.py tests the rules in 2 s)
+def test_a_hard_stop_after_a_publish_past_the_checkpoint_never_reuses_that_version(policy, filled_buffer, tmp_path):
+    """Checkpoint at version 0, version 1 published, then the trainer dies. The resume used to publish version 1
+    again with other weights, so an episode a still-running worker played on the lost version 1 looked fresh."""
+    config = toy_config(2)
+    config.checkpoint.save_every_steps = 100
+    first = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    first.save()                                              # the checkpoint at step 0, version 0
+
+    def die_after_step_1():
+        if first.state.step >= 1:
+            raise HardStop
+        return False
+
+    with pytest.raises(HardStop):
+        first.run(stop=die_after_step_1)
+    assert first.sink.versions == [0, 1] and first.checkpointer.all_steps() == [0]
+    lost = filled_buffer.read(filled_buffer.latest_cursor())
+    play_toy(filled_buffer, groups=2, group_size=2, epsilon=0.6, seed=12, version=1)   # a remote worker, on v1
+    lost_ids = {e.episode_id for e in filled_buffer.read(lost.cursor).episodes}
+    second, sink = train(config, tmp_path / "run", policy, filled_buffer, stop_at=1)
+    assert sink.versions == [0, 2]                            # v1 is never published again
+    handed_out = set(second.trained_episode_ids)
+    while batch := second.gatherer.pop_batch(second.state.version):   # the rest of the buffer, in order
+        handed_out |= {e.episode_id for e in batch}
+    assert second.gatherer.counts.dropped_stale == len(lost_ids) == 4   # v1's: stale, though 1 version behind 2
+    assert not lost_ids & handed_out and len(handed_out) == 16
+
+
 def _device_bytes(tree, device) -> int:
     """Bytes `device` holds of the arrays of `tree`."""
     return sum(shard.data.nbytes for leaf in jax.tree.leaves(tree) for shard in leaf.addressable_shards
