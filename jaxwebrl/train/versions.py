@@ -103,8 +103,9 @@ def run_history(workdir: str, checkpoint_version: int, buffer, cursor, max_offpo
     staleness filters must agree) and writes nothing."""
     history = None
     if distributed.is_primary():
-        history = VersionHistory.resume(workdir, checkpoint_version=checkpoint_version,
-                                        buffer_newest=buffer.newest_version(cursor), max_offpolicyness=max_offpolicyness)
+        newest = buffer.newest_version(cursor)
+        history = VersionHistory.resume(workdir, checkpoint_version=checkpoint_version, buffer_newest=newest,
+                                        max_offpolicyness=max_offpolicyness)
     shared = distributed.broadcast_ints(None if history is None else history.as_ints())
     return history or VersionHistory.from_ints(shared)
 
