@@ -38,9 +38,14 @@ def staleness(episode: Episode, current_version: int) -> int:
     return int(current_version) - episode.min_version
 
 
+TOTALS = {"env_failed": "rollout/env_failed", "cut_episodes": "rollout/cut_episodes", "cut_steps": "rollout/cut_steps",
+          "dropped_stale": "rollout/dropped_stale", "dropped_uniform_groups": "rollout/dropped_uniform_groups",
+          "episodes_seen": "rollout/episodes_seen"}   # GatherCounts field -> its metric
+
+
 @dataclasses.dataclass
 class GatherCounts:
-    """Running totals since the trainer started (logged as rollout/*)."""
+    """Running totals of the run (logged as rollout/*; a resume goes on from its checkpoint's: train/totals.py)."""
 
     episodes_seen: int = 0
     successes_seen: int = 0            # of episodes_seen (env-failed and cut ones never count as successes)
@@ -54,10 +59,7 @@ class GatherCounts:
 
     def as_metrics(self) -> dict[str, float]:
         """The running totals a metrics.jsonl record carries (every step's, and the record of a run stopped at 0)."""
-        return {"rollout/env_failed": self.env_failed, "rollout/cut_episodes": self.cut_episodes,
-                "rollout/cut_steps": self.cut_steps, "rollout/dropped_stale": self.dropped_stale,
-                "rollout/dropped_uniform_groups": self.dropped_uniform_groups,
-                "rollout/episodes_seen": self.episodes_seen, **self.judge.as_metrics()}
+        return {**{metric: getattr(self, field) for field, metric in TOTALS.items()}, **self.judge.as_metrics()}
 
 
 class BatchGatherer:

@@ -45,9 +45,9 @@ from jaxwebrl.parallel import distributed, partition
 from jaxwebrl.parallel.mesh import batch_divisor
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
-from jaxwebrl.train import console, reference, rl_config, run_config
+from jaxwebrl.train import console, reference, rl_config, run_config, totals
 from jaxwebrl.train.assembly import assemble
-from jaxwebrl.train.buffer_reads import BufferReads
+from jaxwebrl.train.buffer_reads import BufferReads, losses_of
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter, memory_metrics
@@ -126,8 +126,9 @@ class Trainer:
         self._idle_s = 0.0
         self._first_episodes_said = False
         self._config_json = run_config.as_dict(config)   # in every checkpoint's meta: the config that trained it
-        self._seen_mark = (0, 0)              # (episodes, successes) read up to the previous step's metrics
         self._trained_trajectories = 0
+        totals.go_on_from(self, self._resume["totals"])   # a resume's running totals go on from its checkpoint's
+        self._seen_mark = (self.gatherer.counts.episodes_seen, self.gatherer.counts.successes_seen)   # last step's
         self._success_streak = 0              # steps in a row at train.stop_at_success
         self.trained_episode_ids: list[int] = []   # this process's, in training order
         self._admission = (getattr(self.sink, "set_admission", None)
@@ -148,14 +149,16 @@ class Trainer:
                                 critic=None if self.critic is None else self.critic.init_state(params))
         if self.critic is not None:   # the checkpoint's critic, else a fresh one on the starting (warm) weights
             self.critic.state = start.critic if start.critic is not None else self.critic.init_state(start.params)
-        self._resume = {"cursor": start.cursor, "consumed": start.consumed}
+        self._resume = {"cursor": start.cursor, "consumed": start.consumed, "totals": start.totals}
         return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
 
     def save(self, metrics: dict | None = None) -> None:
         held = {e.episode_id for e in self._held or ()}   # a batch held for the other processes: read again too
-        point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()) | held)
+        pending = set(self.gatherer.pending_episode_ids()) | held
+        point = self.ledger.resume_point(pending)
         meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
-                "consumed_episode_ids": point["consumed"], "config": self._config_json}
+                "consumed_episode_ids": point["consumed"], "config": self._config_json,
+                "running_totals": totals.at_resume_point(self, point["losses_read_again"], len(pending))}
         self.checkpointer.save(self.state.step, params=self.state.params, opt_state=self.state.opt_state,
                                rng=self.state.rng, meta=meta, metrics=metrics,
                                critic=None if self.critic is None else self.critic.state)
@@ -167,7 +170,7 @@ class Trainer:
         result = self.reads.read(before)
         if result is None:   # the store failed for now: the same cursor is read again at the next poll
             return
-        self.gatherer.add_groups(self.ledger.record(before, result.cursor, result.groups))
+        self.gatherer.add_groups(self.ledger.record(before, result.cursor, result.groups, losses_of(result)))
         self._publish_admission()
 
     def _publish(self, params) -> None:

@@ -17,6 +17,9 @@ from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import Policy, init_params, tiny_policy
 from jaxwebrl.parallel import mesh as mesh_lib
 from jaxwebrl.train.metrics import DASHBOARD_KEYS, read_metrics
+
+RUNNING_TOTALS = ("rollout/episodes_seen", "rollout/env_failed", "rollout/cut_", "rollout/dropped_", "buffer/",
+                  "trainer/dropped_", "trainer/skipped_")
 from jaxwebrl.train import trainer as trainer_module
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.trainer import Trainer
@@ -99,6 +102,11 @@ def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path)
     for a, b in zip(jax.tree.leaves(straight.state.opt_state), jax.tree.leaves(second.state.opt_state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(jax.random.key_data(straight.state.rng), jax.random.key_data(second.state.rng))
+    # the running totals go on from the checkpoint (they restarted at 0: 8 episodes seen, the 8 read again)
+    totals = [k for k in read_metrics(str(tmp_path / "straight"))[-1] if k.startswith(RUNNING_TOTALS)]
+    assert "rollout/episodes_seen" in totals and "buffer/incomplete" in totals and "trainer/skipped_batches" in totals
+    ends = [{k: read_metrics(str(tmp_path / run))[-1][k] for k in totals} for run in ("straight", "resumed")]
+    assert ends[0] == ends[1] and ends[0]["rollout/episodes_seen"] == 16
 
 
 class HardStop(Exception):
