@@ -77,6 +77,20 @@ MUTATIONS = (
     Mutation("transport admits any PLAIN password", "jaxwebrl/rollout/transport.py",
              "and hmac.compare_digest(credentials[1], self._token))", "and True)",
              "tests/rollout/test_transport.py::test_wrong_token_is_refused_and_the_server_goes_on"),
+    Mutation("a resumed trainer publishes a version its crash lost again", "jaxwebrl/train/versions.py",
+             "return max(int(version), self.published) + 1", "return int(version) + 1",
+             "tests/train/test_versions.py::test_versions_published_after_the_checkpoint_are_never_published_again"),
+    Mutation("an episode of a lost version trained as fresh", "jaxwebrl/train/gatherer.py",
+             "elif self.lost_versions(episode):", "elif False:",
+             "tests/train/test_gatherer.py::"
+             "test_an_episode_of_weights_a_crash_lost_is_dropped_as_stale_not_trained_as_fresh"),
+    Mutation("each trainer process decides on its own which partial groups wait", "jaxwebrl/buffer/ring.py",
+             "if held_back is not None:", "if False:",
+             "tests/scale/test_multihost_layout.py::"
+             "test_every_process_holds_back_the_partial_groups_process_0_holds_back"),
+    Mutation("a request its client gave up on waits on for admission", "jaxwebrl/rollout/admission.py",
+             "if self._requests[worker_id] != ticket:", "if False:",
+             "tests/rollout/test_admission.py::test_a_request_its_client_gave_up_on_leaves_when_the_worker_asks_again"),
 )
 
 

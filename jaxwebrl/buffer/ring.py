@@ -18,6 +18,7 @@ import dataclasses
 import json
 import logging
 import time
+from typing import Collection
 
 import numpy as np
 import tensorstore as ts
@@ -262,6 +263,14 @@ class RingBuffer:
         """Cursor past every committed episode (read only what comes next)."""
         return {"next": self.log.end(), "pending": []}
 
+    def newest_version(self, since=None) -> int:
+        """The newest policy version of the episodes committed from cursor `since` on (None: the oldest retained),
+        held-back group members included; -1 when there are none. Reads commit records only, not step rows."""
+        cursor = _normalise_cursor(since) or self.oldest_cursor()
+        records, _ = self._scan_log(cursor["next"], None, collections.Counter())
+        pending = [r for r in (self.log.read_slot(seq) for seq in cursor["pending"]) if r not in (None, DAMAGED)]
+        return max((int(r["max_version"]) for r in records + pending), default=-1)
+
     def _scan_log(self, start: int, limit: int | None, stats: collections.Counter) -> tuple[list, int]:
         """New commit records from log seq `start` on (at most `limit`); returns (records, next seq)."""
         L = self.config.log_capacity
@@ -300,7 +309,7 @@ class RingBuffer:
         return records, n
 
     def read(self, since=None, *, group_size: int | None = None, group_wait: int | None = None,
-             max_episodes: int | None = None) -> ReadResult:
+             max_episodes: int | None = None, held_back: Collection[int] | None = None) -> ReadResult:
         """Whole committed episodes since `since` (None: the oldest retained), as host arrays.
 
         group_size: return only groups (same group_id) with that many episodes; members of a group
@@ -311,6 +320,9 @@ class RingBuffer:
           one: members past its first `group_size` commits are counted as surplus and skipped (a worker that
           replays a slot whose episode did land, after a write error that came too late to undo it).
         max_episodes: read at most this many new commit records.
+        held_back: the log seqs another reader of the same range held back (process 0 of a multi-host trainer,
+          parallel/multihost.py): a partial group is held back when its members are among them, else given up as
+          incomplete, so every process decides as process 0 did (no liveness check or clock of its own).
         Returns a ReadResult (unpacks as `episodes, cursor`; counts in .stats and summed in self.stats).
         """
         cursor = _normalise_cursor(since) or self.oldest_cursor()
@@ -334,10 +346,10 @@ class RingBuffer:
             for members in groups.values():
                 if len(members) >= group_size:
                     kept += members
-                elif min(int(r["seq"]) for r in members) < next_seq - wait or not self._may_complete(members):
-                    stats["incomplete"] += len(members)
-                else:
+                elif self._holds_back(members, next_seq - wait, held_back):
                     pending += members
+                else:
+                    stats["incomplete"] += len(members)
             kept.sort(key=lambda r: int(r["seq"]))
             stats["pending"] = len(pending)
         episodes = self._load(kept, stats)
@@ -356,6 +368,13 @@ class RingBuffer:
         self.stats["pending"] = stats["pending"]
         new_cursor = {"next": next_seq, "pending": sorted(int(r["seq"]) for r in pending)}
         return ReadResult(episodes, new_cursor, dict(stats), groups)
+
+    def _holds_back(self, members: list, oldest_waiting: int, held_back: Collection[int] | None) -> bool:
+        """Whether a partial group waits for its missing members: as another reader decided (`held_back`), else
+        while its first member is not older than log seq `oldest_waiting` and its writer may still complete it."""
+        if held_back is not None:
+            return int(members[0]["seq"]) in held_back
+        return min(int(r["seq"]) for r in members) >= oldest_waiting and self._may_complete(members)
 
     def _may_complete(self, members: list) -> bool:
         """False when the writer that committed a partial group is gone (its process died: the group can never

@@ -43,6 +43,7 @@ class Start:
     consumed: list[int]
     source: str
     critic: object = None   # the value model's restored state (critic PPO, steps 1-2); None: start a fresh one
+    totals: dict = dataclasses.field(default_factory=dict)   # step 1: the running totals to go on from (totals.py)
 
 
 def restore_or_init(config, checkpointer: Checkpointer, *, params, opt_state, rng: jax.Array,
@@ -63,7 +64,8 @@ def restore_or_init(config, checkpointer: Checkpointer, *, params, opt_state, rn
         log.info("resumed from %s step %d (policy version %d)", checkpointer.directory, meta["step"],
                  meta["policy_version"])
         return Start(params, opt_state, rng, int(meta["step"]), int(meta["policy_version"]), meta["buffer_cursor"],
-                     list(meta["consumed_episode_ids"]), "checkpoint", *value_model)
+                     list(meta["consumed_episode_ids"]), "checkpoint", *value_model,
+                     totals=meta.get("running_totals") or {})
     if config.checkpoint.restore_from:                                                  # 2.
         other = Checkpointer(config.checkpoint.restore_from, async_save=False)
         try:

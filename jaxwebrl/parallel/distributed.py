@@ -273,6 +273,16 @@ def _gather_flag(flag: bool) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(np.asarray(bool(flag), np.int32)))
 
 
+def broadcast_ints(values: Sequence[int] | None) -> list[int]:
+    """Process 0's `values` (int32 range) on every process; the others pass None (no communication on one
+    process)."""
+    if jax.process_count() == 1:
+        return [int(v) for v in values]
+    count = int(multihost_utils.broadcast_one_to_all(np.asarray(len(values) if is_primary() else 0, np.int32)))
+    mine = np.asarray(values if is_primary() else np.zeros(count), np.int32)
+    return [int(v) for v in np.asarray(multihost_utils.broadcast_one_to_all(mine))]
+
+
 def is_primary() -> bool:
     """True on the process that writes logs, metrics and JSON side files (process 0)."""
     return jax.process_index() == 0

@@ -133,9 +133,12 @@ class LockstepBuffer:
     Process 0 reads what is there. Every other process then reads the same log range from the same cursor, up to
     process 0's end of the log, so it gets the same episodes and the same cursor. Whether a group is complete or
     given up as incomplete depends on how far the log has been read, so reading "whatever is there now" could
-    give two processes different batches, hence different shapes, and their collectives would hang. A process
-    that still sees fewer records (a shared filesystem's lag) re-reads from the same cursor. Then the episode ids
-    are compared (count and CRC32): a difference (the ring overwrote them under a lagging reader) fails every
+    give two processes different batches, hence different shapes, and their collectives would hang. Whether a
+    partial group's writer may still complete it is process 0's call alone, sent with the range (the log seqs it
+    holds back): each process asking itself (a pid check on one host, its own clock against the writer's lease on
+    another) gave a group up on one process and handed it to a step on another. A process that still sees fewer
+    records (a shared filesystem's lag) re-reads from the same cursor. Then the episode ids and the held-back seqs
+    are compared (counts and CRC32): a difference (the ring overwrote them under a lagging reader) fails every
     process with a clear error instead of hanging.
 
     `read` is a collective: every process calls it at the same point (the trainer's poll loop is in lockstep).
@@ -156,16 +159,22 @@ class LockstepBuffer:
         if self._primary:
             cursor = self._buffer.oldest_cursor() if since is None else since   # what read(None) starts from
             result = self._buffer.read(cursor, group_size=group_size, **options)
-            self._broadcast(_header(_next(cursor), result.cursor["next"], result.episodes))
+            held = result.cursor["pending"]
+            self._broadcast(_header(_next(cursor), result.cursor["next"], result.episodes, len(held)))
+            if held:
+                self._broadcast(np.asarray([limb for seq in held for limb in _limbs(seq)], np.int32))
             same, detail = True, ""
         else:
-            start, end, count, digest = _unpack(self._broadcast(np.zeros(HEADER, np.int32)))
+            start, end, count, digest, n_held = _unpack(self._broadcast(np.zeros(HEADER, np.int32)))
+            held = _unpack_seqs(self._broadcast(np.zeros(2 * n_held, np.int32))) if n_held else []
             cursor = {"next": start, "pending": []} if since is None else since
-            result = self._read_up_to(cursor, end, group_size, options)
+            result = self._read_up_to(cursor, end, group_size, dict(options, held_back=set(held)))
             ids = _episode_ids(result.episodes)
-            same = (_next(cursor), result.cursor["next"], len(ids), _crc(ids)) == (start, end, count, digest)
+            same = ((_next(cursor), result.cursor["next"], len(ids), _crc(ids), result.cursor["pending"])
+                    == (start, end, count, digest, held))
             detail = (f": process {jax.process_index()} read log {_next(cursor)}..{result.cursor['next']}, "
-                      f"{len(ids)} episodes; process 0 read {start}..{end}, {count} episodes")
+                      f"{len(ids)} episodes, held back {len(result.cursor['pending'])}; process 0 read "
+                      f"{start}..{end}, {count} episodes, held back {n_held}")
         if self._agree_any(not same):   # every process fails together rather than hang in a later collective
             raise RuntimeError(
                 "the trainer processes read different episodes from the ring buffer" + detail + ". The ring "
@@ -184,21 +193,27 @@ class LockstepBuffer:
             time.sleep(self._retry_s)   # process 0 saw commits this process cannot see yet
 
 
-HEADER = 7   # int32: start (2 limbs), end (2 limbs), episode count, CRC32 of the ids (2 limbs)
+HEADER = 8   # int32: start (2 limbs), end (2 limbs), episode count, CRC32 of the ids (2 limbs), held-back count
 
 
 def _limbs(value: int) -> list[int]:
     return [int(value) >> 31, int(value) & 0x7FFFFFFF]
 
 
-def _header(start: int, end: int, episodes: list) -> np.ndarray:
+def _header(start: int, end: int, episodes: list, held: int) -> np.ndarray:
     ids = _episode_ids(episodes)
-    return np.asarray(_limbs(start) + _limbs(end) + [len(ids)] + _limbs(_crc(ids)), np.int32)
+    return np.asarray(_limbs(start) + _limbs(end) + [len(ids)] + _limbs(_crc(ids)) + [held], np.int32)
 
 
-def _unpack(header) -> tuple[int, int, int, int]:
+def _unpack(header) -> tuple[int, int, int, int, int]:
     h = [int(v) for v in np.asarray(header)]
-    return (h[0] << 31) + h[1], (h[2] << 31) + h[3], h[4], (h[5] << 31) + h[6]
+    return (h[0] << 31) + h[1], (h[2] << 31) + h[3], h[4], (h[5] << 31) + h[6], h[7]
+
+
+def _unpack_seqs(limbs) -> list[int]:
+    """Log seqs from their (high, low) int32 limbs, in order."""
+    v = [int(x) for x in np.asarray(limbs)]
+    return [(hi << 31) + lo for hi, lo in zip(v[0::2], v[1::2])]
 
 
 def _episode_ids(episodes: list) -> np.ndarray:

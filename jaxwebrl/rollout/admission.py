@@ -12,6 +12,10 @@ asking for a new group has finished (or abandoned) its previous one, so that one
 worker that went silent for `ttl_s` no longer counts either. Nothing leaks when a worker dies mid-group: its
 replacement has the same id. Without a `set_limit` call nothing is gated.
 
+A worker asks for one thing at a time, so its newer request supersedes one of its own still waiting: that one raises
+`Superseded` at once (its client timed out and asked again; it would have held a handler thread and been decoded
+for nobody).
+
 What it buys: in asynchronous mode the workers stop producing episodes the trainer would only drop as stale (on a
 few shared cores that CPU goes to the trainer); in synchronous mode (η = 0) one round is played per policy
 version, stragglers included, as in a classic synchronous system.
@@ -22,6 +26,10 @@ from __future__ import annotations
 import threading
 import time
 from typing import Callable
+
+
+class Superseded(RuntimeError):
+    """A waiting request gave way to a newer request of the same worker (its client had given up on it)."""
 
 
 class Admission:
@@ -35,6 +43,7 @@ class Admission:
         self._capacity: int | None = None
         self._backlog = 0
         self._groups: dict[int, tuple[int, float]] = {}   # worker id -> (group id being played, last request)
+        self._requests: dict[int, int] = {}                 # worker id -> its requests so far (the newest's number)
         self._closed = False
         self.waited_s = 0.0                                 # total time requests waited for admission
 
@@ -58,9 +67,12 @@ class Admission:
                        if worker != besides and now - seen <= self.ttl_s)
 
     def enter(self, worker_id: int, group_id: int, stop: Callable[[], bool] = lambda: False) -> None:
-        """Record a request of `worker_id` for `group_id`; when that group is new, wait until it is admitted."""
+        """Record a request of `worker_id` for `group_id`; when that group is new, wait until it is admitted.
+        Raises Superseded when a newer request of the same worker comes while this one waits."""
         worker_id, group_id = int(worker_id), int(group_id)
         with self._cond:
+            ticket = self._requests[worker_id] = self._requests.get(worker_id, 0) + 1
+            self._cond.notify_all()               # an older request of this worker still waiting gives way
             current = self._groups.get(worker_id)
             if current is not None and current[0] == group_id:
                 self._groups[worker_id] = (group_id, self._clock())
@@ -69,6 +81,9 @@ class Admission:
             start = self._clock()
             while not (self._closed or stop() or self._admits(worker_id)):
                 self._cond.wait(timeout=0.5)
+                if self._requests[worker_id] != ticket:
+                    raise Superseded(f"worker {worker_id}'s request for group {group_id} was superseded by its newer "
+                                     f"request while it waited for admission (its client gave up on it): dropped")
             self._groups[worker_id] = (group_id, self._clock())
             self.waited_s += self._clock() - start
             self._cond.notify_all()

@@ -3,6 +3,7 @@
     reads = BufferReads(buffer, group_size=G)
     result = reads.read(cursor)   # a buffer ReadResult; None while the store fails for now (an outage on gs://)
     reads.losses                  # running totals of the episodes lost, by kind (BUFFER_LOSSES; metrics)
+    losses_of(result)             # the episodes one read lost, by kind (only the kinds it lost)
 
 A read that fails for now (TensorStore's UNAVAILABLE, DEADLINE_EXCEEDED, quota or credential errors:
 `storage.failed_for_now`) leaves the cursor where it was, so the next poll reads the same episodes again; one warning
@@ -31,6 +32,11 @@ BUFFER_LOSSES = {          # read stat -> what it means for the user
 OUTAGE_LIMIT_S = 900.0
 
 
+def losses_of(result) -> dict[str, int]:
+    """{kind: episodes} that one buffer read (a ReadResult) lost, for the kinds of BUFFER_LOSSES it lost any of."""
+    return {k: int(result.stats.get(k, 0)) for k in BUFFER_LOSSES if result.stats.get(k, 0)}
+
+
 class BufferUnreadable(RuntimeError):
     """The ring buffer's store kept failing reads for longer than the outage limit."""
 
@@ -54,7 +60,7 @@ class BufferReads:
         if self._outage_since is not None:
             log.info("ring buffer readable again after %.0f s", self.clock() - self._outage_since)
             self._outage_since = None
-        lost = {k: int(result.stats.get(k, 0)) for k in BUFFER_LOSSES if result.stats.get(k, 0)}
+        lost = losses_of(result)
         if lost:
             self.losses.update(lost)
             log.warning("ring buffer read: %s", "; ".join(f"{n} episodes {BUFFER_LOSSES[k]}" for k, n in lost.items()))

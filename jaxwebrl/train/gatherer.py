@@ -6,7 +6,8 @@ groups and, when a batch is asked for, decides per group:
 
 - env-failed episodes (the browser broke, not the agent) and cut ones (a step outgrew `buffer.max_seq_len`) are
   excluded and counted; never scored 0;
-- stale episodes (a policy token older than `current_version − max_head_offpolicyness`) are dropped and counted;
+- stale episodes (a policy token older than `current_version − max_head_offpolicyness`, or of a version whose
+  weights a trainer crash lost: `lost_versions`, train/versions.py) are dropped and counted;
   staleness is judged at that moment, against the version the batch will train, so a group that waited too long
   is dropped too. It is the only staleness filter; it reads the episode's `min_version`, which the buffer
   computed once when the episode was appended;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Callable
 
 from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.train.judge_metrics import JudgeTally
@@ -36,9 +38,14 @@ def staleness(episode: Episode, current_version: int) -> int:
     return int(current_version) - episode.min_version
 
 
+TOTALS = {"env_failed": "rollout/env_failed", "cut_episodes": "rollout/cut_episodes", "cut_steps": "rollout/cut_steps",
+          "dropped_stale": "rollout/dropped_stale", "dropped_uniform_groups": "rollout/dropped_uniform_groups",
+          "episodes_seen": "rollout/episodes_seen"}   # GatherCounts field -> its metric
+
+
 @dataclasses.dataclass
 class GatherCounts:
-    """Running totals since the trainer started (logged as rollout/*)."""
+    """Running totals of the run (logged as rollout/*; a resume goes on from its checkpoint's: train/totals.py)."""
 
     episodes_seen: int = 0
     successes_seen: int = 0            # of episodes_seen (env-failed and cut ones never count as successes)
@@ -52,18 +59,17 @@ class GatherCounts:
 
     def as_metrics(self) -> dict[str, float]:
         """The running totals a metrics.jsonl record carries (every step's, and the record of a run stopped at 0)."""
-        return {"rollout/env_failed": self.env_failed, "rollout/cut_episodes": self.cut_episodes,
-                "rollout/cut_steps": self.cut_steps, "rollout/dropped_stale": self.dropped_stale,
-                "rollout/dropped_uniform_groups": self.dropped_uniform_groups,
-                "rollout/episodes_seen": self.episodes_seen, **self.judge.as_metrics()}
+        return {**{metric: getattr(self, field) for field, metric in TOTALS.items()}, **self.judge.as_metrics()}
 
 
 class BatchGatherer:
     """Filter and batch whole groups of episodes for the trainer (see the module docstring)."""
 
-    def __init__(self, *, consumer_batch_size: int, max_head_offpolicyness: int, dynamic_sampling: bool = True):
+    def __init__(self, *, consumer_batch_size: int, max_head_offpolicyness: int, dynamic_sampling: bool = True,
+                 lost_versions: Callable[[Episode], bool] = lambda episode: False):
         self.consumer_batch_size = consumer_batch_size
         self.max_head_offpolicyness = max_head_offpolicyness
+        self.lost_versions = lost_versions   # True: the episode holds tokens of weights a crash lost (versions.py)
         self.dynamic_sampling = dynamic_sampling
         self.counts = GatherCounts()
         self._ready: collections.deque[list[Episode]] = collections.deque()   # whole groups, arrival order
@@ -161,6 +167,8 @@ class BatchGatherer:
             elif episode.env_failed:
                 self.counts.env_failed += 1
             elif staleness(episode, current_version) > self.max_head_offpolicyness:
+                self.counts.dropped_stale += 1
+            elif self.lost_versions(episode):   # its version looks recent, but a crash lost those weights
                 self.counts.dropped_stale += 1
             else:
                 kept.append(episode)

@@ -45,13 +45,14 @@ from jaxwebrl.parallel import distributed, partition
 from jaxwebrl.parallel.mesh import batch_divisor
 from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
 from jaxwebrl.rollout.action_grammar import config_constraint
-from jaxwebrl.train import console, reference, rl_config, run_config
+from jaxwebrl.train import console, reference, rl_config, run_config, totals
 from jaxwebrl.train.assembly import assemble
-from jaxwebrl.train.buffer_reads import BufferReads
+from jaxwebrl.train.buffer_reads import BufferReads, losses_of
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
 from jaxwebrl.train.metrics import MetricsWriter, memory_metrics
 from jaxwebrl.train.update import Updater, UpdateInterrupted
+from jaxwebrl.train.versions import run_history
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +107,15 @@ class Trainer:
         self.skipped_batches = 0
         self.skipped_updates = 0              # minibatch updates the in-jit guard skipped (running total)
         self._skipped_in_a_row = 0
-        self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
-                                      max_head_offpolicyness=rl_config.max_offpolicyness(config),
-                                      dynamic_sampling=t.dynamic_sampling)
         c = config.checkpoint
         self.checkpointer = Checkpointer(f"{workdir}/checkpoints", keep=c.keep, keep_best=c.keep_best,
                                          best_metric=c.best_metric, async_save=c.async_save)
         self.state = self._restore_or_init()
+        self.versions = run_history(workdir, self.state.version, buffer, self._resume["cursor"],   # never reused
+                                    rl_config.max_offpolicyness(config))
+        self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
+                                      max_head_offpolicyness=rl_config.max_offpolicyness(config),
+                                      dynamic_sampling=t.dynamic_sampling, lost_versions=self.versions.holds_lost)
         self.ledger = ReadLedger(self._resume["cursor"], self._resume["consumed"])
         writer = MetricsWriter if distributed.is_primary() else NullMetrics   # process 0 alone writes files
         self.metrics = writer(workdir, total_steps=t.max_steps, tensorboard=config.metrics.tensorboard,
@@ -123,8 +126,9 @@ class Trainer:
         self._idle_s = 0.0
         self._first_episodes_said = False
         self._config_json = run_config.as_dict(config)   # in every checkpoint's meta: the config that trained it
-        self._seen_mark = (0, 0)              # (episodes, successes) read up to the previous step's metrics
         self._trained_trajectories = 0
+        totals.go_on_from(self, self._resume["totals"])   # a resume's running totals go on from its checkpoint's
+        self._seen_mark = (self.gatherer.counts.episodes_seen, self.gatherer.counts.successes_seen)   # last step's
         self._success_streak = 0              # steps in a row at train.stop_at_success
         self.trained_episode_ids: list[int] = []   # this process's, in training order
         self._admission = (getattr(self.sink, "set_admission", None)
@@ -145,14 +149,16 @@ class Trainer:
                                 critic=None if self.critic is None else self.critic.init_state(params))
         if self.critic is not None:   # the checkpoint's critic, else a fresh one on the starting (warm) weights
             self.critic.state = start.critic if start.critic is not None else self.critic.init_state(start.params)
-        self._resume = {"cursor": start.cursor, "consumed": start.consumed}
+        self._resume = {"cursor": start.cursor, "consumed": start.consumed, "totals": start.totals}
         return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
 
     def save(self, metrics: dict | None = None) -> None:
         held = {e.episode_id for e in self._held or ()}   # a batch held for the other processes: read again too
-        point = self.ledger.resume_point(set(self.gatherer.pending_episode_ids()) | held)
+        pending = set(self.gatherer.pending_episode_ids()) | held
+        point = self.ledger.resume_point(pending)
         meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
-                "consumed_episode_ids": point["consumed"], "config": self._config_json}
+                "consumed_episode_ids": point["consumed"], "config": self._config_json,
+                "running_totals": totals.at_resume_point(self, point["losses_read_again"], len(pending))}
         self.checkpointer.save(self.state.step, params=self.state.params, opt_state=self.state.opt_state,
                                rng=self.state.rng, meta=meta, metrics=metrics,
                                critic=None if self.critic is None else self.critic.state)
@@ -164,7 +170,7 @@ class Trainer:
         result = self.reads.read(before)
         if result is None:   # the store failed for now: the same cursor is read again at the next poll
             return
-        self.gatherer.add_groups(self.ledger.record(before, result.cursor, result.groups))
+        self.gatherer.add_groups(self.ledger.record(before, result.cursor, result.groups, losses_of(result)))
         self._publish_admission()
 
     def _publish(self, params) -> None:
@@ -175,6 +181,7 @@ class Trainer:
         adapter-free model)."""
         dtype = serving_dtype(self.config.rollout.serve_dtype, self.policy.config)
         self._published = serving_copy(lora.merge_params(params, self.policy.config.lora), dtype)
+        self.versions.publish(self.state.version)   # recorded first: a crash after this never reuses it
         self.sink.set_weights(self._published, self.state.version)
 
     def _publish_admission(self) -> None:
@@ -272,7 +279,7 @@ class Trainer:
             self._skipped_in_a_row = 0
             self.state.params, self.state.opt_state = params, opt_state
             self.state.step += 1
-            self.state.version += 1
+            self.state.version = self.versions.next_after(self.state.version)
             self.state.rng = jax.random.fold_in(self.state.rng, self.state.step)
             self._publish(params)
             self._publish_admission()

@@ -304,3 +304,14 @@ def test_rows_a_lapped_writer_lands_late_are_overwritten_not_damage(tmp_path):
     result = writer.read(since=0)
     assert [e.episode_id for e in result.episodes] == ids[:3]   # the episode at steps 8, 9 is gone
     assert result.stats["overwritten"] == 1 and result.stats["corrupt"] == 0
+
+
+def test_newest_version_is_that_of_the_episodes_from_the_cursor_on_held_back_members_included(tmp_path):
+    """What a resumed trainer numbers past (train/versions.py): the buffer may hold versions its record never saw."""
+    buf = create(str(tmp_path / "b"))
+    assert buf.newest_version() == -1
+    buf.append(make_episode(0, num_steps=2, version=7, group_id=1))    # tokens of versions 7 and 8 (make_steps)
+    first = buf.read(None, group_size=2)                                 # held back: its group is filling
+    buf.append(make_episode(1, num_steps=1, version=3, group_id=2))
+    assert buf.newest_version() == 8 and buf.newest_version(first.cursor) == 8
+    assert buf.newest_version({"next": first.cursor["next"], "pending": []}) == 3

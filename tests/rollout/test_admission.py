@@ -138,3 +138,31 @@ def test_workers_held_by_admission_never_starve_a_running_group_of_its_steps():
         for client in clients:
             client.close()
         service.close()
+
+
+def test_a_request_its_client_gave_up_on_leaves_when_the_worker_asks_again():
+    """A worker's client times out (600 s) while admission holds its new group, and it asks again. The first
+    request used to wait on beside the second: each timeout held one more handler thread (the service has 2 a
+    worker), and once admitted both were decoded, the first for nobody."""
+    gate = Admission(group_size=2)
+    gate.set_limit(capacity=2, backlog=0)
+    gate.enter(0, 1)                                 # worker 0's group fills the capacity
+    outcome = []
+
+    def first_request():
+        try:
+            gate.enter(1, 7)
+            outcome.append("admitted")
+        except Exception as err:  # noqa: BLE001 - the test reads what it was
+            outcome.append(err)
+
+    thread = threading.Thread(target=first_request, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    assert not outcome                               # held: worker 0's group runs
+    retry = enter_in_thread(gate, 1, 7)              # its client timed out: the worker asks again
+    thread.join(timeout=2.0)
+    assert outcome and "superseded by its newer request" in str(outcome[0])
+    assert not retry.wait(0.3)                       # the retry waits in its place, alone
+    gate.set_limit(capacity=4, backlog=0)
+    assert retry.wait(2.0) and gate.running() == 2

@@ -122,20 +122,63 @@ def test_other_processes_read_the_same_log_range_as_process_0(tmp_path):
     assert len(first.episodes) == 4 and first.cursor["pending"]
     buffer.append(episodes[5])     # committed after process 0's read: the others must not see it yet
 
-    def follower(header, **kw):
-        return multihost.LockstepBuffer(buffer, primary=False, broadcast=lambda _: header, agree_any=bool, **kw)
+    def follower(*broadcasts, **kw):   # process 0's broadcasts of one read (its range, then the held-back seqs)
+        replay = iter(broadcasts)
+        return multihost.LockstepBuffer(buffer, primary=False, broadcast=lambda _: next(replay), agree_any=bool, **kw)
 
-    same = follower(sent[0]).read(None, group_size=2)
+    same = follower(*sent[:2]).read(None, group_size=2)
     assert ids(same) == ids(first) and same.cursor == first.cursor
-    assert follower(sent[0]).screenshots is buffer.screenshots   # everything else is the buffer's own
+    assert follower().screenshots is buffer.screenshots   # everything else is the buffer's own
     second = leader.read(first.cursor, group_size=2)
-    assert ids(follower(sent[1]).read(first.cursor, group_size=2)) == ids(second) and len(second.episodes) == 2
+    assert len(sent) == 3           # nothing held back this time: the range alone
+    assert ids(follower(sent[2]).read(first.cursor, group_size=2)) == ids(second) and len(second.episodes) == 2
 
     wrong = sent[0].copy()
     wrong[4] += 1                  # process 0 read one more episode than this process finds in the range
-    with pytest.raises(RuntimeError, match="read log 0..5, 4 episodes; process 0 read 0..5, 5 episodes"):
-        follower(wrong).read(None, group_size=2)
-    ahead = sent[1].copy()
+    with pytest.raises(RuntimeError, match="read log 0..5, 4 episodes, held back 1; process 0 read 0..5, 5 episodes"):
+        follower(wrong, sent[1]).read(None, group_size=2)
+    ahead = sent[2].copy()
     ahead[3] += 5                  # commits this process never sees: it retries, then fails instead of hanging
     with pytest.raises(RuntimeError, match="raise buffer.capacity_steps"):
         follower(ahead, timeout_s=0.2).read(first.cursor, group_size=2)
+
+
+def test_every_process_holds_back_the_partial_groups_process_0_holds_back(tmp_path):
+    """Whether a partial group's writer is alive was each process's own call (its pid check or its clock against
+    the writer's lease, a 5-s memory of it): process 0 gave a stalled remote writer's group up while process 1 kept
+    waiting, so once the group completed process 1 handed it to a step process 0 never saw (the ids differed: the
+    run failed). Two readers of one buffer, process 0's broadcasts replayed to process 1."""
+    import json
+    import time
+
+    from jaxwebrl.buffer.ring import RingBuffer
+    from tests.scale.train_steps import synthetic_episodes
+
+    path = tmp_path / "buffer"
+    RingBuffer.create(str(path), capacity_steps=256, max_seq_len=64, screenshot_shape=(8, 8, 3),
+                      max_images_per_step=1)
+    writer, first, second = (RingBuffer.open(str(path)) for _ in range(3))   # a worker and two trainer processes
+    lease = path / "writers" / writer._lease.writer_id
+    episodes = synthetic_episodes(seed=0, groups=1, group_size=2)
+
+    def lease_age(age_s: float) -> None:   # the worker's lease, as a process on another host sees it
+        body = json.loads(lease.read_text())
+        lease.write_text(json.dumps(dict(body, host="another-host", time=time.time() - age_s)))
+
+    def lockstep_read(cursors):
+        sent = []
+        leader = multihost.LockstepBuffer(first, primary=True, broadcast=lambda x: sent.append(x) or x)
+        ahead = leader.read(cursors[0], group_size=2)
+        lease_age(0.0)                      # process 1's look at the lease: alive (its clock, or a later moment)
+        replay = iter(sent)
+        follower = multihost.LockstepBuffer(second, primary=False, broadcast=lambda _: next(replay), agree_any=bool)
+        return ahead, follower.read(cursors[1], group_size=2)
+
+    writer.append(episodes[0])
+    lease_age(700.0)                        # stalled past REMOTE_LEASE_SECONDS, as process 0 sees it
+    ahead, behind = lockstep_read([None, None])
+    assert ahead.stats["incomplete"] == 1 and behind.cursor == ahead.cursor   # given up by every process
+    writer.append(episodes[1])              # the worker was alive after all: its group completes
+    ahead, behind = lockstep_read([ahead.cursor, behind.cursor])
+    assert [e.episode_id for e in behind.episodes] == [e.episode_id for e in ahead.episodes]
+    assert behind.cursor == ahead.cursor

@@ -34,6 +34,17 @@ def test_groups_filtered_and_batched_whole():
     assert g.pending_episode_ids() == [] and g.pop_batch(current_version=2) is None
 
 
+def test_an_episode_of_weights_a_crash_lost_is_dropped_as_stale_not_trained_as_fresh():
+    """A resumed trainer (train/versions.py) numbers on past the versions its crash lost; an episode holding their
+    tokens looks 1 version behind, yet its behaviour weights are gone: stale."""
+    lost = lambda e: e.min_version <= 4 and e.max_version >= 3   # versions 3..4 lost
+    g = BatchGatherer(consumer_batch_size=2, max_head_offpolicyness=4, lost_versions=lost)
+    g.add_groups([[episode(0, 10, 1, version=4), episode(1, 10, 0, version=4)],
+                  [episode(2, 11, 1, version=5), episode(3, 11, 0, version=5)]])
+    assert [e.episode_id for e in g.pop_batch(current_version=6)] == [2, 3]
+    assert g.counts.dropped_stale == 2
+
+
 def test_too_few_keeps_groups_for_next_time():
     g = BatchGatherer(consumer_batch_size=4, max_head_offpolicyness=2, dynamic_sampling=False)
     g.add_groups([[episode(0, 1, 1), episode(1, 1, 1)]])

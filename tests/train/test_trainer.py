@@ -17,6 +17,9 @@ from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import Policy, init_params, tiny_policy
 from jaxwebrl.parallel import mesh as mesh_lib
 from jaxwebrl.train.metrics import DASHBOARD_KEYS, read_metrics
+
+RUNNING_TOTALS = ("rollout/episodes_seen", "rollout/env_failed", "rollout/cut_", "rollout/dropped_", "buffer/",
+                  "trainer/dropped_", "trainer/skipped_")
 from jaxwebrl.train import trainer as trainer_module
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.trainer import Trainer
@@ -99,6 +102,44 @@ def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path)
     for a, b in zip(jax.tree.leaves(straight.state.opt_state), jax.tree.leaves(second.state.opt_state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(jax.random.key_data(straight.state.rng), jax.random.key_data(second.state.rng))
+    # the running totals go on from the checkpoint (they restarted at 0: 8 episodes seen, the 8 read again)
+    totals = [k for k in read_metrics(str(tmp_path / "straight"))[-1] if k.startswith(RUNNING_TOTALS)]
+    assert "rollout/episodes_seen" in totals and "buffer/incomplete" in totals and "trainer/skipped_batches" in totals
+    ends = [{k: read_metrics(str(tmp_path / run))[-1][k] for k in totals} for run in ("straight", "resumed")]
+    assert ends[0] == ends[1] and ends[0]["rollout/episodes_seen"] == 16
+
+
+class HardStop(Exception):
+    """The trainer process dies: nothing after this point is saved."""
+
+
+@pytest.mark.slow   # two update compiles: ~50 s on a busy 2-core box (test_versions.py tests the rules in 2 s)
+def test_a_hard_stop_after_a_publish_past_the_checkpoint_never_reuses_that_version(policy, filled_buffer, tmp_path):
+    """Checkpoint at version 0, version 1 published, then the trainer dies. The resume used to publish version 1
+    again with other weights, so an episode a still-running worker played on the lost version 1 looked fresh."""
+    config = toy_config(2)
+    config.checkpoint.save_every_steps = 100
+    first = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
+    first.save()                                              # the checkpoint at step 0, version 0
+
+    def die_after_step_1():
+        if first.state.step >= 1:
+            raise HardStop
+        return False
+
+    with pytest.raises(HardStop):
+        first.run(stop=die_after_step_1)
+    assert first.sink.versions == [0, 1] and first.checkpointer.all_steps() == [0]
+    lost = filled_buffer.read(filled_buffer.latest_cursor())
+    play_toy(filled_buffer, groups=2, group_size=2, epsilon=0.6, seed=12, version=1)   # a remote worker, on v1
+    lost_ids = {e.episode_id for e in filled_buffer.read(lost.cursor).episodes}
+    second, sink = train(config, tmp_path / "run", policy, filled_buffer, stop_at=1)
+    assert sink.versions == [0, 2]                            # v1 is never published again
+    handed_out = set(second.trained_episode_ids)
+    while batch := second.gatherer.pop_batch(second.state.version):   # the rest of the buffer, in order
+        handed_out |= {e.episode_id for e in batch}
+    assert second.gatherer.counts.dropped_stale == len(lost_ids) == 4   # v1's: stale, though 1 version behind 2
+    assert not lost_ids & handed_out and len(handed_out) == 16
 
 
 def _device_bytes(tree, device) -> int:
