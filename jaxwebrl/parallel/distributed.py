@@ -323,6 +323,18 @@ def shard_from_host(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(one, tree, shardings)
 
 
+def placed(tree: Any, shardings: Any) -> Any:
+    """New arrays of `tree`'s values on `shardings` (a matching pytree), never aliasing `tree` (a trainer's update
+    donates them). Arrays this process holds whole, for shardings over its own devices (one process), go device
+    to device, each device receiving only its shard (no host copy, no second whole copy); otherwise host values
+    every process holds equally (`shard_from_host`)."""
+    leaves, targets = jax.tree.leaves(tree), jax.tree.leaves(shardings)
+    if all(isinstance(x, jax.Array) and x.is_fully_addressable for x in leaves) and \
+            all(s.is_fully_addressable for s in targets):
+        return jax.tree.map(lambda x, s: jax.device_put(x, s, may_alias=False), tree, shardings)
+    return shard_from_host(tree, shardings)
+
+
 def replicated_key(key: jax.Array, mesh: Mesh) -> jax.Array:
     """A typed PRNG key as a global array replicated over `mesh`, so Orbax can save it from every process
     (a key made by `jax.random.key` lives on one local device, which multi-host checkpointing refuses)."""

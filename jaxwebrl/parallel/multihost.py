@@ -99,9 +99,10 @@ def layout(config) -> Layout:
 
 
 def place_train_state(params, rng: jax.Array, mesh: Mesh):
-    """(params sharded on `mesh` by the partition rules, `rng` replicated on it): global arrays that every
-    process's jitted update and Orbax save can use. Every process passes the same host values (same seed)."""
-    params = distributed.shard_from_host(jax.tree.map(np.asarray, params), param_shardings(params, mesh))
+    """(copies of params sharded on `mesh` by the partition rules, `rng` replicated on it): global arrays that every
+    process's jitted update and Orbax save can use (`distributed.placed`: device to device on one process). Every
+    process passes the same values (same seed)."""
+    params = distributed.placed(params, param_shardings(params, mesh))
     return params, distributed.replicated_key(rng, mesh)
 
 
