@@ -18,6 +18,7 @@ from jaxwebrl.models.lora import LoraConfig
 from jaxwebrl.models.attention import AttentionMask, attend, causal_mask
 from jaxwebrl.models.layers import (RMSNorm, SwiGLU, apply_rotary, dense, mrope_axis_selector, mrope_cos_sin,
                                     remat_policy)
+from jaxwebrl.parallel import partition
 from jaxwebrl.parallel.mesh import constrain_batch
 
 
@@ -153,8 +154,10 @@ class TextDecoder(nn.Module):
         self.selector = mrope_axis_selector(c.mrope_section, c.mrope_interleaved)
 
     def embed(self, input_ids: jax.Array) -> jax.Array:
-        """input_ids [B, T] int -> [B, T, E] in the compute dtype."""
-        return self.embed_tokens(input_ids)
+        """input_ids [B, T] int -> [B, T, E] in the compute dtype (`nn.Embed`'s lookup, on a mesh from the table
+        gathered over `fsdp`: `partition.lookup_table`)."""
+        table = partition.lookup_table(jnp.asarray(self.embed_tokens.embedding, self.dtype))
+        return jnp.take(table, input_ids, axis=0)
 
     def __call__(
         self,

@@ -24,9 +24,12 @@ caller (slots past S are not written); size S = prompt length + max new tokens.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+
+from jaxwebrl.parallel import partition
 
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +62,19 @@ def init_cache(config, batch: int, max_len: int, dtype=jnp.float32, *, decode_bl
         "next_position": jnp.zeros((batch,), jnp.int32),
         "read": DecodeRead(decode_block),
     }
+
+
+@functools.lru_cache(maxsize=None)
+def _sharded_init(config, batch: int, max_len: int, dtype, decode_block: int, mesh):
+    """`init_cache` jitted with its outputs on `partition.cache_shardings` (one program per shape and mesh)."""
+    make = functools.partial(init_cache, config, batch, max_len, dtype, decode_block=decode_block)
+    return jax.jit(make, out_shardings=partition.cache_shardings(jax.eval_shape(make), mesh))
+
+
+def init_sharded_cache(config, batch: int, max_len: int, dtype, mesh, *, decode_block: int = 0) -> dict:
+    """`init_cache` made on `mesh`'s devices, each holding only its shard (`partition.cache_shardings`): the zeros
+    are built inside a jitted program with those output shardings, never whole on one device and then moved."""
+    return _sharded_init(config, int(batch), int(max_len), jnp.dtype(dtype), int(decode_block), mesh)()
 
 
 def write_rows(buffer: jax.Array, new: jax.Array, index: jax.Array, axis: int = 1) -> jax.Array:

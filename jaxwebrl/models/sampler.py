@@ -354,10 +354,12 @@ class Sampler:
         prefix, prefix_state = self._forced_prefix(sampling, constraint)
         ids, mask, pixels, grid = self._batch(prompts, prefix)
         rows, width = ids.shape
-        cache = kv_cache.init_cache(self.config, rows, width + sampling.max_new_tokens, jnp.dtype(self.config.dtype),
-                                    decode_block=self.decode_block)
-        if self.mesh is not None:
-            cache = jax.device_put(cache, partition.cache_shardings(cache, self.mesh))
+        capacity, dtype = width + sampling.max_new_tokens, jnp.dtype(self.config.dtype)
+        if self.mesh is None:
+            cache = kv_cache.init_cache(self.config, rows, capacity, dtype, decode_block=self.decode_block)
+        else:   # each device makes its own shard: no whole cache on device 0
+            cache = kv_cache.init_sharded_cache(self.config, rows, capacity, dtype, self.mesh,
+                                                decode_block=self.decode_block)
         rng = self._place(row_keys(seed, len(prompts), rows))   # [rows, 2]: split with the batch on a mesh
         stop_ids = jnp.asarray(sampling.stop_token_ids or (-1,), jnp.int32)
         static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())  # stop ids are traced

@@ -26,6 +26,7 @@ Cross-process collectives on CPU devices go through gloo (set before any backend
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from typing import Any, Mapping, Sequence
@@ -250,6 +251,30 @@ def global_to_host(tree: Any) -> Any:
     return jax.tree.map(lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)), tree)
 
 
+def whole_on_device(tree: Any, device: jax.Device) -> Any:
+    """Whole copies of `tree`'s arrays on `device` (a policy server's). When this process holds every shard (one
+    process), each array is gathered over its mesh on the devices (a jitted all-gather, one array at a time) and
+    the copy on `device` kept: no host memory (a plain `device_put` of a sharded array onto one device reads it
+    back to the host first). Otherwise through host memory (`global_to_host`: a collective, every process calls
+    it)."""
+    if not all(leaf.is_fully_addressable for leaf in jax.tree.leaves(tree)):
+        return jax.device_put(global_to_host(tree), device)
+    return jax.tree.map(lambda leaf: _whole_on_device(leaf, device), tree)
+
+
+def _whole_on_device(array: jax.Array, device: jax.Device) -> jax.Array:
+    if isinstance(array.sharding, NamedSharding) and not array.sharding.is_fully_replicated:
+        array = _replicated_on(array.sharding.mesh)(array)
+    shards = array.addressable_shards
+    return jax.device_put(next((s.data for s in shards if s.device == device), shards[0].data), device)
+
+
+@functools.lru_cache(maxsize=None)
+def _replicated_on(mesh: Mesh):
+    """A jitted identity whose output is replicated over `mesh` (an all-gather on the devices)."""
+    return jax.jit(lambda array: array, out_shardings=NamedSharding(mesh, PartitionSpec()))
+
+
 def sync(name: str) -> None:
     """Barrier: every process waits here until all have reached `name` (a no-op on one process)."""
     if jax.process_count() > 1:
@@ -296,6 +321,18 @@ def shard_from_host(tree: Any, shardings: Any) -> Any:
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
     return jax.tree.map(one, tree, shardings)
+
+
+def placed(tree: Any, shardings: Any) -> Any:
+    """New arrays of `tree`'s values on `shardings` (a matching pytree), never aliasing `tree` (a trainer's update
+    donates them). Arrays this process holds whole, for shardings over its own devices (one process), go device
+    to device, each device receiving only its shard (no host copy, no second whole copy); otherwise host values
+    every process holds equally (`shard_from_host`)."""
+    leaves, targets = jax.tree.leaves(tree), jax.tree.leaves(shardings)
+    if all(isinstance(x, jax.Array) and x.is_fully_addressable for x in leaves) and \
+            all(s.is_fully_addressable for s in targets):
+        return jax.tree.map(lambda x, s: jax.device_put(x, s, may_alias=False), tree, shardings)
+    return shard_from_host(tree, shardings)
 
 
 def replicated_key(key: jax.Array, mesh: Mesh) -> jax.Array:

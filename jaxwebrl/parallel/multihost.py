@@ -12,8 +12,9 @@ policy server, the rollout worker pool and the metrics writer.
 
 The policy server is request-driven on one process, so it cannot take part in SPMD programs over other hosts'
 devices. It gets a whole copy of the weights instead: after each update every process calls
-`HostWeightSink.set_weights` (an all-gather of the sharded params, `distributed.global_to_host`), and process 0
-hands the copy to its server on `server_device`. With `distributed.server_devices = k`, each process keeps its
+`HostWeightSink.set_weights` (an all-gather of the sharded params through host memory,
+`distributed.global_to_host`), and process 0 hands the copy to its server on `server_device`; a one-process mesh
+copies the shards device to device, with no host copy. With `distributed.server_devices = k`, each process keeps its
 last k local devices out of the trainer mesh (`distributed.split_server_devices`), and process 0's server
 decodes on the first of its own; with 0 the server shares local device 0 with the trainer (as on one host).
 
@@ -98,24 +99,27 @@ def layout(config) -> Layout:
 
 
 def place_train_state(params, rng: jax.Array, mesh: Mesh):
-    """(params sharded on `mesh` by the partition rules, `rng` replicated on it): global arrays that every
-    process's jitted update and Orbax save can use. Every process passes the same host values (same seed)."""
-    params = distributed.shard_from_host(jax.tree.map(np.asarray, params), param_shardings(params, mesh))
+    """(copies of params sharded on `mesh` by the partition rules, `rng` replicated on it): global arrays that every
+    process's jitted update and Orbax save can use (`distributed.placed`: device to device on one process). Every
+    process passes the same values (same seed)."""
+    params = distributed.placed(params, param_shardings(params, mesh))
     return params, distributed.replicated_key(rng, mesh)
 
 
 class HostWeightSink:
-    """The trainer's weight sink when params live on a mesh: every process gathers the params (a collective),
-    and process 0 hands a copy on `device` to its policy server (`server`; None on the other processes)."""
+    """The trainer's weight sink when params live on a mesh: process 0 hands a whole copy on `device` to its policy
+    server (`server`; None on the other processes). Several processes gather the params through the host (a
+    collective: every process calls `set_weights`); one process copies them device to device."""
 
     def __init__(self, server, device: jax.Device):
         self.server = server
         self.device = device
 
     def set_weights(self, params, version: int) -> None:
-        host = distributed.global_to_host(params)   # every process, same point: an all-gather
         if self.server is not None:
-            self.server.set_weights(jax.device_put(host, self.device), version)
+            self.server.set_weights(distributed.whole_on_device(params, self.device), version)
+        else:   # another process: its part of the all-gather (every process, same point)
+            distributed.global_to_host(params)
 
     def pause(self) -> None:
         if self.server is not None and hasattr(self.server, "pause"):

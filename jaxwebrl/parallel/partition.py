@@ -182,6 +182,18 @@ def constrain_state(tree: Any, replicated: str | None = None) -> Any:
     return tree if mesh is None else jax.lax.with_sharding_constraint(tree, state_specs(tree, mesh, replicated))
 
 
+def lookup_table(table: jax.Array) -> jax.Array:
+    """An embedding table [V, E] for a token lookup, held to its vocabulary split over `tensor` with the embed dim
+    whole (gathered over `fsdp`, as FSDP gathers a weight before its use) when a mesh with the axes is in context
+    (`jax.set_mesh`); unchanged otherwise. Looked up from the stored (`tensor`, `fsdp`) layout, the rows [B, T, E]
+    come out split over `fsdp` on E, not on B: with `data` > 1 XLA replicated the activations (and their
+    gradient) to go from one layout to the other ("involuntary full rematerialization")."""
+    mesh = context_mesh(AXES)
+    if mesh is None:
+        return table
+    return jax.lax.with_sharding_constraint(table, fit_spec(P("tensor", None), table.shape, mesh))
+
+
 def data_shardings(tree: Any, mesh: Mesh) -> Any:
     """Shardings for a batch pytree: leading dimension over (`data`, `fsdp`) when it divides, else replicated."""
 

@@ -161,10 +161,9 @@ def _cast(params, template, mesh):
     """`params` in the template's dtypes (and, on a mesh, its shardings); the same arrays when nothing changes."""
     if mesh is None and all(p.dtype == t.dtype for p, t in zip(jax.tree.leaves(params), jax.tree.leaves(template))):
         return params   # shared with the policy's own weights: no second copy
-    cast = jax.tree.map(lambda p, t: jnp.asarray(p, t.dtype), params, template)
-    if mesh is None:
-        return cast
-    return distributed.shard_from_host(cast, jax.tree.map(lambda t: t.sharding, template))
+    if mesh is not None:   # placed first, then cast shard by shard: no whole cast copy on one device
+        params = distributed.placed(params, jax.tree.map(lambda t: t.sharding, template))
+    return jax.tree.map(lambda p, t: jnp.asarray(p, t.dtype), params, template)
 
 
 def _to_host(params):

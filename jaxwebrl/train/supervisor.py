@@ -103,13 +103,13 @@ def run(config, workdir: str, *, stop: threading.Event | None = None, allow_conf
 
 
 class _MeshProbe:
-    """A SuccessProbe fed params that live on the trainer's mesh: gathered, then put on the server's device."""
+    """A SuccessProbe fed params that live on the trainer's mesh, copied whole onto the server's device."""
 
     def __init__(self, probe, device: jax.Device):
         self.probe, self.device = probe, device
 
     def __call__(self, params, version: int) -> float:
-        return self.probe(jax.device_put(distributed.global_to_host(params), self.device), version)
+        return self.probe(distributed.whole_on_device(params, self.device), version)
 
     def close(self) -> None:
         self.probe.close()

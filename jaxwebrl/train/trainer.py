@@ -139,10 +139,12 @@ class Trainer:
     def _restore_or_init(self) -> TrainState:
         """The run's starting state (`checkpoint/resume.py`: this workdir's checkpoint, `checkpoint.restore_from`,
         `model.init_params`, or the policy's own weights, in that order) and its buffer resume point."""
-        params = _copy(self.policy.params)  # the update donates its params; the policy's own stay intact
+        # the update donates its params: a copy, so that the policy's own stay intact
         rng = jax.random.key(self.config.seed)
-        if self.mesh is not None:   # global arrays every process's update and Orbax save share
-            params, rng = place_train_state(params, rng, self.mesh)
+        if self.mesh is None:
+            params = _copy(self.policy.params)
+        else:   # global arrays every process's update and Orbax save share, each device given only its shard
+            params, rng = place_train_state(self.policy.params, rng, self.mesh)
         opt_state = partition.init_state(self.optimizer.init, params)   # each moment sharded like its weight
         start = restore_or_init(self.config, self.checkpointer, params=params, opt_state=opt_state, rng=rng,
                                 set_aside=distributed.is_primary(),

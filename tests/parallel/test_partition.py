@@ -1,6 +1,7 @@
 """Sharded (8 fake CPU devices, several mesh shapes) and unsharded logits and gradients agree."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -209,3 +210,25 @@ def test_bf16_compute_from_fp32_master_with_remat(policy, text_batch, text_refer
     flat32 = np.concatenate([np.ravel(g) for g in leaves32])
     cosine = flat16 @ flat32 / (np.linalg.norm(flat16) * np.linalg.norm(flat32))
     assert cosine > 0.99
+
+
+def test_an_fsdp_train_step_never_gathers_the_token_rows(policy, text_batch, text_reference):
+    """(data 2, fsdp 4) with the mesh in context, as the trainer compiles its update. The token lookup read the
+    table stored (`tensor`, `fsdp`): its rows came out split over `fsdp` on the embed dim, and XLA replicated the
+    [B, T, E] rows and their gradient to reach the batch split ("involuntary full rematerialization"). Now the
+    lookup reads the table gathered over `fsdp` (`partition.lookup_table`): no all-gather in the compiled step
+    yields a [B, T, ...] array (only weights are gathered), and loss and gradients match one device's."""
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 4, "tensor": 1})
+    shardings = partition.param_shardings(policy.params, mesh)
+    batch_shardings = partition.data_shardings(text_batch, mesh)
+    step = jax.jit(jax.value_and_grad(_loss_fn(policy.module, None), has_aux=True),
+                   in_shardings=(shardings, batch_shardings), out_shardings=(None, shardings))
+    params, batch = jax.device_put(policy.params, shardings), jax.device_put(text_batch, batch_shardings)
+    with jax.set_mesh(mesh):
+        hlo = step.lower(params, batch).compile().as_text()
+        result = step(params, batch)
+    rows = "{},{}".format(*text_batch["input_ids"].shape)
+    gathered_rows = re.findall(rf"= \w+\[{rows}(?:,\d+)*\]\S* all-gather(?:-start)?\(", hlo)
+    assert not gathered_rows, f"the compiled step all-gathers activations: {gathered_rows}"
+    assert re.search(r"all-gather(-start)?\(", hlo), "no all-gather at all: the weights were not sharded over fsdp"
+    _assert_match(result, text_reference, shardings)

@@ -2,11 +2,15 @@
 the weight sink that gathers sharded params for the server, and the lockstep agreements (trivial on one process)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src.array import ArrayImpl
+from jax.experimental import multihost_utils
 
 from configs.constT10 import get_config
 from jaxwebrl.models.policy import tiny_policy
+from jaxwebrl.models.serving_weights import serving_copy
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.train.config_validation import ConfigError, validate
 
@@ -77,21 +81,44 @@ class RecordingServer:
         self.paused -= 1
 
 
-def test_sharded_params_reach_the_server_whole_on_its_device():
+def test_sharded_params_reach_the_server_whole_on_its_device_without_a_host_copy(monkeypatch):
+    """The trainer's bf16 serving copy is cast on the mesh, shard by shard, and on one process reaches the server's
+    device device to device (`distributed.whole_on_device`): the sink used to gather the whole tree through host
+    memory (`process_allgather`, a NumPy copy of every weight) even when every shard was this process's own."""
     layout = multihost.layout(toy(server_devices=2, mesh_data=3, mesh_fsdp=2))
     host = tiny_policy(seed=0).params
     params, key = multihost.place_train_state(host, jax.random.key(5), layout.mesh)
     assert {len(leaf.sharding.device_set) for leaf in jax.tree.leaves(params)} == {6}
     assert any(not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(params))   # FSDP-sharded
     assert key.sharding.is_fully_replicated
-    server = RecordingServer()
+    served = serving_copy(params, jnp.bfloat16)   # the trainer's _publish
+    for leaf, master in zip(jax.tree.leaves(served), jax.tree.leaves(params)):
+        assert leaf.dtype == jnp.bfloat16 and leaf.sharding == master.sharding
+    host_copies = []
+
+    def recording(name, function):
+        def call(*args, **kwargs):
+            host_copies.append(name)
+            return function(*args, **kwargs)
+        return call
+
+    for module, name in ((multihost_utils, "process_allgather"), (jax, "device_get")):
+        monkeypatch.setattr(module, name, recording(name, getattr(module, name)))
+    # a device_put of a sharded array onto one device reads it back to the host (ArrayImpl._value) first
+    monkeypatch.setattr(ArrayImpl, "_value", property(recording("_value", ArrayImpl._value.fget)))
+    server, inside = RecordingServer(), RecordingServer()
     sink = multihost.HostWeightSink(server, layout.server_device)
-    sink.set_weights(params, 3)
+    sink.set_weights(served, 3)
+    mesh_device = layout.mesh.devices.flat[0]   # distributed.server_devices=0: the server shares a trainer device
+    multihost.HostWeightSink(inside, mesh_device).set_weights(served, 3)
+    assert not host_copies, f"published through host memory: {len(host_copies)} calls of {set(host_copies)}"
+    monkeypatch.undo()
     (published, version), = server.published
     assert version == 3
     for leaf, want in zip(jax.tree.leaves(published), jax.tree.leaves(host)):
-        assert leaf.devices() == {layout.server_device}
-        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(want))
+        assert leaf.devices() == {layout.server_device} and leaf.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(want).astype(jnp.bfloat16))
+    assert all(leaf.devices() == {mesh_device} for leaf in jax.tree.leaves(inside.published[0][0]))
     sink.pause()
     assert server.paused == 1
     sink.resume()

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src.array import ArrayImpl
 from PIL import Image
 from tensorboardX.proto import event_pb2
 
@@ -156,14 +157,26 @@ def test_a_mesh_trainer_shards_adam_moments_like_weights_and_pads_rows_to_whole_
         policy, filled_buffer, tmp_path, monkeypatch):
     """(data 2, fsdp 2, tensor 2) over the 8 CPU devices. A bare `jax.jit(optimizer.init)` made every moment whole on
     device 0 (twice the model's weights on one chip: out of memory at 8B) and a checkpoint restore read into that
-    layout. A minibatch of a row count the 4 batch shards do not divide ran on several chips at once
-    (test_update.py measures it): the trainer now pads rows to whole shards. (The update keeps the state's layout:
-    test_update.py's sharded update test.)"""
+    layout. The start-up copy of the weights (and the bf16 reference's cast) was made whole on device 0, then read
+    back to the host and sharded from there: now each device receives its shard device to device, no array larger
+    than the PRNG key is read back to the host. A minibatch of a row count the 4 batch shards do not divide ran on
+    several chips at once (test_update.py measures it): the trainer now pads rows to whole shards. (The update
+    keeps the state's layout: test_update.py's sharded update test.)"""
     mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-    trainer = Trainer(toy_config(1), str(tmp_path / "run"), policy=policy, buffer=filled_buffer,
+    config = toy_config(1)
+    config.actor.kl_loss_coef, config.actor.ref_dtype = 0.1, "bfloat16"
+    os.makedirs(tmp_path / "run")   # the reference's record is written there
+    host_reads, value = [], ArrayImpl._value
+    monkeypatch.setattr(ArrayImpl, "_value", property(lambda x: host_reads.append(x.size) or value.fget(x)))
+    trainer = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer,
                       weight_sink=RecordingSink(), mesh=mesh)
+    monkeypatch.undo()
+    assert max(host_reads, default=0) <= 2, f"arrays read back to the host at start-up, sizes {sorted(host_reads)}"
     params, opt_state = trainer.state.params, trainer.state.opt_state
     assert_on_partition_rules(params, opt_state, mesh)
+    held = trainer.reference.params
+    for leaf, want in zip(jax.tree.leaves(held), jax.tree.leaves(params)):
+        assert leaf.dtype == jnp.bfloat16 and leaf.sharding.is_equivalent_to(want.sharding, leaf.ndim)
     for device in mesh.devices.flat:   # two moments per weight shard, and a few scalars
         assert _device_bytes(opt_state, device) <= 2 * _device_bytes(params, device) + 64
 
