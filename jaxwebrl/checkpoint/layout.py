@@ -15,6 +15,9 @@ A standalone params checkpoint (written by `save_params`: launch/sft.py, launch/
                                `ocp.StandardCheckpointer().restore(DIR + "/params")`)
     DIR/jaxwebrl_params.json   provenance: step, policy_version, source, ...
 
+An HF export (eval/export.py --hf_out) is an HF directory plus DIR/jaxwebrl_export.json, the same provenance
+(`export_info` reads it back: a warm start or an evaluation from the export reports its policy version).
+
     steps = checkpoint_steps(dir)                         # [1, 2, ...] steps with a state item
     params, meta = restore_params(dir, template, step=None)   # params only, into `template`'s structure and dtypes
     save_params(params, out_dir, info); params, info = load_params(out_dir, template)
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 DIGESTS_ITEM = "digests"
 ITEMS = ("state", "meta", DIGESTS_ITEM)  # the items of a training checkpoint step (digests: since they exist)
 PARAMS_INFO = "jaxwebrl_params.json"    # provenance file inside a standalone params checkpoint
+EXPORT_INFO = "jaxwebrl_export.json"    # provenance file inside an HF export
 PARAMS_DIR = "params"
 
 
@@ -173,6 +177,29 @@ def save_params(params, out_dir: str, info: dict) -> None:
         checkpointer.wait_until_finished()
     with open(os.path.join(out_dir, PARAMS_INFO), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, sort_keys=True)
+
+
+def export_info(hf_dir: str) -> dict:
+    """The provenance an HF export recorded (`EXPORT_INFO`: source, step, policy_version, ...), {} for an HF
+    directory without one. ValueError naming the file when it is not a JSON object with integer (or null) step and
+    policy_version."""
+    path = os.path.join(hf_dir, EXPORT_INFO)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+        problem = "" if isinstance(info, dict) else f"a JSON object expected, got {type(info).__name__}"
+    except ValueError as err:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        info, problem = {}, one_line(err, 80)
+    for key in ("step", "policy_version"):
+        value = info.get(key) if isinstance(info, dict) else None
+        if not problem and value is not None and (type(value) is not int or value < 0):   # a bool is no version
+            problem = f"{key} must be an integer >= 0 or null, got {value!r}"
+    if problem:
+        raise ValueError(f"{path} is malformed ({problem}): export the checkpoint again (launch/export.py --hf_out), "
+                         f"or delete that file to load the HF weights without their provenance")
+    return info
 
 
 def load_params(path: str, template):

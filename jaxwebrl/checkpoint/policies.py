@@ -4,6 +4,7 @@
     policy = initial_policy(config)           # what a fresh run starts from: the recipe's, warm-started when
                                               #   config.model.init_params is set
     policy, info = load_policy(config, source)   # "initial", WORKDIR, WORKDIR/checkpoints, params dir, HF dir
+    info = hf_provenance(hf_dir)              # an HF export's recorded step and policy version
 
 The recipe (`config.model`) names the base model: its architecture, processor and initial weights. A training
 checkpoint (`layout.py`) holds only weights, so it is read into the base model's structure; only the params are
@@ -52,6 +53,14 @@ def initial_policy(config) -> Policy:
     return policy if warm is None else policy.replace_params(warm)
 
 
+def hf_provenance(hf_dir: str) -> dict:
+    """An HF directory's provenance: source, and the step, policy_version and exported_from (the checkpoint it was
+    exported from) its `jaxwebrl_export.json` records (None each without one; `layout.export_info`)."""
+    exported = layout.export_info(hf_dir)
+    return {"source": hf_dir, "step": exported.get("step"), "policy_version": exported.get("policy_version"),
+            "exported_from": exported.get("source")}
+
+
 def load_policy(config, source: str = "initial", *, step: int | None = None) -> tuple[Policy, dict]:
     """(policy, provenance) for `source`:
 
@@ -70,6 +79,7 @@ def load_policy(config, source: str = "initial", *, step: int | None = None) -> 
         params, info = layout.params_of(source, skeleton.params, step=step)
         return skeleton.replace_params(params), info
     if os.path.isfile(os.path.join(source, "config.json")):
-        return load_pretrained(source, dtype=config.model.dtype), {"source": source, "policy_version": None}
+        info = hf_provenance(source)   # a malformed export record: its ValueError before the weights load
+        return load_pretrained(source, dtype=config.model.dtype), info
     raise FileNotFoundError(f"{source} holds neither a training checkpoint (<step>/state), a params checkpoint "
                             f"({layout.PARAMS_INFO}) nor an HF checkpoint (config.json)")

@@ -8,7 +8,8 @@
      version; the data stream starts afresh (that run's buffer is not this one's).
   3. `model.init_params` (a params checkpoint such as launch/sft.py writes, or a training checkpoint): the warm-start
      weights, at step 0, version 0, with a fresh optimizer and RNG.
-  4. The recipe's initial weights (`model.name`, `model.preset`, `model.checkpoint`), at step 0.
+  4. The recipe's initial weights (`model.name`, `model.preset`, `model.checkpoint`), at step 0; HF weights
+     (`model.name=pretrained`) are logged with the policy version their export recorded, if any.
 
     start = restore_or_init(config, checkpointer, params=params, opt_state=optimizer.init(params), rng=rng)
 """
@@ -21,7 +22,8 @@ import logging
 import jax
 
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
-from jaxwebrl.checkpoint.policies import warm_start_params
+from jaxwebrl.checkpoint.policies import hf_provenance, warm_start_params
+from jaxwebrl.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -83,4 +85,19 @@ def restore_or_init(config, checkpointer: Checkpointer, *, params, opt_state, rn
     if warm is not None:
         log.info("warm start from %s (step 0, fresh optimizer)", config.model.init_params)
         return Start(warm, opt_state, rng, 0, 0, None, [], "init_params")
+    if config.model.get("name") == "pretrained":
+        _log_hf_start(config.model.get("checkpoint"))
     return Start(params, opt_state, rng, 0, 0, None, [], "recipe")                      # 4.
+
+
+def _log_hf_start(hf_dir: str) -> None:
+    """One line: the run starts from the HF weights in `hf_dir`, with what their export recorded."""
+    try:
+        info = hf_provenance(hf_dir)
+    except ValueError as err:   # a malformed export record: one line through launch/train.py
+        raise CheckpointError(f"model.checkpoint={hf_dir!r}: {err}") from None
+    if info["exported_from"] is None and info["policy_version"] is None:
+        log.info("start from the HF weights of %s (step 0, fresh optimizer)", hf_dir)
+    else:
+        log.info("start from the HF export %s of %s step %s, policy version %s (this run: step 0, version 0, fresh "
+                 "optimizer)", hf_dir, info["exported_from"], info["step"], info["policy_version"])

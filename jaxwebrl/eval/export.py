@@ -5,7 +5,8 @@
 The HF directory is `save_pretrained` of the trained params on the recipe's model (config.json, safetensors,
 tokenizer and preprocessor files). The params checkpoint is one Orbax pytree (`params/`) plus
 `jaxwebrl_params.json` (step, policy version, source), the layout of `jaxwebrl/checkpoint/layout.py`;
-`load_policy(config, DIR)` and `launch/eval.py --policy=DIR` read it back, and so does plain Orbax:
+`load_policy(config, DIR)` and `launch/eval.py --policy=DIR` read either back (an HF directory's
+`jaxwebrl_export.json` gives the eval report its step and policy version); plain Orbax reads the params:
 `ocp.StandardCheckpointer().restore(DIR + "/params")`.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 
-from jaxwebrl.checkpoint.layout import save_params
+from jaxwebrl.checkpoint.layout import EXPORT_INFO, save_params
 from jaxwebrl.checkpoint.policies import load_policy
 from jaxwebrl.models.hf_io import save_pretrained
 from jaxwebrl.models.policy import Policy
@@ -25,7 +26,7 @@ def save_hf(policy: Policy, out_dir: str, info: dict, *, dtype: str | None = Non
     if os.path.exists(os.path.join(out_dir, "config.json")):
         raise FileExistsError(f"{out_dir} already holds a model (config.json): choose a new --hf_out directory")
     save_pretrained(policy, out_dir, dtype=dtype)
-    with open(os.path.join(out_dir, "jaxwebrl_export.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out_dir, EXPORT_INFO), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, sort_keys=True)
 
 

@@ -106,14 +106,18 @@ class BatchGatherer:
     def ready_trajectories(self) -> int:
         return sum(len(group) for group in self._ready)
 
+    def pending_episodes(self) -> list[Episode]:
+        """Episodes read but not yet trained or dropped, in reading order."""
+        return [e for group in self._ready for e in group]
+
     def pending_episode_ids(self) -> list[int]:
-        """Episodes read but not yet trained or dropped, ascending."""
-        return sorted(e.episode_id for group in self._ready for e in group)
+        """The ids of `pending_episodes`, ascending."""
+        return sorted(e.episode_id for e in self.pending_episodes())
 
     def counts_with_queued(self) -> GatherCounts:
         """The counts with the cut and env-failed episodes still queued counted too (they are counted when a batch
         filters them out): what a run that stops before its next batch saw."""
-        queued = [e for group in self._ready for e in group]
+        queued = self.pending_episodes()
         cut = [e for e in queued if e.cut]
         return dataclasses.replace(self.counts, cut_episodes=self.counts.cut_episodes + len(cut),
                                    cut_steps=self.counts.cut_steps + sum(e.num_steps for e in cut),

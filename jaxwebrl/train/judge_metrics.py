@@ -6,6 +6,10 @@ the `judge/*` keys of metrics.jsonl, running totals over the episodes the traine
     judge/failures/<cause>        of those, by cause (`webgym.verdicts.failure_cause`: timeout, http_503, ...)
     judge/latency_s/mean, /p95    seconds a verdict took, over the last LATENCY_WINDOW verdicts
 
+A resumed run's counts go on from its checkpoint's (`counts` / `go_on_from`, kept with the other running totals:
+train/totals.py); its latencies restart, since they describe the endpoint's recent answers (NaN until its first
+verdict), not the run's history.
+
 A run without judged episodes has none of these keys. Agreement needs a second judge: `python3 -m jaxwebrl.eval.judge`
 re-judges a saved run.
 """
@@ -38,6 +42,17 @@ class JudgeTally:
         else:
             self.verdicts += 1
             self._seconds.append(float(judge["judge_s"]))
+
+    def counts(self) -> dict[str, int]:
+        """The running counts by metric name: judge/verdicts and judge/failures/<cause> (their sum is derived)."""
+        return {"judge/verdicts": self.verdicts, **{f"judge/failures/{c}": n for c, n in self.failures.items()}}
+
+    def go_on_from(self, counts: dict[str, int]) -> None:
+        """Set the running counts to `counts` (as `counts` gives them; other keys are ignored)."""
+        self.verdicts = int(counts.get("judge/verdicts", 0))
+        causes = {k.removeprefix("judge/failures/"): int(n) for k, n in counts.items()
+                  if k.startswith("judge/failures/")}
+        self.failures = collections.Counter({cause: n for cause, n in causes.items() if n})
 
     def as_metrics(self) -> dict[str, float]:
         if not (self.verdicts or self.failures):

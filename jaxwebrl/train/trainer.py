@@ -155,12 +155,11 @@ class Trainer:
         return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
 
     def save(self, metrics: dict | None = None) -> None:
-        held = {e.episode_id for e in self._held or ()}   # a batch held for the other processes: read again too
-        pending = set(self.gatherer.pending_episode_ids()) | held
-        point = self.ledger.resume_point(pending)
+        pending = self.gatherer.pending_episodes() + list(self._held or ())   # a held batch: read again too
+        point = self.ledger.resume_point({e.episode_id for e in pending})
         meta = {"policy_version": self.state.version, "buffer_cursor": point["cursor"],
                 "consumed_episode_ids": point["consumed"], "config": self._config_json,
-                "running_totals": totals.at_resume_point(self, point["losses_read_again"], len(pending))}
+                "running_totals": totals.at_resume_point(self, point["losses_read_again"], pending)}
         self.checkpointer.save(self.state.step, params=self.state.params, opt_state=self.state.opt_state,
                                rng=self.state.rng, meta=meta, metrics=metrics,
                                critic=None if self.critic is None else self.critic.state)

@@ -56,7 +56,7 @@ def test_doctor_checks_every_new_task_by_default_and_a_judge_beside_them(monkeyp
 @pytest.mark.parametrize("script, flags, cause, fix", [
     ([(200, "The agent did well.", 0.0)], [], "malformed verdict 'The agent did well.'", VLLM_STRUCTURED),
     ([(200, "The page was unreachable", 0.0)], [], "malformed verdict 'The page was unreachable'", VLLM_STRUCTURED),
-    ([(200, verdict(facts=(True,)), 1.0)], ["--judge.timeout_s=0.2"], "timed out after 1 attempt",
+    ([(200, verdict(facts=(True,)), 1.0)], ["--judge.timeout_s=0.2"], "s > timeout_s=0.2) after 1 attempt",
      "no answer within env.judge.timeout_s=0.2: raise it"),
     ([(401, "", 0.0)], [], "HTTP 401", "export a valid one in TEST_JUDGE_KEY"),
     ([(404, "", 0.0)], [], "HTTP 404", "env.judge.url ends in /v1"),

@@ -130,7 +130,7 @@ def test_criterion_a_stops_at_the_first_fact_not_met(endpoint, monkeypatch):
     ([(200, verdict(facts=(True,)), 0.0), (200, verdict(), 0.0)], None, 2, None),        # retried, then judged
     ([(200, verdict(facts=(True,)), 0.0)], r"malformed verdict .*with 3 facts after 3 attempt\(s\)", 3, "malformed"),
     ([(200, verdict(blocked=True), 0.0)], "blocked page", 1, "blocked"),
-    ([(200, verdict(), 2.0)], r"timed out after 3 attempt\(s\)", 3, "timeout"),
+    ([(200, verdict(), 2.0)], r"timed out \(.*timeout_s=0.3\) after 3 attempt\(s\)", 3, "timeout"),
 ], indirect=["endpoint"])
 def test_every_judge_failure_is_an_env_failure_naming_its_cause_and_never_the_key(endpoint, cause, attempts, metric,
                                                                                   monkeypatch, caplog):
@@ -222,10 +222,14 @@ def test_a_server_that_does_not_speak_http_or_cuts_its_answer_is_a_judge_failure
         server.close()
 
 
-def test_an_answer_that_trickles_in_is_timed_out_within_its_timeout_not_after_it():
-    """timeout_s bounds an attempt's whole reading, not each read: a server that sends its (valid) verdict a byte
-    every 30 ms, 4 s in all, is a timeout after about 0.5 s (a JudgeFailure, never the agent's 0)."""
+@pytest.mark.parametrize("trickled, every_s", [("body", 0.03), ("headers", 0.2)])
+def test_an_answer_that_trickles_in_is_timed_out_within_its_timeout_not_after_it(trickled, every_s):
+    """timeout_s bounds an attempt's whole time, not each read: a server that sends its (valid) verdict a byte every
+    30 ms (4 s in all), or its headers a byte every 0.2 s (8 s), is a timeout after about 0.5 s (a JudgeFailure,
+    never the agent's 0)."""
     body = json.dumps({"choices": [{"message": {"content": verdict()}}]}).encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+    sent_whole, trickle_out = (head, body) if trickled == "body" else (b"", head + body)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -235,10 +239,10 @@ def test_an_answer_that_trickles_in_is_timed_out_within_its_timeout_not_after_it
         with conn:
             conn.recv(1 << 20)
             try:
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
-                for i in range(len(body)):
-                    conn.sendall(body[i:i + 1])
-                    time.sleep(0.03)
+                conn.sendall(sent_whole)
+                for i in range(len(trickle_out)):
+                    conn.sendall(trickle_out[i:i + 1])
+                    time.sleep(every_s)
             except OSError:
                 pass   # the judge gave up
 

@@ -11,6 +11,8 @@ import orbax.checkpoint as ocp
 import pytest
 import torch
 
+from jaxwebrl.checkpoint.checkpointer import Checkpointer
+from jaxwebrl.checkpoint.resume import restore_or_init
 from jaxwebrl.errors import CheckpointError
 from jaxwebrl.eval.export import export
 from jaxwebrl.checkpoint.policies import initial_policy, load_policy
@@ -30,7 +32,7 @@ def _leaves_equal(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def test_checkpoint_exports_to_hf_with_equal_logits(trained, tmp_path):
+def test_checkpoint_exports_to_hf_with_equal_logits(trained, tmp_path, caplog):
     from transformers import Qwen3VLForConditionalGeneration
 
     config, params, workdir = trained
@@ -56,9 +58,28 @@ def test_checkpoint_exports_to_hf_with_equal_logits(trained, tmp_path):
     assert np.abs(before - theirs).max() > 1e-2    # training moved the logits; the export carries that
     with open(tmp_path / "hf" / "jaxwebrl_export.json") as f:
         assert json.load(f)["policy_version"] == 7
-    hf_policy, _ = load_policy(config, str(tmp_path / "hf"))   # the HF dir is a policy source too
+    hf_policy, hf_info = load_policy(config, str(tmp_path / "hf"))   # the HF dir is a policy source too
     assert hf_policy.processor is not None
     _leaves_equal(hf_policy.params, params)
+    # its provenance carries the export's version into an eval report, and a warm start from it says it
+    assert (hf_info["policy_version"], hf_info["step"], hf_info["source"]) == (7, 2, str(tmp_path / "hf"))
+    assert hf_info["exported_from"] == info["source"]
+    warm = config.copy_and_resolve_references()
+    warm.model.name, warm.model.checkpoint = "pretrained", str(tmp_path / "hf")
+    checkpointer = Checkpointer(str(tmp_path / "fresh"), async_save=False)
+    with caplog.at_level(logging.INFO, logger="jaxwebrl.checkpoint.resume"):
+        start = restore_or_init(warm, checkpointer, params=hf_policy.params, opt_state=None,
+                                rng=jax.random.key(0))
+    assert start.source == "recipe" and (start.step, start.version) == (0, 0)
+    assert f"step 2, policy version 7" in caplog.text and str(tmp_path / "hf") in caplog.text
+    # a malformed record: one line naming the file, from the eval's load and from the warm start
+    (tmp_path / "hf" / "jaxwebrl_export.json").write_text('{"policy_version": "seven"}')
+    with pytest.raises(ValueError, match=r"^\S*hf/jaxwebrl_export.json is malformed \(policy_version must be an "
+                                         r"integer >= 0 or null, got 'seven'\): export the checkpoint again"):
+        load_policy(config, str(tmp_path / "hf"))
+    with pytest.raises(CheckpointError, match=r"model.checkpoint=.*jaxwebrl_export.json is malformed"):
+        restore_or_init(warm, checkpointer, params=hf_policy.params, opt_state=None, rng=jax.random.key(0))
+    checkpointer.close()
 
 
 def test_checkpoint_exports_to_standalone_orbax_params(trained, tmp_path):

@@ -13,7 +13,7 @@ whether the screenshots support the answer; Criterion A checks each fact in turn
 met; a reference answer, if any, is matched last. The verdict comes back as one JSON object under a JSON schema
 (`response_format`, grammar-constrained where the server supports it) and is validated field by field.
 
-A timeout (`timeout_s` bounds each attempt's whole time), a connection error, an HTTP error, a malformed verdict
+A timeout (`timeout_s` bounds each attempt's whole time: connect, headers, body; `deadline_http.py`), a connection error, an HTTP error, a malformed verdict
 (all retried with exponential backoff, except HTTP errors other than 429 and 5xx) or a blocked page is a
 `JudgeFailure` (an `EnvFailure`) naming its cause: the episode is dropped and counted, never scored 0. The API key is
 read from the environment variable `api_key_env` names when a request is sent; it is never stored on the judge,
@@ -33,12 +33,12 @@ import os
 import threading
 import time
 import urllib.error
-import urllib.request
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from jaxwebrl.env.base import EnvFailure
+from jaxwebrl.env.tasks.webgym.deadline_http import DeadlinePassed, post_within
 from jaxwebrl.env.tasks.webtask.task_spec import text_matches
 
 MAX_SCREENSHOTS = 48          # WebGym submits at most 48 screenshots to the judge
@@ -178,22 +178,11 @@ class ChatJudge:
         url = self.base_url.rstrip("/") + "/chat/completions"
 
         def attempt():
-            start = time.monotonic()
-
-            def in_time():   # the socket's timeout bounds each read and write, not their sum
-                took = time.monotonic() - start
-                if took > self.timeout_s:
-                    raise AttemptFailed(f"timed out ({took:.3f} s > timeout_s)")
-
-            try:
-                with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=self.timeout_s) as r:
-                    chunks = []
-                    while chunk := r.read1(1 << 16):   # an answer that trickles in is cut at timeout_s
-                        in_time()
-                        chunks.append(chunk)
-                    raw = json.loads(b"".join(chunks))["choices"][0]["message"]["content"]
-                in_time()
+            try:   # connect, headers and body within timeout_s, however slowly they trickle in
+                raw = json.loads(post_within(url, data, headers, self.timeout_s))["choices"][0]["message"]["content"]
                 return raw, rubric_criteria(raw, request, self.model, self.check_blocked)
+            except DeadlinePassed as err:
+                raise AttemptFailed(str(err)) from err
             except urllib.error.HTTPError as err:
                 raise AttemptFailed(f"HTTP {err.code}", retry=err.code in RETRIED_STATUS) from err
             except (TimeoutError, OSError) as err:   # URLError is an OSError; a read timeout a TimeoutError
