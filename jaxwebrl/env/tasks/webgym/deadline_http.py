@@ -2,8 +2,9 @@
 
 A socket timeout bounds each read, not their sum: a server that trickles its headers or its body a byte at a time
 holds the caller as long as it likes. Here a timer shuts the attempt's sockets down once `timeout_s` has passed,
-whatever read is under way, and the caller gets `DeadlinePassed` (a TimeoutError), as for a read that timed out. Proxies from the environment are
-honoured as by `urllib.request.urlopen`; an HTTP error status raises `urllib.error.HTTPError` as there.
+whatever read is under way, and the caller gets `DeadlinePassed` (a TimeoutError), as for a read that timed out.
+Proxies from the environment are honoured as by `urllib.request.urlopen`; an HTTP error status raises
+`urllib.error.HTTPError` as there.
 """
 
 from __future__ import annotations
