@@ -110,10 +110,6 @@ class BatchGatherer:
         """Episodes read but not yet trained or dropped, in reading order."""
         return [e for group in self._ready for e in group]
 
-    def pending_episode_ids(self) -> list[int]:
-        """The ids of `pending_episodes`, ascending."""
-        return sorted(e.episode_id for e in self.pending_episodes())
-
     def counts_with_queued(self) -> GatherCounts:
         """The counts with the cut and env-failed episodes still queued counted too (they are counted when a batch
         filters them out): what a run that stops before its next batch saw."""

@@ -25,13 +25,13 @@ def test_groups_filtered_and_batched_whole():
     g.add_groups([[episode(2, 11, 1), episode(5, 11, 1), episode(6, 11, 1), episode(7, 11, 1)]])   # uniform
     g.add_groups([[episode(8 + i, 12, r, version=0) for i, r in enumerate([0, 1, 0, 1])],          # stale at 2
                   [episode(12 + i, 13, r, version=5) for i, r in enumerate([0, 1, 0, 1])]])
-    assert g.pending_episode_ids() == list(range(16)) and g.counts.episodes_seen == 16
+    assert sorted(e.episode_id for e in g.pending_episodes()) == list(range(16)) and g.counts.episodes_seen == 16
     batch = g.pop_batch(current_version=2)          # group 12 (oldest version 0 < 2 - 1) is stale: dropped
     assert sorted(e.episode_id for e in batch) == [0, 1, 3, 12, 13, 14, 15]
     c = g.counts
     assert (c.env_failed, c.dropped_uniform_groups, c.dropped_stale, c.groups_accepted) == (1, 1, 4, 2)
     assert c.successes_seen == 1 + 4 + 2 + 2        # env-failed successes never count
-    assert g.pending_episode_ids() == [] and g.pop_batch(current_version=2) is None
+    assert g.pending_episodes() == [] and g.pop_batch(current_version=2) is None
 
 
 def test_an_episode_of_weights_a_crash_lost_is_dropped_as_stale_not_trained_as_fresh():

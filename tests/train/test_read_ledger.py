@@ -34,7 +34,7 @@ def test_resume_point_skips_consumed_and_rereads_pending(tmp_path):
     second = buf.read(before, group_size=2)                               # groups 3 and 4
     gatherer.add_groups(ledger.record(before, second.cursor, second.groups))
     trained += gatherer.pop_batch(0)                                      # group 2 consumed
-    pending = set(gatherer.pending_episode_ids())
+    pending = {e.episode_id for e in gatherer.pending_episodes()}
     assert len(pending) == 4
 
     point = ledger.resume_point(pending)                                  # what a checkpoint stores now

@@ -218,7 +218,7 @@ def test_a_batch_held_for_the_other_processes_at_a_stop_is_read_again_after_the_
     trainer.close()
     again = Trainer(config, str(tmp_path / "run"), policy=policy, buffer=filled_buffer, weight_sink=RecordingSink())
     again.poll()
-    assert held and held <= set(again.gatherer.pending_episode_ids())
+    assert held and held <= {e.episode_id for e in again.gatherer.pending_episodes()}
     again.close()
 
 

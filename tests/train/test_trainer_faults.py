@@ -91,7 +91,8 @@ def test_non_finite_update_is_rolled_back_skipped_and_not_met_again_on_resume(po
     resumed = Trainer(toy_config(3), str(tmp_path / "run"), policy=policy, buffer=buffer, weight_sink=FiniteSink())
     assert resumed.state.step == 2                                       # from the checkpoint of step 2
     resumed.poll()                                                       # what the resumed run would train next
-    assert sorted(resumed.gatherer.pending_episode_ids()) == sorted(fresh)   # the skipped batch is behind it
+    pending = resumed.gatherer.pending_episodes()
+    assert sorted(e.episode_id for e in pending) == sorted(fresh)   # the skipped batch is behind it
     resumed.close()
     assert not set(trained_ids(tmp_path / "run")) & set(bad_ids)
 
