@@ -58,6 +58,19 @@ def test_sixty_webgym_tasks_over_three_difficulties_each_with_ground_truth_and_a
     assert test and train and sorted(test + train) == sorted(specs)
 
 
+def test_the_held_out_split_holds_every_difficulty_and_site_of_training_disjoint_and_stable():
+    """A held-out evaluation reports Easy, Medium and Hard, each over the sites that train it: the split is
+    stratified by difficulty and spread over the sites, and the same ids every time (no random generator)."""
+    split = {name: [check_env_spec(s) for s in env_specs(f"sites?split={name}")] for name in ("train", "test")}
+    kinds = {name: {(load_task_line(family.TASKS, int(s.source.rpartition(":")[2])).domain, s.difficulty)
+                    for s in specs} for name, specs in split.items()}
+    assert kinds["train"] == kinds["test"] and {d for _, d in kinds["test"]} == {"easy", "medium", "hard"}
+    ids = {name: [s.task_id for s in specs] for name, specs in split.items()}
+    assert not set(ids["train"]) & set(ids["test"]) and len(ids["test"]) == 14   # ceil(n/5) of each difficulty
+    assert {"shop-price-00", "shop-cheapest-office", "wiki-hard-00", "wiki-hard-04",
+            "docs-related-05"} <= set(ids["test"])
+
+
 def test_the_doctor_plays_a_task_of_each_site():
     lines = [int(spec.rpartition(":")[2]) for spec in family.SITES.doctor_specs()]
     assert sorted(load_task_line(family.TASKS, n).domain for n in lines) == ["docs", "shop", "wiki"]

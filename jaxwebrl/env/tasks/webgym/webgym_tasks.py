@@ -14,9 +14,12 @@ non-empty list of facts, each a string or {"description": "..."}). Optional: `do
 Difficulty is the number of facts (WebGym's rule): easy 1-3, medium 4-6, hard 7+; a line's own "easy" / "medium" /
 "hard" wins. Each difficulty has its training horizon (HORIZONS: 10, 20, 30 steps).
 
-Held-out split by `task_id`: a task is held out (`split=test`) when the first 8 hex digits of sha256(task_id) are
-0 mod 5 (about one task in five, the same on every machine and whatever the file's order); the others are
-`split=train`.
+Held-out split, stratified by difficulty (`held_out_ids`): within each difficulty the file's tasks are ordered by
+(domain, subdomain, sha256(task_id)) and every 5th from the first is held out (`split=test`), so ceil(n/5) of a
+difficulty's n tasks are, every difficulty the training split holds is in the test split too, and each difficulty's
+held-out tasks spread over its domains in proportion; the others are `split=train`. No random generator: the split is
+a function of the file's set of tasks (not their order), the same on every machine and Python version. Adding tasks
+to a file may move others between the splits.
 
 The reward is the verdict of the run's judge (`env.judge`, `judge.py`); the `ground_truth` judge (the default)
 matches the agent's `answer(...)` against `ground_truth` (else `reference_answer`, exact after collapsing whitespace
@@ -42,7 +45,7 @@ REQUIRED_FIELDS = ("task_id", "task_name", "website", "evaluator_reference")
 KNOWN_FIELDS = REQUIRED_FIELDS + ("domain", "subdomain", "difficulty", "reference_answer", "ground_truth")
 HORIZONS = {"easy": 10, "medium": 20, "hard": 30}
 SPLITS = ("train", "test")
-HELD_OUT_MODULUS = 5
+HELD_OUT_EVERY = 5   # one task in five of each difficulty is held out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +68,6 @@ class WebGymTask:
     def horizon(self) -> int:
         return HORIZONS[self.difficulty]
 
-    @property
-    def split(self) -> str:
-        return "test" if held_out(self.task_id) else "train"
-
     def web_spec(self) -> WebTaskSpec:
         """The JSON web-task spec this task plays as: start at `website`, confined to its origin, ended by an
         answer, matched against the ground truth (else the reference answer) or, with neither, left to a judge."""
@@ -85,9 +84,17 @@ class WebGymTask:
             base_dir=os.path.dirname(self.source.rpartition(":")[0]) if self.source else None, source=self.source)
 
 
-def held_out(task_id: str) -> bool:
-    """Whether a task is in the held-out (test) split (see the module docstring)."""
-    return int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) % HELD_OUT_MODULUS == 0
+def held_out_ids(tasks) -> set[str]:
+    """The task_ids of the held-out (test) split of a file's `tasks` (WebGymTask each; see the module docstring)."""
+    by_difficulty: dict[str, list] = {}
+    for task in tasks:
+        by_difficulty.setdefault(task.difficulty, []).append(task)
+    held = set()
+    for stratum in by_difficulty.values():
+        ordered = sorted(stratum, key=lambda t: (t.domain or "", t.subdomain or "",
+                                                 hashlib.sha256(t.task_id.encode()).hexdigest()))
+        held.update(t.task_id for t in ordered[::HELD_OUT_EVERY])
+    return held
 
 
 def difficulty_of(facts: int) -> str:
@@ -107,7 +114,8 @@ def task_lines(path: str, split: str | None = None) -> list[int]:
         if first_line.setdefault(task.task_id, number) != number:
             raise TaskSpecError(f"webgym task {path}:{number}: task_id {task.task_id!r} is line "
                                 f"{first_line[task.task_id]}'s too: give each task its own id")
-    return [n for n, task in tasks.items() if split is None or task.split == split]
+    held = held_out_ids(tasks.values())
+    return [n for n, task in tasks.items() if split is None or (task.task_id in held) == (split == "test")]
 
 
 def load_task_line(path: str, number: int) -> WebGymTask:
