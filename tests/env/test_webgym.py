@@ -50,6 +50,17 @@ def test_difficulty_is_the_number_of_facts_and_sets_the_horizon(tmp_path, facts,
     assert task_horizon(f"webgym:{path}:1", 50) == horizon and task_horizon(f"webgym:{path}:1", 5) == 5
 
 
+@pytest.mark.parametrize("level, difficulty", [(1, "easy"), (3, "easy"), (4, "medium"), (6, "medium"), (7, "hard"),
+                                               (12, "hard")])
+def test_an_integer_difficulty_is_webgyms_level_mapped_by_its_rule_and_kept(tmp_path, level, difficulty):
+    """WebGym writes a task's difficulty as an integer level (the facts it was built with): 1-3 easy, 4-6 medium,
+    7+ hard. The level decides, not the rubric's length (2 facts here), and the task keeps it."""
+    path = write(tmp_path / "t.jsonl", [task(2, difficulty=level)])
+    loaded = load_task_line(path, 1)
+    assert (loaded.difficulty, loaded.difficulty_level) == (difficulty, level)
+    assert task_horizon(f"webgym:{path}:1", 100) == HORIZONS[difficulty]
+
+
 def test_a_lines_own_difficulty_wins(tmp_path):
     path = write(tmp_path / "t.jsonl", [task(1, difficulty="hard")])
     assert load_task_line(path, 1).difficulty == "hard" and task_horizon(f"webgym:{path}:1", 100) == 30
@@ -77,6 +88,10 @@ def test_held_out_split_by_difficulty_whatever_the_order(tmp_path):
     (task(evaluator_reference=[]), r"t\.jsonl:2: 'evaluator_reference'=\[\]: must be a non-empty list"),
     (task(evaluator_reference=[{"text": "x"}]), r"t\.jsonl:2: 'evaluator_reference'.*\{\"description\""),
     (task(difficulty="extreme"), r"t\.jsonl:2: 'difficulty'='extreme': must be one of"),
+    (task(difficulty=0), r"t\.jsonl:2: 'difficulty'=0: must be .*an integer level >= 1 \(1-3 easy"),
+    (task(difficulty=-3), r"t\.jsonl:2: 'difficulty'=-3: must be .*an integer level >= 1"),
+    (task(difficulty=2.5), r"t\.jsonl:2: 'difficulty'=2\.5: must be .*an integer level >= 1"),
+    (task(difficulty=True), r"t\.jsonl:2: 'difficulty'=True: must be .*an integer level >= 1"),
     (task(ground_truth={"answer": "x", "mode": "fuzzy"}), r"t\.jsonl:2: 'ground_truth'"),
     (task(ground_truth={"answer": "X", "case_sensitive": True}), r"t\.jsonl:2: 'ground_truth'.*case_sensitive"),
     (task(website="ftp://x/"), r"t\.jsonl:2: 'start_url'='ftp://x/'"),

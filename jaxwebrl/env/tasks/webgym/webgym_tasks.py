@@ -11,8 +11,11 @@ non-empty list of facts, each a string or {"description": "..."}). Optional: `do
 "regex"}, no other key: the programmatic answer of a task whose site is known, e.g. the bundled ones) and
 `solution` (the plan its oracle plays, `oracle.py`). Fields WebGym adds later, or a user adds, are kept (`WebGymTask.extra`). A problem is one `TaskSpecError` line naming `FILE.jsonl:N`.
 
-Difficulty is the number of facts (WebGym's rule): easy 1-3, medium 4-6, hard 7+; a line's own "easy" / "medium" /
-"hard" wins. Each difficulty has its training horizon (HORIZONS: 10, 20, 30 steps).
+Difficulty (WebGym's rule, `difficulty_of`): a level of 1-3 is easy, 4-6 medium, 7+ hard. A line's integer
+`difficulty` is WebGym's level (the number of facts its task was built with; WebGym's loader maps it by this rule to
+its horizons) and is kept (`WebGymTask.difficulty_level`); one below 1 or not an integer is refused. A line's own
+"easy" / "medium" / "hard" is taken as it is; without either, the rubric's number of facts is the level. Each
+difficulty has its training horizon (HORIZONS: 10, 20, 30 steps).
 
 Held-out split, stratified by difficulty (`held_out_ids`): within each difficulty the file's tasks are ordered by
 (domain, subdomain, sha256(task_id)) and every 5th from the first is held out (`split=test`), so ceil(n/5) of a
@@ -50,7 +53,8 @@ HELD_OUT_EVERY = 5   # one task in five of each difficulty is held out
 
 @dataclasses.dataclass(frozen=True)
 class WebGymTask:
-    """One line of a WebGym task file. `facts` are the rubric's texts; `extra` the line's other fields, as given."""
+    """One line of a WebGym task file. `facts` are the rubric's texts; `difficulty_level` the line's integer
+    difficulty (WebGym's level; None when it gives a name or none); `extra` the line's other fields, as given."""
 
     task_id: str
     task_name: str
@@ -61,6 +65,7 @@ class WebGymTask:
     subdomain: str | None = None
     reference_answer: str | None = None
     ground_truth: dict | None = None
+    difficulty_level: int | None = None
     extra: dict = dataclasses.field(default_factory=dict, compare=False)
     source: str | None = dataclasses.field(default=None, compare=False)
 
@@ -97,8 +102,9 @@ def held_out_ids(tasks) -> set[str]:
     return held
 
 
-def difficulty_of(facts: int) -> str:
-    return "easy" if facts <= 3 else "medium" if facts <= 6 else "hard"
+def difficulty_of(level: int) -> str:
+    """WebGym's difficulty of a level >= 1 (its integer `difficulty`, else the number of facts)."""
+    return "easy" if level <= 3 else "medium" if level <= 6 else "hard"
 
 
 def task_lines(path: str, split: str | None = None) -> list[int]:
@@ -159,10 +165,12 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
             fail("evaluator_reference", "each fact must be a non-empty string or {\"description\": \"...\"}")
         facts.append(text)
     difficulty = record.get("difficulty")
-    if difficulty is None or isinstance(difficulty, int) and not isinstance(difficulty, bool):
-        difficulty = difficulty_of(len(facts))
+    level = difficulty if isinstance(difficulty, int) and not isinstance(difficulty, bool) else None
+    if difficulty is None or (level is not None and level >= 1):
+        difficulty = difficulty_of(len(facts) if level is None else level)
     elif difficulty not in HORIZONS:
-        fail("difficulty", f"must be one of {list(HORIZONS)} (or left out: the number of facts decides)")
+        fail("difficulty", f"must be one of {list(HORIZONS)}, an integer level >= 1 (1-3 easy, 4-6 medium, 7+ hard: "
+                           f"WebGym's), or left out (the number of facts decides)")
     truth = record.get("ground_truth")
     if truth is not None:
         if (not isinstance(truth, dict) or set(truth) - {"answer", "mode"} or not isinstance(truth.get("answer"), str)
@@ -179,7 +187,7 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
     task = WebGymTask(task_id=record["task_id"], task_name=record["task_name"], website=record["website"],
                       facts=tuple(facts), difficulty=difficulty, domain=record.get("domain"),
                       subdomain=record.get("subdomain"), reference_answer=reference,
-                      ground_truth=truth, extra={k: v for k, v in record.items() if k not in KNOWN_FIELDS},
+                      ground_truth=truth, difficulty_level=level, extra={k: v for k, v in record.items() if k not in KNOWN_FIELDS},
                       source=source)
     try:
         task.web_spec()
