@@ -11,7 +11,7 @@ from jaxwebrl.env.agent.actions import Action, parse_action
 from jaxwebrl.env.agent.prompt import summarize_action
 from jaxwebrl.env.browser.probes import serve_directory
 from jaxwebrl.env.registry import action_texts, check_env_spec, env_specs, make_env, task_horizon
-from jaxwebrl.env.tasks.webgym.judge import GroundTruthJudge, JudgeRequest
+from jaxwebrl.env.tasks.webgym.judge import GroundTruthJudge, JudgeRequest, rubric_text
 from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, load_task_line
 from jaxwebrl.env.tasks.webtask.task_spec import TaskSpecError
 
@@ -48,6 +48,23 @@ def test_difficulty_is_the_number_of_facts_and_sets_the_horizon(tmp_path, facts,
     path = write(tmp_path / "t.jsonl", [task(facts)])
     assert load_task_line(path, 1).difficulty == difficulty and HORIZONS[difficulty] == horizon
     assert task_horizon(f"webgym:{path}:1", 50) == horizon and task_horizon(f"webgym:{path}:1", 5) == 5
+
+
+def test_a_rubrics_fact_groups_and_fact_levels_reach_the_judge_as_webgym_gives_them(tmp_path):
+    """WebGym's dict facts: {"description", "difficulty"} (the fact's own level, kept) and a fact group {"id",
+    "description", "facts"}, each of whose facts the judge checks with its group's context, as WebGym's evaluator
+    does; the group's facts count towards the difficulty."""
+    rubric = [{"description": "The agent opened the shop", "difficulty": 1},
+              {"id": "G2", "description": "The Red Mug page", "facts": ["was opened", "shows the price 4.20"]},
+              {"id": 3, "description": "The answer", "facts": ["is 4.20", "names no other mug"]}]
+    path = write(tmp_path / "t.jsonl", [task(evaluator_reference=rubric)])
+    loaded = load_task_line(path, 1)
+    assert loaded.facts == ("The agent opened the shop", "[Group G2: The Red Mug page] was opened",
+                            "[Group G2: The Red Mug page] shows the price 4.20", "[Group 3: The answer] is 4.20",
+                            "[Group 3: The answer] names no other mug")
+    assert loaded.rubric == tuple(rubric) and loaded.difficulty == "medium"   # 5 facts
+    asked = rubric_text(JudgeRequest("t", loaded.task_name, loaded.facts, "4.20"), 0)
+    assert "\n3. [Group G2: The Red Mug page] shows the price 4.20\n" in asked
 
 
 @pytest.mark.parametrize("level, difficulty", [(1, "easy"), (3, "easy"), (4, "medium"), (6, "medium"), (7, "hard"),
@@ -87,6 +104,12 @@ def test_held_out_split_by_difficulty_whatever_the_order(tmp_path):
     (task(task_name=None), r"webgym task .*t\.jsonl:2 is missing \['task_name'\]"),
     (task(evaluator_reference=[]), r"t\.jsonl:2: 'evaluator_reference'=\[\]: must be a non-empty list"),
     (task(evaluator_reference=[{"text": "x"}]), r"t\.jsonl:2: 'evaluator_reference'.*\{\"description\""),
+    (task(evaluator_reference=["a", {"description": "x", "weight": 2}]),
+     r"t\.jsonl:2: 'evaluator_reference'.*: fact 2 has \['weight'\], which WebGym's facts do not carry: a fact is"),
+    (task(evaluator_reference=[{"description": "x", "difficulty": 0}]), r"fact 1's difficulty=0: .*integer >= 1"),
+    (task(evaluator_reference=[{"id": 1, "description": "g", "facts": []}]), r"fact 1's facts=\[\]: .*non-empty"),
+    (task(evaluator_reference=[{"id": 1, "facts": ["ok", 3]}]), r"fact 1's facts=\['ok', 3\]: .*non-empty"),
+    (task(evaluator_reference=[{"id": 1, "facts": ["ok"], "weight": 1}]), r"fact 1 has \['weight'\]"),
     (task(difficulty="extreme"), r"t\.jsonl:2: 'difficulty'='extreme': must be one of"),
     (task(difficulty=0), r"t\.jsonl:2: 'difficulty'=0: must be .*an integer level >= 1 \(1-3 easy"),
     (task(difficulty=-3), r"t\.jsonl:2: 'difficulty'=-3: must be .*an integer level >= 1"),

@@ -6,10 +6,13 @@
      "reference_answer": "4.20"}
 
 Required: `task_id`, `task_name` (the instruction), `website` (the start URL), `evaluator_reference` (the rubric: a
-non-empty list of facts, each a string or {"description": "..."}). Optional: `domain`, `subdomain`, `difficulty`,
-`reference_answer` (a blank one is none), and `ground_truth` ({"answer": "...", "mode": "exact" | "contains" |
-"regex"}, no other key: the programmatic answer of a task whose site is known, e.g. the bundled ones) and
-`solution` (the plan its oracle plays, `oracle.py`). Fields WebGym adds later, or a user adds, are kept (`WebGymTask.extra`). A problem is one `TaskSpecError` line naming `FILE.jsonl:N`.
+non-empty list of facts, each a string, {"description": "...", "difficulty": N} (the fact's own level, kept) or a
+fact group {"id": ..., "description": "...", "facts": ["...", ...]}, whose facts the judge checks one by one, each
+prefixed "[Group ID: DESCRIPTION] " as WebGym's evaluator reads them; any other key is refused: `rubric_facts`).
+Optional: `domain`, `subdomain`, `difficulty`, `reference_answer` (a blank one is none), and `ground_truth`
+({"answer": "...", "mode": "exact" | "contains" | "regex"}, no other key: the programmatic answer of a task whose site
+is known, e.g. the bundled ones) and `solution` (the plan its oracle plays, `oracle.py`). Fields WebGym adds later, or
+a user adds, are kept (`WebGymTask.extra`). A problem is one `TaskSpecError` line naming `FILE.jsonl:N`.
 
 Difficulty (WebGym's rule, `difficulty_of`): a level of 1-3 is easy, 4-6 medium, 7+ hard. A line's integer
 `difficulty` is WebGym's level (the number of facts its task was built with; WebGym's loader maps it by this rule to
@@ -48,13 +51,18 @@ REQUIRED_FIELDS = ("task_id", "task_name", "website", "evaluator_reference")
 KNOWN_FIELDS = REQUIRED_FIELDS + ("domain", "subdomain", "difficulty", "reference_answer", "ground_truth")
 HORIZONS = {"easy": 10, "medium": 20, "hard": 30}
 SPLITS = ("train", "test")
+FACT_KEYS = ("description", "difficulty")   # a fact of WebGym's rubric as a dict; "difficulty" its level, default 1
+GROUP_KEYS = ("id", "description", "facts")   # a fact group: its facts each checked with its id and description
+FACT_FORMS = ('a non-empty string, {"description": "...", "difficulty": N} or a fact group {"id": ..., '
+              '"description": "...", "facts": ["...", ...]}')
 HELD_OUT_EVERY = 5   # one task in five of each difficulty is held out
 
 
 @dataclasses.dataclass(frozen=True)
 class WebGymTask:
     """One line of a WebGym task file. `facts` are the rubric's texts; `difficulty_level` the line's integer
-    difficulty (WebGym's level; None when it gives a name or none); `extra` the line's other fields, as given."""
+    difficulty (WebGym's level; None when it gives a name or none); `rubric` its `evaluator_reference` as given
+    (`facts` the texts the judge checks, `rubric_facts`); `extra` the line's other fields, as given."""
 
     task_id: str
     task_name: str
@@ -66,6 +74,7 @@ class WebGymTask:
     reference_answer: str | None = None
     ground_truth: dict | None = None
     difficulty_level: int | None = None
+    rubric: tuple = dataclasses.field(default=(), compare=False)
     extra: dict = dataclasses.field(default_factory=dict, compare=False)
     source: str | None = dataclasses.field(default=None, compare=False)
 
@@ -105,6 +114,41 @@ def held_out_ids(tasks) -> set[str]:
 def difficulty_of(level: int) -> str:
     """WebGym's difficulty of a level >= 1 (its integer `difficulty`, else the number of facts)."""
     return "easy" if level <= 3 else "medium" if level <= 6 else "hard"
+
+
+def rubric_facts(rubric: list) -> tuple[str, ...]:
+    """The texts the judge checks, one a fact, of WebGym's `evaluator_reference` (module docstring); a fact group's
+    each with its group's context "[Group ID: DESCRIPTION] FACT", as WebGym's evaluator is given it. ValueError
+    naming the fact and the fix."""
+    facts: list[str] = []
+    for number, fact in enumerate(rubric, 1):
+        if not isinstance(fact, dict):
+            facts.append(_text(fact, number, "fact"))
+            continue
+        allowed = GROUP_KEYS if "facts" in fact else FACT_KEYS
+        if set(fact) - set(allowed):
+            raise ValueError(f"fact {number} has {sorted(set(fact) - set(allowed))}, which WebGym's facts do not "
+                             f"carry: a fact is {FACT_FORMS}")
+        if "facts" not in fact:
+            level = fact.get("difficulty", 1)
+            if not isinstance(level, int) or isinstance(level, bool) or level < 1:
+                raise ValueError(f"fact {number}'s difficulty={short_repr(level)}: WebGym's level of a fact, an "
+                                 f"integer >= 1 (or left out)")
+            facts.append(_text(fact.get("description"), number, "description"))
+            continue
+        members = fact["facts"]
+        if not isinstance(members, list) or not members or not all(isinstance(m, str) and m.strip() for m in members):
+            raise ValueError(f"fact {number}'s facts={short_repr(members)}: a fact group's facts are a non-empty "
+                             f"list of non-empty strings")
+        context = f"[Group {fact.get('id', '')}: {fact.get('description', '')}] "
+        facts.extend(context + member for member in members)
+    return tuple(facts)
+
+
+def _text(text: Any, number: int, what: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"fact {number}'s {what}={short_repr(text)}: a fact is {FACT_FORMS}")
+    return text
 
 
 def task_lines(path: str, split: str | None = None) -> list[int]:
@@ -157,13 +201,11 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
             fail(field, "must be a string (or left out)")
     rubric = record["evaluator_reference"]
     if not isinstance(rubric, list) or not rubric:
-        fail("evaluator_reference", "must be a non-empty list of facts (strings or {\"description\": ...})")
-    facts = []
-    for fact in rubric:
-        text = fact.get("description") if isinstance(fact, dict) else fact
-        if not isinstance(text, str) or not text.strip():
-            fail("evaluator_reference", "each fact must be a non-empty string or {\"description\": \"...\"}")
-        facts.append(text)
+        fail("evaluator_reference", f"must be a non-empty list of facts ({FACT_FORMS})")
+    try:
+        facts = rubric_facts(rubric)
+    except ValueError as err:
+        fail("evaluator_reference", str(err))
     difficulty = record.get("difficulty")
     level = difficulty if isinstance(difficulty, int) and not isinstance(difficulty, bool) else None
     if difficulty is None or (level is not None and level >= 1):
@@ -185,9 +227,10 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
         except ValueError as err:
             fail("solution", str(err))
     task = WebGymTask(task_id=record["task_id"], task_name=record["task_name"], website=record["website"],
-                      facts=tuple(facts), difficulty=difficulty, domain=record.get("domain"),
+                      facts=facts, difficulty=difficulty, domain=record.get("domain"),
                       subdomain=record.get("subdomain"), reference_answer=reference,
-                      ground_truth=truth, difficulty_level=level, extra={k: v for k, v in record.items() if k not in KNOWN_FIELDS},
+                      ground_truth=truth, difficulty_level=level, rubric=tuple(rubric),
+                      extra={k: v for k, v in record.items() if k not in KNOWN_FIELDS},
                       source=source)
     try:
         task.web_spec()
