@@ -1,8 +1,11 @@
 """One HTTP(S) POST whose whole attempt (connect, request, status line and headers, body) ends by `timeout_s`.
 
 A socket timeout bounds each read, not their sum: a server that trickles its headers or its body a byte at a time
-holds the caller as long as it likes. Here a timer shuts the attempt's sockets down once `timeout_s` has passed,
-whatever read is under way, and the caller gets `DeadlinePassed` (a TimeoutError), as for a read that timed out.
+holds the caller as long as it likes. Here a timer shuts the attempt's connections down once `timeout_s` has passed,
+whatever read is under way, and the caller gets `DeadlinePassed` (a TimeoutError), as for a read that timed out. It
+shuts each down through a second descriptor of the connection taken when it opens, since over HTTPS the TLS socket
+takes the first one over (the socket object first opened is detached, and shutting it down would do nothing): so the
+deadline holds through the TLS handshake and every read after it.
 Proxies from the environment are honoured as by `urllib.request.urlopen`; an HTTP error status raises
 `urllib.error.HTTPError` as there.
 """
@@ -39,7 +42,8 @@ def post_within(url: str, data: bytes, headers: dict[str, str], timeout_s: float
 
 
 class _Deadline:
-    """A timer that shuts down every socket `watch`ed so far, or later, once `seconds` have passed."""
+    """A timer that shuts down every connection opened through `connect` so far, or later, once `seconds` have
+    passed; `cancel` stops it and closes its descriptors."""
 
     def __init__(self, seconds: float):
         self.seconds = float(seconds)
@@ -59,24 +63,28 @@ class _Deadline:
 
     def cancel(self) -> None:
         self._timer.cancel()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()   # the second descriptor only: the connection closes with its owner's
 
     def _expire(self) -> None:
         with self._lock:
             self.passed = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
+            for sock in self._sockets:
+                _shut(sock)
 
     def connect(self, address, timeout=None, source_address=None, *args, **kwargs) -> socket.socket:
-        """`socket.create_connection`, its connect bounded by the time left, its socket watched."""
+        """`socket.create_connection`, its connect bounded by the time left, its connection watched (a descriptor of
+        it that no TLS wrapper takes over)."""
         left = max(self.seconds - self.elapsed(), 1e-3)
         bound = min(timeout, left) if isinstance(timeout, (int, float)) else left
         sock = socket.create_connection(address, bound, source_address, *args, **kwargs)
         with self._lock:
-            self._sockets.append(sock)
-            passed = self.passed
-        if passed:
-            _shut(sock)
+            watched = sock.dup()
+            self._sockets.append(watched)
+            if self.passed:
+                _shut(watched)
         return sock
 
     def connection(self, kind: type[http.client.HTTPConnection]):

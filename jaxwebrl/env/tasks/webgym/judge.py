@@ -13,11 +13,12 @@ whether the screenshots support the answer; Criterion A checks each fact in turn
 met; a reference answer, if any, is matched last. The verdict comes back as one JSON object under a JSON schema
 (`response_format`, grammar-constrained where the server supports it) and is validated field by field.
 
-A timeout (`timeout_s` bounds each attempt's whole time: connect, headers, body; `deadline_http.py`), a connection error, an HTTP error, a malformed verdict
-(all retried with exponential backoff, except HTTP errors other than 429 and 5xx) or a blocked page is a
-`JudgeFailure` (an `EnvFailure`) naming its cause: the episode is dropped and counted, never scored 0. The API key is
-read from the environment variable `api_key_env` names when a request is sent; it is never stored on the judge,
-written to disk or put in a message.
+A timeout (`timeout_s` bounds each attempt's whole time: connect, TLS handshake, headers, body; `deadline_http.py`),
+a connection error, an HTTP error, a malformed verdict (all retried with exponential backoff, except HTTP errors other
+than 429 and 5xx), an HTTPS certificate it cannot verify (not retried; the CA bundle is SSL_CERT_FILE's, as for any
+OpenSSL client) or a blocked page is a `JudgeFailure` (an `EnvFailure`) naming its cause: the episode is dropped and
+counted, never scored 0. The API key is read from the environment variable `api_key_env` names when a request is
+sent; it is never stored on the judge, written to disk or put in a message.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import http.client
 import io
 import json
 import os
+import ssl
 import threading
 import time
 import urllib.error
@@ -187,6 +189,10 @@ class ChatJudge:
                 raise AttemptFailed(f"HTTP {err.code}", retry=err.code in RETRIED_STATUS) from err
             except (TimeoutError, OSError) as err:   # URLError is an OSError; a read timeout a TimeoutError
                 reason = getattr(err, "reason", err)
+                if isinstance(reason, ssl.SSLCertVerificationError):   # every attempt would fail alike
+                    raise AttemptFailed(f"TLS certificate not verified ({reason.verify_message}): export "
+                                        f"SSL_CERT_FILE=<a CA bundle holding the certificate that signed the "
+                                        f"judge's>", retry=False) from err
                 raise AttemptFailed("timed out" if "timed out" in str(reason) else f"unreachable ({reason})") from err
             except http.client.HTTPException as err:   # another protocol on that port, or an answer cut short
                 raise AttemptFailed(f"malformed response ({type(err).__name__}: not an HTTP answer, or one cut "

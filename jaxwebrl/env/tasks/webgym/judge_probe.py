@@ -43,6 +43,8 @@ def failure_fix(cause: str, settings: Mapping[str, Any]) -> str:
     url, key_env = settings.get("url"), settings.get("api_key_env")
     fixes = (
         ("is not set", f"export the judge's API key in {key_env}"),
+        ("TLS certificate not verified", f"the judge cannot verify {url}'s certificate: export SSL_CERT_FILE "
+                                         f"naming a CA bundle that holds the CA which signed it"),
         ("unreachable", f"nothing answers at {url}: start the judge server (docs/env.md) or correct env.judge.url"),
         ("timed out", f"no answer within env.judge.timeout_s={settings.get('timeout_s', 60.0)}: raise it, or serve "
                       f"a faster judge"),
