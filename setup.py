@@ -46,6 +46,7 @@ EXTRAS = {
         "ipykernel==7.4.0",
         "matplotlib==3.11.2",
         "ray==2.60.0",
+        "cryptography==48.0.0",     # tests/env/test_judge_tls.py: a self-signed HTTPS judge (also dashscope's)
     ],
     "notebooks": ["matplotlib==3.11.2", "nbclient==0.11.0", "nbformat==5.11.1", "ipykernel==7.4.0"],
     "ray": ["ray==2.60.0"],
