@@ -60,6 +60,16 @@ MUTATIONS = (
              "    if DIGESTS_ITEM in restored.keys():", "    if False:",
              "tests/train/test_checkpoint_faults.py::"
              "test_a_bit_flip_inside_a_saved_array_makes_resume_fall_back_naming_the_leaf"),
+    Mutation("checkpoint digest blind to where an element sits", "jaxwebrl/checkpoint/digests.py",
+             "_mix(words + index * jnp.uint32(step), finaliser)", "_mix(words, finaliser)",
+             "tests/checkpoint/test_digests.py::"
+             "test_a_flipped_bit_swapped_elements_a_zeroed_block_or_a_shard_in_anothers_place_is_damage"),
+    Mutation("checkpoint digest the linear pair sum(w), sum((i + 1) * w) instead of mixed terms",
+             "jaxwebrl/checkpoint/digests.py",
+             "_mix(words + index * jnp.uint32(step), finaliser)",
+             "words * (index + 1) if step == LANES[0][0] else words",
+             "tests/checkpoint/test_digests.py::"
+             "test_a_flipped_bit_swapped_elements_a_zeroed_block_or_a_shard_in_anothers_place_is_damage"),
     Mutation("an unfinished buffer creation is recognised by its marker alone", "jaxwebrl/buffer/ring.py",
              "return CREATING_KEY in names and names <= CREATION_KEYS", "return CREATING_KEY in names",
              "tests/buffer/test_from_config.py::test_a_buffer_with_committed_episodes_is_never_created_again"),

@@ -2,8 +2,9 @@
 
 Layout (`layout.py`): `WORKDIR/checkpoints/<step>/{state, meta, digests}`. `state` is a pytree (params, opt_state,
 rng key data); `meta` is JSON: step, policy version, buffer cursor and whatever the trainer needs to continue exactly
-where it stopped (no pickle); `digests` is JSON: each leaf's CRC-32 (`digests.py`; Orbax checksums no array data),
-written with the step (Orbax commits a step's items together) by process 0 over the shards it holds. Retention
+where it stopped (no pickle); `digests` is JSON: each leaf's digest (`digests.py`; Orbax checksums no array data),
+reduced on the devices over every shard of every process, written with the step (Orbax commits a step's items
+together) by process 0. Retention
 keeps the last `keep` steps plus the best one by `best_metric`; saves are asynchronous (the trainer keeps training
 while the previous step is written).
 
@@ -108,7 +109,7 @@ class Checkpointer:
         best = None
         if metrics is not None and self.best_metric in metrics and np.isfinite(metrics[self.best_metric]):
             best = {self.best_metric: float(metrics[self.best_metric])}
-        digests = leaf_digests(state if jax.process_index() == 0 else {})   # only process 0 writes JSON items
+        digests = leaf_digests(state)   # on every process (a reduction over all their devices), before any donation
         self._saving = int(step)
         try:
             self._manager.save(step, args=ocp.args.Composite(

@@ -6,8 +6,8 @@ A training checkpoint (written by `Checkpointer`, a run's `WORKDIR/checkpoints/`
                            model's {"params", "opt_state"}) in a critic PPO run; a run without a critic reads
                            checkpoints without one, as before
     <dir>/<step>/meta      JSON: step, policy_version, buffer_cursor, consumed_episode_ids (no pickle)
-    <dir>/<step>/digests   JSON: the CRC-32 of every leaf of `state` (digests.py), checked at restore; a step
-                           saved before it existed has none and restores unchecked
+    <dir>/<step>/digests   JSON: the digest of every leaf of `state` (digests.py; "crc32" ones before it),
+                           checked at restore; a step saved before digests existed has none and restores unchecked
 
 A standalone params checkpoint (written by `save_params`: launch/sft.py, launch/export.py --params_out):
 

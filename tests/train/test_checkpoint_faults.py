@@ -6,16 +6,19 @@ import logging
 import os
 import subprocess
 import sys
+import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
-from jaxwebrl.checkpoint.layout import restore_params
+from jaxwebrl.checkpoint.layout import restore_params, state_tree
 from jaxwebrl.errors import CheckpointError, WorkdirError
+from jaxwebrl.parallel.mesh import make_mesh
 from jaxwebrl.train.metrics import MetricsWriter, read_metrics
 from tests.disks import tmpfs
 
@@ -37,8 +40,12 @@ def save_steps(directory, steps, **kw):
     ck.close()
 
 
-def restore(directory, **kw):
+def restore(directory, mesh=None, **kw):
+    """The newest readable step, into `state()`'s layout, or with every array's rows over all devices of `mesh`."""
     params, opt = state()
+    if mesh is not None:
+        rows = NamedSharding(mesh, P(mesh.axis_names))
+        params, opt = jax.tree.map(lambda x: jax.device_put(x, rows) if x.ndim else x, (params, opt))
     return Checkpointer(str(directory), async_save=False).restore_newest_readable(
         params=params, opt_state=opt, rng=jax.random.key(0), **kw)
 
@@ -92,9 +99,10 @@ def test_a_bit_flip_inside_a_saved_array_makes_resume_fall_back_naming_the_leaf(
     as_bf16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), state()[0])   # the restore casts: no digest to compare
     assert restore_params(str(tmp_path / "ck"), as_bf16)[1]["step"] == 2
     _flip_a_byte_in_the_largest_array_file(tmp_path / "ck" / "2")
+    mesh = make_mesh({"data": 2, "fsdp": 4})   # saved on one device, restored over 8: every leaf is still checked
     with caplog.at_level(logging.WARNING, logger="jaxwebrl.checkpoint.checkpointer"):
-        params, _, _, got = restore(tmp_path / "ck", set_aside=False)
-    assert got["step"] == 1                                     # untouched: restores exactly
+        params, _, _, got = restore(tmp_path / "ck", mesh, set_aside=False)
+    assert got["step"] == 1 and len(params["w"].sharding.device_set) == 8   # untouched: restores exactly
     np.testing.assert_array_equal(np.asarray(params["w"]), np.asarray(state(1)[0]["w"]))
     assert any("checkpoint of step 2" in r.getMessage() and "['params']['w']" in r.getMessage()
                for r in caplog.records), caplog.text
@@ -103,6 +111,26 @@ def test_a_bit_flip_inside_a_saved_array_makes_resume_fall_back_naming_the_leaf(
     _flip_a_byte_in_the_largest_array_file(tmp_path / "ck" / "1")
     with pytest.raises(CheckpointError, match=r"step 2: .*\['params'\]\['w'\].*step 1: .*\['params'\]\['w'\]"):
         restore(tmp_path / "ck", set_aside=False)
+
+
+def test_a_checkpoint_saved_with_crc32_digests_is_still_checked(tmp_path, caplog):
+    """Steps saved before the device-side digest carry "crc32" digests (process 0's shards, keyed by global index):
+    they restore, and a flipped bit in one is still seen, by its CRC-32."""
+    save_steps(tmp_path / "ck", [1, 2])
+    for step in (1, 2):   # the digests as the "crc32" writer wrote them: one device, so one shard a leaf
+        params, opt = state(step)
+        leaves = jax.tree_util.tree_flatten_with_path(state_tree(params, opt, jax.random.key(step)))[0]
+        crc32 = {jax.tree_util.keystr(path): {
+            "dtype": str(leaf.dtype), "shards": {",".join(f"0:{size}" for size in leaf.shape): zlib.crc32(
+                np.ascontiguousarray(leaf).tobytes())}} for path, leaf in leaves}
+        (tmp_path / "ck" / str(step) / "digests" / "metadata").write_text(
+            json.dumps({"algorithm": "crc32", "leaves": crc32}))
+    assert restore(tmp_path / "ck", set_aside=False)[3]["step"] == 2
+    _flip_a_byte_in_the_largest_array_file(tmp_path / "ck" / "2")
+    with caplog.at_level(logging.WARNING, logger="jaxwebrl.checkpoint.checkpointer"):
+        assert restore(tmp_path / "ck", set_aside=False)[3]["step"] == 1
+    assert any("checkpoint of step 2" in r.getMessage() and "['params']['w'] (shard [0:128,0:128])" in r.getMessage()
+               and "CRC-32" in r.getMessage() for r in caplog.records), caplog.text
 
 
 def test_disk_full_at_save_is_one_line_naming_the_step_and_the_previous_checkpoint_stays(tmp_path):
