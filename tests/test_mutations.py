@@ -61,13 +61,13 @@ MUTATIONS = (
              "tests/train/test_checkpoint_faults.py::"
              "test_a_bit_flip_inside_a_saved_array_makes_resume_fall_back_naming_the_leaf"),
     Mutation("checkpoint digest blind to where an element sits", "jaxwebrl/checkpoint/digests.py",
-             "_mix(words + index * jnp.uint32(step), finaliser)", "_mix(words, finaliser)",
+             "_mix(words + index * jnp.uint32(step), finaliser) for", "_mix(words, finaliser) for",
              "tests/checkpoint/test_digests.py::"
              "test_a_flipped_bit_swapped_elements_a_zeroed_block_or_a_shard_in_anothers_place_is_damage"),
     Mutation("checkpoint digest the linear pair sum(w), sum((i + 1) * w) instead of mixed terms",
              "jaxwebrl/checkpoint/digests.py",
-             "_mix(words + index * jnp.uint32(step), finaliser)",
-             "words * (index + 1) if step == LANES[0][0] else words",
+             "_mix(words + index * jnp.uint32(step), finaliser) for",
+             "(words * (index + 1) if step == LANES[0][0] else words) for",
              "tests/checkpoint/test_digests.py::"
              "test_a_flipped_bit_swapped_elements_a_zeroed_block_or_a_shard_in_anothers_place_is_damage"),
     Mutation("an unfinished buffer creation is recognised by its marker alone", "jaxwebrl/buffer/ring.py",

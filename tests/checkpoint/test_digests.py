@@ -1,6 +1,8 @@
 """The device-side checkpoint digest (`jaxwebrl/checkpoint/digests.py`): each kind of damage it must see, the same
 digest on every mesh (8 fake CPU devices), one program per state structure."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -88,3 +90,13 @@ def test_the_whole_tree_is_one_program_compiled_once_per_structure():
     assert digests._tree_digest._cache_size() == before + 1
     assert leaf_digests(fresh(1)) != first
     assert digests._tree_digest._cache_size() == before + 1
+
+
+def test_the_cost_script_prints_both_paths_per_mb(monkeypatch, capsys):
+    from scripts import digest_cost
+
+    monkeypatch.setattr("sys.argv", ["digest_cost.py", "--mb", "4", "--repeats", "1"])
+    digest_cost.main()
+    report = json.loads(capsys.readouterr().out)
+    assert report["algorithm"] == digests.DIGEST_ALGORITHM and report["mb"] == 4.0
+    assert report["device_digest_ms_per_mb"]["best"] > 0 and report["crc32_ms_per_mb"]["best"] > 0

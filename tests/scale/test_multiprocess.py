@@ -100,3 +100,29 @@ def test_two_processes_match_one_process_on_eight_devices(tmp_path):
     for key, value in train_steps.flat(restored).items():
         np.testing.assert_array_equal(value, multi[0][key], err_msg=key)
     assert jax.tree.leaves(restored)[0].sharding == jax.tree.leaves(params)[0].sharding
+    check_every_processs_shards_at_restore(out_dir)
+
+
+def check_every_processs_shards_at_restore(out_dir):
+    """The two processes saved arrays whose rows each alone held: their digests are those of the whole arrays (every
+    process's shards; the CRC-32 ones covered process 0's alone), a restore on this process's 8 devices checks them,
+    and a flipped bit in rows only process 1 held is damage."""
+    from jaxwebrl.checkpoint.checkpointer import Checkpointer
+    from jaxwebrl.checkpoint.digests import DigestMismatch, check_digests, leaf_digests
+
+    host = train_steps.spanning_state()
+    with open(os.path.join(out_dir, "spanning", "1", "digests", "metadata")) as f:
+        saved = json.load(f)
+    whole = leaf_digests({"params": {"w": host["w"]}, "opt_state": {"mu": host["mu"]}})["leaves"]
+    assert {name: saved["leaves"].get(name) for name in whole} == whole
+    rows = train_steps.rows_over(distributed.process_mesh({"fsdp": 8}))
+    template = jax.device_put(host, rows)
+    checkpointer = Checkpointer(os.path.join(out_dir, "spanning"), keep=1, keep_best=False, async_save=False)
+    restored = checkpointer.restore(params={"w": template["w"]}, opt_state={"mu": template["mu"]},
+                                    rng=jax.random.key(0))[0]
+    checkpointer.close()
+    np.testing.assert_array_equal(restored["w"], host["w"])
+    damaged = host["w"].copy()
+    damaged.view(np.uint32)[40, 3] ^= 1 << 30   # row 40: process 1's half
+    with pytest.raises(DigestMismatch, match=r"leaf \['params'\]\['w'\] differs"):
+        check_digests({"params": {"w": jax.device_put(damaged, rows)}}, saved)

@@ -3,7 +3,8 @@ of a (possibly) multi-process job, then an Orbax save/restore from every process
 
     python tests/scale/train_steps.py OUT_DIR   # settings from JAXWEBRL_* environment (see distributed.py)
 
-Writes OUT_DIR/params_<process>.npz (every leaf, gathered to host) and OUT_DIR/report_<process>.json.
+Writes OUT_DIR/params_<process>.npz (every leaf, gathered to host) and OUT_DIR/report_<process>.json, and
+OUT_DIR/spanning: a checkpoint of `spanning_state` with rows split over both processes' devices.
 """
 
 import json
@@ -70,6 +71,33 @@ def train(mesh, steps: int = STEPS):
     return params, opt_state, losses
 
 
+def spanning_state() -> dict:
+    """Host arrays {"w", "mu"}: float32 [64, 32], whose rows a `rows_over(mesh)` sharding splits over every device."""
+    rng = np.random.default_rng(7)
+    return {"w": rng.standard_normal((64, 32), np.float32), "mu": rng.standard_normal((64, 32), np.float32)}
+
+
+def rows_over(mesh):
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return NamedSharding(mesh, PartitionSpec(mesh.axis_names))
+
+
+def save_spanning(out_dir: str, mesh) -> None:
+    """Checkpoint `spanning_state` (params w, optimizer state mu) as step 1 under OUT_DIR/spanning, every array's
+    rows over all of `mesh`'s devices: each process holds (and writes) rows that no other process holds."""
+    import jax
+
+    from jaxwebrl.checkpoint.checkpointer import Checkpointer
+
+    host = spanning_state()
+    state = distributed.shard_from_host(host, {name: rows_over(mesh) for name in host})
+    checkpointer = Checkpointer(os.path.join(out_dir, "spanning"), keep=1, keep_best=False, async_save=False)
+    checkpointer.save(1, params={"w": state["w"]}, opt_state={"mu": state["mu"]},
+                      rng=distributed.replicated_key(jax.random.key(0), mesh), meta={"step": 1})
+    checkpointer.close()
+
+
 def flat(tree) -> dict:
     import jax
 
@@ -94,6 +122,7 @@ def main(out_dir: str) -> None:
     restored, _, _, meta = checkpointer.restore(params=params, opt_state=opt_state,
                                                 rng=distributed.replicated_key(jax.random.key(1), mesh))
     checkpointer.close()
+    save_spanning(out_dir, distributed.process_mesh({"data": 1, "fsdp": -1}))
 
     host = distributed.global_to_host(params)
     back = distributed.global_to_host(restored)
