@@ -329,6 +329,8 @@ class Sampler:
                 partition.grid_key(np.stack([images[i][1] for i in order])))
 
     def _place(self, tree):
+        """Host arrays of a batch on the mesh, split over its batch axes (`partition.data_shardings`): each device
+        receives only its shard, nothing is copied whole onto one device first. Without a mesh, `tree` as it is."""
         if self.mesh is None:
             return tree
         return jax.device_put(tree, partition.data_shardings(tree, self.mesh))
@@ -360,12 +362,13 @@ class Sampler:
         else:   # each device makes its own shard: no whole cache on device 0
             cache = kv_cache.init_sharded_cache(self.config, rows, capacity, dtype, self.mesh,
                                                 decode_block=self.decode_block)
-        rng = self._place(row_keys(seed, len(prompts), rows))   # [rows, 2]: split with the batch on a mesh
+        rng = row_keys(seed, len(prompts), rows)   # [rows, 2]: split with the batch on a mesh
+        rng = rng if self.mesh is None else self._place(np.asarray(rng))
         stop_ids = jnp.asarray(sampling.stop_token_ids or (-1,), jnp.int32)
         static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())  # stop ids are traced
         params, version = self._weights(weights)
-        state = self._prefill(params, *self._place((jnp.asarray(ids), jnp.asarray(mask))),
-                              None if pixels is None else self._place(jnp.asarray(pixels)), cache, rng, jnp.int32(version),
+        state = self._prefill(params, *self._place((ids, mask)), None if pixels is None else self._place(pixels),
+                              cache, rng, jnp.int32(version),
                               stop_ids, tables, jnp.asarray(prefix), jnp.int32(prefix_state), grid=grid,
                               sampling=static)
         stopped_by_string: dict[int, int] = {}
