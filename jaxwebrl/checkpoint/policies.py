@@ -1,6 +1,7 @@
 """Which policy to run, train or export: the recipe's policy, its warm start, a checkpoint, exported params, HF.
 
     policy = recipe_policy(config)            # config.model: tiny random, a local HF checkpoint, or a preset's shapes
+    policy = recipe_policy(config, mesh=mesh) #   the same, each param made or read onto its shards of `mesh`
     policy = initial_policy(config)           # what a fresh run starts from: the recipe's, warm-started when
                                               #   config.model.init_params is set
     policy, info = load_policy(config, source)   # "initial", WORKDIR, WORKDIR/checkpoints, params dir, HF dir
@@ -22,10 +23,11 @@ from jaxwebrl.models.hf_io import load_pretrained
 from jaxwebrl.models.policy import Policy
 
 
-def recipe_policy(config, *, with_params: bool = True) -> Policy:
+def recipe_policy(config, *, with_params: bool = True, mesh=None) -> Policy:
     """The policy `config.model` names (`models/presets.py`), without the warm start; `with_params=False` gives
-    a skeleton whose params are `jax.ShapeDtypeStruct` leaves (nothing allocated, nothing read)."""
-    return presets.build_policy(config.model, seed=config.seed, with_params=with_params)
+    a skeleton whose params are `jax.ShapeDtypeStruct` leaves (nothing allocated, nothing read). `mesh` (a trainer
+    mesh): the params are made or read onto their partition rules' shardings, each device only its shards."""
+    return presets.build_policy(config.model, seed=config.seed, with_params=with_params, mesh=mesh)
 
 
 def warm_start_params(config, template):

@@ -9,11 +9,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxwebrl.models import kv_cache, lora
 from jaxwebrl.models.config import ModelConfig, tiny_config
 from jaxwebrl.models.rope_index import get_rope_index
 from jaxwebrl.models.vl_model import VisionLanguageModel, check_image_tokens
+from jaxwebrl.parallel import partition
 
 
 def _grid_key(image_grid_thw):
@@ -102,14 +104,19 @@ def _init_fn(config: ModelConfig):
 
 
 @functools.lru_cache(maxsize=8)
-def _jitted_init(config: ModelConfig):
+def _jitted_init(config: ModelConfig, mesh: Mesh | None):
     module, init = _init_fn(config)
-    return module, jax.jit(init)
+    if mesh is None:
+        return module, jax.jit(init)
+    shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
+    return module, jax.jit(init, out_shardings=partition.param_shardings(shapes, mesh))
 
 
-def init_params(config: ModelConfig, seed: int = 0):
-    """(module, random params) for `config`; the init program compiles once per config."""
-    module, init = _jitted_init(config)
+def init_params(config: ModelConfig, seed: int = 0, mesh: Mesh | None = None):
+    """(module, random params) for `config`; the init program compiles once per config (and mesh). With `mesh`,
+    every param is made on its partition rule's sharding (`parallel/partition.py`), each device computing only its
+    own shard, never the whole tree on one device: the same values as without (JAX's partitionable threefry)."""
+    module, init = _jitted_init(config, mesh)
     return module, init(jax.random.PRNGKey(seed))
 
 

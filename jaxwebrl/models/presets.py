@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from jaxwebrl.models.config import ModelConfig, from_hf_dict, tiny_config
 from jaxwebrl.models.families import get_family, published_presets
 from jaxwebrl.models.lora import LoraConfig, parse_targets
+from jaxwebrl.parallel.partition import param_shardings
 
 
 def __getattr__(name: str):
@@ -171,9 +172,11 @@ def processor_for(config: ModelConfig):
     return Processor(qwen_tokenizer(), image_processor_for(config))
 
 
-def build_policy(section, seed: int = 0, *, with_params: bool = True):
+def build_policy(section, seed: int = 0, *, with_params: bool = True, mesh=None):
     """The Policy a run config's `model` section names, knobs applied. `with_params=False`: params are
-    ShapeDtypeStructs (nothing allocated or read)."""
+    ShapeDtypeStructs (nothing allocated or read). `mesh`: every param is made (random) or read (HF, tensor by
+    tensor) straight onto its partition rule's sharding (`parallel/partition.py`), never whole on one device;
+    None: on the default device."""
     from jaxwebrl.models.policy import Policy, init_params, init_params_shapes
     from jaxwebrl.models.vl_model import VisionLanguageModel
 
@@ -185,6 +188,7 @@ def build_policy(section, seed: int = 0, *, with_params: bool = True):
         checkpoint = _get(section, "checkpoint")
         if with_params:
             return load_pretrained(checkpoint, dtype=config.dtype, param_dtype=config.param_dtype,
+                                   shardings=None if mesh is None else (lambda shapes: param_shardings(shapes, mesh)),
                                    model_options={**knobs(section), **trainable_knobs(section, config)})
         return Policy(config, VisionLanguageModel(config), init_params_shapes(config), _load_processor(checkpoint))
     if name in TINY_HEAD_DIMS:
@@ -195,5 +199,5 @@ def build_policy(section, seed: int = 0, *, with_params: bool = True):
         processor = processor_for(config)
     if not with_params:
         return Policy(config, VisionLanguageModel(config), init_params_shapes(config), processor)
-    module, params = init_params(config, seed)
+    module, params = init_params(config, seed, mesh)
     return Policy(config, module, params, processor)

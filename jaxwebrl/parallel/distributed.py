@@ -325,14 +325,16 @@ def shard_from_host(tree: Any, shardings: Any) -> Any:
 
 def placed(tree: Any, shardings: Any) -> Any:
     """New arrays of `tree`'s values on `shardings` (a matching pytree), never aliasing `tree` (a trainer's update
-    donates them). Arrays this process holds whole, for shardings over its own devices (one process), go device
-    to device, each device receiving only its shard (no host copy, no second whole copy); otherwise host values
-    every process holds equally (`shard_from_host`)."""
-    leaves, targets = jax.tree.leaves(tree), jax.tree.leaves(shardings)
-    if all(isinstance(x, jax.Array) and x.is_fully_addressable for x in leaves) and \
-            all(s.is_fully_addressable for s in targets):
-        return jax.tree.map(lambda x, s: jax.device_put(x, s, may_alias=False), tree, shardings)
-    return shard_from_host(tree, shardings)
+    donates them). Device arrays go device to device, each device receiving only its shard (no host copy, no second
+    whole copy): arrays this process holds whole, for shardings over its own devices (one process), and global
+    arrays already spread over several processes (a recipe built on the mesh: every process calls this). Other
+    leaves: host values every process holds equally (`shard_from_host`)."""
+    def one(leaf, sharding):
+        if isinstance(leaf, jax.Array) and (not leaf.is_fully_addressable or sharding.is_fully_addressable):
+            return jax.device_put(leaf, sharding, may_alias=False)
+        return shard_from_host(leaf, sharding)
+
+    return jax.tree.map(one, tree, shardings)
 
 
 def replicated_key(key: jax.Array, mesh: Mesh) -> jax.Array:

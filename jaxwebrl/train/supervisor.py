@@ -121,8 +121,11 @@ def _greedy_probe(config, policy, layout, factory):
     if jax.process_count() > 1:
         raise RunError("train.stop_at_greedy_success runs its greedy check in one process; this run has "
                        f"{jax.process_count()}: unset it and evaluate the checkpoints with launch/eval.py")
-    probe = factory(config, policy, num_seeds=config.train.greedy_check_seeds)
-    return probe if layout.mesh is None else _MeshProbe(probe, layout.server_device)
+    if layout.mesh is None:
+        return factory(config, policy, num_seeds=config.train.greedy_check_seeds)
+    # its warm-up compiles for the whole weights on the server's device that every check then passes
+    whole = policy.replace_params(distributed.whole_on_device(policy.params, layout.server_device))
+    return _MeshProbe(factory(config, whole, num_seeds=config.train.greedy_check_seeds), layout.server_device)
 
 
 def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_probe) -> int:
@@ -130,8 +133,13 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
     if layout.mesh is not None:
         log.info("process %d of %d: %d local of %d devices; trainer mesh %s", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count(), dict(layout.mesh.shape))
+    # the processes meet while in step: after a multi-process program (the recipe's init on the mesh, whose compile
+    # takes each process its own time), a first collective reached > 30 s apart fails (gloo's rendezvous, on CPU)
+    distributed.sync("processes joined")
     with console.phase(f"building the policy (model.name={config.model.name})"):
-        policy = recipe_policy(config)   # the trainer starts it from a checkpoint or a warm start (resume.py)
+        # on a trainer mesh each param is made or read onto its shards, never whole on one device; the trainer
+        # starts it from a checkpoint or a warm start (resume.py)
+        policy = recipe_policy(config, mesh=layout.mesh)
     log.info("attention kernel: %s (model.attention_impl=%r on the %s backend)", config_kernel(policy.config),
              policy.config.attention_impl, jax.default_backend())
     check_first_step_fits(config, policy.processor)   # before any browser: a run whose first step cannot fit stops

@@ -8,10 +8,14 @@ import numpy as np
 import pytest
 import torch
 from jax.sharding import Mesh
+from ml_collections import ConfigDict
 
+from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.models import load_pretrained, save_pretrained, tiny_policy
 from jaxwebrl.models.safetensors_io import SafetensorsFile
+from jaxwebrl.parallel import mesh as mesh_lib
 from tests.models import hf_reference as ref
+from tests.parallel.placement import assert_made_on_the_mesh
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +98,18 @@ def test_loading_onto_a_mesh_gives_the_same_logits_and_saves_back(exported, tmp_
     again = load_pretrained(str(tmp_path), dtype="float32", with_processor=False)
     for x, y in zip(jax.tree_util.tree_leaves(policy.params), jax.tree_util.tree_leaves(again.params)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_pretrained_recipe_on_a_mesh_is_read_onto_the_partition_rules_shard_by_shard(exported, monkeypatch):
+    """The trainer's recipe of an HF checkpoint on (data 2, fsdp 2, tensor 2). It used to be read whole onto the
+    default device (and the trainer then copied it onto the mesh); now each tensor goes from the host to its
+    partition rule's sharding, each device receiving only its shard, with the file's values."""
+    policy, _, out = exported
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    config = ConfigDict({"seed": 0, "model": {"name": "pretrained", "checkpoint": out}})
+    sharded = assert_made_on_the_mesh(lambda: recipe_policy(config, mesh=mesh), mesh, monkeypatch)
+    for got, want in zip(jax.tree_util.tree_leaves(sharded.params), jax.tree_util.tree_leaves(policy.params)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_bad_checkpoint_errors_name_the_problem(tmp_path):

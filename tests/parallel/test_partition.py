@@ -8,11 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
+from ml_collections import ConfigDict
 
+from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.models.config import from_hf_dict, tiny_config
 from jaxwebrl.models.policy import Policy, init_params, init_params_shapes
 from jaxwebrl.parallel import mesh as mesh_lib
 from jaxwebrl.parallel import partition
+from tests.parallel.placement import assert_made_on_the_mesh
 
 MESH_SHAPES = [(8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 2, 4)]
 
@@ -232,3 +235,17 @@ def test_an_fsdp_train_step_never_gathers_the_token_rows(policy, text_batch, tex
     assert not gathered_rows, f"the compiled step all-gathers activations: {gathered_rows}"
     assert re.search(r"all-gather(-start)?\(", hlo), "no all-gather at all: the weights were not sharded over fsdp"
     _assert_match(result, text_reference, shardings)
+
+
+def test_the_recipe_policy_is_made_on_the_mesh_shard_by_shard(monkeypatch):
+    """The trainer's recipe on (data 2, fsdp 2, tensor 2). Its params used to be initialised whole on the default
+    device (at 8B fp32, 32 GB on one chip before any sharding) and then copied onto the mesh; now the init program
+    makes each on its partition rule's sharding (`recipe_policy(config, mesh=)`), with the values of the one-device
+    build of the same seed."""
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    config = ConfigDict({"seed": 3, "model": {"name": "tiny"}})
+    sharded = assert_made_on_the_mesh(lambda: recipe_policy(config, mesh=mesh), mesh, monkeypatch)
+    largest = max(jax.tree.leaves(sharded.params), key=lambda x: x.size)
+    assert largest.addressable_shards[0].data.size < largest.size   # really split, not replicated
+    for got, want in zip(jax.tree.leaves(sharded.params), jax.tree.leaves(recipe_policy(config).params)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -9,9 +9,11 @@ from jax._src.array import ArrayImpl
 from jax.experimental import multihost_utils
 
 from configs.constT10 import get_config
+from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.models.serving_weights import serving_copy
 from jaxwebrl.parallel import distributed, multihost
+from jaxwebrl.train import supervisor
 from jaxwebrl.train.config_validation import ConfigError, validate
 
 
@@ -126,6 +128,23 @@ def test_sharded_params_reach_the_server_whole_on_its_device_without_a_host_copy
     metrics = multihost.NullMetrics("workdir", total_steps=2)
     metrics.write(1, {"loss": 0.0})
     metrics.close()
+
+
+def test_the_greedy_check_on_a_mesh_warms_up_on_the_whole_weights_it_is_then_fed():
+    """`train.stop_at_greedy_success` on a trainer mesh: the check's own server compiles its sampler at start-up (a
+    warm-up game) on the policy it is built with, and every check then passes whole weights on the server's device
+    (`_MeshProbe`). Built with the recipe made on the mesh, it would warm up a sharded program no check runs: it is
+    built with a whole copy on the server's device."""
+    config = toy(server_devices=2, mesh_data=3, mesh_fsdp=2)
+    layout = multihost.layout(config)
+    policy = recipe_policy(config, mesh=layout.mesh)
+    built = []
+    probe = supervisor._greedy_probe(config, policy, layout,
+                                     lambda config, policy, num_seeds: built.append(policy) or RecordingServer())
+    assert isinstance(probe, supervisor._MeshProbe) and probe.device == layout.server_device
+    for leaf, want in zip(jax.tree.leaves(built[0].params), jax.tree.leaves(policy.params)):
+        assert leaf.devices() == {layout.server_device}
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(want))
 
 
 def test_agreements_are_the_local_flag_on_one_process():

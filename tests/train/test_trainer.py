@@ -14,6 +14,7 @@ from PIL import Image
 from tensorboardX.proto import event_pb2
 
 from configs.constT10 import get_config
+from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import Policy, init_params, tiny_policy
 from jaxwebrl.parallel import mesh as mesh_lib
@@ -154,17 +155,19 @@ class _Assembled(Exception):
 
 
 def test_a_mesh_trainer_shards_adam_moments_like_weights_and_pads_rows_to_whole_batch_shards(
-        policy, filled_buffer, tmp_path, monkeypatch):
+        filled_buffer, tmp_path, monkeypatch):
     """(data 2, fsdp 2, tensor 2) over the 8 CPU devices. A bare `jax.jit(optimizer.init)` made every moment whole on
     device 0 (twice the model's weights on one chip: out of memory at 8B) and a checkpoint restore read into that
     layout. The start-up copy of the weights (and the bf16 reference's cast) was made whole on device 0, then read
     back to the host and sharded from there: now each device receives its shard device to device, no array larger
     than the PRNG key is read back to the host. A minibatch of a row count the 4 batch shards do not divide ran on
     several chips at once (test_update.py measures it): the trainer now pads rows to whole shards. (The update
-    keeps the state's layout: test_update.py's sharded update test.)"""
+    keeps the state's layout: test_update.py's sharded update test.) The policy is the supervisor's: the recipe
+    made on the mesh (test_partition.py)."""
     mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     config = toy_config(1)
     config.actor.kl_loss_coef, config.actor.ref_dtype = 0.1, "bfloat16"
+    policy = recipe_policy(config, mesh=mesh)
     os.makedirs(tmp_path / "run")   # the reference's record is written there
     host_reads, value = [], ArrayImpl._value
     monkeypatch.setattr(ArrayImpl, "_value", property(lambda x: host_reads.append(x.size) or value.fget(x)))
