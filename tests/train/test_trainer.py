@@ -14,6 +14,7 @@ from PIL import Image
 from tensorboardX.proto import event_pb2
 
 from configs.constT10 import get_config
+from jaxwebrl.checkpoint.layout import save_params
 from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.policy import Policy, init_params, tiny_policy
@@ -163,11 +164,14 @@ def test_a_mesh_trainer_shards_adam_moments_like_weights_and_pads_rows_to_whole_
     than the PRNG key is read back to the host. A minibatch of a row count the 4 batch shards do not divide ran on
     several chips at once (test_update.py measures it): the trainer now pads rows to whole shards. (The update
     keeps the state's layout: test_update.py's sharded update test.) The policy is the supervisor's: the recipe
-    made on the mesh (test_partition.py)."""
+    made on the mesh (test_partition.py); the run warm-starts (`model.init_params`), read onto the same shardings."""
     mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     config = toy_config(1)
     config.actor.kl_loss_coef, config.actor.ref_dtype = 0.1, "bfloat16"
     policy = recipe_policy(config, mesh=mesh)
+    warm = init_params(policy.config, seed=1)[1]   # on one device, as launch/sft.py saves them
+    save_params(warm, str(tmp_path / "warm"), {"step": 3})
+    config.model.init_params = str(tmp_path / "warm")
     os.makedirs(tmp_path / "run")   # the reference's record is written there
     host_reads, value = [], ArrayImpl._value
     monkeypatch.setattr(ArrayImpl, "_value", property(lambda x: host_reads.append(x.size) or value.fget(x)))
@@ -177,6 +181,8 @@ def test_a_mesh_trainer_shards_adam_moments_like_weights_and_pads_rows_to_whole_
     assert max(host_reads, default=0) <= 2, f"arrays read back to the host at start-up, sizes {sorted(host_reads)}"
     params, opt_state = trainer.state.params, trainer.state.opt_state
     assert_on_partition_rules(params, opt_state, mesh)
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(warm)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     held = trainer.reference.params
     for leaf, want in zip(jax.tree.leaves(held), jax.tree.leaves(params)):
         assert leaf.dtype == jnp.bfloat16 and leaf.sharding.is_equivalent_to(want.sharding, leaf.ndim)
