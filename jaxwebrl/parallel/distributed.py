@@ -251,20 +251,21 @@ def global_to_host(tree: Any) -> Any:
     return jax.tree.map(lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)), tree)
 
 
-def whole_on_device(tree: Any, device: jax.Device) -> Any:
-    """Whole copies of `tree`'s arrays on `device` (a policy server's). When this process holds every shard (one
-    process), each array is gathered over its mesh on the devices (a jitted all-gather, one array at a time) and
-    the copy on `device` kept: no host memory (a plain `device_put` of a sharded array onto one device reads it
-    back to the host first). Otherwise through host memory (`global_to_host`: a collective, every process calls
-    it)."""
-    if not all(leaf.is_fully_addressable for leaf in jax.tree.leaves(tree)):
-        return jax.device_put(global_to_host(tree), device)
-    return jax.tree.map(lambda leaf: _whole_on_device(leaf, device), tree)
+def whole_on_device(tree: Any, device: jax.Device | None) -> Any:
+    """Whole copies of `tree`'s arrays on `device` (a policy server's, local to this process), or None where
+    `device` is None (a process that keeps no copy). Each sharded array is gathered over its mesh on the devices (a
+    jitted all-gather, one array at a time: over ICI/NVLink, never through host memory, which a plain `device_put`
+    of a sharded array onto one device would read it back to) and this process's copy moved to `device`. When the
+    arrays span several processes it is a collective: every process calls it at the same point."""
+    copies = jax.tree.map(lambda leaf: _whole_on_device(leaf, device), tree)
+    return None if device is None else copies
 
 
-def _whole_on_device(array: jax.Array, device: jax.Device) -> jax.Array:
+def _whole_on_device(array: jax.Array, device: jax.Device | None) -> jax.Array | None:
     if isinstance(array.sharding, NamedSharding) and not array.sharding.is_fully_replicated:
         array = _replicated_on(array.sharding.mesh)(array)
+    if device is None:
+        return None
     shards = array.addressable_shards
     return jax.device_put(next((s.data for s in shards if s.device == device), shards[0].data), device)
 

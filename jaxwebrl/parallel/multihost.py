@@ -12,9 +12,9 @@ policy server, the rollout worker pool and the metrics writer.
 
 The policy server is request-driven on one process, so it cannot take part in SPMD programs over other hosts'
 devices. It gets a whole copy of the weights instead: after each update every process calls
-`HostWeightSink.set_weights` (an all-gather of the sharded params through host memory,
-`distributed.global_to_host`), and process 0 hands the copy to its server on `server_device`; a one-process mesh
-copies the shards device to device, with no host copy. With `distributed.server_devices = k`, each process keeps its
+`MeshWeightSink.set_weights` (an all-gather of the sharded params on the devices, one array at a time,
+`distributed.whole_on_device`: ICI/NVLink, no host memory), and process 0 moves its copy to its server on
+`server_device`; the other processes drop theirs. With `distributed.server_devices = k`, each process keeps its
 last k local devices out of the trainer mesh (`distributed.split_server_devices`), and process 0's server
 decodes on the first of its own; with 0 the server shares local device 0 with the trainer (as on one host).
 
@@ -106,20 +106,19 @@ def place_train_state(params, rng: jax.Array, mesh: Mesh):
     return params, distributed.replicated_key(rng, mesh)
 
 
-class HostWeightSink:
+class MeshWeightSink:
     """The trainer's weight sink when params live on a mesh: process 0 hands a whole copy on `device` to its policy
-    server (`server`; None on the other processes). Several processes gather the params through the host (a
-    collective: every process calls `set_weights`); one process copies them device to device."""
+    server (`server`; None on the other processes). Every process calls `set_weights` at the same point: the params
+    are gathered on the mesh's devices (a collective when they span processes), never through host memory."""
 
     def __init__(self, server, device: jax.Device):
         self.server = server
         self.device = device
 
     def set_weights(self, params, version: int) -> None:
+        copy = distributed.whole_on_device(params, self.device if self.server is not None else None)
         if self.server is not None:
-            self.server.set_weights(distributed.whole_on_device(params, self.device), version)
-        else:   # another process: its part of the all-gather (every process, same point)
-            distributed.global_to_host(params)
+            self.server.set_weights(copy, version)
 
     def pause(self) -> None:
         if self.server is not None and hasattr(self.server, "pause"):

@@ -155,7 +155,7 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
                                         num_clients=config.rollout.num_workers,
                                         curve=config.rollout.get("curve", False)) if primary else None)
     server = service.server if service is not None else None
-    sink = server if layout.mesh is None else multihost.HostWeightSink(server, layout.server_device)
+    sink = server if layout.mesh is None else multihost.MeshWeightSink(server, layout.server_device)
     pool = None
     failure: list[BaseException] = []
     with _stop_on_signals(stop), contextlib.ExitStack() as cleanup:

@@ -109,10 +109,10 @@ def test_sharded_params_reach_the_server_whole_on_its_device_without_a_host_copy
     # a device_put of a sharded array onto one device reads it back to the host (ArrayImpl._value) first
     monkeypatch.setattr(ArrayImpl, "_value", property(recording("_value", ArrayImpl._value.fget)))
     server, inside = RecordingServer(), RecordingServer()
-    sink = multihost.HostWeightSink(server, layout.server_device)
+    sink = multihost.MeshWeightSink(server, layout.server_device)
     sink.set_weights(served, 3)
     mesh_device = layout.mesh.devices.flat[0]   # distributed.server_devices=0: the server shares a trainer device
-    multihost.HostWeightSink(inside, mesh_device).set_weights(served, 3)
+    multihost.MeshWeightSink(inside, mesh_device).set_weights(served, 3)
     assert not host_copies, f"published through host memory: {len(host_copies)} calls of {set(host_copies)}"
     monkeypatch.undo()
     (published, version), = server.published
@@ -124,7 +124,7 @@ def test_sharded_params_reach_the_server_whole_on_its_device_without_a_host_copy
     sink.pause()
     assert server.paused == 1
     sink.resume()
-    multihost.HostWeightSink(None, layout.server_device).set_weights(params, 4)   # other processes: gather only
+    multihost.MeshWeightSink(None, layout.server_device).set_weights(params, 4)   # other processes: gather only
     metrics = multihost.NullMetrics("workdir", total_steps=2)
     metrics.write(1, {"loss": 0.0})
     metrics.close()

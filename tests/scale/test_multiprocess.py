@@ -74,7 +74,10 @@ def test_two_processes_match_one_process_on_eight_devices(tmp_path):
         assert report["param_processes"] == [0, 1]  # parameters really live on both processes' devices
         assert report["make_mesh_is_process_mesh"]   # make_mesh hands multi-process devices to process_mesh
         assert report["restored_equal"] and report["meta"]["version"] == train_steps.STEPS
+        assert report["publish_host_gathers"] == 0   # the server's copy is gathered on the devices, not the hosts
         np.testing.assert_allclose(report["losses"], losses, rtol=1e-4, atol=1e-6)
+    assert reports[0]["published"]["equal"] and len(reports[0]["published"]["devices"]) == 1   # whole, on one device
+    assert reports[1]["published"] is None   # only process 0 serves
     multi = [dict(np.load(os.path.join(out_dir, f"params_{rank}.npz"))) for rank in range(2)]
     assert set(multi[0]) == set(single)
     initial = train_steps.flat(train_steps.tiny_params())

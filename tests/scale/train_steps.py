@@ -104,6 +104,35 @@ def flat(tree) -> dict:
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
+def publish(params):
+    """(process 0's copy of `params` as `MeshWeightSink` hands it to a policy server on its first local device, or
+    None on the other processes; how many host all-gathers the publish made). Every process calls it."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    from jaxwebrl.parallel.multihost import MeshWeightSink
+
+    received, host_gathers = [], []
+
+    class Server:
+        def set_weights(self, weights, version):
+            received.append(weights)
+
+    allgather = multihost_utils.process_allgather
+
+    def counted(*args, **kwargs):
+        host_gathers.append(1)
+        return allgather(*args, **kwargs)
+
+    multihost_utils.process_allgather = counted
+    try:
+        server = Server() if jax.process_index() == 0 else None
+        MeshWeightSink(server, jax.local_devices()[0]).set_weights(params, 1)
+    finally:
+        multihost_utils.process_allgather = allgather
+    return (received[0] if received else None), len(host_gathers)
+
+
 def main(out_dir: str) -> None:
     settings = distributed.initialize()
     import jax
@@ -124,8 +153,12 @@ def main(out_dir: str) -> None:
     checkpointer.close()
     save_spanning(out_dir, distributed.process_mesh({"data": 1, "fsdp": -1}))
 
+    published, host_gathers = publish(params)
     host = distributed.global_to_host(params)
     back = distributed.global_to_host(restored)
+    on_server = None if published is None else {
+        "equal": all(np.array_equal(np.asarray(a), b) for a, b in zip(jax.tree.leaves(published), jax.tree.leaves(host))),
+        "devices": sorted({str(d) for leaf in jax.tree.leaves(published) for d in leaf.devices()})}
     same = all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(host), jax.tree.leaves(back)))
     process = jax.process_index()
     np.savez(os.path.join(out_dir, f"params_{process}.npz"), **flat(host))
@@ -134,7 +167,8 @@ def main(out_dir: str) -> None:
         json.dump({"processes": jax.process_count(), "devices": jax.device_count(),
                    "local_devices": jax.local_device_count(), "mesh": dict(mesh.shape), "losses": losses,
                    "restored_equal": same, "meta": meta, "param_processes": spans,
-                   "make_mesh_is_process_mesh": handed_off.devices.tolist() == mesh.devices.tolist()}, f)
+                   "make_mesh_is_process_mesh": handed_off.devices.tolist() == mesh.devices.tolist(),
+                   "published": on_server, "publish_host_gathers": host_gathers}, f)
     distributed.shutdown()
 
 
