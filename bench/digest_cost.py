@@ -2,7 +2,7 @@
 (`jaxwebrl.checkpoint.digests.leaf_digests`, "fmix32-sum2") beside the CRC-32 (zlib) of the same bytes on the host
 (the "crc32" digests hashed each shard so; on the CPU backend in place, with no copy to count). Prints one JSON.
 
-    PYTHONPATH=. python3 scripts/digest_cost.py [--mb 256] [--repeats 5]
+    python3 bench/digest_cost.py [--mb 256] [--repeats 5]
 
 A state of float32 leaves (an 8B-like mix of shapes, scaled to --mb); each digest is timed `repeats` times after one
 warm-up call (the compile), best and median reported. The machine's load average is recorded: other work beside

@@ -112,7 +112,7 @@ def test_on_a_tpu_slice_each_chip_reduces_its_own_rows_in_one_pass():
 
 
 def test_the_cost_script_prints_both_paths_per_mb(monkeypatch, capsys):
-    from scripts import digest_cost
+    from bench import digest_cost
 
     monkeypatch.setattr("sys.argv", ["digest_cost.py", "--mb", "4", "--repeats", "1"])
     digest_cost.main()
