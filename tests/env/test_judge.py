@@ -191,6 +191,18 @@ def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
     assert failure_cause(str(info.value)) == "no_api_key"
 
 
+def read_request(conn: socket.socket) -> bytes:
+    """One HTTP request read whole from `conn`: its head, then the Content-Length bytes of its body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(1 << 16)
+    head, body = data.split(b"\r\n\r\n", 1)
+    lengths = [line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+    while len(body) < int(lengths[0]):
+        body += conn.recv(1 << 16)
+    return head + b"\r\n\r\n" + body
+
+
 @pytest.mark.parametrize("reply", [b"+OK not an HTTP server\r\n",                                # another protocol
                                    b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{\"choices\": ["])   # cut short
 def test_a_server_that_does_not_speak_http_or_cuts_its_answer_is_a_judge_failure(reply):
@@ -206,8 +218,8 @@ def test_a_server_that_does_not_speak_http_or_cuts_its_answer_is_a_judge_failure
                 conn, _ = server.accept()
             except OSError:
                 return
-            with conn:
-                connections.append(conn.recv(1 << 20))
+            with conn:   # the whole request read first: closing on unread bytes resets the connection (RST), and
+                connections.append(read_request(conn))   # the judge would read 'unreachable', not the reply
                 conn.sendall(reply)
 
     threading.Thread(target=answer, daemon=True).start()
