@@ -116,6 +116,11 @@ def difficulty_of(level: int) -> str:
     return "easy" if level <= 3 else "medium" if level <= 6 else "hard"
 
 
+def webgym_level(value: Any) -> int | None:
+    """`value` when it is a WebGym difficulty level (an integer >= 1, not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
 def rubric_facts(rubric: list) -> tuple[str, ...]:
     """The texts the judge checks, one a fact, of WebGym's `evaluator_reference` (module docstring); a fact group's
     each with its group's context "[Group ID: DESCRIPTION] FACT", as WebGym's evaluator is given it. ValueError
@@ -131,7 +136,7 @@ def rubric_facts(rubric: list) -> tuple[str, ...]:
                              f"carry: a fact is {FACT_FORMS}")
         if "facts" not in fact:
             level = fact.get("difficulty", 1)
-            if not isinstance(level, int) or isinstance(level, bool) or level < 1:
+            if webgym_level(level) is None:
                 raise ValueError(f"fact {number}'s difficulty={short_repr(level)}: WebGym's level of a fact, an "
                                  f"integer >= 1 (or left out)")
             facts.append(_text(fact.get("description"), number, "description"))
@@ -207,8 +212,8 @@ def parse_task(record: Any, source: str | None, where: str) -> WebGymTask:
     except ValueError as err:
         fail("evaluator_reference", str(err))
     difficulty = record.get("difficulty")
-    level = difficulty if isinstance(difficulty, int) and not isinstance(difficulty, bool) else None
-    if difficulty is None or (level is not None and level >= 1):
+    level = webgym_level(difficulty)
+    if difficulty is None or level is not None:
         difficulty = difficulty_of(len(facts) if level is None else level)
     elif difficulty not in HORIZONS:
         fail("difficulty", f"must be one of {list(HORIZONS)}, an integer level >= 1 (1-3 easy, 4-6 medium, 7+ hard: "
