@@ -32,6 +32,7 @@ from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.errors import RolloutFailed, RunError, one_line
 from jaxwebrl.models.attention_kernels import config_kernel
 from jaxwebrl.models.policy import merged_policy
+from jaxwebrl.models.serving_weights import serving_copy, serving_dtype
 from jaxwebrl.parallel import distributed, multihost
 from jaxwebrl.rollout.budget import check_first_step_fits
 from jaxwebrl.rollout.ray_launcher import pool_for
@@ -121,11 +122,24 @@ def _greedy_probe(config, policy, layout, factory):
     if jax.process_count() > 1:
         raise RunError("train.stop_at_greedy_success runs its greedy check in one process; this run has "
                        f"{jax.process_count()}: unset it and evaluate the checkpoints with launch/eval.py")
+    probe = factory(config, policy, num_seeds=config.train.greedy_check_seeds)
+    # on a mesh `policy` is already the whole serving copy (`_served_policy`): the check's warm-up compiles for the
+    # weights every check then passes, whole on the server's device
+    return probe if layout.mesh is None else _MeshProbe(probe, layout.server_device)
+
+
+def _served_policy(config, policy, layout, primary: bool):
+    """What process 0's policy server (and the greedy check) start from: the adapter-free policy (LoRA:
+    `merged_policy`). On a trainer mesh, its whole serving copy on the server's device, made as the trainer's
+    publish makes it: cast on the mesh, shard by shard, then gathered on the devices (a collective every process
+    joins; None on the others). Cast by process 0 alone, the mesh's global arrays would run a program on devices
+    that only the other processes drive. The trainer's first publish replaces it before any episode is played."""
+    served = merged_policy(policy)
     if layout.mesh is None:
-        return factory(config, policy, num_seeds=config.train.greedy_check_seeds)
-    # its warm-up compiles for the whole weights on the server's device that every check then passes
-    whole = policy.replace_params(distributed.whole_on_device(policy.params, layout.server_device))
-    return _MeshProbe(factory(config, whole, num_seeds=config.train.greedy_check_seeds), layout.server_device)
+        return served
+    copy = serving_copy(served.params, serving_dtype(config.rollout.serve_dtype, served.config))
+    whole = distributed.whole_on_device(copy, layout.server_device if primary else None)
+    return served.replace_params(whole) if primary else None
 
 
 def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_probe) -> int:
@@ -150,7 +164,7 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
     distributed.sync("buffer ready")
     if buffer is None:
         buffer = RingBuffer.open(run_buffer.path_for(config, workdir))
-    served = merged_policy(policy)   # LoRA: the server decodes merged weights (the trainer publishes them merged)
+    served = _served_policy(config, policy, layout, primary)   # the trainer publishes merged weights too
     service = (PolicyService.for_policy(served, buffer, config, host=config.rollout.host,
                                         num_clients=config.rollout.num_workers,
                                         curve=config.rollout.get("curve", False)) if primary else None)

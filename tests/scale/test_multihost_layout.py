@@ -83,6 +83,23 @@ class RecordingServer:
         self.paused -= 1
 
 
+def record_host_copies(monkeypatch) -> list[str]:
+    """The names of the calls that copy an array to host memory from now on (until `monkeypatch.undo()`)."""
+    host_copies = []
+
+    def recording(name, function):
+        def call(*args, **kwargs):
+            host_copies.append(name)
+            return function(*args, **kwargs)
+        return call
+
+    for module, name in ((multihost_utils, "process_allgather"), (jax, "device_get")):
+        monkeypatch.setattr(module, name, recording(name, getattr(module, name)))
+    # a device_put of a sharded array onto one device reads it back to the host (ArrayImpl._value) first
+    monkeypatch.setattr(ArrayImpl, "_value", property(recording("_value", ArrayImpl._value.fget)))
+    return host_copies
+
+
 def test_sharded_params_reach_the_server_whole_on_its_device_without_a_host_copy(monkeypatch):
     """The trainer's bf16 serving copy is cast on the mesh, shard by shard, and on one process reaches the server's
     device device to device (`distributed.whole_on_device`): the sink used to gather the whole tree through host
@@ -96,18 +113,7 @@ def test_sharded_params_reach_the_server_whole_on_its_device_without_a_host_copy
     served = serving_copy(params, jnp.bfloat16)   # the trainer's _publish
     for leaf, master in zip(jax.tree.leaves(served), jax.tree.leaves(params)):
         assert leaf.dtype == jnp.bfloat16 and leaf.sharding == master.sharding
-    host_copies = []
-
-    def recording(name, function):
-        def call(*args, **kwargs):
-            host_copies.append(name)
-            return function(*args, **kwargs)
-        return call
-
-    for module, name in ((multihost_utils, "process_allgather"), (jax, "device_get")):
-        monkeypatch.setattr(module, name, recording(name, getattr(module, name)))
-    # a device_put of a sharded array onto one device reads it back to the host (ArrayImpl._value) first
-    monkeypatch.setattr(ArrayImpl, "_value", property(recording("_value", ArrayImpl._value.fget)))
+    host_copies = record_host_copies(monkeypatch)
     server, inside = RecordingServer(), RecordingServer()
     sink = multihost.MeshWeightSink(server, layout.server_device)
     sink.set_weights(served, 3)
@@ -130,21 +136,30 @@ def test_sharded_params_reach_the_server_whole_on_its_device_without_a_host_copy
     metrics.close()
 
 
-def test_the_greedy_check_on_a_mesh_warms_up_on_the_whole_weights_it_is_then_fed():
-    """`train.stop_at_greedy_success` on a trainer mesh: the check's own server compiles its sampler at start-up (a
-    warm-up game) on the policy it is built with, and every check then passes whole weights on the server's device
-    (`_MeshProbe`). Built with the recipe made on the mesh, it would warm up a sharded program no check runs: it is
-    built with a whole copy on the server's device."""
+def test_the_server_and_the_greedy_check_on_a_mesh_start_from_the_whole_serving_copy(monkeypatch):
+    """On a trainer mesh, process 0's policy server and the greedy check start from the trainer's publish as it will
+    be: the serving dtype, cast on the mesh and gathered on the devices (no host copy), whole on the server's device.
+    The server was handed the mesh's fp32 params and cast them in process 0 alone (a program on devices the other
+    processes drive); the check warmed up on an fp32 copy, then every check passed bf16 weights. The check's own
+    server compiles its sampler at start-up (a warm-up game) on the policy it is built with, and every check then
+    passes whole weights on the server's device (`_MeshProbe`)."""
     config = toy(server_devices=2, mesh_data=3, mesh_fsdp=2)
+    config.rollout.serve_dtype = "bfloat16"   # the toy's compute dtype is float32: make the cast visible
     layout = multihost.layout(config)
     policy = recipe_policy(config, mesh=layout.mesh)
+    host_copies = record_host_copies(monkeypatch)
+    served = supervisor._served_policy(config, policy, layout, primary=True)
+    assert not host_copies, f"gathered through host memory: {len(host_copies)} calls of {set(host_copies)}"
+    monkeypatch.undo()
+    assert supervisor._served_policy(config, policy, layout, primary=False) is None   # the others only gather
     built = []
-    probe = supervisor._greedy_probe(config, policy, layout,
+    probe = supervisor._greedy_probe(config, served, layout,
                                      lambda config, policy, num_seeds: built.append(policy) or RecordingServer())
     assert isinstance(probe, supervisor._MeshProbe) and probe.device == layout.server_device
-    for leaf, want in zip(jax.tree.leaves(built[0].params), jax.tree.leaves(policy.params)):
-        assert leaf.devices() == {layout.server_device}
-        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(want))
+    assert built == [served]
+    for leaf, want in zip(jax.tree.leaves(served.params), jax.tree.leaves(policy.params)):
+        assert leaf.devices() == {layout.server_device} and leaf.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(want).astype(jnp.bfloat16))
 
 
 def test_agreements_are_the_local_flag_on_one_process():
