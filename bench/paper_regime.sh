@@ -11,6 +11,7 @@
 #
 #   bash bench/paper_regime.sh [R] [all|power]   # R: scratch dir for checkpoints (default /work/runs), not committed
 #   NICE=19 SEEDS=10 bash bench/paper_regime.sh /work/runs power   # only the power study, extended to 10 seeds
+#   setsid nohup bash bench/paper_regime.sh /work/runs power &       # in the background, its session niced whole
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R="${1:-/work/runs}"
@@ -22,6 +23,7 @@ DOCS=docs/results/paper_regime
 # (trap=1, docs/results/paper_regime/trap1_check/) left the trained batches' failures as long as with traps off.
 TRAP="--config.env.tasks=chain/easy-cue?layout=fixed&trap=2,chain/medium-cue?layout=fixed&trap=2,chain/hard-cue?layout=fixed&trap=2"
 N="nice -n ${NICE:-10}"
+source bench/nice_session.sh "${NICE:-10}"   # its scheduling group too, when started with setsid
 
 if [ ! -f "$SFT/eval_sft/eval.json" ]; then
   $N python3 bench/learning_run.py --config=configs/constT10.py:long --out="$SFT" --stages=sft,eval_sft \
