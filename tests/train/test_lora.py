@@ -2,6 +2,7 @@
 trainable weights only, the merged weights the server decodes, and the refusals before anything starts."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -10,16 +11,20 @@ import pytest
 from flax import traverse_util
 
 from configs.grpo import get_config
+from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.models import lora, presets
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.models.policy import Policy, init_params, init_params_shapes, merged_policy
 from jaxwebrl.models.vl_model import VisionLanguageModel
+from jaxwebrl.parallel import mesh as mesh_lib
 from jaxwebrl.train import rl_config, trainable
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.config_validation import ConfigError, validate
+from jaxwebrl.train.trainer import Trainer
 from jaxwebrl.train.update import Updater
-from tests.train.conftest import play_toy
+from tests.train.conftest import assert_on_partition_rules, play_toy
+from tests.train.test_trainer import toy_config
 
 F32_LORA = lora.LoraConfig(rank=4, alpha=8.0, base_dtype="float32")
 
@@ -132,6 +137,55 @@ def test_merged_weights_are_the_adapted_function_without_adapters():
         lambda p, v: jnp.zeros_like(v) if str(p[-1].key) == "lora_b" else v, params)).logits(
         ids, pixel_values=pixels, image_grid_thw=grid))
     assert np.abs(merged - mine).max() <= 1e-4 and np.abs(mine - base).max() > 1e-3
+
+
+class _PublishedSink:
+    """Stands where the policy server stands: keeps the last published weights."""
+
+    def __init__(self):
+        self.params = None
+
+    def set_weights(self, params, version):
+        self.params = params
+
+
+def _lora_step(config, buffer, workdir, mesh):
+    """A LoRA recipe made as the supervisor makes it, one trainer step: (trainer, params before, params after)."""
+    policy = recipe_policy(config, mesh=mesh)
+    os.makedirs(workdir)
+    trainer = Trainer(config, workdir, policy=policy, buffer=buffer, weight_sink=_PublishedSink(), mesh=mesh)
+    before = traverse_util.flatten_dict(jax.tree.map(np.asarray, trainer.state.params))
+    trainer.run(stop=lambda: trainer.state.step >= 1)
+    assert trainer.state.step == 1
+    return trainer, before, traverse_util.flatten_dict(jax.tree.map(np.asarray, trainer.state.params))
+
+
+def test_a_lora_recipe_on_a_mesh_trains_its_adapters_as_one_device_does_and_publishes_merged_weights(
+        toy_buffer, tmp_path):
+    """LoRA on a trainer mesh (data 2, fsdp 2, tensor 2 over the 8 CPU devices), through the Trainer as the
+    supervisor builds it: base and adapters on their partition rules, AdamW moments for the adapters alone, sharded
+    like them; one update moves adapters only, to what the same step on one device gives; the published copy is
+    the merged weights, no adapter left, still on the mesh."""
+    config = toy_config(1)
+    config.model.lora.rank = 8
+    config.train.consumer_batch_size = 16     # all 8 groups: mixed rewards, so the step has a gradient
+    play_toy(toy_buffer, groups=8, group_size=2, epsilon=0.6, seed=11)
+    mesh = mesh_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    trainer, before, after = _lora_step(config, toy_buffer, str(tmp_path / "mesh"), mesh)
+    assert_on_partition_rules(trainer.state.params, trainer.state.opt_state, mesh)
+    adapters = {p for p in before if lora.is_adapter(p)}
+    assert adapters and _moment_paths(trainer.state.opt_state) == adapters
+    moved = {p for p in before if not np.array_equal(before[p], after[p])}
+    assert moved == adapters                                    # every adapter moved, no base weight did
+    _, _, one_device = _lora_step(config, toy_buffer, str(tmp_path / "one"), None)
+    for path in after:
+        np.testing.assert_allclose(after[path], one_device[path], rtol=1e-5, atol=1e-6, err_msg=str(path))
+    published = traverse_util.flatten_dict(trainer.sink.params)
+    merged = traverse_util.flatten_dict(lora.merge_params(trainer.state.params, trainer.policy.config.lora))
+    assert not any(lora.is_adapter(p) for p in published) and published.keys() == merged.keys()
+    for path, leaf in published.items():
+        assert len(leaf.sharding.device_set) == 8, path
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(merged[path]).astype(leaf.dtype))
 
 
 @pytest.mark.parametrize("override, needle", [
