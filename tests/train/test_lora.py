@@ -24,7 +24,7 @@ from jaxwebrl.train.config_validation import ConfigError, validate
 from jaxwebrl.train.trainer import Trainer
 from jaxwebrl.train.update import Updater
 from tests.train.conftest import assert_on_partition_rules, play_toy
-from tests.train.test_trainer import toy_config
+from tests.train.test_trainer import RecordingSink, toy_config
 
 F32_LORA = lora.LoraConfig(rank=4, alpha=8.0, base_dtype="float32")
 
@@ -139,21 +139,11 @@ def test_merged_weights_are_the_adapted_function_without_adapters():
     assert np.abs(merged - mine).max() <= 1e-4 and np.abs(mine - base).max() > 1e-3
 
 
-class _PublishedSink:
-    """Stands where the policy server stands: keeps the last published weights."""
-
-    def __init__(self):
-        self.params = None
-
-    def set_weights(self, params, version):
-        self.params = params
-
-
 def _lora_step(config, buffer, workdir, mesh):
     """A LoRA recipe made as the supervisor makes it, one trainer step: (trainer, params before, params after)."""
     policy = recipe_policy(config, mesh=mesh)
     os.makedirs(workdir)
-    trainer = Trainer(config, workdir, policy=policy, buffer=buffer, weight_sink=_PublishedSink(), mesh=mesh)
+    trainer = Trainer(config, workdir, policy=policy, buffer=buffer, weight_sink=RecordingSink(), mesh=mesh)
     before = traverse_util.flatten_dict(jax.tree.map(np.asarray, trainer.state.params))
     trainer.run(stop=lambda: trainer.state.step >= 1)
     assert trainer.state.step == 1

@@ -30,13 +30,14 @@ from tests.train.conftest import assert_on_partition_rules, play_toy
 
 
 class RecordingSink:
-    """Stands where the policy server stands: receives every published version."""
+    """Stands where the policy server stands: receives every published version, keeps the last weights."""
 
     def __init__(self):
-        self.versions = []
+        self.versions, self.params = [], None
 
     def set_weights(self, params, version):
         self.versions.append(version)
+        self.params = params
 
 
 def toy_config(max_steps):
