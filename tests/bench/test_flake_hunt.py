@@ -1,0 +1,53 @@
+"""bench/flake_hunt.sh: each run of the hunted tests is one JSON line naming its commit, the bench digest, its
+counts and the tests that failed; a tree with uncommitted changes is refused before anything runs."""
+
+import json
+import os
+import subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "bench", "flake_hunt.sh")
+
+
+def git(tree, *args):
+    subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True)
+
+
+def hunt_tree(tmp_path):
+    """A committed checkout whose 'hunted' file holds one passing and one failing test."""
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests" / "test_hunted.py").write_text("def test_ok():\n    pass\n\n"
+                                                   "def test_bad():\n    assert False, 'a race'\n")
+    git(tree, "init", "-q")
+    git(tree, "add", ".")
+    git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "hunted")
+    return tree
+
+
+def hunt(tree, record, runs="2"):
+    env = dict(os.environ, RECORD=str(record), TESTS="tests/test_hunted.py", BESIDE="a test", NICE="0")
+    return subprocess.run(["bash", SCRIPT, str(tree), runs], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_each_run_is_a_record_line_with_its_counts_and_failures(tmp_path):
+    tree, record = hunt_tree(tmp_path), tmp_path / "hunt.jsonl"
+    done = hunt(tree, record)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert len(lines) == 2
+    for line in lines:
+        assert line["commit"] == head and len(line["bench_digest"]) == 8
+        assert line["counts"] == {"tests": 2, "failures": 1, "errors": 0, "skipped": 0}
+        assert line["failed"] == ["tests.test_hunted::test_bad"] and line["rc"] == 1 and not line["timed_out"]
+        assert "a test" in line["beside"] and "yes" in line["beside"]
+
+
+def test_a_tree_with_uncommitted_changes_is_refused_and_nothing_recorded(tmp_path):
+    tree, record = hunt_tree(tmp_path), tmp_path / "hunt.jsonl"
+    (tree / "tests" / "test_hunted.py").write_text("def test_ok():\n    pass\n")
+    done = hunt(tree, record, runs="1")
+    assert done.returncode == 2 and "uncommitted changes" in done.stderr
+    assert not record.exists()
