@@ -12,7 +12,8 @@ the Updater's jitted minibatch step (`train/update.py`: forward + backward of th
 loss, AdamW) and the Sampler's prefill + chunked decode (`models/sampler.py`), on random weights at Qwen3-VL-2B's
 published shapes (all 28 layers; `--tiny`: the tiny preset, for a CPU smoke test). The prediction is the analytic
 roofline of `parallel/cost.py` at the chip's published bf16 peak and HBM bandwidth (`parallel/topology.py` CHIPS:
-"h200" on a GPU, else the chip named by --chip); MFU = model FLOPs / (measured step time x peak).
+"h200" or "h100" by the GPU's device kind, else the chip named by --chip); MFU = model FLOPs / (measured step time x
+peak).
 Runs with only jax, flax, optax and numpy installed (ml_collections is stubbed for the import chain if absent).
 """
 
@@ -56,6 +57,8 @@ def model(tiny: bool, *, dtype: str, param_dtype: str, remat: str, attention_imp
 
 
 def chip_of(name: str | None):
+    """The published numbers to predict with: CHIPS[name], else those of the local GPU by its device kind (an H100
+    or an H200), else None (a CPU: no roofline). Any other GPU is refused: name its numbers with --chip."""
     import jax
 
     from jaxwebrl.parallel.topology import CHIPS
@@ -63,11 +66,13 @@ def chip_of(name: str | None):
     if name:
         return CHIPS[name]
     device = jax.devices()[0]
-    if device.platform == "gpu" and "H200" in device.device_kind:
-        return CHIPS["h200"]
-    if device.platform == "gpu":
-        return CHIPS["h200"]     # nearest published numbers; the JSON names the real device kind
-    return None
+    if device.platform != "gpu":
+        return None
+    for key in ("h200", "h100"):
+        if key.upper() in device.device_kind.upper():
+            return CHIPS[key]
+    raise SystemExit(f"device_check: no published numbers for GPU {device.device_kind!r}: pass --chip with one of "
+                     f"{sorted(CHIPS)}, or add the chip to CHIPS in jaxwebrl/parallel/topology.py")
 
 
 def attention_kernel_check(kernel: str, calls: dict[str, int]) -> dict:
@@ -422,7 +427,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("part", choices=("train", "decode", "prefill"))
     parser.add_argument("--tiny", action="store_true", help="the tiny preset (a CPU smoke test of the script)")
-    parser.add_argument("--chip", default=None, help="published numbers to predict with (default: h200 on a GPU)")
+    parser.add_argument("--chip", default=None,
+                        help="published numbers to predict with (default: the GPU's own, h100 or h200)")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=4096)
     parser.add_argument("--remat", default="full")

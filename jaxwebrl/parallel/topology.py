@@ -27,6 +27,7 @@ CHIPS = {
     "v5e": Chip("TPU v5e", 197e12, 16e9, 819e9),
     "v5p": Chip("TPU v5p", 459e12, 95e9, 2765e9),
     "v6e": Chip("TPU v6e", 918e12, 32e9, 1640e9),
+    "h100": Chip("NVIDIA H100 SXM", 989e12, 80e9, 3.35e12),
     "h200": Chip("NVIDIA H200 SXM", 989e12, 141e9, 4.8e12),
 }
 

@@ -91,6 +91,24 @@ def test_the_device_check_flags_a_cudnn_run_without_the_custom_call():
     assert attention_kernel_check("xla", {"forward": 0, "backward": 0})["attention_kernel_ok"]
 
 
+@pytest.mark.parametrize("kind, chip", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                        ("Tesla T4", None)])
+def test_the_device_check_predicts_with_the_local_gpus_own_numbers(monkeypatch, kind, chip):
+    """An H100's decode roofline is at its 3.35 TB/s, not the H200's 4.8; a GPU with no numbers is refused."""
+    import types
+
+    from bench.device_check import chip_of
+    from jaxwebrl.parallel.topology import CHIPS
+
+    monkeypatch.setattr(jax, "devices", lambda: [types.SimpleNamespace(platform="gpu", device_kind=kind)])
+    if chip is None:
+        with pytest.raises(SystemExit, match="Tesla T4.*--chip"):
+            chip_of(None)
+    else:
+        assert chip_of(None) is CHIPS[chip]
+    assert chip_of("v5p") is CHIPS["v5p"]
+
+
 def test_splash_equals_the_masked_kernel_on_padded_packed_and_unmasked_rows():
     """The splash kernel in Pallas' interpreter: causal rows of two packed sequences (segment ids) with right
     padding and with left padding, and unmasked rows (a batch of images); T = 150 is padded to 256 inside.
