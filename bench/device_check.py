@@ -75,6 +75,37 @@ def chip_of(name: str | None):
                      f"{sorted(CHIPS)}, or add the chip to CHIPS in jaxwebrl/parallel/topology.py")
 
 
+FIT_RECORD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results", "compile",
+                          "qwen3vl_2b_{chip}-1_remat_fit.jsonl")
+
+
+def fit_of(chip) -> dict | None:
+    """The committed AOT remat fit for `chip` at the device check's shape (`launch/compile.py --topology=<chip>-1
+    --fit_remat`, docs/scaling.md), or None where there is none: its `choice` (the policy) and `rows` (an H100's
+    80 GB fit 4 rows of 4,096 tokens, an H200's 141 GB 8)."""
+    from jaxwebrl.parallel.topology import CHIPS
+
+    key = next((k for k, c in CHIPS.items() if c is chip), None)
+    path = FIT_RECORD.format(chip=key)
+    if key is None or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return {**next(r for r in map(json.loads, f) if r["program"] == "remat_fit"), "chip_key": key}
+
+
+def train_shape(args) -> tuple[str, int]:
+    """(remat policy, rows) of the train part: `--remat`, or for "fit" the chip's fit; `--rows`, else the fit's rows
+    (the old and new paths of one device check then share them), else 8."""
+    chip = chip_of(args.chip)
+    fit = fit_of(chip) if chip is not None else None
+    if args.remat == "fit" and (fit is None or fit["choice"] is None):
+        raise SystemExit(f"device_check: --remat=fit has no fitting policy for {getattr(chip, 'name', 'this device')}"
+                         f": run launch/compile.py --topology=<chip>-1 --fit_remat (the command in docs/results.md) "
+                         f"or name a policy")
+    remat = fit["choice"] if args.remat == "fit" else args.remat
+    return remat, args.rows or (fit["rows"] if fit is not None else 8)
+
+
 def attention_kernel_check(kernel: str, calls: dict[str, int]) -> dict:
     """The train step's attention kernel next to the cuDNN fused-attention calls found in its compiled HLO:
     `attention_kernel_ok` is False when cudnn was selected and the program holds no forward or no backward call
@@ -126,9 +157,10 @@ def train(args) -> dict:
     from jaxwebrl.parallel import cost
     from jaxwebrl.train.update import Minibatch, OptimizerConfig, UpdateSettings, _compiled, make_optimizer
 
+    remat, rows = train_shape(args)
     config = model(args.tiny, dtype="bfloat16" if not args.tiny else "float32", param_dtype="float32",
-                   remat=args.remat, attention_impl=args.attention_impl, attention_chunk=args.attention_chunk)
-    rows, seq = (2, 256) if args.tiny else (args.rows, args.seq_len)
+                   remat=remat, attention_impl=args.attention_impl, attention_chunk=args.attention_chunk)
+    rows, seq = (2, 256) if args.tiny else (rows, args.seq_len)
     module, params = init_params(config, seed=0)
     optimizer_config = OptimizerConfig(lr=1e-6, total_steps=10)
     settings = UpdateSettings(loss="ppo", n_minibatches=1, n_epochs=1)
@@ -429,9 +461,9 @@ def main() -> int:
     parser.add_argument("--tiny", action="store_true", help="the tiny preset (a CPU smoke test of the script)")
     parser.add_argument("--chip", default=None,
                         help="published numbers to predict with (default: the GPU's own, h100 or h200)")
-    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=None, help="train rows (default: the chip's remat fit's, else 8)")
     parser.add_argument("--seq_len", type=int, default=4096)
-    parser.add_argument("--remat", default="full")
+    parser.add_argument("--remat", default="full", help="a named policy, or fit: the committed AOT fit's for this chip")
     parser.add_argument("--attention_chunk", type=int, default=1024, help="queries per attention chunk (0: dense)")
     parser.add_argument("--no_images", action="store_true", help="text-only rows (the vision tower's share)")
     parser.add_argument("--attention_impl", default="auto", choices=("auto", "xla", "chunked", "cudnn", "splash"),

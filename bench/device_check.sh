@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Device check, one command (< 8 minutes on one H200): the Qwen3-VL-2B-width train step's bf16 MFU on the old path
 # (XLA query-chunked attention, full remat) and the new one (attention_impl=auto: cuDNN flash attention on a GPU,
-# splash on a TPU; remat save_dot_except_mlp, the fit at this shape: docs/scaling.md) side by side, with and
-# without screenshots, and new-path attention under full remat; the sampler's decode at batch 64 (old: fp32
-# weights; new: the bf16 serving copy, dense and ragged reads; and, after the other parts, new beside continuous
-# batching's slots); the sampler's prefill of 16 screenshot prompts (old:
-# every cache slot on XLA; new: the prompt's own keys on the kernel); attention alone (bench/attention_check.py); one
+# splash on a TPU; remat "fit": the policy the committed AOT fit chose for this GPU at this shape, docs/scaling.md)
+# side by side, with and without screenshots, and new-path attention under full remat; the sampler's decode at
+# batch 64 (old: fp32 weights; new: the bf16 serving copy, dense and ragged reads; and, after the other parts, new
+# beside continuous batching's slots); the sampler's prefill of 16 screenshot prompts (old: every cache slot on XLA;
+# new: the prompt's own keys on the kernel); attention alone (bench/attention_check.py); one
 # profiler trace of the new train step. Each part next to its roofline prediction (parallel/cost.py at the chip's
 # published peak). Prints one JSON object, with the commit, JAX, cuDNN and XLA flags (bench/provenance.py), and
 # writes it to $OUT/device_check.json (the trace to $OUT/train_step.xplane.pb) when $OUT is set.
@@ -29,6 +29,8 @@ PYTHON="${PYTHON:-python3}"
 EXTRA=("$@")
 TINY=0
 for arg in "$@"; do [ "$arg" = "--tiny" ] && TINY=1; done
+# on the CPU the tiny preset predicts with an H200's numbers and takes its remat fit, unless --chip names another
+[ "$TINY" = 1 ] && [[ " $* " != *" --chip"* ]] && EXTRA+=(--chip h200)
 TRAIN_LIMIT=$([ "$TINY" = 1 ] && echo 600 || echo 150)
 DECODE_LIMIT=$([ "$TINY" = 1 ] && echo 600 || echo 150)
 ATTENTION_LIMIT=$([ "$TINY" = 1 ] && echo 300 || echo 90)
@@ -70,7 +72,7 @@ EOF
 }
 
 OLD=(--attention_impl=chunked --remat=full)             # the path of the 30 Nov run (its "fused" was XLA's)
-NEW=(--attention_impl=auto --remat=save_dot_except_mlp)   # cuDNN on a GPU; the remat the fit picks at this shape
+NEW=(--attention_impl=auto --remat=fit)   # cuDNN on a GPU; the remat the AOT fit picks for this GPU at this shape
 run_part train_new "$TRAIN_LIMIT" bench/device_check.py train "${NEW[@]}" --trace="$TRACE" "${EXTRA[@]}"
 run_part train_old "$TRAIN_LIMIT" bench/device_check.py train "${OLD[@]}" "${EXTRA[@]}"
 run_part decode "$DECODE_LIMIT" bench/device_check.py decode --decode_variants=old,new_ragged,new "${EXTRA[@]}"

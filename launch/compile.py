@@ -56,7 +56,7 @@ _HEADROOM = flags.DEFINE_float("remat_headroom", 0.1, "--fit_remat: share of the
 
 
 # One GPU-sized device modelled on the CPU backend (see the module docstring): name -> key of CHIPS.
-CPU_BUDGETS = {"h200-1": "h200"}
+CPU_BUDGETS = {"h100-1": "h100", "h200-1": "h200"}
 
 
 def devices_of(name: str) -> tuple[list, Topology]:

@@ -109,6 +109,31 @@ def test_the_device_check_predicts_with_the_local_gpus_own_numbers(monkeypatch, 
     assert chip_of("v5p") is CHIPS["v5p"]
 
 
+@pytest.mark.parametrize("key", ["h100", "h200"])
+def test_the_device_checks_remat_fit_is_the_committed_fit_for_the_chip(key):
+    """`--remat=fit` takes the policy and rows that `launch/compile.py --fit_remat` chose for that chip (an H100's 80
+    GB fit fewer rows than an H200's 141), for the old and new paths alike; a named policy and `--rows` pass
+    through; a chip with no fit is refused by name."""
+    import json
+    import types
+
+    from bench.device_check import FIT_RECORD, train_shape
+    from jaxwebrl.parallel.topology import CHIPS
+
+    with open(FIT_RECORD.format(chip=key)) as f:
+        fit = next(r for r in map(json.loads, f) if r["program"] == "remat_fit")
+    assert fit["topology"] == f"{key}-1" and fit["chip"] == CHIPS[key].name and fit["choice"]
+
+    def shape(**args):
+        return train_shape(types.SimpleNamespace(**{"chip": key, "remat": "fit", "rows": None, **args}))
+
+    assert shape() == (fit["choice"], fit["rows"])
+    assert shape(remat="full") == ("full", fit["rows"]) and shape(rows=2) == (fit["choice"], 2)
+    assert (shape(chip="h100")[1], shape(chip="h200")[1]) == (4, 8)
+    with pytest.raises(SystemExit, match="no fitting policy for TPU v5e"):
+        shape(chip="v5e")
+
+
 def test_splash_equals_the_masked_kernel_on_padded_packed_and_unmasked_rows():
     """The splash kernel in Pallas' interpreter: causal rows of two packed sequences (segment ids) with right
     padding and with left padding, and unmasked rows (a batch of images); T = 150 is padded to 256 inside.
