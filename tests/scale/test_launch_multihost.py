@@ -1,5 +1,6 @@
 """launch/train.py as a multi-controller job: two processes (coordinator on 127.0.0.1, 4 fake CPU devices each,
-settings from --config.distributed.*) train the toy config for 2 steps and agree with one process on 8 devices.
+settings from --config.distributed.*) train the toy config for 2 steps and agree with one process on 8 devices,
+the whole policy and a LoRA one (its adapters over both processes' devices, the base frozen).
 
 Both runs start from a copy of one buffer of recorded episodes, so they train the same FIFO batches whatever the
 live rollout worker (process 0's only) adds meanwhile."""
@@ -14,7 +15,9 @@ import jax
 import numpy as np
 import pytest
 
+from configs.grpo import get_config
 from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.train.metrics import read_metrics
 from tests.scale import train_steps
@@ -29,6 +32,9 @@ FLAGS = ["--config=configs/grpo.py:toy", f"--config.train.max_steps={STEPS}", f"
          "--config.metrics.tensorboard=False",
          "--config.model.max_new_tokens=8",        # the live worker's episodes are not trained: keep them cheap
          "--config.model.constrained_actions=False"]  # the recorded responses follow no action grammar
+
+
+LORA = ["--config.model.lora.rank=8"]
 
 
 def recorded_buffer(path: str) -> list[int]:
@@ -53,31 +59,36 @@ def launch(workdir: str, devices: int, *flags: str, log_name: str = "log.txt"):
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), log
 
 
-def restored_params(workdir: str):
-    from jaxwebrl.checkpoint.checkpointer import Checkpointer
-    from jaxwebrl.train.update import OptimizerConfig, make_optimizer
+def lora_policy():
+    """The toy recipe's policy with rank-8 adapters, as a run with `LORA` builds it (its initial params)."""
+    config = get_config("toy")
+    config.model.lora.rank = 8
+    return recipe_policy(config)
 
-    params = tiny_policy(seed=0).params
-    optimizer, _ = make_optimizer(OptimizerConfig(lr=1e-3, total_steps=STEPS))
-    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False)
-    assert checkpointer.latest_step() == STEPS
-    restored, _, _, meta = checkpointer.restore(params=params, opt_state=optimizer.init(params), rng=jax.random.key(0))
-    checkpointer.close()
-    return train_steps.flat(restored), meta
+
+def restored_params(workdir: str, template):
+    """(the params of the run's last checkpoint, flat, in `template`'s structure; its meta)."""
+    from jaxwebrl.checkpoint.layout import restore_params
+
+    params, meta = restore_params(os.path.join(workdir, "checkpoints"), template)
+    assert meta["step"] == STEPS
+    return train_steps.flat(params), meta
 
 
 @pytest.mark.slow
-def test_two_launch_processes_train_like_one_process_on_eight_devices(tmp_path):
+@pytest.mark.parametrize("lora", [False, True], ids=["whole", "lora"])
+def test_two_launch_processes_train_like_one_process_on_eight_devices(tmp_path, lora):
     recorded = recorded_buffer(str(tmp_path / "recorded"))
     assert len(recorded) == STEPS * BATCH
     multi, single = str(tmp_path / "multi" / "run"), str(tmp_path / "single" / "run")
     for workdir in (multi, single):
         shutil.copytree(str(tmp_path / "recorded"), os.path.join(workdir, "buffer"))
     port = free_port()
+    extra = LORA if lora else []
     runs = [launch(multi, 4, f"--config.distributed.coordinator_address=127.0.0.1:{port}",
-                   "--config.distributed.num_processes=2", f"--config.distributed.process_id={rank}",
+                   "--config.distributed.num_processes=2", f"--config.distributed.process_id={rank}", *extra,
                    log_name=f"log_{rank}.txt") for rank in range(2)]
-    runs.append(launch(single, 8, "--config.distributed.mesh.data=2", "--config.distributed.mesh.fsdp=-1"))
+    runs.append(launch(single, 8, "--config.distributed.mesh.data=2", "--config.distributed.mesh.fsdp=-1", *extra))
     finish(runs, timeout_s=600)
 
     for rank in range(2):
@@ -97,11 +108,18 @@ def test_two_launch_processes_train_like_one_process_on_eight_devices(tmp_path):
                                    rtol=1e-4, atol=1e-6, err_msg=key)
 
     # the Orbax checkpoint both processes wrote holds the parameters the single process trained
-    (multi_params, multi_meta), (single_params, single_meta) = restored_params(multi), restored_params(single)
+    initial = lora_policy().params if lora else tiny_policy(seed=0).params
+    (multi_params, multi_meta), (single_params, single_meta) = (restored_params(w, initial) for w in (multi, single))
     assert multi_meta["policy_version"] == single_meta["policy_version"] == STEPS
-    initial = train_steps.flat(tiny_policy(seed=0).params)
-    moved = 0
+    initial = train_steps.flat(initial)
+    assert multi_params.keys() == single_params.keys() == initial.keys()
+    moved = set()
     for key, value in single_params.items():
         np.testing.assert_allclose(multi_params[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
-        moved += not np.allclose(value, initial[key])
-    assert moved > len(single_params) // 2   # the two steps really trained
+        if not np.allclose(value, initial[key]):
+            moved.add(key)
+    if lora:   # every adapter trained (their B factors start at zero: both factors moved), no base weight did
+        adapters = {key for key in initial if "lora_" in key}
+        assert adapters and moved == adapters
+    else:
+        assert len(moved) > len(single_params) // 2   # the two steps really trained
