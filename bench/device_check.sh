@@ -30,7 +30,8 @@ EXTRA=("$@")
 TINY=0
 for arg in "$@"; do [ "$arg" = "--tiny" ] && TINY=1; done
 # on the CPU the tiny preset predicts with an H200's numbers and takes its remat fit, unless --chip names another
-[ "$TINY" = 1 ] && [[ " $* " != *" --chip"* ]] && EXTRA+=(--chip h200)
+DC=(bench/device_check.py)
+[ "$TINY" = 1 ] && [[ " $* " != *" --chip"* ]] && DC+=(--chip h200)
 TRAIN_LIMIT=$([ "$TINY" = 1 ] && echo 600 || echo 150)
 DECODE_LIMIT=$([ "$TINY" = 1 ] && echo 600 || echo 150)
 ATTENTION_LIMIT=$([ "$TINY" = 1 ] && echo 300 || echo 90)
@@ -73,15 +74,15 @@ EOF
 
 OLD=(--attention_impl=chunked --remat=full)             # the path of the 30 Nov run (its "fused" was XLA's)
 NEW=(--attention_impl=auto --remat=fit)   # cuDNN on a GPU; the remat the AOT fit picks for this GPU at this shape
-run_part train_new "$TRAIN_LIMIT" bench/device_check.py train "${NEW[@]}" --trace="$TRACE" "${EXTRA[@]}"
-run_part train_old "$TRAIN_LIMIT" bench/device_check.py train "${OLD[@]}" "${EXTRA[@]}"
-run_part decode "$DECODE_LIMIT" bench/device_check.py decode --decode_variants=old,new_ragged,new "${EXTRA[@]}"
-run_part train_new_text "$TRAIN_LIMIT" bench/device_check.py train --no_images "${NEW[@]}" "${EXTRA[@]}"
-run_part train_old_text "$TRAIN_LIMIT" bench/device_check.py train --no_images "${OLD[@]}" "${EXTRA[@]}"
-run_part prefill "$DECODE_LIMIT" bench/device_check.py prefill --attention_impl=auto "${EXTRA[@]}"
+run_part train_new "$TRAIN_LIMIT" "${DC[@]}" train "${NEW[@]}" --trace="$TRACE" "${EXTRA[@]}"
+run_part train_old "$TRAIN_LIMIT" "${DC[@]}" train "${OLD[@]}" "${EXTRA[@]}"
+run_part decode "$DECODE_LIMIT" "${DC[@]}" decode --decode_variants=old,new_ragged,new "${EXTRA[@]}"
+run_part train_new_text "$TRAIN_LIMIT" "${DC[@]}" train --no_images "${NEW[@]}" "${EXTRA[@]}"
+run_part train_old_text "$TRAIN_LIMIT" "${DC[@]}" train --no_images "${OLD[@]}" "${EXTRA[@]}"
+run_part prefill "$DECODE_LIMIT" "${DC[@]}" prefill --attention_impl=auto "${EXTRA[@]}"
 run_part attention "$ATTENTION_LIMIT" bench/attention_check.py "${EXTRA[@]}"
-run_part decode_continuous "$DECODE_LIMIT" bench/device_check.py decode --decode_variants=new,continuous "${EXTRA[@]}"
-run_part train_new_full_remat "$TRAIN_LIMIT" bench/device_check.py train --attention_impl=auto --remat=full "${EXTRA[@]}"
+run_part decode_continuous "$DECODE_LIMIT" "${DC[@]}" decode --decode_variants=new,continuous "${EXTRA[@]}"
+run_part train_new_full_remat "$TRAIN_LIMIT" "${DC[@]}" train --attention_impl=auto --remat=full "${EXTRA[@]}"
 
 "$PYTHON" - "$WORK" "${OUT:-}" "${PARTS[@]}" <<'EOF'
 import json, os, sys
