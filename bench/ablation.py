@@ -342,8 +342,9 @@ def with_dynamics(run_result: dict) -> dict:
 
 def recorded_arms(root: str) -> dict:
     """{recipe: {"seeds": [seed_record, ...]}} of the finished runs recorded under `root` (--record's
-    <recipe>/seed<s>.json), seeds in number order, their dynamics derived from the curve by today's code: what
-    `paired_differences` reads, before the study's ablation JSON exists."""
+    <recipe>/seed<s>.json), seeds in number order, their dynamics derived from the curve by today's code, each with
+    its `warm_start` (the digest's first 8 hex digits): what `paired_differences` reads, before the study's
+    ablation JSON exists."""
     arms = {}
     for recipe in sorted(os.listdir(root)) if os.path.isdir(root) else ():
         folder = os.path.join(root, recipe)
@@ -352,8 +353,9 @@ def recorded_arms(root: str) -> dict:
         seeds = []
         for name in names:
             with open(os.path.join(folder, name), encoding="utf-8") as f:
-                run_result = json.load(f)["run"]
-            seeds.append(seed_record(with_dynamics(run_result)))
+                record = json.load(f)
+            seeds.append({**seed_record(with_dynamics(record["run"])),
+                          "warm_start": record.get("warm_start_sha256", "")[:8]})
         if seeds:
             arms[recipe] = {"seeds": seeds}
     return arms

@@ -23,6 +23,10 @@ def test_power_notebook_draws_the_records_and_prints_the_paired_table_of_bench_a
     assert ablation.paired_markdown(ablation.paired_differences(arms)) in text, "the table is not bench/ablation.py's"
     for arm, a in arms.items():
         assert f"{arm}: seeds {[r['seed'] for r in a['seeds']]}" in text
+        assert f"warm starts {[r['warm_start'] for r in a['seeds']]}" in text
+    pairs = {arm: {r["seed"]: r["warm_start"] for r in a["seeds"]} for arm, a in arms.items()}
+    for seed in set(pairs.get("constT10", {})) & set(pairs.get("grpo", {})):   # a pair shares its warm start
+        assert pairs["constT10"][seed] == pairs["grpo"][seed], f"seed {seed}'s pair started from two warm starts"
     committed = nbformat.read(REPO / "notebooks" / NAME, as_version=4)
     assert images(committed) >= 1
     assert printed(committed) == printed(nb), "stale outputs: run `python -m tests.notebooks.run` and commit"
