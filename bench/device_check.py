@@ -90,7 +90,7 @@ def fit_of(chip) -> dict | None:
     if key is None or not os.path.exists(path):
         return None
     with open(path) as f:
-        return {**next(r for r in map(json.loads, f) if r["program"] == "remat_fit"), "chip_key": key}
+        return next(r for r in map(json.loads, f) if r["program"] == "remat_fit")
 
 
 def train_shape(args) -> tuple[str, int]:
