@@ -157,7 +157,7 @@ class RunRecords:
     uncommitted changes (a record names the commit its run was trained at)."""
 
     def __init__(self, root: str, sft: str, recipes: list[str], args, repo: str = ROOT):
-        self.root, self.repo, self.recipes = os.path.abspath(root), repo, list(recipes)
+        self.root, self.repo = os.path.abspath(root), repo
         self.commit()
         self.key = {"warm_start_sha256": warm_start_digest(sft, recipes[0], args), "steps": args.steps,
                     "variant": args.variant, "overrides": list(args.override), "eval_seeds": args.eval_seeds}
@@ -165,34 +165,14 @@ class RunRecords:
     def path(self, recipe: str, seed: int | None) -> str:
         return os.path.join(self.root, recipe, f"seed{'' if seed is None else seed}.json")
 
-    def _read(self, recipe: str, seed: int | None) -> dict | None:
+    def load(self, recipe: str, seed: int | None) -> dict | None:
+        """The recorded run, or None (with a line saying why, when a record exists but is of another experiment)."""
         path = self.path(recipe, seed)
         if not os.path.isfile(path):
             return None
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
-
-    def _whole_pair_from(self, digest: str, seed: int | None) -> bool:
-        """Whether every arm of a paired ablation (two or more) holds a record of `seed` from warm start `digest`, of
-        this experiment otherwise: a pair is blocked by its warm start, so a whole one from another counts."""
-        records = [self._read(recipe, seed) for recipe in self.recipes]
-        return len(self.recipes) > 1 and all(
-            r is not None and all(r.get(k) == v for k, v in self.key.items() if k != "warm_start_sha256")
-            and r.get("warm_start_sha256") == digest for r in records)
-
-    def load(self, recipe: str, seed: int | None) -> dict | None:
-        """The recorded run, or None (with a line saying why, when a record exists but is of another experiment).
-        A record from another warm start counts when its whole pair does (every arm of the seed from that warm start):
-        the warm start is regenerated on a new machine, and its last bits follow the CPU's arithmetic."""
-        path, record = self.path(recipe, seed), self._read(recipe, seed)
-        if record is None:
-            return None
+            record = json.load(f)
         differ = sorted(k for k, v in self.key.items() if record.get(k) != v)
-        if differ == ["warm_start_sha256"] and self._whole_pair_from(record.get("warm_start_sha256"), seed):
-            print(f"ablation: {recipe} seed {seed} from its record {path} (commit {record.get('commit')}), its pair "
-                  f"from warm start {record['warm_start_sha256'][:8]} (this one: {self.key['warm_start_sha256'][:8]})",
-                  file=sys.stderr, flush=True)
-            return with_dynamics(record["run"])
         if differ:
             print(f"ablation: {path} is another experiment ({', '.join(differ)} differ): training that run again",
                   file=sys.stderr, flush=True)

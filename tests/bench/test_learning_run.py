@@ -219,23 +219,6 @@ def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experi
     err = capsys.readouterr().err
     assert "(warm_start_sha256 differ)" in err and "(steps differ)" in err
 
-    # paired arms: a seed whose every arm ran from another warm start counts whole (the pair is blocked by its warm
-    # start); a seed with one arm from it does not (its partner would start from this one), nor in one arm alone
-    pairs = RunRecords(str(tmp_path / "pairs"), str(tmp_path / "sft_other"), ["constT10", "grpo"], args)
-    for recipe in ("constT10", "grpo"):
-        pairs.save(recipe, 0, run)
-    pairs.save("grpo", 1, run)
-    now = RunRecords(str(tmp_path / "pairs"), str(tmp_path / "sft"), ["constT10", "grpo"], args)
-    capsys.readouterr()
-    assert now.load("constT10", 0) == now.load("grpo", 0) == loaded
-    assert "its pair from warm start" in capsys.readouterr().err
-    assert now.load("grpo", 1) is None and "(warm_start_sha256 differ)" in capsys.readouterr().err
-    alone = RunRecords(str(tmp_path / "pairs"), str(tmp_path / "sft"), ["grpo"], args)
-    assert alone.load("grpo", 0) is None
-    longer_pairs = RunRecords(str(tmp_path / "pairs"), str(tmp_path / "sft"), ["constT10", "grpo"],
-                              argparse.Namespace(**{**vars(args), "steps": 3}))
-    assert longer_pairs.load("grpo", 0) is None   # another experiment in more than its warm start
-
     # a record inside a checkout whose jaxwebrl/ or bench/ has uncommitted changes: refused before any run and at save
     repo = tmp_path / "checkout"
     (repo / "bench").mkdir(parents=True)
