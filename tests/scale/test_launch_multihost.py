@@ -1,6 +1,6 @@
 """launch/train.py as a multi-controller job: two processes (coordinator on 127.0.0.1, 4 fake CPU devices each,
 settings from --config.distributed.*) train the toy config for 2 steps and agree with one process on 8 devices,
-the whole policy and a LoRA one (its adapters over both processes' devices, the base frozen).
+the whole policy and a LoRA one (every adapter trained, the base frozen).
 
 Both runs start from a copy of one buffer of recorded episodes, so they train the same FIFO batches whatever the
 live rollout worker (process 0's only) adds meanwhile."""
