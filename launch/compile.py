@@ -22,9 +22,9 @@ the knobs that change it); 2 for a bad flag, an unknown topology or a missing li
                      (`jaxwebrl/train/remat_fit.py`)
   --out=FILE         also write the JSON lines to FILE
 
---topology=h200-1 models one 141 GB GPU-sized device: the programs compile for one device of this machine's CPU
-backend (no TPU, no GPU), and XLA's memory analysis of that compile is compared with the H200's 141 GB; the
-roofline uses the H200's published peak and bandwidth. The CPU compiler's buffer assignment is not the GPU's
+--topology=h200-1 (or h100-1) models one 141 GB (80 GB) GPU-sized device: the programs compile for one device of
+this machine's CPU backend (no TPU, no GPU), and XLA's memory analysis of that compile is compared with the chip's
+HBM; the roofline uses its published peak and bandwidth. The CPU compiler's buffer assignment is not the GPU's
 (its fusion differs): the bytes are an estimate of the GPU's, not a GPU compile.
 """
 
