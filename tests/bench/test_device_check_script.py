@@ -32,10 +32,10 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def parts(tmp_path, *args) -> dict:
     wrapper = tmp_path / "parse_only.py"
     wrapper.write_text(PARSE_ONLY)
-    stub = tmp_path / "python"
-    stub.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{wrapper}" "$@"\n')
-    stub.chmod(0o755)
-    env = dict(os.environ, PYTHON=str(stub), OUT=str(tmp_path / "out"), JAX_PLATFORMS="cpu")
+    python = tmp_path / "python"   # the interpreter the script calls: parses, never runs a part
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{wrapper}" "$@"\n')
+    python.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(python), OUT=str(tmp_path / "out"), JAX_PLATFORMS="cpu")
     done = subprocess.run(["bash", "bench/device_check.sh", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
