@@ -17,30 +17,36 @@ from jaxwebrl.parallel import compile_cache
 
 compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", FIELDS["compilation_cache_dir"].default))
 
-# The slowest files of `bash .ci/test` (seconds summed over their tests in a whole `.ci/run`, 5 Dec 2026: the
-# summary the suite prints), slowest first. A file not listed keeps its collection order after these; a listed file
-# that is gone is ignored. tests/rollout/test_vllm_engine.py is left out on purpose: its tests wait for
-# .ci/install-vllm, which runs beside the start of the suite in .ci/run.
+# The slowest files of `bash .ci/test` (seconds summed over their tests in the two-worker pass from a cold XLA cache,
+# as in CI: the local profile of 6 Dec 2026, `--durations=0`, beside a niced flake hunt), slowest first, but for the
+# two learning runs whose length varies most, first of all: the LoRA run (one to three seeds, 24 updates at most
+# each) and the critic PPO run (10-40 updates), so that neither is the last file running. A file not listed keeps its
+# collection order after these; a listed file that is gone is ignored. tests/rollout/test_vllm_engine.py (297 s) is
+# left out on purpose: its tests wait for .ci/install-vllm, which runs beside the start of the suite in .ci/run.
 SLOWEST_FIRST = (
-    "tests/bench/test_bench_smoke.py",           # 377 s (the local .ci/run of 5 Dec, 05:00 UTC)
-    "tests/launch/test_toy_learns_ppo.py",       # 363 s
-    "tests/env/test_sites.py",                   # 273 s: the webgym recipe twice (ground truth, its engine)
-    "tests/parallel/test_compile.py",            # 220 s: XLA's TPU compiler
-    "tests/bench/test_bench_smoke_live.py",      # 207 s
-    "tests/launch/test_toy_learns.py",           # 147 s
-    "tests/launch/test_toy_learns_lora.py",      # 140 s
-    "tests/bench/test_learning_run.py",          # 140 s
-    "tests/env/test_chain.py",                   # 120 s
-    "tests/models/test_attention.py",            # 90 s
-    "tests/scale/test_launch_multihost.py",      # 83 s
-    "tests/launch/test_train_run.py",            # 75 s
-    "tests/launch/test_console.py",              # 63 s
-    "tests/launch/test_train_kl.py",             # 61 s
-    "tests/test_mutations.py",                   # 61 s
-    "tests/train/test_critic.py",                # 56 s
-    "tests/rollout/test_pool.py",                # 55 s
-    "tests/scale/test_multiprocess.py",          # 55 s
-    "tests/plan/test_plan_command.py",           # 54 s
+    "tests/launch/test_toy_learns_lora.py",      # 450 s (one seed, 14 updates)
+    "tests/launch/test_toy_learns_ppo.py",       # 436 s (10 updates)
+    "tests/bench/test_bench_smoke_live.py",      # 568 s
+    "tests/parallel/test_compile.py",            # 492 s: XLA's TPU compiler
+    "tests/env/test_sites.py",                   # 460 s: the webgym recipe twice (ground truth, its engine)
+    "tests/bench/test_bench_smoke.py",           # 434 s
+    "tests/bench/test_learning_run.py",          # 352 s
+    "tests/train/test_critic.py",                # 352 s
+    "tests/launch/test_train_run.py",            # 258 s
+    "tests/scale/test_launch_multihost.py",      # 249 s
+    "tests/test_mutations.py",                   # 232 s
+    "tests/models/test_attention.py",            # 201 s
+    "tests/train/test_lora.py",                  # 201 s
+    "tests/train/test_update.py",                # 187 s
+    "tests/launch/test_toy_learns.py",           # 187 s
+    "tests/launch/test_console.py",              # 180 s
+    "tests/launch/test_train_kl.py",             # 178 s
+    "tests/train/test_update_layout.py",         # 160 s
+    "tests/train/test_reference.py",             # 152 s
+    "tests/train/test_trainer.py",               # 142 s
+    "tests/env/test_chain.py",                   # 135 s
+    "tests/models/test_remat_policies.py",       # 124 s
+    "tests/scale/test_multiprocess.py",          # 103 s
 )
 
 
