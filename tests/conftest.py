@@ -18,7 +18,7 @@ from jaxwebrl.parallel import compile_cache
 compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", FIELDS["compilation_cache_dir"].default))
 
 # The slowest files of `bash .ci/test` (seconds summed over their tests in the two-worker pass from a cold XLA cache,
-# as in CI: the local profile of 6 Dec 2026, `--durations=0`, beside a niced flake hunt), slowest first, but for the
+# as in CI: docs/results/house/suite_profile_cold.json, 6 Dec 2026, beside a niced flake hunt), slowest first, but for the
 # two learning runs whose length varies most, first of all: the LoRA run (one to three seeds, 24 updates at most
 # each) and the critic PPO run (10-40 updates), so that neither is the last file running. A file not listed keeps its
 # collection order after these; a listed file that is gone is ignored. tests/rollout/test_vllm_engine.py (297 s) is
