@@ -68,7 +68,7 @@ from jaxwebrl.plan.validation import apply_overrides
 from lab_table import interval, signed, verdict
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
-from provenance import require_clean_tree
+from provenance import browser_version, cpu_model, require_clean_tree
 from seed_stats import arm_differences, pool_evals, run_dynamics, seed_summary
 
 RECIPES = ("constT10", "grpo", "raftpp")
@@ -223,7 +223,7 @@ def git_commit() -> str | None:
     return proc.stdout.strip() or None
 
 
-STARTS = "starts.json"   # in a run's workdir: every start of its training, {"commit", "from_update"}
+STARTS = "starts.json"   # in a run's workdir: every start of its training, {"commit", "from_update", "browser", "cpu"}
 
 
 def run_starts(workdir: str) -> list[dict]:
@@ -236,9 +236,11 @@ def run_starts(workdir: str) -> list[dict]:
 
 
 def note_start(workdir: str) -> None:
-    """Keep this start of the run's training (the commit, and the updates its workdir already holds): a start on
-    a workdir with updates continues from its checkpoint (launch/train.py), so it counts as a resume."""
-    starts = run_starts(workdir) + [{"commit": git_commit(), "from_update": len(curve(workdir))}]
+    """Keep this start of the run's training (the commit, the updates its workdir already holds, the Chromium and
+    CPU it runs on): a start on a workdir with updates continues from its checkpoint (launch/train.py), so it counts
+    as a resume, and a resume on another browser or CPU is told apart (the warm start's eval is not the same there)."""
+    starts = run_starts(workdir) + [{"commit": git_commit(), "from_update": len(curve(workdir)),
+                                     "browser": browser_version(), "cpu": cpu_model()}]
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, STARTS + ".tmp"), "w", encoding="utf-8") as f:
         json.dump(starts, f)

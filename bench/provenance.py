@@ -6,7 +6,8 @@
 tree travelled without its .git, the `JAXWEBRL_COMMIT` environment variable, else null), `jax`, `jaxlib`,
 `backend`, `devices` (device kinds), `cudnn` (the cuDNN version JAX loaded, or null off a GPU), `xla_flags`
 (`XLA_FLAGS`), `env` (the other XLA/JAX variables that change a measurement), `python`. Imports only jax and the
-standard library, so it runs on a bare accelerator image.
+standard library, so it runs on a bare accelerator image. `browser_version()` and `cpu_model()` name what a
+browser run's environment was (the power study's records keep both with every start of a run).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +50,32 @@ def require_clean_tree(who: str, what: str, out: str, repo: str = REPO) -> str:
         return head + "+dirty"
     raise SystemExit(f"{who}: uncommitted changes under jaxwebrl/ or bench/ ({dirty.splitlines()[0].strip()} ...): "
                      f"commit them first, so the record names the code it {what}")
+
+
+def browser_version(chromium_path: str = "/usr/bin/chromium") -> str | None:
+    """The version `chromium_path --version` prints (e.g. "156.0.8078.114", what WebDriver reports as
+    browserVersion), or None where there is no such browser."""
+    try:
+        out = subprocess.run([chromium_path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"\b(\d+(?:\.\d+){1,3})\b", out)
+    return found.group(1) if found else None
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name and its widest vector extension from /proc/cpuinfo (e.g. "Intel(R) Xeon(R) Processor
+    (avx512f)": XLA's CPU code differs across instruction sets), or None where the file is not there."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return None
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    widest = next((ext for ext in ("avx512f", "avx2", "avx", "sse4_2") if ext in flags), None)
+    name = fields.get("model name") or fields.get("CPU part")
+    return f"{name} ({widest})" if name and widest else name
 
 
 def cudnn_version() -> int | None:

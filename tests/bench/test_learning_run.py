@@ -265,6 +265,8 @@ def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experi
     assert [s["resumed"] for s in again["seeds"]] == [1, 0]
     record = json.loads((tmp_path / "rec2" / "grpo" / "seed0.json").read_text())
     assert record["run"]["resumed"] == 1 and [s["from_update"] for s in record["run"]["starts"]] == [0, 1]
+    from provenance import browser_version, cpu_model   # each start names the browser and CPU it ran on
+    assert {(s["browser"], s["cpu"]) for s in record["run"]["starts"]} == {(browser_version(), cpu_model())}
 
 
 # launch/train_run's small toy settings (tests/launch/test_train_run.py): one update is a few dozen episodes

@@ -1,8 +1,13 @@
-"""bench/provenance.py: a device measurement names the commit and the JAX build it ran on."""
+"""bench/provenance.py: a device measurement names the commit and the JAX build it ran on; a browser run names the
+Chromium and the CPU."""
 
 import subprocess
 
-from bench.provenance import commit_of, provenance
+import pytest
+
+from bench.provenance import browser_version, commit_of, cpu_model, provenance
+from jaxwebrl.env.browser.browser import Browser
+from jaxwebrl.env.browser.chromium import BrowserConfig
 
 
 def _git(repo, *args):
@@ -43,3 +48,21 @@ def test_provenance_records_the_build_and_the_flags(monkeypatch):
     assert record["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.9"
     assert record["cudnn"] is None or record["cudnn"] > 0   # None on the CPU
     assert record["commit"] and len(record["commit"].split("+")[0]) == 40
+
+
+@pytest.mark.browser
+def test_the_browser_version_is_the_one_webdriver_drives(tmp_path):
+    with Browser(BrowserConfig()) as browser:
+        driven = browser.driver.capabilities["browserVersion"]
+    assert browser_version(BrowserConfig().chromium_path) == driven
+    assert browser_version(str(tmp_path / "no-chromium")) is None
+
+
+def test_the_cpu_is_named_with_its_widest_vector_extension(tmp_path):
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse4_2 avx avx2\n\n"
+                   "processor\t: 1\nmodel name\t: another\nflags\t\t: fpu avx512f\n")
+    assert cpu_model(str(x86)) == "Intel(R) Xeon(R) Processor (avx2)"      # the first processor's
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd\nCPU part\t: 0xd0c\n")
+    assert cpu_model(str(arm)) == "0xd0c" and cpu_model(str(tmp_path / "none")) is None
