@@ -9,7 +9,8 @@
 #   NICE=19 setsid nohup bash bench/flake_hunt.sh /work/wt-flake 10 &   # in the background, its session niced whole
 #
 # RECORD defaults to docs/results/house/flake_hunt.jsonl beside this script; BESIDE says what else ran (recorded);
-# TESTS (space-separated paths in TREE) replaces the bench smoke files. A failed run's pytest log is kept in /tmp.
+# TESTS (space-separated paths in TREE) replaces the bench smoke files. A failed run's pytest log is kept in /tmp; a
+# run stopped by TIMEOUT_S has no report, so its line keeps what pytest's progress line showed (`before_timeout`).
 # The hog is one `yes` in this script's own session and priority, so it loads the tests as a busy neighbour would.
 set -euo pipefail
 TREE="$(cd "${1:?usage: flake_hunt.sh TREE RUNS}" && pwd)"
@@ -34,26 +35,31 @@ for _ in $(seq "$RUNS"); do
   started="$(date -u +%FT%TZ)"
   t0=$SECONDS
   set +e
-  (cd "$TREE" && PYTHONPATH="$TREE" timeout -k 30 "$TIMEOUT_S" nice -n "${NICE:-10}" \
+  (cd "$TREE" && PYTHONPATH="$TREE" PYTHONUNBUFFERED=1 timeout -k 30 "$TIMEOUT_S" nice -n "${NICE:-10}" \
      python3 -m pytest -q -p no:cacheprovider "${TESTS[@]}" --junitxml="$junit" > "$junit.log" 2>&1)
   rc=$?
   set -e
   kill "$hog"; wait "$hog" 2>/dev/null || true
   python3 - "$junit" "$rc" "$((SECONDS - t0))" "$started" "$COMMIT" "$DIGEST" "${BESIDE:-nothing else}" \
     "${NICE:-10}" >> "$RECORD" <<'PY'
-import json, sys, xml.etree.ElementTree as ET
+import json, re, sys, xml.etree.ElementTree as ET
 junit, rc, wall_s, started, commit, digest, beside, nice = sys.argv[1:]
+line = {"started": started, "commit": commit, "bench_digest": digest, "rc": int(rc),
+        "timed_out": int(rc) in (124, 137), "wall_s": int(wall_s)}
 try:
     suite = ET.parse(junit).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    failed = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
-              if c.find("failure") is not None or c.find("error") is not None]
-except (OSError, ET.ParseError):   # killed by the timeout before pytest wrote its report
-    counts, failed = None, []
-print(json.dumps({"started": started, "commit": commit, "bench_digest": digest, "rc": int(rc),
-                  "timed_out": int(rc) in (124, 137), "wall_s": int(wall_s), "counts": counts, "failed": failed,
-                  "beside": f"one `yes` hog at nice {nice} in the tests' own scheduling group; {beside}"}))
+    line["counts"] = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    line["failed"] = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
+                      if c.find("failure") is not None or c.find("error") is not None]
+except (OSError, ET.ParseError):   # killed by the timeout before pytest wrote its report: what its -q line showed
+    line["counts"], line["failed"] = None, []
+    with open(junit + ".log", errors="replace") as f:
+        progress = "".join(m.group(1) for m in re.finditer(r"^([.FEsxX]+)(?:\s+\[\s*\d+%\])?$", f.read(), re.M))
+    line["before_timeout"] = {"progress": progress, "passed": progress.count("."),
+                              "failures": progress.count("F"), "errors": progress.count("E")}
+line["beside"] = f"one `yes` hog at nice {nice} in the tests' own scheduling group; {beside}"
+print(json.dumps(line))
 PY
   tail -1 "$RECORD"
   if [ "$rc" -ne 0 ]; then mv "$junit.log" "/tmp/flake_hunt_$started.log"; echo "log: /tmp/flake_hunt_$started.log"; fi

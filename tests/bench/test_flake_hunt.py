@@ -25,8 +25,8 @@ def hunt_tree(tmp_path):
     return tree
 
 
-def hunt(tree, record, runs="2"):
-    env = dict(os.environ, RECORD=str(record), TESTS="tests/test_hunted.py", BESIDE="a test", NICE="0")
+def hunt(tree, record, runs="2", **env):
+    env = dict(os.environ, RECORD=str(record), TESTS="tests/test_hunted.py", BESIDE="a test", NICE="0", **env)
     return subprocess.run(["bash", SCRIPT, str(tree), runs], capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -51,3 +51,17 @@ def test_a_tree_with_uncommitted_changes_is_refused_and_nothing_recorded(tmp_pat
     done = hunt(tree, record, runs="1")
     assert done.returncode == 2 and "uncommitted changes" in done.stderr
     assert not record.exists()
+
+
+def test_a_run_stopped_by_its_timeout_keeps_the_failures_it_had_shown(tmp_path):
+    """No report is written when the timeout kills pytest: the line keeps its progress, so a failure seen before
+    the timeout is not lost in a timed-out run."""
+    tree, record = hunt_tree(tmp_path), tmp_path / "hunt.jsonl"
+    (tree / "tests" / "test_hunted.py").write_text(
+        (tree / "tests" / "test_hunted.py").read_text() + "\n\ndef test_slow():\n    import time\n    time.sleep(120)\n")
+    git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "slow")
+    done = hunt(tree, record, runs="1", TIMEOUT_S="20")
+    assert done.returncode == 0, done.stderr
+    (line,) = [json.loads(line) for line in record.read_text().splitlines()]
+    assert line["timed_out"] and line["counts"] is None and line["failed"] == []
+    assert line["before_timeout"] == {"progress": ".F", "passed": 1, "failures": 1, "errors": 0}
