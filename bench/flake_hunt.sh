@@ -11,6 +11,7 @@
 # RECORD defaults to docs/results/house/flake_hunt.jsonl beside this script; BESIDE says what else ran (recorded);
 # TESTS (space-separated paths in TREE) replaces the bench smoke files. A failed run's pytest log is kept in /tmp; a
 # run stopped by TIMEOUT_S has no report, so its line keeps what pytest's progress line showed (`before_timeout`).
+# `cpu_s` (user + system seconds of the tests' processes) beside `wall_s` says how much of the machine they got.
 # The hog is one `yes` in this script's own session and priority, so it loads the tests as a busy neighbour would.
 set -euo pipefail
 TREE="$(cd "${1:?usage: flake_hunt.sh TREE RUNS}" && pwd)"
@@ -36,7 +37,8 @@ for _ in $(seq "$RUNS"); do
   t0=$SECONDS
   set +e
   (cd "$TREE" && PYTHONPATH="$TREE" PYTHONUNBUFFERED=1 timeout -k 30 "$TIMEOUT_S" nice -n "${NICE:-10}" \
-     python3 -m pytest -q -p no:cacheprovider "${TESTS[@]}" --junitxml="$junit" > "$junit.log" 2>&1)
+     python3 -m pytest -q -p no:cacheprovider "${TESTS[@]}" --junitxml="$junit" > "$junit.log" 2>&1
+   status=$?; times > "$junit.times"; exit $status)   # times' 2nd line: the CPU its reaped descendants used
   rc=$?
   set -e
   kill "$hog"; wait "$hog" 2>/dev/null || true
@@ -46,6 +48,12 @@ import json, re, sys, xml.etree.ElementTree as ET
 junit, rc, wall_s, started, commit, digest, beside, nice = sys.argv[1:]
 line = {"started": started, "commit": commit, "bench_digest": digest, "rc": int(rc),
         "timed_out": int(rc) in (124, 137), "wall_s": int(wall_s)}
+try:   # "0m12.345s 0m1.234s": user and system seconds of the tests' processes (beside wall_s: what they got)
+    with open(junit + ".times") as f:
+        line["cpu_s"] = round(sum(int(m) * 60 + float(sec) for m, sec in
+                                  re.findall(r"(\d+)m([\d.]+)s", f.read().splitlines()[1])), 1)
+except (OSError, IndexError):
+    line["cpu_s"] = None
 try:
     suite = ET.parse(junit).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
@@ -63,5 +71,5 @@ print(json.dumps(line))
 PY
   tail -1 "$RECORD"
   if [ "$rc" -ne 0 ]; then mv "$junit.log" "/tmp/flake_hunt_$started.log"; echo "log: /tmp/flake_hunt_$started.log"; fi
-  rm -f "$junit" "$junit.log"
+  rm -f "$junit" "$junit.log" "$junit.times"
 done

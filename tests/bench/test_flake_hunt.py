@@ -14,10 +14,12 @@ def git(tree, *args):
 
 
 def hunt_tree(tmp_path):
-    """A committed checkout whose 'hunted' file holds one passing and one failing test."""
+    """A committed checkout whose 'hunted' file holds one passing test (1.5 s of CPU) and one failing test."""
     tree = tmp_path / "tree"
     (tree / "tests").mkdir(parents=True)
-    (tree / "tests" / "test_hunted.py").write_text("def test_ok():\n    pass\n\n"
+    (tree / "tests" / "test_hunted.py").write_text("import time\n\n"
+                                                   "def test_ok():\n    start = time.process_time()\n"
+                                                   "    while time.process_time() - start < 1.5:\n        pass\n\n"
                                                    "def test_bad():\n    assert False, 'a race'\n")
     git(tree, "init", "-q")
     git(tree, "add", ".")
@@ -43,6 +45,7 @@ def test_each_run_is_a_record_line_with_its_counts_and_failures(tmp_path):
         assert line["counts"] == {"tests": 2, "failures": 1, "errors": 0, "skipped": 0}
         assert line["failed"] == ["tests.test_hunted::test_bad"] and line["rc"] == 1 and not line["timed_out"]
         assert "a test" in line["beside"] and "yes" in line["beside"]
+        assert line["cpu_s"] >= 1.5   # the tests' processes' CPU seconds (test_ok spins 1.5 s), not the shell's
 
 
 def test_a_tree_with_uncommitted_changes_is_refused_and_nothing_recorded(tmp_path):
