@@ -121,7 +121,7 @@ def test_a_plan_that_stops_short_of_the_answer_page_is_an_oracle_error():
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.parametrize("backend", ["ground_truth", "engine"])
-def test_the_webgym_recipe_trains_two_steps_on_the_bundled_sites(tmp_path, backend):
+def test_the_webgym_recipe_trains_a_step_on_the_bundled_sites(tmp_path, backend):
     """The recipe as it ships (judged by the sites' ground truth), and judged on the run's own policy server
     (env.judge.backend=engine): issue 42's two runs. The random tiny policy's engine verdicts mean nothing: what is
     checked is that they come, parse under their grammar, reward the episodes and the run trains; the ground-truth
@@ -129,12 +129,12 @@ def test_the_webgym_recipe_trains_two_steps_on_the_bundled_sites(tmp_path, backe
     workdir = tmp_path / "run"
     engine = ["--config.env.judge.backend=engine", "--config.env.judge.max_screenshots=2"] if backend == "engine" else []
     cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), "--config=configs/constT10.py:webgym",
-           f"--workdir={workdir}", "--config.train.max_steps=2", *engine]
+           f"--workdir={workdir}", "--config.train.max_steps=1", *engine]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = read_metrics(str(workdir))
-    assert [r["step"] for r in records] == [1, 2] and all(np.isfinite(r["ppo_actor/update/actor_loss/avg"])
+    assert [r["step"] for r in records] == [1] and all(np.isfinite(r["ppo_actor/update/actor_loss/avg"])
                                                           for r in records)
     episodes, _ = RingBuffer.open(str(workdir / "buffer")).read(None)
     train_ids = {check_env_spec(s).task_id for s in env_specs("sites?split=train")}
