@@ -9,11 +9,7 @@ import sys
 
 import pytest
 
-# LLVM at -O1 for the suite's CPU programs (XLA's default is higher): the tests' compiles take ~15% less CPU and the
-# tiny programs run about as fast (measured once each, alone, from a cold cache: tests/train/test_update.py 279 -> 238
-# CPU-s; the GRPO toy run 10.0 -> 10.6 s an update). -O0 saves more compile (180 CPU-s) but halves the toy run's
-# speed. Launchers the tests start inherit it.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
