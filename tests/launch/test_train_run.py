@@ -15,8 +15,11 @@ from jaxwebrl.rollout.worker_process import WORKER_EXIT_S
 from jaxwebrl.train.metrics import DASHBOARD_KEYS, read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# One length group: these runs test the launcher's contracts, not the grouped update (tests/train/test_update_layout.py
+# does), and a cold update with up to 8 groups compiled for ~2x as long (the default config, one step, with
+# JAX_LOG_COMPILES: step_fn 63.7 s and logprobs_fn 21.5 s, against 28.1 and 7.6 with one group).
 SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "--config.train.ppo_n_epochs=1",
-         "--config.metrics.progress_bar=False", "--config.rollout.server_max_batch=2"]
+         "--config.metrics.progress_bar=False", "--config.rollout.server_max_batch=2", "--config.train.length_groups=1"]
 TOY = ["--config=configs/constT10.py:toy", "--config.buffer.max_seq_len=512",
        "--config.env.system_prompt=Press the buttons of the pattern. Reply: Memory: {} then Action: click(x, y)."]
 
