@@ -28,8 +28,8 @@ SLOWEST_FIRST = (
     "tests/launch/test_toy_learns_ppo.py",       # 436 s (10 updates)
     "tests/bench/test_bench_smoke_live.py",      # 568 s
     "tests/parallel/test_compile.py",            # 492 s: XLA's TPU compiler
-    "tests/env/test_sites.py",                   # 460 s: the webgym recipe twice (ground truth, its engine); ~355
-                                                 # since each run trains one step (suite_profile_cold_o1.json)
+    "tests/env/test_sites.py",                   # 460 s: the webgym recipe twice (ground truth, its engine); 355
+                                                 # in suite_profile_cold_o1.json (one step a run, at -O1)
     "tests/bench/test_bench_smoke.py",           # 434 s
     "tests/bench/test_learning_run.py",          # 352 s
     "tests/train/test_critic.py",                # 352 s
