@@ -4,6 +4,8 @@ its arms, and the per-step breakdown taken from steps played inside the window."
 
 import pytest
 
+from tests.launch.test_train_run import ONE_GROUP
+
 
 @pytest.mark.browser
 def test_env_smallest_run_measures_steps_per_second_and_the_workers_overhead(run_bench):
@@ -83,7 +85,7 @@ def test_async_vs_sync_smallest_run_trains_both_modes_to_its_count_exactly_once(
     step in its 4 minutes), so a step is two groups of two."""
     out = run_bench("async_vs_sync.py", "--regime=local", "--variant=toy", "--num_workers=2", "--steps=1",
                     "--max_minutes=8", "--", "--config.train.consumer_batch_size=4", "--config.env.group_size=2",
-                    "--config.train.ppo_n_epochs=1", "--config.train.dynamic_sampling=False", timeout=1200)
+                    "--config.train.ppo_n_epochs=1", "--config.train.dynamic_sampling=False", ONE_GROUP, timeout=1200)
     for mode in ("sync", "async"):
         arm = out[mode]
         assert arm["mode"] == mode, arm

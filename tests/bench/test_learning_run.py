@@ -12,6 +12,7 @@ from seed_stats import run_dynamics
 
 from configs import base
 from jaxwebrl.buffer.ring import RingBuffer
+from tests.launch.test_train_run import SMALL
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -269,9 +270,8 @@ def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experi
     assert {(s["browser"], s["cpu"]) for s in record["run"]["starts"]} == {(browser_version(), cpu_model())}
 
 
-# launch/train_run's small toy settings (tests/launch/test_train_run.py): one update is a few dozen episodes
-SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "--config.train.ppo_n_epochs=1",
-         "--config.rollout.server_max_batch=2", "--config.rollout.num_workers=1"]
+# the launch tests' small toy settings (one update is a few dozen episodes), one rollout worker
+SMALL_RUN = [*SMALL, "--config.rollout.num_workers=1"]
 
 
 @pytest.mark.slow
@@ -280,7 +280,7 @@ def test_two_seeds_of_the_toy_recipe_are_two_different_rl_runs(tmp_path):
     out = tmp_path / "lr"
     proc = bench("learning_run.py", f"--out={out}", "--config=configs/constT10.py:toy", "--seeds=2",
                  "--sft_steps=2", "--sft_seeds=2", "--rl_steps=1", "--eval_seeds=4", "--eval_workers=1",
-                 "--stages=sft,eval_sft,rl,eval_rl", "--", *SMALL, timeout=900)
+                 "--stages=sft,eval_sft,rl,eval_rl", "--", *SMALL_RUN, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result == json.loads((out / "learning_run.json").read_text())

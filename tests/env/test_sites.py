@@ -24,6 +24,7 @@ from jaxwebrl.env.tasks.webgym.webgym_tasks import HORIZONS, difficulty_of, load
 from jaxwebrl.eval import judge as rejudging
 from jaxwebrl.eval.demos import oracle_demonstrations
 from jaxwebrl.train.metrics import read_metrics
+from tests.launch.test_train_run import ONE_GROUP
 
 SITES = os.path.dirname(family.TASKS)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -129,7 +130,7 @@ def test_the_webgym_recipe_trains_a_step_on_the_bundled_sites(tmp_path, backend)
     workdir = tmp_path / "run"
     engine = ["--config.env.judge.backend=engine", "--config.env.judge.max_screenshots=2"] if backend == "engine" else []
     cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), "--config=configs/constT10.py:webgym",
-           f"--workdir={workdir}", "--config.train.max_steps=1", *engine]
+           f"--workdir={workdir}", "--config.train.max_steps=1", ONE_GROUP, *engine]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -23,6 +23,7 @@ from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train import rl_config
 from jaxwebrl.train.config_validation import ConfigError, validate
 from jaxwebrl.train.metrics import read_metrics
+from tests.launch.test_train_run import ONE_GROUP
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join("tests", "extension", "config.py")
@@ -97,7 +98,7 @@ def test_registering_a_taken_name_or_a_wrong_shape_fails_in_one_line():
 def test_a_run_of_the_extension_config_trains_with_all_three(tmp_path):
     workdir = tmp_path / "run"
     cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--config={CONFIG}", f"--workdir={workdir}",
-           "--config.train.max_steps=1"]
+           "--config.train.max_steps=1", ONE_GROUP]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.returncode == 0, proc.stderr[-4000:]

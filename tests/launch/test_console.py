@@ -12,10 +12,11 @@ import sys
 import pytest
 
 from jaxwebrl.train.workdir import workdir_lock
+from tests.launch.test_train_run import ONE_GROUP
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOY = ["--config=configs/constT10.py:toy", "--config.train.consumer_batch_size=4", "--config.env.group_size=2",
-       "--config.train.ppo_n_epochs=1", "--config.rollout.server_max_batch=2", "--config.train.max_steps=2"]
+       "--config.train.ppo_n_epochs=1", "--config.rollout.server_max_batch=2", "--config.train.max_steps=2", ONE_GROUP]
 LAUNCHERS = {"train.py": "--workdir", "eval.py": "--out_dir", "export.py": "--hf_out", "sft.py": "--steps",
              "rollout.py": "--server", "compile.py": "--topology"}
 STEP_LINE = re.compile(r"step (\d+)/2 reward [-\d.na]+ success [\d.na]+ loss [-+\d.na]+ kl [\d.na]+ behave_kl [\d.na]+ "

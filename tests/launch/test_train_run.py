@@ -15,11 +15,13 @@ from jaxwebrl.rollout.worker_process import WORKER_EXIT_S
 from jaxwebrl.train.metrics import DASHBOARD_KEYS, read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# One length group: these runs test the launcher's contracts, not the grouped update (tests/train/test_update_layout.py
-# does), and a cold update with up to 8 groups compiled for ~2x as long (the default config, one step, with
-# JAX_LOG_COMPILES: step_fn 63.7 s and logprobs_fn 21.5 s, against 28.1 and 7.6 with one group).
+# One length group for the tests' short launches (a few updates): they test launchers and recipes, not the grouped
+# update (tests/train/test_update_layout.py does), and with groups the first update compiles for ~2x as long (the
+# default config's first step, JAX_LOG_COMPILES: step_fn 63.7 s and logprobs_fn 21.5 s, against 28.1 and 7.6), paid
+# back only after ~6 updates (docs/results/house/length_groups_update_ab.json). Learning runs keep the recipes' groups.
+ONE_GROUP = "--config.train.length_groups=1"
 SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "--config.train.ppo_n_epochs=1",
-         "--config.metrics.progress_bar=False", "--config.rollout.server_max_batch=2", "--config.train.length_groups=1"]
+         "--config.metrics.progress_bar=False", "--config.rollout.server_max_batch=2", ONE_GROUP]
 TOY = ["--config=configs/constT10.py:toy", "--config.buffer.max_seq_len=512",
        "--config.env.system_prompt=Press the buttons of the pattern. Reply: Memory: {} then Action: click(x, y)."]
 
