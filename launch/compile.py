@@ -42,7 +42,7 @@ from absl import app, flags  # noqa: E402
 
 from jaxwebrl import cli  # noqa: E402
 from jaxwebrl.models import presets  # noqa: E402
-from jaxwebrl.parallel import distributed, multihost  # noqa: E402
+from jaxwebrl.parallel import compile_cache, distributed, multihost  # noqa: E402
 from jaxwebrl.parallel.topology import CHIPS, Topology, TopologyError, topology_devices  # noqa: E402
 from jaxwebrl.train import aot, remat_fit  # noqa: E402
 
@@ -162,6 +162,8 @@ def main(argv) -> int:
         devices, topology = devices_of(_TOPOLOGY.value)
     except TopologyError as err:
         cli.exit_with(str(err), 2)
+    if _TOPOLOGY.value not in CPU_BUDGETS:
+        compile_cache.disable()   # a TPU slice's programs: written to the cache, never loadable from it here
     programs = [p for p in _PROGRAMS.value.split(",") if p] if _PROGRAMS.value else list(aot.programs_for(config))
     unknown = [p for p in programs if p not in aot.PROGRAMS]
     if unknown:

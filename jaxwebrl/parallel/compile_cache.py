@@ -2,6 +2,7 @@
 process compiled (the update for each row bucket, the sampler's prefill and decode) instead of compiling them again.
 
     compile_cache.enable(config.compilation_cache_dir)   # before the first jit; "" leaves the cache off
+    compile_cache.disable()                               # programs no local client can load (a TPU topology's)
 
 Entries are keyed by the program, the compile options and the backend, so a code or config change compiles anew;
 the cache is capped at MAX_BYTES (least recently used entries evicted, writers serialised by a file lock). An
@@ -39,3 +40,10 @@ def enable(path: str | None, *, min_compile_s: float = MIN_COMPILE_S) -> str | N
     jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_s))
     return path
+
+
+def disable() -> None:
+    """Turns the cache off for this process: for programs compiled for devices this process has no client for
+    (`launch/compile.py` on a TPU topology), whose entries JAX writes but cannot read back ("PjRtCompiler must be
+    constructed with a Client"): every later compile of the same program warned and compiled again."""
+    jax.config.update("jax_enable_compilation_cache", False)

@@ -109,14 +109,17 @@ def test_unknown_topology_and_missing_libtpu_are_one_line_each():
 
 
 @needs_libtpu
-def test_logprob_path_temporaries_scale_with_the_vocabulary_chunk_not_the_vocabulary():
+def test_logprob_path_temporaries_scale_with_the_vocabulary_chunk_not_the_vocabulary(tmp_path):
     """fp32 master head weight, bf16 compute: one vocabulary chunk of the weight is cast at a time (XLA's bf16
-    propagation used to turn the per-chunk cast into one cast of the whole [V, E / 8] shard before the loop)."""
+    propagation used to turn the per-chunk cast into one cast of the whole [V, E / 8] shard before the loop).
+    A TPU slice's programs stay out of the compilation cache: no local client could load them back."""
     temporaries = {}
+    cache = tmp_path / "xla"
     for chunk in (128, 8192):      # 151,936 = 2^7 x 1,187: chunks of 128 and 4,748 vocabulary rows
         done = compile_cli(*REDUCED, "--topology=v5e-8", "--programs=logprob_path",
-                           f"--config.model.logits_chunk={chunk}")
+                           f"--config.model.logits_chunk={chunk}", f"--config.compilation_cache_dir={cache}")
         assert done.returncode == 0, done.stderr[-3000:]
+        assert "persistent compilation cache" not in done.stderr and not any(cache.iterdir()), done.stderr[-3000:]
         (report,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         assert report["knobs"]["param_dtype"] == "float32" and report["knobs"]["dtype"] == "bfloat16"
         temporaries[chunk] = report["hbm_bytes_per_device"]["temporaries"]
