@@ -470,6 +470,10 @@ def toy(c: config_dict.ConfigDict) -> None:
     c.train.ppo_n_minibatches = 1
     c.train.ppo_n_epochs = 4
     c.train.lr = 3e-4
+    # 2 length groups: toy rows are short, and 8 groups only compiled a larger update (step_fn 22.6 s against 13.5,
+    # the proximal log-probs 6.4 against 4.0, in cold GRPO toy runs) for no faster steps (5.6 s against 5.2):
+    # house/length_groups_toy_runs.json
+    c.train.length_groups = 2
 
 
 def toy_2b(c: config_dict.ConfigDict) -> None:
@@ -511,6 +515,10 @@ def tiny(c: config_dict.ConfigDict) -> None:
     # keys after each chunk and keeps the scores in cache. Measured alone on 143-row batches: the update (proximal
     # pass + 4 epochs) took 10.2-11.4 s dense, 7.4-8.3 s chunked; the sampler's prefill 18 -> 20 ms a step.
     c.model.attention_chunk = 128
+    # 4 length groups: on a fixed 143-row batch (rows of 100-291 tokens) the update took 4.1-4.2 s with 4 groups and
+    # 4.1-5.8 s with 8, 4.9-6.4 s with 2 and 9.6-10.1 s with 1, and each compiled layout cost ~23 s with 4 groups
+    # against ~46 s with 8 (a run compiles up to train.length_layouts of them): house/length_groups_update_ab.json
+    c.train.length_groups = 4
 
 
 # The cue variant on the fixed layout: the strip shows the colour to press next, the buttons keep their places.

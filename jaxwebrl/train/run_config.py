@@ -21,8 +21,10 @@ from jaxwebrl.train.workdir import read_record
 
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
+# From compilation_cache_dir on, a change is in how the run computes, not what (the length groups: the same update,
+# its rows in another layout).
 FREE_TO_CHANGE = ("train.max_steps", "metrics.", "checkpoint.keep", "rollout.num_workers", "compilation_cache_dir",
-                  "model.attention_chunk", "model.attention_impl")   # the last three change how, not what
+                  "model.attention_chunk", "model.attention_impl", "train.length_groups", "train.length_layouts")
 ABSENT = "<absent>"
 
 

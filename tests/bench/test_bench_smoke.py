@@ -79,7 +79,7 @@ def test_continuous_batching_smallest_run_serves_one_trace_both_ways(run_bench):
 
 def test_update_ab_smallest_run_times_an_update_of_the_fixed_batch(run_bench, tmp_path):
     batch = tmp_path / "batch.npz"
-    # one update: one length group, whose compile is half the grouped update's (house/length_groups_update_ab.json)
+    # one update: one length group, the quickest compile (house/length_groups_update_ab.json)
     out = run_bench("update_ab.py", "--updates", "1", "--batch", str(batch), "--length_groups", "1")
     assert batch.is_file(), "the fixed batch was not cached for the next tree"
     assert out["length_groups"] == 1 and out["rows"] > 0 and out["shape"][0] >= out["rows"] and len(out["seconds"]) == 1

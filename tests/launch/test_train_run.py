@@ -16,9 +16,9 @@ from jaxwebrl.train.metrics import DASHBOARD_KEYS, read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One length group for the tests' short launches (a few updates): they test launchers and recipes, not the grouped
-# update (tests/train/test_update_layout.py does), and with groups the first update compiles for ~2x as long (the
-# default config's first step, JAX_LOG_COMPILES: step_fn 63.7 s and logprobs_fn 21.5 s, against 28.1 and 7.6), paid
-# back only after ~6 updates (docs/results/house/length_groups_update_ab.json). Learning runs keep the recipes' groups.
+# update (tests/train/test_update_layout.py does), and a grouped layout compiles for longer (on the bench's batch ~13 s
+# with one group, ~23 s with the tiny recipe's 4: docs/results/house/length_groups_update_ab.json), paid back only
+# over many updates. Learning runs keep the recipes' groups.
 ONE_GROUP = "--config.train.length_groups=1"
 SMALL = ["--config.train.consumer_batch_size=4", "--config.env.group_size=2", "--config.train.ppo_n_epochs=1",
          "--config.metrics.progress_bar=False", "--config.rollout.server_max_batch=2", ONE_GROUP]

@@ -37,11 +37,12 @@ def test_padding_fraction_of_each_layout_by_hand():
 
 
 def test_paper_row_mix_pads_under_15_percent_with_the_default_length_groups():
-    """The paper mix: 14.4% padding when every row pads to the batch's longest, 11.2% in the update's 8 length
+    """The paper mix: 14.4% padding when every row pads to the batch's longest, 11.2% in the paper recipe's 8 length
     groups (configs/base.py train.length_groups), 6.3% at the per-row floor."""
     from configs.constT10 import get_config
     mix = row_mix(Workload(), prompt_window=2)
-    groups = int(get_config().train.length_groups)
+    groups = int(get_config("qwen3vl_8b").train.length_groups)
+    assert groups == 8
     before, after = padding_fraction(mix, layout="batch"), padding_fraction(mix, layout="groups", groups=groups)
     assert before == pytest.approx(0.1438, abs=5e-4)
     assert after == pytest.approx(0.1121, abs=5e-4) and after <= 0.15

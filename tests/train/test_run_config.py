@@ -1,4 +1,5 @@
-"""A resume may change how the run is computed (compilation cache, attention chunking) but not what it learns."""
+"""A resume may change how the run is computed (compilation cache, attention chunking, length groups) but not what it
+learns."""
 
 import json
 import os
@@ -15,8 +16,9 @@ def test_compute_only_keys_change_freely_on_a_resume_and_are_recorded(tmp_path):
     resumed = constT10.get_config()
     resumed.compilation_cache_dir = ""
     resumed.model.attention_chunk = 0
+    resumed.train.length_groups = 8      # the tiny recipe's default before it was 4: such a run resumes
     changes = run_config.record(resumed, str(tmp_path))
-    assert {key for key, _, _ in changes} == {"compilation_cache_dir", "model.attention_chunk"}
+    assert {key for key, _, _ in changes} == {"compilation_cache_dir", "model.attention_chunk", "train.length_groups"}
     with open(os.path.join(tmp_path, run_config.CHANGES_FILE)) as f:
         assert json.loads(f.readlines()[-1])["allowed_by"] == "free to change"
     learning = constT10.get_config()
