@@ -2,7 +2,8 @@
 # The flake hunt (issue 44): the tests that wait on a measuring window or start processes for minutes (the bench
 # smoke tests) run again and again beside a CPU hog, each run one JSON line in a committed record, so the count
 # goes on across machines and sessions. The tests run from TREE, a checkout pinned at one commit (runs count
-# together while their `bench_digest`, a digest of bench/ and tests/bench/ as git holds them, is one).
+# together while their `bench_digest`, a digest of bench/, tests/bench/ and the launch flags those tests import
+# (tests/launch/test_train_run.py: SMALL, ONE_GROUP) as git holds them, is one).
 #
 #   git worktree add --detach /work/wt-flake 4be935b
 #   bash bench/flake_hunt.sh /work/wt-flake 10                          # 10 runs, records appended to RECORD
@@ -26,7 +27,7 @@ if [ -n "$(git -C "$TREE" status --porcelain --untracked-files=no)" ]; then
   exit 2
 fi
 COMMIT="$(git -C "$TREE" rev-parse --short HEAD)"
-DIGEST="$(git -C "$TREE" ls-files -s bench tests/bench | sha256sum | cut -c1-8)"
+DIGEST="$(git -C "$TREE" ls-files -s bench tests/bench tests/launch/test_train_run.py | sha256sum | cut -c1-8)"
 mkdir -p "$(dirname "$RECORD")"
 
 for _ in $(seq "$RUNS"); do

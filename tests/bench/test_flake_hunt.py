@@ -68,3 +68,22 @@ def test_a_run_stopped_by_its_timeout_keeps_the_failures_it_had_shown(tmp_path):
     (line,) = [json.loads(line) for line in record.read_text().splitlines()]
     assert line["timed_out"] and line["counts"] is None and line["failed"] == []
     assert line["before_timeout"] == {"progress": ".F", "passed": 1, "failures": 1, "errors": 0}
+
+
+def test_the_digest_follows_the_launch_flags_the_bench_tests_import_and_no_other_test(tmp_path):
+    """The bench tests take SMALL and ONE_GROUP from tests/launch/test_train_run.py: a change there is a change of
+    the hunted tests (a new digest), a change to any other test outside tests/bench is not."""
+    tree, record = hunt_tree(tmp_path), tmp_path / "hunt.jsonl"
+    (tree / "tests" / "launch").mkdir()
+    (tree / "tests" / "launch" / "test_train_run.py").write_text('ONE_GROUP = "--config.train.length_groups=1"\n')
+    (tree / "tests" / "test_other.py").write_text("def test_other():\n    pass\n")
+    git(tree, "add", ".")
+    digests = []
+    for change in (None, "tests/test_other.py", "tests/launch/test_train_run.py"):
+        if change:
+            with open(tree / change, "a") as f:
+                f.write("# changed\n")
+        git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", f"change {change}")
+        assert hunt(tree, record, runs="1").returncode == 0
+        digests.append(json.loads(record.read_text().splitlines()[-1])["bench_digest"])
+    assert digests[0] == digests[1] != digests[2]
