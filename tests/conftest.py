@@ -18,36 +18,34 @@ from jaxwebrl.parallel import compile_cache
 compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", FIELDS["compilation_cache_dir"].default))
 
 # The slowest files of `bash .ci/test` (seconds summed over their tests in the two-worker pass from a cold XLA cache,
-# as in CI: docs/results/house/suite_profile_cold.json, 6 Dec 2026, beside a niced flake hunt), slowest first, but for the
-# two learning runs whose length varies most, first of all: the LoRA run (one to three seeds, 24 updates at most
-# each) and the critic PPO run (10-40 updates), so that neither is the last file running. A file not listed keeps its
-# collection order after these; a listed file that is gone is ignored. tests/rollout/test_vllm_engine.py (297 s) is
+# as in CI: docs/results/house/suite_profile_cold_08323f3.json, 6 Dec 2026, alone), slowest first, but for the two
+# learning runs whose length varies most, first of all: the LoRA run (one to three seeds, 24 updates at most each)
+# and the critic PPO run (10-40 updates), so that neither is the last file running. A file not listed keeps its
+# collection order after these; a listed file that is gone is ignored. tests/rollout/test_vllm_engine.py (223 s) is
 # left out on purpose: its tests wait for .ci/install-vllm, which runs beside the start of the suite in .ci/run.
 SLOWEST_FIRST = (
-    "tests/launch/test_toy_learns_lora.py",      # 450 s (one seed, 14 updates)
-    "tests/launch/test_toy_learns_ppo.py",       # 436 s (10 updates)
-    "tests/bench/test_bench_smoke_live.py",      # 568 s
-    "tests/parallel/test_compile.py",            # 492 s: XLA's TPU compiler
-    "tests/env/test_sites.py",                   # 460 s: the webgym recipe twice (ground truth, its engine); 355
-                                                 # in suite_profile_cold_o1.json (one step a run, at -O1)
-    "tests/bench/test_bench_smoke.py",           # 434 s
-    "tests/bench/test_learning_run.py",          # 352 s
-    "tests/train/test_critic.py",                # 352 s
-    "tests/launch/test_train_run.py",            # 258 s
-    "tests/scale/test_launch_multihost.py",      # 249 s
-    "tests/test_mutations.py",                   # 232 s
-    "tests/models/test_attention.py",            # 201 s
-    "tests/train/test_lora.py",                  # 201 s
-    "tests/train/test_update.py",                # 187 s
-    "tests/launch/test_toy_learns.py",           # 187 s
-    "tests/launch/test_console.py",              # 180 s
-    "tests/launch/test_train_kl.py",             # 178 s
-    "tests/train/test_update_layout.py",         # 160 s
-    "tests/train/test_reference.py",             # 152 s
-    "tests/train/test_trainer.py",               # 142 s
-    "tests/env/test_chain.py",                   # 135 s
+    "tests/launch/test_toy_learns_lora.py",      # 269 s
+    "tests/launch/test_toy_learns_ppo.py",       # 330 s
+    "tests/train/test_critic.py",                # 349 s
+    "tests/parallel/test_compile.py",            # 270 s: XLA's TPU compiler
+    "tests/bench/test_bench_smoke.py",           # 220 s
+    "tests/env/test_sites.py",                   # 215 s: the webgym recipe twice (ground truth, its engine)
+    "tests/bench/test_bench_smoke_live.py",      # 195 s
+    "tests/scale/test_launch_multihost.py",      # 191 s
+    "tests/launch/test_train_run.py",            # 150 s
+    "tests/bench/test_learning_run.py",          # 147 s
+    "tests/launch/test_toy_learns.py",           # 135 s
     "tests/models/test_remat_policies.py",       # 124 s
-    "tests/scale/test_multiprocess.py",          # 103 s
+    "tests/train/test_lora.py",                  # 122 s
+    "tests/launch/test_train_kl.py",             # 121 s
+    "tests/train/test_update_layout.py",         # 110 s
+    "tests/env/test_chain.py",                   # 108 s
+    "tests/models/test_scan_layers.py",          # 107 s
+    "tests/train/test_update.py",                # 106 s
+    "tests/train/test_reference.py",             # 104 s
+    "tests/test_mutations.py",                   # 102 s
+    "tests/train/test_trainer.py",               # 101 s
+    "tests/launch/test_console.py",              # 99 s
 )
 
 
