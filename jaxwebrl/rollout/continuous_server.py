@@ -55,10 +55,14 @@ class ContinuousPolicyServer(PolicyServer):
             if not self._running.is_set() and not in_flight:
                 self._running.wait(0.1)
                 continue
-            if waiting and self._running.is_set():
-                self._admit(waiting, in_flight)
-            if in_flight:
-                self._decode_chunk(in_flight)
+            admitting = bool(waiting) and self._running.is_set()
+            if not (admitting or in_flight):
+                continue
+            with self._busy.running():
+                if admitting:
+                    self._admit(waiting, in_flight)
+                if in_flight:
+                    self._decode_chunk(in_flight)
         closed = RuntimeError("policy server closed")   # rows in flight are not decoded to their end
         self._fail_all(in_flight, closed, [future for _, future, _ in waiting])
 
@@ -118,11 +122,10 @@ class ContinuousPolicyServer(PolicyServer):
         for tag, (_, future, queued_at, encode_s) in zip(tags, members):
             timing = {"queue_s": start - queued_at, "encode_s": encode_s, "batch_size": batcher.occupied}
             in_flight[tag] = (future, compute_from, timing, traces)
-        self._count([], batches=1, busy_s=time.monotonic() - start)
+        self._count([], batches=1)
 
     def _decode_chunk(self, in_flight: dict) -> None:
         """One chunk of the active slots; answers the rows that stopped."""
-        start = time.monotonic()
         try:
             finished = self._batchers[self._active].decode_chunk(self.weights)
         except Exception as exc:  # noqa: BLE001 - every decoding request hears about it
@@ -137,7 +140,7 @@ class ContinuousPolicyServer(PolicyServer):
                                                           compiled=traces > traces_then))
             _settle(future, result=reply)
             replies.append(reply)
-        self._count(replies, batches=0, busy_s=now - start)
+        self._count(replies, batches=0)
 
     def _fail_all(self, in_flight: dict, error: BaseException, others: list) -> None:
         """Fails every request in flight and `others` (futures); the active slots start empty again."""

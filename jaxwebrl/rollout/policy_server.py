@@ -43,6 +43,7 @@ from jaxwebrl.models.serving_weights import serving_dtype
 from jaxwebrl.parallel.partition import cast_floating
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.admission import Admission
+from jaxwebrl.rollout.busy_clock import BusyClock
 from jaxwebrl.rollout.verdict_decoding import JUDGE_OP, VerdictGrammars, check_judge_request
 from jaxwebrl.rollout.wire import RequestRefused
 
@@ -76,8 +77,9 @@ class PolicyServer:
         self._failure: str | None = None  # set when the batching thread died: handle() then fails at once
         self._rng = np.random.default_rng(seed)
         self._stats_lock = threading.Lock()
-        self._stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "prompt_tokens": 0, "busy_s": 0.0,
+        self._stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "prompt_tokens": 0,
                        "judge_requests": 0, "judge_tokens": 0}
+        self._busy = BusyClock()   # busy_s of stats(): a batch still decoding counts up to the read
         self.admission = Admission(group_size)   # gated once the trainer calls set_admission
         self._sampler = self._make_sampler()
         self._verdicts = VerdictGrammars(self.processor, policy.config.text.vocab_size)
@@ -123,7 +125,8 @@ class PolicyServer:
 
     def stats(self) -> dict:
         with self._stats_lock:
-            return dict(self._stats, version=self.version, admission_wait_s=self.admission.waited_s)
+            return dict(self._stats, busy_s=self._busy.seconds(), version=self.version,
+                        admission_wait_s=self.admission.waited_s)
 
     def raise_if_failed(self) -> None:
         """RuntimeError (one line) when the batching thread died: no request would be answered any more."""
@@ -208,29 +211,32 @@ class PolicyServer:
             batch = self._next_batch()
             if not batch:
                 continue
-            start = time.monotonic()
-            try:
-                replies = self._generate([request for request, _, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - every waiting worker must hear about it
-                log.exception("policy server batch of %d failed", len(batch))
-                for _, future, _ in batch:
-                    _settle(future, error=exc)
-                continue
-            for (_, future, queued_at), reply in zip(batch, replies):
-                if isinstance(reply, Exception):   # its own request could not be encoded: it fails alone
-                    _settle(future, error=reply)
-                    continue
-                reply["timing"]["queue_s"] = start - queued_at
-                _settle(future, result=reply)
-            self._count([r for r in replies if not isinstance(r, Exception)], batches=1,
-                        busy_s=time.monotonic() - start)
+            with self._busy.running():
+                self._serve_batch(batch)
 
-    def _count(self, replies: list[dict], *, batches: int, busy_s: float) -> None:
-        """Adds answered `replies`, `batches` batches decoded (or admitted) and `busy_s` seconds to the stats; a
-        verdict's tokens count apart (judge_requests, judge_tokens), never as policy tokens."""
+    def _serve_batch(self, batch: list) -> None:
+        """Decodes one batch of (request, future, queued_at) and settles every future."""
+        start = time.monotonic()
+        try:
+            replies = self._generate([request for request, _, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - every waiting worker must hear about it
+            log.exception("policy server batch of %d failed", len(batch))
+            for _, future, _ in batch:
+                _settle(future, error=exc)
+            return
+        for (_, future, queued_at), reply in zip(batch, replies):
+            if isinstance(reply, Exception):   # its own request could not be encoded: it fails alone
+                _settle(future, error=reply)
+                continue
+            reply["timing"]["queue_s"] = start - queued_at
+            _settle(future, result=reply)
+        self._count([r for r in replies if not isinstance(r, Exception)], batches=1)
+
+    def _count(self, replies: list[dict], *, batches: int) -> None:
+        """Adds answered `replies` and `batches` batches decoded (or admitted) to the stats; a verdict's tokens
+        count apart (judge_requests, judge_tokens), never as policy tokens."""
         with self._stats_lock:
             self._stats["batches"] += batches
-            self._stats["busy_s"] += busy_s
             for reply in replies:
                 if "loss_mask" not in reply:   # a verdict: no policy token
                     self._stats["judge_requests"] += 1

@@ -174,6 +174,18 @@ class VllmPolicyServer(PolicyServer):
                     self._stats["batches"] += 1
 
     def _submit(self, request: dict, future, queued_at: float) -> None:
+        """Encodes `request` and hands it to the least loaded engine; the server is busy from here until the
+        engine's reply (or the failure to submit it)."""
+        self._busy.start()
+        try:
+            engine_future, done = self._encode_and_send(request, future, queued_at)
+        except BaseException:
+            self._busy.stop()
+            raise
+        engine_future.add_done_callback(done)   # done() ends the busy stretch this request began
+
+    def _encode_and_send(self, request: dict, future, queued_at: float) -> tuple:
+        """(the engine's future for `request`, the callback that settles `future` from it)."""
         start = time.monotonic()
         t0 = time.perf_counter()
         refs = np.asarray(request["image_refs"], np.int64).reshape(-1)
@@ -192,6 +204,7 @@ class VllmPolicyServer(PolicyServer):
         timing = {"queue_s": start - queued_at, "encode_s": t1 - t0, "batch_size": batch_size, "compiled": False}
 
         def done(engine_future) -> None:
+            self._busy.stop()
             with self._flight_lock:
                 self._in_flight[replica] -= 1
             error = engine_future.exception()
@@ -212,10 +225,9 @@ class VllmPolicyServer(PolicyServer):
                 self._stats["requests"] += 1
                 self._stats["generated_tokens"] += policy_tokens
                 self._stats["prompt_tokens"] += len(prompt)
-                self._stats["busy_s"] += time.perf_counter() - t0
             _settle(future, result=reply)
 
-        self.engines[replica].generate(payload).add_done_callback(done)
+        return self.engines[replica].generate(payload), done
 
 
 

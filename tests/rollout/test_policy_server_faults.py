@@ -53,6 +53,29 @@ def test_a_malformed_request_fails_alone(server, patch, message):
     assert len(results["good"]["input_ids"]) > 4
 
 
+def test_a_batch_still_decoding_counts_its_busy_time_up_to_the_read(server, monkeypatch):
+    """stats()["busy_s"] includes the batch being decoded, so the busy time a bench reads over its window is never
+    time from before the window (a fraction above 1 when a batch ended just after the window opened)."""
+    entered, release = threading.Event(), threading.Event()
+    generate = server._sampler.generate
+
+    def slow_generate(*args, **kw):
+        entered.set()
+        release.wait(timeout=60)
+        return generate(*args, **kw)
+
+    monkeypatch.setattr(server._sampler, "generate", slow_generate)
+    thread = threading.Thread(target=server.handle, args=(dict(server.good_request),))
+    thread.start()
+    assert entered.wait(timeout=60)
+    time.sleep(0.3)                       # the batch has been busy 0.3 s before the window opens
+    before, opened = server.stats()["busy_s"], time.monotonic()
+    release.set()
+    thread.join(timeout=120)
+    busy, window = server.stats()["busy_s"] - before, time.monotonic() - opened
+    assert 0 < busy <= window
+
+
 @pytest.mark.parametrize("bad", ["verdict", "screenshot", "verdict_decode"])
 def test_a_request_that_cannot_be_encoded_fails_alone_not_the_batch_it_joined(server, bad, monkeypatch):
     """Static batches: a verdict whose screenshot the image processor refuses (aspect ratio 300), a request whose
