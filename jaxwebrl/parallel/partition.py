@@ -225,6 +225,20 @@ def grid_key(image_grid_thw) -> tuple[tuple[int, int, int], ...] | None:
     return tuple(tuple(int(x) for x in row) for row in np.asarray(image_grid_thw).reshape(-1, 3))
 
 
+def committed(tree: Any) -> Any:
+    """`tree` with each uncommitted jax.Array committed to the device it is on (no copy, no move), as an Orbax restore
+    gives them. jit keys a compiled program on whether each argument is committed, so a fresh start (uncommitted
+    arrays) and a resumed one would otherwise compile every program twice and never share them in the persistent
+    cache. Committed arrays (a mesh run's NamedShardings) and other leaves are left as they are."""
+
+    def commit(x):
+        if isinstance(x, jax.Array) and not x.committed:
+            return jax.device_put(x, next(iter(x.devices())))
+        return x
+
+    return jax.tree.map(commit, tree)
+
+
 def cast_floating(tree: Any, dtype) -> Any:
     """Casts the floating-point leaves of `tree` to `dtype` (ints and bools untouched)."""
     dtype = jnp.dtype(dtype)

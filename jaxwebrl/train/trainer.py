@@ -152,7 +152,11 @@ class Trainer:
         if self.critic is not None:   # the checkpoint's critic, else a fresh one on the starting (warm) weights
             self.critic.state = start.critic if start.critic is not None else self.critic.init_state(start.params)
         self._resume = {"cursor": start.cursor, "consumed": start.consumed, "totals": start.totals}
-        return TrainState(start.params, start.opt_state, start.step, start.version, start.rng)
+        # committed like a restored state, so a fresh start and a resume share their compiled programs
+        params, opt_state, rng = partition.committed((start.params, start.opt_state, start.rng))
+        if self.critic is not None:
+            self.critic.state = partition.committed(self.critic.state)
+        return TrainState(params, opt_state, start.step, start.version, rng)
 
     def save(self, metrics: dict | None = None) -> None:
         pending = self.gatherer.pending_episodes() + list(self._held or ())   # a held batch: read again too

@@ -249,3 +249,32 @@ def test_the_recipe_policy_is_made_on_the_mesh_shard_by_shard(monkeypatch):
     assert largest.addressable_shards[0].data.size < largest.size   # really split, not replicated
     for got, want in zip(jax.tree.leaves(sharded.params), jax.tree.leaves(recipe_policy(config).params)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_committed_makes_a_fresh_tree_compile_like_a_restored_one_and_moves_nothing(tmp_path):
+    """A fresh start's arrays are uncommitted, an Orbax restore's committed: jit compiles a program for each. After
+    `committed`, one program serves both; a committed or sharded leaf, and a leaf that is no jax.Array, stay as they
+    are."""
+    import orbax.checkpoint as ocp
+
+    fresh = {"w": jnp.ones((4, 8)), "step": jnp.zeros((), jnp.int32), "meta": 3}
+    restored = ocp.StandardCheckpointer()
+    restored.save(tmp_path / "ckpt", {"w": fresh["w"], "step": fresh["step"]})
+    restored.wait_until_finished()
+    restored = restored.restore(tmp_path / "ckpt", {"w": fresh["w"], "step": fresh["step"]})
+    assert all(x.committed for x in jax.tree.leaves(restored)) and not fresh["w"].committed
+
+    step = jax.jit(lambda tree: tree["w"] * 2 + tree["step"])
+    step({"w": fresh["w"], "step": fresh["step"]})
+    step(restored)
+    assert step._cache_size() == 2          # without it: one program per committed-ness
+
+    made = partition.committed(fresh)
+    assert made["meta"] == 3 and made["w"].committed and made["step"].committed
+    assert made["w"].devices() == fresh["w"].devices()
+    step = jax.jit(lambda tree: tree["w"] * 2 + tree["step"])
+    step({"w": made["w"], "step": made["step"]})
+    step(restored)
+    assert step._cache_size() == 1
+    sharded = jax.device_put(jnp.ones((8, 2)), jax.sharding.NamedSharding(mesh_lib.make_mesh({"data": 8, "fsdp": 1, "tensor": 1}), P("data")))
+    assert partition.committed(sharded) is sharded

@@ -97,6 +97,10 @@ def test_two_steps_resume_two_steps_equals_four(policy, filled_buffer, tmp_path)
     straight, _ = train(config, tmp_path / "straight", policy, filled_buffer)
     first, _ = train(config, tmp_path / "resumed", policy, filled_buffer, stop_at=2)
     assert first.state.step == 2 and first.checkpointer.all_steps() == [2]
+    # a fresh start holds its state committed to the device as the resume's restore does, so both run (and cache)
+    # the same compiled programs: jit compiles one per committed-ness of its arguments
+    for trainer in (straight, first):
+        assert all(x.committed for x in jax.tree.leaves((trainer.state.params, trainer.state.opt_state)))
     second, sink = train(config, tmp_path / "resumed", policy, filled_buffer)
     assert sink.versions[0] == 2 and second.state.step == 4
     # every episode trained exactly once, and the same ones in the same order as the uninterrupted run
