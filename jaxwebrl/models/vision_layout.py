@@ -27,16 +27,15 @@ def concrete_grid(image_grid_thw) -> np.ndarray:
     return grid
 
 
-def bucketed_image_order(order: np.ndarray, minimum: int = 0) -> np.ndarray:
-    """`order` [N] (the images of a batch, in prompt order) followed by copies of its last entry up to
-    max(`bucket(N)`, `minimum`) images (the trainer passes rows × most images a row holds: one grid a row bucket).
-    Image features are bound to image tokens in batch order, so trailing extra images feed no token and change no
+def bucketed_image_order(order: np.ndarray) -> np.ndarray:
+    """`order` [N] (the images of a batch, in prompt order) followed by copies of its last entry up to `bucket(N)`
+    images. Image features are bound to image tokens in batch order, so trailing extra images feed no token and change no
     output; what they buy is a static image grid that a varying image count (padding rows, prompts with
     fewer screenshots) no longer changes, so the compiled programs are reused instead of retraced."""
     order = np.asarray(order, np.int64).reshape(-1)
     if order.size == 0:
         return order
-    target = max(bucket(order.size), int(minimum))
+    target = bucket(order.size)
     return np.concatenate([order, np.full(target - order.size, order[-1], np.int64)])
 
 
