@@ -275,6 +275,8 @@ class Sampler:
             if self._param_shardings is None:
                 self._param_shardings = partition.param_shardings(params, self.mesh)
             params = jax.device_put(params, self._param_shardings)
+        else:   # a fresh policy's, a restored checkpoint's and the trainer's weights: one compiled program for all
+            params = partition.committed(params)
         return params, int(version)
 
     def _tables_of(self, constraint: TokenConstraint | None):

@@ -40,7 +40,7 @@ from jaxwebrl.env.registry import config_action_texts
 from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.sampler import Sampler, SamplingParams
 from jaxwebrl.models.serving_weights import serving_dtype
-from jaxwebrl.parallel.partition import cast_floating, committed
+from jaxwebrl.parallel.partition import cast_floating
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.admission import Admission
 from jaxwebrl.rollout.busy_clock import BusyClock
@@ -69,7 +69,7 @@ class PolicyServer:
         self.serve_dtype = serving_dtype(serve_dtype, policy.config)
         self.decode_block = int(decode_block)
         self._weights_lock = threading.Lock()
-        self._params, self._version = committed(cast_floating(policy.params, self.serve_dtype)), 0
+        self._params, self._version = cast_floating(policy.params, self.serve_dtype), 0
         self._requests: queue.Queue = queue.Queue()
         self._running = threading.Event()
         self._running.set()
@@ -99,7 +99,7 @@ class PolicyServer:
     def set_weights(self, params, version: int) -> None:
         """Publish `params` as policy version `version`; in-flight generations switch at their next chunk. Floating
         leaves not in `serve_dtype` are cast to it (leaves already in it are used as they are, not copied)."""
-        params = committed(cast_floating(params, self.serve_dtype))   # as the trainer's: one program for both
+        params = cast_floating(params, self.serve_dtype)
         with self._weights_lock:
             self._params, self._version = params, int(version)
 

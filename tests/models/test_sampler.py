@@ -339,3 +339,35 @@ def test_sampling_logits_hand_computed():
     assert np.all(np.isfinite(np.asarray(g)))
     with pytest.raises(ValueError, match="temperature > 0"):
         sampling_logits(logits, temperature=0.0)
+
+
+def test_restored_weights_decode_on_the_programs_a_fresh_policy_compiled(policy, prompts, tmp_path):
+    """A restored checkpoint's arrays are committed to the device, a fresh policy's are not, and jit compiles one
+    program for each: the sampler commits what it is given, so weights from a resume, the trainer or a fresh
+    policy decode on the same compiled programs (no compile at the second generate)."""
+    import orbax.checkpoint as ocp
+
+    tok = policy.processor.tokenizer
+    fresh_sampler = Sampler(policy.module, policy.config, pad_token_id=tok.pad_token_id, decode_chunk=CHUNK,
+                            prompt_multiple=WIDTH)
+    greedy = SamplingParams(max_new_tokens=2, temperature=0.0)
+    assert not any(x.committed for x in jax.tree.leaves(policy.params))
+    first = fresh_sampler.generate((policy.params, 0), prompts, greedy)
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(tmp_path / "params", policy.params)
+    checkpointer.wait_until_finished()
+    restored = checkpointer.restore(tmp_path / "params", policy.params)
+    assert all(x.committed for x in jax.tree.leaves(restored))
+    compiles = []
+
+    def listener(event, seconds, **kwargs):
+        if event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        second = fresh_sampler.generate((restored, 0), prompts, greedy)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+    assert [list(r.tokens) for r in second] == [list(r.tokens) for r in first]
