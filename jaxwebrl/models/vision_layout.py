@@ -29,8 +29,8 @@ def concrete_grid(image_grid_thw) -> np.ndarray:
 
 def bucketed_image_order(order: np.ndarray) -> np.ndarray:
     """`order` [N] (the images of a batch, in prompt order) followed by copies of its last entry up to `bucket(N)`
-    images. Image features are bound to image tokens in batch order, so trailing extra images feed no token and change no
-    output; what they buy is a static image grid that a varying image count (padding rows, prompts with
+    images. Image features are bound to image tokens in batch order, so trailing extra images feed no token and
+    change no output; what they buy is a static image grid that a varying image count (padding rows, prompts with
     fewer screenshots) no longer changes, so the compiled programs are reused instead of retraced."""
     order = np.asarray(order, np.int64).reshape(-1)
     if order.size == 0:

@@ -276,5 +276,6 @@ def test_committed_makes_a_fresh_tree_compile_like_a_restored_one_and_moves_noth
     step({"w": made["w"], "step": made["step"]})
     step(restored)
     assert step._cache_size() == 1
-    sharded = jax.device_put(jnp.ones((8, 2)), jax.sharding.NamedSharding(mesh_lib.make_mesh({"data": 8, "fsdp": 1, "tensor": 1}), P("data")))
+    mesh = mesh_lib.make_mesh({"data": 8, "fsdp": 1, "tensor": 1})
+    sharded = jax.device_put(jnp.ones((8, 2)), jax.sharding.NamedSharding(mesh, P("data")))
     assert partition.committed(sharded) is sharded
