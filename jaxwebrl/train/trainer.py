@@ -149,13 +149,12 @@ class Trainer:
         start = restore_or_init(self.config, self.checkpointer, params=params, opt_state=opt_state, rng=rng,
                                 set_aside=distributed.is_primary(),
                                 critic=None if self.critic is None else self.critic.init_state(params))
-        if self.critic is not None:   # the checkpoint's critic, else a fresh one on the starting (warm) weights
-            self.critic.state = start.critic if start.critic is not None else self.critic.init_state(start.params)
-        self._resume = {"cursor": start.cursor, "consumed": start.consumed, "totals": start.totals}
         # committed like a restored state, so a fresh start and a resume share their compiled programs
         params, opt_state, rng = partition.committed((start.params, start.opt_state, start.rng))
-        if self.critic is not None:
-            self.critic.state = partition.committed(self.critic.state)
+        if self.critic is not None:   # the checkpoint's critic, else a fresh one on the starting (warm) weights
+            self.critic.state = partition.committed(start.critic if start.critic is not None
+                                                    else self.critic.init_state(params))
+        self._resume = {"cursor": start.cursor, "consumed": start.consumed, "totals": start.totals}
         return TrainState(params, opt_state, start.step, start.version, rng)
 
     def save(self, metrics: dict | None = None) -> None:
