@@ -155,7 +155,7 @@ class Sampler:
 
             config = config.replace(scan_layers=False)
             module = VisionLanguageModel(config)
-        self._unstacked: tuple[Any, Any] | None = None   # (stacked params seen last, their unstacked copy)
+        self._resolved: tuple[Any, Any] | None = None    # (params seen last, as decoded: unstacked, committed)
         self.module, self.config = module, config
         self.pad_token_id = int(pad_token_id)
         self.decode_chunk = int(decode_chunk)
@@ -267,16 +267,18 @@ class Sampler:
     # ------------------------------------------------------------------ host side
     def _weights(self, weights) -> tuple[Any, int]:
         params, version = weights() if callable(weights) else weights
-        if self._stacked_config is not None:   # once per published version, not per chunk
-            if self._unstacked is None or self._unstacked[0] is not params:
-                self._unstacked = (params, stacking.unstack(params, self._stacked_config))
-            params = self._unstacked[1]
+        if self._resolved is None or self._resolved[0] is not params:   # once per published version, not per chunk
+            given = params
+            if self._stacked_config is not None:
+                params = stacking.unstack(params, self._stacked_config)
+            if self.mesh is None:   # a fresh policy's, a restored checkpoint's and the trainer's: one program for all
+                params = partition.committed(params)
+            self._resolved = (given, params)
+        params = self._resolved[1]
         if self.mesh is not None:
             if self._param_shardings is None:
                 self._param_shardings = partition.param_shardings(params, self.mesh)
             params = jax.device_put(params, self._param_shardings)
-        else:   # a fresh policy's, a restored checkpoint's and the trainer's weights: one compiled program for all
-            params = partition.committed(params)
         return params, int(version)
 
     def _tables_of(self, constraint: TokenConstraint | None):
