@@ -2,7 +2,7 @@
 recorded exactly as a rollout worker builds it, and the oracle's action becomes the target response.
 
     steps = oracle_demonstrations(["miniwob/click-test", "toy"], seeds=range(100), prompt=PromptConfig(window=0))
-    steps[0] == {"task", "seed", "step", "messages", "images": [uint8 [H, W, 3]], "response": str}
+    steps[0] == {"task", "spec", "seed", "step", "messages", "images": [uint8 [H, W, 3]], "response": str}
 
 Responses are `Memory: {}` + `Action: <text>` in the prompt's action style (short call text such as
 `click(250, 500)` for "call", the tool-call JSON for "tool_call"): the minimal memory the paper favours. With a
@@ -120,8 +120,8 @@ def oracle_demonstrations(tasks: Iterable[str], seeds: Iterable[int], *, prompt:
                     env.close()
                     env = make_env(task, **(env_options or {}))
                     continue
-                if reward > 0:
-                    out.extend(steps)
+                if reward > 0:   # "task": the env's own name; "spec": the spec as given (its options in any order)
+                    out.extend({**step, "spec": task} for step in steps)
         finally:
             env.close()
         if failures and len(failures) == len(seeds):

@@ -122,6 +122,12 @@ def sft_train(policy, rows: list[dict], *, steps: int, batch_size: int, lr: floa
     return params, losses
 
 
+def won_episodes(demos: list[dict], tasks: list[str]) -> dict[str, int]:
+    """{spec: episodes the oracle won on it} (the distinct seeds of its demonstrations), keyed by the spec as given:
+    its env may name the task otherwise (a chain spec's options in their canonical order)."""
+    return {task: len({d["seed"] for d in demos if d["spec"] == task and d["step"] == 0}) for task in tasks}
+
+
 def warm_start(config, out_dir: str, *, seeds, steps: int, batch_size: int = 8, lr: float = 1e-3,
                log_every: int = 0) -> dict:
     """Demonstrations of the oracles on `config.env.tasks` x `seeds` (training seeds: keep them disjoint from
@@ -143,9 +149,8 @@ def warm_start(config, out_dir: str, *, seeds, steps: int, batch_size: int = 8, 
     start = time.monotonic()
     params, losses = sft_train(policy, rows, steps=steps, batch_size=batch_size, lr=lr, seed=config.seed,
                                log_every=log_every)
-    won = {task: len({d["seed"] for d in demos if d["task"] == task and d["step"] == 0}) for task in tasks}
     summary = {"tasks": tasks, "seeds": [min(seeds), max(seeds)] if seeds else [], "num_seeds": len(seeds),
-               "won_episodes": won, "demo_steps": len(demos), "sft_steps": steps, "batch_size": batch_size,
+               "won_episodes": won_episodes(demos, tasks), "demo_steps": len(demos), "sft_steps": steps, "batch_size": batch_size,
                "lr": lr, "loss_first": losses[0] if losses else None,
                "loss_last10": float(np.mean(losses[-10:])) if losses else None,
                "demo_s": round(demo_s, 1), "train_s": round(time.monotonic() - start, 1)}

@@ -14,6 +14,7 @@ from jaxwebrl.env.tasks.miniwob.miniwob import VIEWPORT
 from jaxwebrl.env.tasks.chain.oracle import chain_oracle
 from jaxwebrl.env.tasks.episode import run_episode
 from jaxwebrl.eval.demos import oracle_demonstrations
+from jaxwebrl.eval.sft import won_episodes
 from jaxwebrl.seeds import EVAL_SEED_START
 
 pytestmark = pytest.mark.browser
@@ -122,12 +123,14 @@ def test_the_oracle_reads_only_the_screenshot_and_goal(browser):
 
 
 def test_demonstrations_of_each_variant_stay_on_the_click_grid():
-    demos = oracle_demonstrations(["chain/easy", "chain/easy-recall?trap=1"], range(3), action_texts=CLICK_GRID,
-                                  env_options={"screenshot_size": (64, 64)})
+    specs = ["chain/easy", "chain/easy-recall?layout=fixed&trap=1"]   # options out of their canonical order
+    demos = oracle_demonstrations(specs, range(3), action_texts=CLICK_GRID, env_options={"screenshot_size": (64, 64)})
     assert len(demos) == 2 * 3 * 3
     assert all(d["response"].startswith(RESPONSE_PREFIX) and d["response"][len(RESPONSE_PREFIX):] in CLICK_GRID
                for d in demos)
-    assert {d["task"] for d in demos} == {"chain/easy", "chain/easy-recall?trap=1"}
+    assert {d["task"] for d in demos} == {"chain/easy", "chain/easy-recall?trap=1&layout=fixed"}
+    # the warm start's record counts each spec's won episodes as given (it counted 0 for such a spec)
+    assert won_episodes(demos, specs) == {"chain/easy": 3, "chain/easy-recall?layout=fixed&trap=1": 3}
 
 
 def test_free_memory_demonstrations_write_the_oracle_count_and_the_next_prompt_shows_it():
