@@ -227,7 +227,12 @@ class VllmPolicyServer(PolicyServer):
                 self._stats["prompt_tokens"] += len(prompt)
             _settle(future, result=reply)
 
-        return self.engines[replica].generate(payload), done
+        try:
+            return self.engines[replica].generate(payload), done
+        except BaseException:   # never sent: no done() will come to take it off the engine's load
+            with self._flight_lock:
+                self._in_flight[replica] -= 1
+            raise
 
 
 

@@ -92,6 +92,18 @@ def test_two_engine_replicas_share_the_requests_and_both_take_every_push(policy,
         server.set_weights(build_policy({"name": "tiny_hd32"}, seed=7).params, 1)
         _play(server, toy_buffer, workers=2)
         after, stats = server.engine_stats(), server.stats()
+        # a request the least loaded engine refuses to take fails alone, and leaves that engine's load as it was:
+        # the next request (nothing else in flight) goes to the same engine, not to the other one for good
+        request = {"op": "generate", "messages": [{"role": "user", "content": [{"type": "text", "text": "press"}]}],
+                   "image_refs": np.zeros((0,), np.int64), "max_new_tokens": 4, "temperature": 0.0}
+        served = [r["requests"] for r in after["replicas"]]
+        engine = server.engines[0]
+        engine.generate = lambda payload: (_ for _ in ()).throw(ConnectionError("the engine's socket is gone"))
+        with pytest.raises(ConnectionError, match="socket is gone"):
+            server.handle(request)
+        del engine.generate   # the engine's own method again
+        server.handle(request)
+        assert [r["requests"] for r in server.engine_stats()["replicas"]] == [served[0] + 1, served[1]]
     finally:
         server.close()
     assert stats["engine_replicas"] == 2 and stats["pushes"] == 1
