@@ -24,7 +24,6 @@ Nothing is lost silently and no single bad batch stops the run:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import sys
 import time
@@ -37,19 +36,19 @@ import numpy as np
 from jaxwebrl.buffer.episode import Episode
 from jaxwebrl.buffer.screenshots import ScreenshotOverwritten
 from jaxwebrl.checkpoint.checkpointer import Checkpointer
-from jaxwebrl.checkpoint.resume import restore_or_init
 from jaxwebrl.errors import CannotTrain, TrainingDiverged, one_line
 from jaxwebrl.models import lora
 from jaxwebrl.models.serving_weights import serving_copy, serving_dtype
-from jaxwebrl.parallel import distributed, partition
+from jaxwebrl.parallel import distributed
 from jaxwebrl.parallel.mesh import batch_divisor
-from jaxwebrl.parallel.multihost import NullMetrics, place_train_state
+from jaxwebrl.parallel.multihost import NullMetrics
 from jaxwebrl.rollout.action_grammar import config_constraint
 from jaxwebrl.train import console, reference, rl_config, run_config, totals
 from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.buffer_reads import BufferReads, losses_of
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
+from jaxwebrl.train.start_state import starting_state
 from jaxwebrl.train.metrics import MetricsWriter, memory_metrics
 from jaxwebrl.train.update import Updater, UpdateInterrupted
 from jaxwebrl.train.versions import run_history
@@ -63,15 +62,6 @@ class WeightSink(Protocol):
     """Where new weights go (the policy server): `set_weights(params, version)`; optional pause/resume."""
 
     def set_weights(self, params, version: int) -> None: ...
-
-
-@dataclasses.dataclass
-class TrainState:
-    params: object
-    opt_state: object
-    step: int
-    version: int
-    rng: jax.Array
 
 
 class Trainer:
@@ -110,7 +100,8 @@ class Trainer:
         c = config.checkpoint
         self.checkpointer = Checkpointer(f"{workdir}/checkpoints", keep=c.keep, keep_best=c.keep_best,
                                          best_metric=c.best_metric, async_save=c.async_save)
-        self.state = self._restore_or_init()
+        self.state, self._resume = starting_state(config, self.checkpointer, policy, self.optimizer,
+                                                  critic=self.critic, mesh=mesh)
         self.versions = run_history(workdir, self.state.version, buffer, self._resume["cursor"],   # never reused
                                     rl_config.max_offpolicyness(config))
         self.gatherer = BatchGatherer(consumer_batch_size=t.consumer_batch_size,
@@ -136,27 +127,6 @@ class Trainer:
         self._publish(self.state.params)
 
     # ------------------------------------------------------------------ state
-    def _restore_or_init(self) -> TrainState:
-        """The run's starting state (`checkpoint/resume.py`: this workdir's checkpoint, `checkpoint.restore_from`,
-        `model.init_params`, or the policy's own weights, in that order) and its buffer resume point."""
-        # the update donates its params: a copy, so that the policy's own stay intact
-        rng = jax.random.key(self.config.seed)
-        if self.mesh is None:
-            params = _copy(self.policy.params)
-        else:   # global arrays every process's update and Orbax save share, each device given only its shard
-            params, rng = place_train_state(self.policy.params, rng, self.mesh)
-        opt_state = partition.init_state(self.optimizer.init, params)   # each moment sharded like its weight
-        start = restore_or_init(self.config, self.checkpointer, params=params, opt_state=opt_state, rng=rng,
-                                set_aside=distributed.is_primary(),
-                                critic=None if self.critic is None else self.critic.init_state(params))
-        # committed like a restored state, so a fresh start and a resume share their compiled programs
-        params, opt_state, rng = partition.committed((start.params, start.opt_state, start.rng))
-        if self.critic is not None:   # the checkpoint's critic, else a fresh one on the starting (warm) weights
-            self.critic.state = partition.committed(start.critic if start.critic is not None
-                                                    else self.critic.init_state(params))
-        self._resume = {"cursor": start.cursor, "consumed": start.consumed, "totals": start.totals}
-        return TrainState(params, opt_state, start.step, start.version, rng)
-
     def save(self, metrics: dict | None = None) -> None:
         pending = self.gatherer.pending_episodes() + list(self._held or ())   # a held batch: read again too
         point = self.ledger.resume_point({e.episode_id for e in pending})
@@ -475,11 +445,6 @@ class Trainer:
             scalars.setdefault(f"ppo_actor/update/{key}/avg", value)
         scalars.update({f"ppo_critic/{k.split('/', 1)[1]}": v for k, v in stats.items() if k.startswith("critic/")})
         return scalars, {"rollout/staleness": lags.tolist(), "rollout/steps": steps.tolist()}
-
-
-def _copy(params):
-    """A copy of the params for the policy server (the update donates its own buffers)."""
-    return jax.tree.map(lambda x: x.copy(), params)
 
 
 @jax.jit
