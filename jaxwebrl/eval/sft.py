@@ -150,8 +150,8 @@ def warm_start(config, out_dir: str, *, seeds, steps: int, batch_size: int = 8, 
     params, losses = sft_train(policy, rows, steps=steps, batch_size=batch_size, lr=lr, seed=config.seed,
                                log_every=log_every)
     summary = {"tasks": tasks, "seeds": [min(seeds), max(seeds)] if seeds else [], "num_seeds": len(seeds),
-               "won_episodes": won_episodes(demos, tasks), "demo_steps": len(demos), "sft_steps": steps, "batch_size": batch_size,
-               "lr": lr, "loss_first": losses[0] if losses else None,
+               "won_episodes": won_episodes(demos, tasks), "demo_steps": len(demos), "sft_steps": steps,
+               "batch_size": batch_size, "lr": lr, "loss_first": losses[0] if losses else None,
                "loss_last10": float(np.mean(losses[-10:])) if losses else None,
                "demo_s": round(demo_s, 1), "train_s": round(time.monotonic() - start, 1)}
     save_params(params, out_dir, {"source": "sft", "step": steps, "policy_version": 0, **summary})
