@@ -48,8 +48,8 @@ from jaxwebrl.train.assembly import assemble
 from jaxwebrl.train.buffer_reads import BufferReads, losses_of
 from jaxwebrl.train.gatherer import BatchGatherer, staleness
 from jaxwebrl.train.ledger import ReadLedger
-from jaxwebrl.train.start_state import starting_state
 from jaxwebrl.train.metrics import MetricsWriter, memory_metrics
+from jaxwebrl.train.start_state import starting_state
 from jaxwebrl.train.update import Updater, UpdateInterrupted
 from jaxwebrl.train.versions import run_history
 

@@ -3,7 +3,7 @@ records are keyed by: loaded as `bench/ablation.py --record` loads it, its param
 docs/learning.md names, and its committed evaluation is of the same weights' tasks and size."""
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -15,11 +15,8 @@ TRAP = ("--config.env.tasks=chain/easy-cue?layout=fixed&trap=2,chain/medium-cue?
 
 
 def _ablation(monkeypatch):
-    monkeypatch.syspath_prepend(os.path.join(REPO, "bench"))   # its sibling modules
-    spec = importlib.util.spec_from_file_location("bench_ablation", os.path.join(REPO, "bench", "ablation.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    monkeypatch.syspath_prepend(os.path.join(REPO, "bench"))   # bench/ scripts import each other by module name
+    return importlib.import_module("ablation")
 
 
 def test_the_committed_warm_start_is_the_one_the_study_names(monkeypatch):

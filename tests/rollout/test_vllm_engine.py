@@ -97,8 +97,11 @@ def test_two_engine_replicas_share_the_requests_and_both_take_every_push(policy,
         request = {"op": "generate", "messages": [{"role": "user", "content": [{"type": "text", "text": "press"}]}],
                    "image_refs": np.zeros((0,), np.int64), "max_new_tokens": 4, "temperature": 0.0}
         served = [r["requests"] for r in after["replicas"]]
+        def refuse(payload):
+            raise ConnectionError("the engine's socket is gone")
+
         engine = server.engines[0]
-        engine.generate = lambda payload: (_ for _ in ()).throw(ConnectionError("the engine's socket is gone"))
+        engine.generate = refuse
         with pytest.raises(ConnectionError, match="socket is gone"):
             server.handle(request)
         del engine.generate   # the engine's own method again
