@@ -1,5 +1,5 @@
 """Execute notebooks/browser_power.ipynb headless on the browser study's committed records
-(docs/results/paper_regime/power/runs): it draws each seed's paired outcomes and prints bench/ablation.py's paired
+(docs/results/paper_regime/power2/runs): it draws each seed's paired outcomes and prints bench/ablation.py's paired
 table for constT10 − grpo; the committed notebook carries the same printed outputs (a new record means re-running
 `python -m tests.notebooks.run`)."""
 
@@ -10,7 +10,7 @@ import nbformat
 from tests.notebooks.run import REPO, execute, images, printed
 
 NAME = "browser_power.ipynb"
-RECORDS = REPO / "docs" / "results" / "paper_regime" / "power" / "runs"
+RECORDS = REPO / "docs" / "results" / "paper_regime" / "power2" / "runs"
 
 
 def test_power_notebook_draws_the_records_and_prints_the_paired_table_of_bench_ablation():
