@@ -97,6 +97,7 @@ def test_two_engine_replicas_share_the_requests_and_both_take_every_push(policy,
         request = {"op": "generate", "messages": [{"role": "user", "content": [{"type": "text", "text": "press"}]}],
                    "image_refs": np.zeros((0,), np.int64), "max_new_tokens": 4, "temperature": 0.0}
         served = [r["requests"] for r in after["replicas"]]
+
         def refuse(payload):
             raise ConnectionError("the engine's socket is gone")
 
