@@ -20,9 +20,10 @@ compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", FIELDS["compilati
 # The slowest files of `bash .ci/test` (seconds summed over their tests in the two-worker pass from a cold XLA cache,
 # as in CI: docs/results/house/suite_profile_cold_08323f3.json, 6 Dec 2026, alone), slowest first, but for the two
 # learning runs whose length varies most, first of all: the LoRA run (one or two seeds, 16 updates at most each)
-# and the critic PPO run (to GOAL_READ in 9 updates, 24 at most), so that neither is the last file running. A file not listed keeps its
-# collection order after these; a listed file that is gone is ignored. tests/rollout/test_vllm_engine.py (223 s) is
-# left out on purpose: its tests wait for .ci/install-vllm, which runs beside the start of the suite in .ci/run.
+# and the critic PPO run (to GOAL_READ in 9 updates, 24 at most), so that neither is the last file running. A file
+# not listed keeps its collection order after these; a listed file that is gone is ignored.
+# tests/rollout/test_vllm_engine.py (223 s) is left out on purpose: its tests wait for .ci/install-vllm, which runs
+# beside the start of the suite in .ci/run.
 SLOWEST_FIRST = (
     "tests/launch/test_toy_learns_lora.py",      # 269 s
     "tests/launch/test_toy_learns_ppo.py",       # 330 s to all four; 145 s alone to GOAL_READ
