@@ -1,6 +1,7 @@
 """Repository-wide pytest setup.
 
-Eight fake CPU devices so sharding tests exercise a real mesh; must be set before JAX is imported.
+Eight fake CPU devices so sharding tests exercise a real mesh, compiled at XLA:CPU's optimisation level 0
+(`tests/xla_flags.py`); must be set before JAX is imported.
 """
 
 import gc
@@ -9,7 +10,9 @@ import sys
 
 import pytest
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from tests.xla_flags import suite_flags
+
+os.environ.setdefault("XLA_FLAGS", suite_flags())
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

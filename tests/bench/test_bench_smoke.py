@@ -124,8 +124,9 @@ def test_attention_check_tiny_times_each_kernel_beside_the_xla_reference(run_ben
         for name in ("xla", "chunked"):   # both run on the CPU and agree with the fp32 reference
             assert kernels[name]["ms"] > 0 and kernels[name]["max_abs_diff_out"] < 1e-5, (name, kernels[name])
             assert kernels[name]["max_abs_diff_dq"] < 1e-5
+            # the bench rounds the ratio of its rounded times to 3 decimals: 0.032 for 0.03163 (a CPU run under load)
             assert kernels[name]["speedup_over_xla"] == pytest.approx(kernels["xla"]["ms"] / kernels[name]["ms"],
-                                                                      rel=1e-2)
+                                                                      abs=6e-4)
         assert "needs a TPU" in kernels["splash"]["skipped"]      # reported with its reason, not timed
         assert "cudnn" in kernels["cudnn"]["skipped"]
 

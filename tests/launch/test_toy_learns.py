@@ -12,6 +12,7 @@ import pytest
 
 from jaxwebrl.env.tasks.toy import toy
 from jaxwebrl.train.metrics import read_metrics
+from tests.xla_flags import run_speed_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPE = "--config=configs/grpo.py:toy"
@@ -23,7 +24,7 @@ MAX_UPDATES = 40   # a budget, not the schedule: the run stops once its greedy p
 
 def launch(script, *args, timeout):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "launch", script), RECIPE, *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+                          env=run_speed_env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
 

@@ -20,6 +20,7 @@ from jaxwebrl.train import rl_config
 from jaxwebrl.train.metrics import read_metrics
 from jaxwebrl.train.update import make_optimizer
 from tests.launch.test_toy_learns_lora import GOAL_READ
+from tests.xla_flags import run_speed_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPE = "--config=configs/ppo.py:toy"
@@ -37,7 +38,7 @@ def test_critic_ppo_learns_to_read_the_toys_goal_from_scratch(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "launch", "train.py"), RECIPE, f"--workdir={workdir}",
                            f"--config.train.max_steps={MAX_UPDATES}", "--config.checkpoint.save_every_steps=10",
                            f"--config.train.stop_at_greedy_success={GOAL_READ}", "--config.metrics.progress_bar=False"],
-                          cwd=REPO, capture_output=True, text=True, timeout=1800)
+                          cwd=REPO, env=run_speed_env(), capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     records = read_metrics(workdir)
     seen = [r["rollout/success_rate_seen"] for r in records]

@@ -22,6 +22,7 @@ from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.train.metrics import read_metrics
 from tests.scale import train_steps
 from tests.scale.test_multiprocess import finish, free_port
+from tests.xla_flags import suite_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, GROUP, BATCH = 2, 2, 4
@@ -49,7 +50,7 @@ def recorded_buffer(path: str) -> list[int]:
 
 
 def launch(workdir: str, devices: int, *flags: str, log_name: str = "log.txt"):
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=suite_flags(devices), JAX_PLATFORMS="cpu",
                PYTHONPATH=REPO)
     for key in [k for k in env if k.startswith("JAXWEBRL_")]:
         del env[key]

@@ -14,6 +14,7 @@ import pytest
 
 from jaxwebrl.parallel import distributed
 from tests.scale import train_steps
+from tests.xla_flags import suite_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,7 +29,7 @@ def start_two_processes(out_dir):
     port = free_port()
     procs = []
     for rank in range(2):
-        env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+        env = dict(os.environ, XLA_FLAGS=suite_flags(4), JAX_PLATFORMS="cpu",
                    JAXWEBRL_COORDINATOR=f"127.0.0.1:{port}", JAXWEBRL_NUM_PROCESSES="2",
                    JAXWEBRL_PROCESS_ID=str(rank), PYTHONPATH=REPO)
         log = open(os.path.join(out_dir, f"log_{rank}.txt"), "w")
