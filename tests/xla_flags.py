@@ -1,10 +1,10 @@
 """The suite's XLA flags: eight fake CPU devices (sharding tests see a real mesh), and XLA:CPU's LLVM backend at
 optimisation level 0, because the suite compiles far more than it runs.
 
-Measured side by side from cold caches (five slow files, 44 tests, one pytest process each, the two at once):
-level 0 compiled the tiny default's train step in 6.9 s against 14.2 s and ran it in 2.9-3.1 s against 1.5-1.8 s;
-the files' tests took 722 s against 1,132 s, but the one learning run (80+ update steps) 702 s against 311 s.
-So the learning runs and the real-width rehearsal launch their runs at the default level (`run_speed_env`).
+Measured side by side from cold caches (docs/results/house/xla_opt_level_ab.json): level 0 compiled the tiny
+default's train step in 6.9 s against 14.2 s and ran it in 2.9-3.1 s against 1.5-1.8 s; five slow test files took
+722 test-seconds against 1,133, but for the GRPO toy learning run, 702 s against 311 s. So the learning runs and the
+real-width rehearsal launch their runs at the default level (`run_speed_env`).
 """
 
 from __future__ import annotations
