@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.xla_flags import run_speed_env
+from tests.xla_flags import run_speed_flags
 
 pytest.importorskip("dashscope", reason="the rehearsal uses the real Qwen vocabulary: pip install -e '.[qwen]'")
 
@@ -27,7 +27,7 @@ def _scale_bench():
 @pytest.mark.browser
 @pytest.mark.exclusive   # its process tree peaks at ~18 GiB of the machine's 24: never beside another test
 def test_real_width_loop_runs_a_step(tmp_path, monkeypatch):
-    monkeypatch.setenv("XLA_FLAGS", run_speed_env()["XLA_FLAGS"])   # its update runs ~2 min: XLA's default level
+    monkeypatch.setenv("XLA_FLAGS", run_speed_flags())   # its update runs ~2 min: XLA's default level
     result = _scale_bench().measure(str(tmp_path / "run"), steps=1, timeout_s=2400, max_rss_gib=20)
     assert result["returncode"] == 0 and result["steps_done"] == 1, result.get("output_tail")
     # the vocabulary the run used, not the bench's own claim: its buffer's width and the ids its episodes hold
