@@ -23,7 +23,7 @@ compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", FIELDS["compilati
 # and the critic PPO run (to GOAL_READ in 9 updates, 24 at most), so that neither is the last file running. A file
 # not listed keeps its collection order after these; a listed file that is gone is ignored.
 # tests/rollout/test_vllm_engine.py (223 s) is left out on purpose: its tests wait for .ci/install-vllm, which runs
-# beside the start of the suite in .ci/run.
+# beside .ci/install and, where the download is slow, the start of the suite in .ci/run.
 SLOWEST_FIRST = (
     "tests/launch/test_toy_learns_lora.py",      # 269 s
     "tests/launch/test_toy_learns_ppo.py",       # 330 s to all four; 145 s alone to GOAL_READ

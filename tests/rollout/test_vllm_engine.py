@@ -25,7 +25,7 @@ from jaxwebrl.train.update import OptimizerConfig, Updater, UpdateSettings
 from tests.train.conftest import SHORT_SYSTEM_PROMPT, toy_buffer  # noqa: F401 - the toy ring buffer fixture
 
 pytestmark = pytest.mark.vllm
-INSTALL_WAIT_S = 1800   # .ci/run builds the venv beside the suite (~6 min); a test here waits for that install
+INSTALL_WAIT_S = 1800   # .ci/run builds the venv beside its install (~2.5 min here); a test here waits for that install
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -39,8 +39,9 @@ def test_each_images_tokens_become_one_placeholder():
 
 
 def test_an_engine_venv_being_installed_is_waited_for_and_then_found(tmp_path, monkeypatch):
-    """.ci/run builds the venv beside the suite: while `.ci/install-vllm` holds VENV.lock the venv is not there yet
-    (False after wait_s), and the moment the install lets go it is (a waiting test goes on at once)."""
+    """.ci/run builds the venv beside its install and the suite's start: while `.ci/install-vllm` holds VENV.lock
+    the venv is not there yet (False after wait_s), and the moment the install lets go it is (a waiting test goes on
+    at once)."""
     import fcntl
     import threading
     import time
