@@ -18,35 +18,35 @@ from jaxwebrl.parallel import compile_cache
 compile_cache.enable(os.environ.get("JAXWEBRL_TEST_XLA_CACHE", FIELDS["compilation_cache_dir"].default))
 
 # The slowest files of `bash .ci/test` (seconds summed over their tests in the two-worker pass from a cold XLA cache,
-# as in CI: docs/results/house/suite_profile_cold_08323f3.json, 6 Dec 2026, alone), slowest first, but for the two
+# as in CI: docs/results/house/suite_profile_cold_646a66f.json, 7 Dec 2026, alone), slowest first, but for the two
 # learning runs whose length varies most, first of all: the LoRA run (one or two seeds, 16 updates at most each)
 # and the critic PPO run (to GOAL_READ in 9 updates, 24 at most), so that neither is the last file running. A file
 # not listed keeps its collection order after these; a listed file that is gone is ignored.
-# tests/rollout/test_vllm_engine.py (223 s) is left out on purpose: its tests wait for .ci/install-vllm, which runs
+# tests/rollout/test_vllm_engine.py (218 s) is left out on purpose: its tests wait for .ci/install-vllm, which runs
 # beside .ci/install and, where the download is slow, the start of the suite in .ci/run.
 SLOWEST_FIRST = (
-    "tests/launch/test_toy_learns_lora.py",      # 269 s
-    "tests/launch/test_toy_learns_ppo.py",       # 330 s to all four; 145 s alone to GOAL_READ
-    "tests/train/test_critic.py",                # 349 s
-    "tests/parallel/test_compile.py",            # 270 s: XLA's TPU compiler
-    "tests/bench/test_bench_smoke.py",           # 220 s
-    "tests/env/test_sites.py",                   # 215 s: the webgym recipe twice (ground truth, its engine)
-    "tests/bench/test_bench_smoke_live.py",      # 195 s
-    "tests/scale/test_launch_multihost.py",      # 191 s
-    "tests/launch/test_train_run.py",            # 150 s
-    "tests/bench/test_learning_run.py",          # 147 s
-    "tests/launch/test_toy_learns.py",           # 135 s
-    "tests/models/test_remat_policies.py",       # 124 s
-    "tests/train/test_lora.py",                  # 122 s
-    "tests/launch/test_train_kl.py",             # 121 s
-    "tests/train/test_update_layout.py",         # 110 s
-    "tests/env/test_chain.py",                   # 108 s
-    "tests/models/test_scan_layers.py",          # 107 s
+    "tests/launch/test_toy_learns_lora.py",      # 283 s
+    "tests/launch/test_toy_learns_ppo.py",       # 329 s (to GOAL_READ; 145 s alone)
+    "tests/bench/test_bench_smoke_live.py",      # 266 s
+    "tests/parallel/test_compile.py",            # 241 s: XLA's TPU compiler
+    "tests/bench/test_bench_smoke.py",           # 208 s
+    "tests/train/test_critic.py",                # 197 s
+    "tests/env/test_sites.py",                   # 192 s: the webgym recipe twice (ground truth, its engine)
+    "tests/bench/test_learning_run.py",          # 184 s
+    "tests/scale/test_launch_multihost.py",      # 165 s
+    "tests/launch/test_toy_learns.py",           # 147 s
+    "tests/launch/test_train_run.py",            # 134 s
+    "tests/test_mutations.py",                   # 132 s
+    "tests/env/test_chain.py",                   # 114 s
     "tests/train/test_update.py",                # 106 s
-    "tests/train/test_reference.py",             # 104 s
-    "tests/test_mutations.py",                   # 102 s
-    "tests/train/test_trainer.py",               # 101 s
-    "tests/launch/test_console.py",              # 99 s
+    "tests/models/test_remat_policies.py",       # 105 s
+    "tests/train/test_lora.py",                  # 98 s
+    "tests/eval/test_evaluate_policy.py",        # 87 s
+    "tests/models/test_attention.py",            # 86 s
+    "tests/launch/test_console.py",              # 81 s
+    "tests/train/test_reference.py",             # 80 s
+    "tests/train/test_update_layout.py",         # 80 s
+    "tests/plan/test_plan_command.py",           # 79 s
 )
 
 
