@@ -7,10 +7,10 @@ code tree is on PYTHONPATH, so two commits are timed side by side on the same in
 The batch (143 step rows of one 64x64 screenshot each, prompts from the real processor, responses from the real
 action grammar, half the episodes rewarded) is built once with a fixed seed and cached (--batch), so every tree
 trains on the same arrays; the first update includes its compile. Prints one JSON line: the tree, the batch shape,
-seconds per update, and the last update's actor loss and grad norm (equal across trees when the update computes
-the same thing). `--length_groups=N` times the update with N length groups instead of the recipe's (one tree, both
-ways: docs/results/house/length_groups_update_ab.json). It imports the few names whose module moved in issue 28
-from either home, so it runs on both sides of that change.
+the epochs, seconds per update, and the last update's actor loss and grad norm (equal across trees when the update
+computes the same thing). `--length_groups=N` times the update with N length groups instead of the recipe's (one
+tree, both ways: docs/results/house/length_groups_update_ab.json); `--epochs=N` with N PPO epochs. It imports the
+few names whose module moved in issue 28 from either home, so it runs on both sides of that change.
 """
 
 from __future__ import annotations
@@ -88,10 +88,14 @@ def main() -> None:
     parser.add_argument("--batch", default="/tmp/jaxwebrl_update_ab_batch.npz")
     parser.add_argument("--length_groups", type=int, default=None,
                         help="train.length_groups for this tree's update (default: the recipe's)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="train.ppo_n_epochs for this tree's update (default: the recipe's 4)")
     args = parser.parse_args()
     config = constT10.get_config("tiny")
     if args.length_groups is not None:
         config.train.length_groups = args.length_groups
+    if args.epochs is not None:
+        config.train.ppo_n_epochs = args.epochs
     config.compilation_cache_dir = ""   # every tree compiles for itself
     policy = recipe_policy(config)
     texts = config_action_texts(config)
@@ -117,6 +121,7 @@ def main() -> None:
         jax.block_until_ready(params)
         seconds.append(round(time.perf_counter() - t0, 3))
     print(json.dumps({"tree": os.environ.get("PYTHONPATH"), "length_groups": config.train.length_groups,
+                      "epochs": config.train.ppo_n_epochs,
                       "rows": batch.num_real_rows,
                       "shape": list(batch.input_ids.shape), "seconds": seconds,
                       "last_update": {"actor_loss": stats["actor_loss"], "grad_norm": stats["grad_norm"]}}))

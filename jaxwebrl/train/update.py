@@ -4,7 +4,8 @@ A train step takes a batch of step rows (padded `[B, T]` arrays, see `UpdateBatc
   1. splits the rows into `ppo_n_minibatches` of equal row count balanced by policy tokens
      (`assembly.balanced_minibatches`) and recomputes the proximal log-probs log π_prox with the current params
      (no gradient) — the decoupled loss's anchor, distinct from the behaviour log-probs the sampler recorded —
-     and, in a KL run, the frozen reference's log π_ref in the same pass (`train/reference.py`);
+     and, in a KL run, the frozen reference's log π_ref in the same pass (`train/reference.py`); a step of one
+     minibatch update without a reference reads them off that update's own forward instead (`_own_prox`);
   2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → KL in the reward → masked GAE;
      with a value model, `train/critic.py`, GAE reads its values and each actor minibatch update is followed by a
      critic one);
@@ -238,20 +239,22 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
         return _forward_logprobs(module, settings, params, mb, grid, groups)[0]
 
     def step_fn(params, opt_state, mb: Minibatch, grid, groups=None):
+        """mb.prox_logprobs None: π_prox is `params` themselves (the step's only minibatch update, `Updater`), so
+        the proximal log-probs are this forward's own, detached, not a second forward pass."""
         mask = mb.loss_mask
-        behave = mb.behave_logprobs if settings.use_decoupled_loss else mb.prox_logprobs
-
         train, frozen = trainable.split(params, module.config)
 
         def objective(p):
             logprobs, entropy = _forward_logprobs(module, settings, trainable.combine(p, frozen), mb, grid, groups)
+            prox = jax.lax.stop_gradient(logprobs) if mb.prox_logprobs is None else mb.prox_logprobs
+            behave = mb.behave_logprobs if settings.use_decoupled_loss else prox
             loss, stats = regularizers.actor_objective(
-                settings.loss, logprobs, mb.prox_logprobs, behave, mb.advantages, mask,
+                settings.loss, logprobs, prox, behave, mb.advantages, mask,
                 loss_kwargs=settings.loss_kwargs, ref_logprobs=mb.ref_logprobs, kl_coef=settings.kl_loss_coef,
                 kl_estimator=settings.kl_loss_estimator)
-            return loss, (dict(stats, entropy=_masked_mean(entropy, mask)), logprobs)
+            return loss, (dict(stats, entropy=_masked_mean(entropy, mask)), logprobs, prox)
 
-        (loss, (stats, logprobs)), grads = jax.value_and_grad(objective, has_aux=True)(train)
+        (loss, (stats, logprobs, prox)), grads = jax.value_and_grad(objective, has_aux=True)(train)
         grad_norm = optax.global_norm(grads)
         updates, new_opt_state = optimizer.update(grads, opt_state, train)
         new_train = optax.apply_updates(train, updates)
@@ -266,7 +269,7 @@ def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfi
         logprobs = jax.lax.stop_gradient(logprobs)
         out = {f"loss_stats/{k}": jnp.asarray(v, jnp.float32).mean() for k, v in stats.items()}
         out.update(actor_loss=loss.astype(jnp.float32), grad_norm=grad_norm,
-                   approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb.prox_logprobs), mask),
+                   approx_kl_abs=_masked_mean(jnp.abs(logprobs - prox), mask),
                    behave_approx_kl_abs=_masked_mean(jnp.abs(logprobs - mb.behave_logprobs), mask),
                    policy_tokens=mask.sum().astype(jnp.float32),
                    skipped=(~finite if settings.skip_non_finite else jnp.bool_(False)).astype(jnp.float32))
@@ -316,8 +319,8 @@ class Updater:
         minibatches = [m for m in self._split(batch) if m.policy_tokens > 0]
         rows = [jnp.asarray(m.rows) for m in minibatches]
         shape = batch.input_ids.shape
-        prox = _in_batch_order([self._logprobs(params, m.minibatch, m.grid, m.groups) for m in minibatches], rows,
-                               shape)
+        prox = None if self._own_prox(minibatches) else _in_batch_order(
+            [self._logprobs(params, m.minibatch, m.grid, m.groups) for m in minibatches], rows, shape)
         ref = ref_kl = None
         extra = {}
         if self.reference is not None:   # the reference's, in the same pass and LM-head chunks
@@ -369,6 +372,12 @@ class Updater:
         if ref_kl is not None:
             stats["ref_kl"] = ref_kl
         return params, opt_state, stats
+
+    def _own_prox(self, minibatches: list["Split"]) -> bool:
+        """True when the step makes one minibatch update and holds no reference: π_prox is then the params that
+        update starts from, so its step reads the proximal log-probs off its own forward (detached) instead of a
+        separate forward pass (the reference's KL needs them before any update)."""
+        return self.settings.n_epochs == 1 and len(minibatches) == 1 and self.reference is None
 
     def proximal_logprobs(self, params, batch: UpdateBatch) -> np.ndarray:
         """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them), rows in batch order."""

@@ -89,6 +89,38 @@ def test_update_is_deterministic(policy, updater, toy_buffer):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_one_minibatch_update_reads_the_proximal_log_probs_off_its_own_forward(policy, toy_buffer, monkeypatch):
+    """ppo_n_minibatches = ppo_n_epochs = 1 and no reference: π_prox is the params the one update starts from, so
+    the step makes no separate proximal pass and gives the update of the two-pass step (its log-probs passed in)."""
+    play_toy(toy_buffer, groups=2, group_size=4, epsilon=0.6, seed=3)
+    episodes, _ = toy_buffer.read(None, group_size=4)
+    batch = assemble(episodes, screenshots=toy_buffer.screenshots, image_processor=policy.processor.image_processor,
+                     n_minibatches=1, max_seq_len=512)
+    config = get_config("toy")
+    config.train.ppo_n_minibatches, config.train.ppo_n_epochs = 1, 1
+    updater, tx = updater_for(policy, config)
+    proximal_passes = []
+    forward = updater._logprobs
+    monkeypatch.setattr(updater, "_logprobs", lambda *a, **k: proximal_passes.append(1) or forward(*a, **k))
+
+    def update():
+        params = jax.tree.map(lambda x: x.copy(), policy.params)
+        return updater(params, tx.init(params), batch)
+
+    own, _, own_stats = update()
+    assert not proximal_passes and own_stats["optimizer_updates"] == 1 and own_stats["approx_kl_abs"] == 0
+    monkeypatch.setattr(updater, "_own_prox", lambda minibatches: False)   # the two-pass step
+    two_pass, _, stats = update()
+    assert len(proximal_passes) == 1 and 0 <= stats["approx_kl_abs"] < 1e-5
+    for key in ("actor_loss", "grad_norm", "loss_stats/clip_ratio", "loss_stats/behave_cap_ratio"):
+        assert own_stats[key] == pytest.approx(stats[key], rel=1e-4, abs=1e-6), key
+    moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+                for a, b in zip(jax.tree.leaves(own), jax.tree.leaves(policy.params)))
+    assert moved > 1e-4   # the update moved the weights, so the comparison below is of an update
+    for a, b in zip(jax.tree.leaves(own), jax.tree.leaves(two_pass)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6)
+
+
 def _sharpened(policy):
     """The tiny policy with its embeddings ×4: peaked enough that top-p 0.9 cuts real mass off."""
     params = jax.tree_util.tree_map_with_path(
