@@ -10,7 +10,8 @@ from `topology.topology_devices`, or real ones):
 
 - `train_step`: the Updater's jitted minibatch step (forward + backward of the whole vision-language model,
   the loss, AdamW) on `rows` rows of `seq_len` tokens with the prompt window's screenshots;
-- `proximal_logprobs`: the Updater's no-gradient log-prob pass on the same rows;
+- `proximal_logprobs`: the Updater's no-gradient log-prob pass on the same rows (a step of more than one
+  minibatch update, or a KL run: `update.prox_from_own_forward`);
 - `reference_logprobs` (a KL run: `actor.kl_ctl` or `actor.kl_loss_coef` > 0): the same pass on the frozen
   reference's weights, held in `actor.ref_dtype` (`train/reference.py`);
 - `critic_values`, `critic_step` (`critic.enabled`): the value model's no-gradient values and its clipped
@@ -59,13 +60,18 @@ from jaxwebrl.parallel.topology import Chip
 from jaxwebrl.train import reference, trainable
 from jaxwebrl.train.critic import CriticState
 from jaxwebrl.train.rl_config import optimizer_settings, update_settings, value_model
-from jaxwebrl.train.update import Minibatch, _compiled, make_optimizer
+from jaxwebrl.train.update import Minibatch, _compiled, make_optimizer, prox_from_own_forward
 
 PROGRAMS = ("train_step", "proximal_logprobs", "reference_logprobs", "critic_values", "critic_step", "prefill",
             "decode", "logprob_path")
 # Programs only some runs have: name -> (whether `config` runs it, what makes it run).
 _WITH_CRITIC = (lambda c: bool(c.critic.enabled), "a critic: --config.critic.enabled=True (ppo.py)")
-OPTIONAL = {"reference_logprobs": (reference.needed, "a KL term: --config.actor.kl_ctl or actor.kl_loss_coef > 0"),
+_SEPARATE_PROX = (lambda c: not prox_from_own_forward(c.train.ppo_n_epochs, c.train.ppo_n_minibatches,
+                                                      reference.needed(c)),
+                  "more than one minibatch update a step (--config.train.ppo_n_epochs x ppo_n_minibatches > 1) "
+                  "or a KL term: a step of one update reads its proximal log-probs off that update's forward")
+OPTIONAL = {"proximal_logprobs": _SEPARATE_PROX,
+            "reference_logprobs": (reference.needed, "a KL term: --config.actor.kl_ctl or actor.kl_loss_coef > 0"),
             "critic_values": _WITH_CRITIC, "critic_step": _WITH_CRITIC}
 # What each train-side program takes as arguments of the train state the Updater holds (see `resident_bytes`).
 _ARGUMENTS = {"train_step": ("policy_params", "optimizer_state"), "proximal_logprobs": ("policy_params",),
@@ -188,6 +194,7 @@ class Programs:
         opt_shapes = jax.eval_shape(optimizer.init, shapes_tree)      # the trainable weights' moments only
         self.opt_state = _abstract(opt_shapes, partition.state_shardings(opt_shapes, mesh))
         self.settings = update_settings(config)
+        self.separate_prox = OPTIONAL["proximal_logprobs"][0](config)   # else the train step reads its own forward
         self.logprobs_fn, self.step_fn = _compiled(self.module, self.settings, self.optimizer_config)
         self.reference = self._reference(shapes_tree)
         self.critic, self.critic_state = self._critic(shapes_tree)
@@ -250,7 +257,8 @@ class Programs:
                        behave_logprobs=_batch(mesh, (rows, t), jnp.float32),
                        advantages=_batch(mesh, (rows, t), jnp.float32) if train else None,
                        loss_positions=_batch(mesh, (rows, s.positions), jnp.int32),
-                       prox_logprobs=_batch(mesh, (rows, t), jnp.float32) if train else None,
+                       prox_logprobs=(_batch(mesh, (rows, t), jnp.float32) if train and self.separate_prox
+                                      else None),   # else the step's own forward's (update.prox_from_own_forward)
                        ref_logprobs=(_batch(mesh, (rows, t), jnp.float32) if train and self.settings.kl_loss_coef
                                      else None),   # the KL loss term's input (train/reference.py)
                        pixel_values=_batch(mesh, (patches, self.model_config.vision.patch_dim), jnp.float32))
@@ -269,6 +277,8 @@ class Programs:
         return compiled, seconds, work, {"rows": s.rows, "seq_len": s.seq_len, "loss_positions_per_row": s.positions}
 
     def proximal_logprobs(self):
+        if not self.separate_prox:
+            raise ValueError(f"proximal_logprobs needs {OPTIONAL['proximal_logprobs'][1]}")
         mb, grid = self.minibatch(train=False)
         compiled, seconds = _compile(self.mesh, lambda: self.logprobs_fn.lower(self.params, mb, grid=grid))
         s = self.shapes

@@ -5,7 +5,7 @@ A train step takes a batch of step rows (padded `[B, T]` arrays, see `UpdateBatc
      (`assembly.balanced_minibatches`) and recomputes the proximal log-probs log π_prox with the current params
      (no gradient) — the decoupled loss's anchor, distinct from the behaviour log-probs the sampler recorded —
      and, in a KL run, the frozen reference's log π_ref in the same pass (`train/reference.py`); a step of one
-     minibatch update without a reference reads them off that update's own forward instead (`_own_prox`);
+     minibatch update without a reference reads them off that update's own forward (`prox_from_own_forward`);
   2. runs jaxwebrl.rl's advantage path (group norm → r̂/k or r̂/|τ| → last token → KL in the reward → masked GAE;
      with a value model, `train/critic.py`, GAE reads its values and each actor minibatch update is followed by a
      critic one);
@@ -228,6 +228,13 @@ def _block(x: jax.Array | None, start: int, rows: int, width: int | None = None)
     return None if x is None else x[start:start + rows, :width]
 
 
+def prox_from_own_forward(epochs: int, minibatches: int, reference: bool) -> bool:
+    """Whether a train step of `epochs` passes over `minibatches` reads π_prox off its update's own forward: true
+    for one minibatch update and no reference (π_prox is then the params that update starts from; a reference's KL
+    needs π_prox before any update), so the step makes no separate proximal pass."""
+    return epochs * minibatches == 1 and not reference
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled(module, settings: UpdateSettings, optimizer_config: OptimizerConfig):
     """(logprobs_fn, step_fn) jitted once per (module, settings, optimizer): every Updater alike shares them.
@@ -374,10 +381,8 @@ class Updater:
         return params, opt_state, stats
 
     def _own_prox(self, minibatches: list["Split"]) -> bool:
-        """True when the step makes one minibatch update and holds no reference: π_prox is then the params that
-        update starts from, so its step reads the proximal log-probs off its own forward (detached) instead of a
-        separate forward pass (the reference's KL needs them before any update)."""
-        return self.settings.n_epochs == 1 and len(minibatches) == 1 and self.reference is None
+        """Whether this step's one update reads π_prox off its own forward (`prox_from_own_forward`)."""
+        return prox_from_own_forward(self.settings.n_epochs, len(minibatches), self.reference is not None)
 
     def proximal_logprobs(self, params, batch: UpdateBatch) -> np.ndarray:
         """[B, T] float32 log-probs of `batch` under `params` (as the update recomputes them), rows in batch order."""

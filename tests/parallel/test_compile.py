@@ -165,6 +165,22 @@ def test_the_train_state_held_through_each_pass_counts_against_the_chip():
                                                     "total": params + opt}
 
 
+def test_a_one_update_step_has_no_proximal_program_and_its_train_step_reads_its_own_forward():
+    """ppo_n_epochs = ppo_n_minibatches = 1, no KL term: the run makes no proximal pass
+    (update.prox_from_own_forward), so the report has no proximal_logprobs and the train step takes no proximal
+    log-probs; a KL term brings both back."""
+    c = constT10.get_config("qwen3vl_2b")
+    c.train.ppo_n_epochs = c.train.ppo_n_minibatches = 1
+    assert aot.programs_for(c) == ("train_step", "prefill", "decode", "logprob_path")
+    one = _programs(c)
+    assert one.minibatch(train=True)[0].prox_logprobs is None
+    with pytest.raises(ValueError, match=r"proximal_logprobs needs more than one minibatch update a step"):
+        one.proximal_logprobs()
+    c.actor.kl_loss_coef = 0.001   # the reference's KL needs the proximal log-probs before any update
+    assert "proximal_logprobs" in aot.programs_for(c)
+    assert _programs(c).minibatch(train=True)[0].prox_logprobs is not None
+
+
 @needs_libtpu
 def test_a_program_the_run_does_not_execute_is_refused_in_one_line():
     done = compile_cli("--config=configs/constT10.py:qwen3vl_8b", "--topology=v5p-8",
