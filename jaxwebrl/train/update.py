@@ -69,11 +69,11 @@ class Minibatch(NamedTuple):
 
     input_ids, attention_mask, loss_mask (the objective's tokens) [R, T] int32; behave_logprobs [R, T] float32;
     advantages [R, T] float32 (update only); loss_positions [R, P] int32 (`lm_head.loss_positions`; None: every
-    position); prox_logprobs [R, T] float32 (update only); ref_logprobs [R, T] float32 (the reference's, for a
-    KL loss term only); constraint_states [R, T] int32 and allowed_table [S, V] bool (decoded under an action
-    constraint only); pixel_values [N_patches, D] float32, the patches of each distinct image the rows show, once
-    (padded to a bucket of images), and image_index [R, K] int32, row r's k-th image as an index into them (-1:
-    none) (rows with images only). An absent field is None.
+    position); prox_logprobs [R, T] float32 (update only; None: the step's own forward's, `prox_from_own_forward`);
+    ref_logprobs [R, T] float32 (the reference's, for a KL loss term only); constraint_states [R, T] int32 and
+    allowed_table [S, V] bool (decoded under an action constraint only); pixel_values [N_patches, D] float32, the
+    patches of each distinct image the rows show, once (padded to a bucket of images), and image_index [R, K] int32,
+    row r's k-th image as an index into them (-1: none) (rows with images only). An absent field is None.
     """
 
     input_ids: jax.Array
