@@ -1,7 +1,7 @@
 """Repository-wide pytest setup.
 
-Eight fake CPU devices so sharding tests exercise a real mesh, compiled at XLA:CPU's optimisation level 0
-(`tests/xla_flags.py`); must be set before JAX is imported.
+Eight fake CPU devices so sharding tests exercise a real mesh, compiled for a quick compile (LLVM at level 0, the
+classic loop emitters: `tests/xla_flags.py`); must be set before JAX is imported.
 """
 
 import gc
