@@ -18,6 +18,8 @@ INSTALL_REQUIRES = [
     "ml-collections==1.1.0",
     "absl-py==2.5.1",
     "numpy>=2.0,<3",
+    "ml-dtypes==0.6.0",   # JAX's and TensorStore's dtypes: 0.7.0's import costs every process ~0.6 CPU-s more
+                          # (bench/process_cost.py; docs/results/house/process_cost.json)
     "pillow==13.0.0",
     "tokenizers==0.23.3",
     "jinja2>=3.1.6",
