@@ -67,6 +67,22 @@ DASHBOARD_KEYS = (
 )
 
 
+def _summary_writer() -> type:
+    """tensorboardX's SummaryWriter, imported without torch: where torch is installed (the test extra, an HF export
+    environment), `tensorboardX.writer` imports it only to accept torch tensors, ~2 CPU-s a process
+    (bench/process_cost.py); the writer here is given numpy arrays and Python floats. A torch already imported is
+    left as it is."""
+    blocked = "torch" not in sys.modules
+    if blocked:
+        sys.modules["torch"] = None   # `import torch` raises ImportError, which tensorboardX.writer catches
+    try:
+        from tensorboardX import SummaryWriter  # deferred: only when metrics.tensorboard is on
+    finally:
+        if blocked:
+            del sys.modules["torch"]   # a later `import torch` in this process imports it as usual
+    return SummaryWriter
+
+
 class MetricsWriter:
     """Append train-step records to JSONL (+ TensorBoard, + wandb) and drive a terminal progress bar."""
 
@@ -84,9 +100,7 @@ class MetricsWriter:
         self._skipped_file = None
         self._tb = None
         if tensorboard:
-            from tensorboardX import SummaryWriter  # deferred: only when metrics.tensorboard is on
-
-            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+            self._tb = _summary_writer()(os.path.join(workdir, "tensorboard"))
         self._wandb = None
         if wandb_project:
             import wandb  # deferred: optional dependency, only when metrics.wandb_project is set

@@ -3,6 +3,8 @@ metrics land as flat JSONL records and TensorBoard events."""
 
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +68,31 @@ def test_metrics_jsonl_and_tensorboard(tmp_path):
         assert all(isinstance(json.loads(line), dict) for line in f)
     events = os.listdir(tmp_path / "tensorboard")
     assert any(name.startswith("events.out.tfevents") for name in events)
+
+
+# A fresh process (the suite's already imported torch): MetricsWriter's TensorBoard writes scalars, a histogram and
+# an image without importing torch, and torch still imports afterwards.
+TORCH_FREE = """
+import sys
+import numpy as np
+from jaxwebrl.train.metrics import MetricsWriter
+writer = MetricsWriter(sys.argv[1], total_steps=1, progress_bar=False)
+writer.write(1, {"rollout/reward": 0.5}, histograms={"rollout/staleness": [0, 1]})
+writer._tb.add_image("episodes/0", np.zeros((4, 4, 3), np.uint8), 1, dataformats="HWC")
+writer.close()
+print("torch" in sys.modules)
+import torch
+print(torch.tensor([1.0]).item())
+"""
+
+
+def test_tensorboard_events_are_written_without_importing_torch(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", TORCH_FREE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "1.0"]
+    events = [name for name in os.listdir(tmp_path / "tensorboard") if name.startswith("events.out.tfevents")]
+    assert len(events) == 1 and os.path.getsize(tmp_path / "tensorboard" / events[0]) > 200
 
 
 def test_resumed_writer_drops_the_steps_after_its_checkpoint(tmp_path):
