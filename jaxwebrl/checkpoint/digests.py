@@ -83,10 +83,16 @@ def _leaf_digest(leaf: jax.Array) -> jax.Array:
     return jnp.stack(sums)
 
 
+_leaf_digest_call = jax.jit(_leaf_digest)
+
+
 @jax.jit
 def _tree_digest(leaves: tuple) -> jax.Array:
-    """[len(leaves), 2] uint32: the digest of every leaf, in one program (compiled once per structure)."""
-    return jnp.stack([_leaf_digest(jnp.asarray(leaf)) for leaf in leaves])
+    """[len(leaves), 2] uint32: the digest of every leaf, in one program (compiled once per structure). Each leaf's
+    digest is a jitted call of its own, traced and lowered once per shape and dtype: a state's leaves repeat a few
+    shapes (params, both Adam moments, every layer), and tracing each one was most of a small state's save."""
+    return jnp.stack([_leaf_digest_call(jnp.asarray(leaf)) for leaf in leaves])
+
 
 
 def _digests(leaves: list) -> list[list[int]]:

@@ -94,6 +94,17 @@ def test_the_whole_tree_is_one_program_compiled_once_per_structure():
     assert digests._tree_digest._cache_size() == before + 1
 
 
+def test_a_leaf_shape_repeated_across_the_tree_is_traced_once():
+    layers = {f"layer{i}": {"kernel": jnp.full((17, 19), i, jnp.float32), "norm": jnp.full((19,), i, jnp.float32)}
+              for i in range(6)}   # six layers of two shapes
+    leaves = tuple(jax.tree.leaves({"params": layers, "mu": layers, "nu": layers}))
+    program = jax.make_jaxpr(digests._tree_digest)(leaves).eqns[0].params["jaxpr"]
+    calls = [eqn.params["jaxpr"] for eqn in program.eqns if eqn.primitive.name in ("pjit", "jit")]
+    assert len(calls) == len(leaves) == 36 and len({id(jaxpr) for jaxpr in calls}) == 2
+    saved = leaf_digests({"params": layers})
+    assert len({tuple(leaf["digest"]) for leaf in saved["leaves"].values()}) == 12   # each layer's values differ
+
+
 @pytest.mark.skipif(not libtpu_available(), reason='libtpu is not installed here: pip install -e ".[tpu]"')
 def test_on_a_tpu_slice_each_chip_reduces_its_own_rows_in_one_pass():
     """XLA's TPU compiler (libtpu, no TPU) on a v5e-4 slice: no gather, one all-reduce of the partial sums, and
