@@ -132,7 +132,7 @@ SCHEMA = {
                            above(0, "must be > 0 (e.g. 16)")),
             "target_modules": Field("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
                                     "comma-separated decoder projections that get adapters (the known names: "
-                                    "jaxwebrl/models/lora.py TARGET_MODULES, checked there)",
+                                    "jaxwebrl/models/lora_config.py TARGET_MODULES, checked there)",
                                     Check(lambda v: isinstance(v, str) and bool(v.strip(",  ")),
                                           "name at least one projection, e.g. 'q_proj,v_proj'")),
             "base_dtype": Field("bfloat16", "storage dtype of the frozen base weights under LoRA (the adapters: "

@@ -43,8 +43,8 @@ from jaxwebrl import cli
 from jaxwebrl.buffer.from_config import path_for
 from jaxwebrl.buffer.ring import RingBuffer
 from jaxwebrl.rollout.pool import WorkerPool
+from jaxwebrl.rollout.published import read_published
 from jaxwebrl.rollout.ray_launcher import RayWorkerPool
-from jaxwebrl.rollout.serving import read_published
 from jaxwebrl.rollout.spec import mismatched_keys, run_fingerprint, worker_spec
 from jaxwebrl.rollout.transport import curve_key
 from jaxwebrl.rollout.worker_process import EXIT_FATAL

@@ -13,7 +13,7 @@ import json
 from typing import Any, Mapping
 
 from jaxwebrl.models.families import ModelFamily, get_family
-from jaxwebrl.models.lora import LoraConfig
+from jaxwebrl.models.lora_config import LoraConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,7 @@ class ModelConfig:
     of the vision tower ("auto": cuDNN flash attention on a GPU, splash on a TPU, XLA on the CPU; or "xla",
     "chunked", "cudnn", "splash": `attention_kernels.py`).
 
-    Training knobs: `lora` (a `lora.LoraConfig`, or None) adds adapters to the decoder's named projections and
+    Training knobs: `lora` (a `lora_config.LoraConfig`, or None) adds adapters to the decoder's named projections and
     holds every other weight in `lora.base_dtype` (`base_param_dtype`); `freeze_vision` trains no vision-tower
     weight (`train/trainable.py`: no gradient, no optimizer state).
     """

@@ -14,7 +14,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jaxwebrl.models import decode_attention, kv_cache
 from jaxwebrl.models.config import TextConfig
-from jaxwebrl.models.lora import LoraConfig
+from jaxwebrl.models.lora_config import LoraConfig
 from jaxwebrl.models.attention import AttentionMask, attend, causal_mask
 from jaxwebrl.models.layers import (RMSNorm, SwiGLU, apply_rotary, dense, mrope_axis_selector, mrope_cos_sin,
                                     remat_policy)

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from jaxwebrl.models.lora import LoraConfig, LoraDense
+from jaxwebrl.models.lora import LoraDense
+from jaxwebrl.models.lora_config import LoraConfig
 
 Dtype = jnp.dtype
 

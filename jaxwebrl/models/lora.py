@@ -1,6 +1,6 @@
 """LoRA on the text decoder's named projections: y = x W (+ b) + (alpha / rank) (x A) B, the base W frozen.
 
-`LoraConfig(rank, alpha, target_modules, base_dtype)` sits on `ModelConfig.lora` (None: no adapters). Each
+`LoraConfig(rank, alpha, target_modules, base_dtype)` (`models/lora_config.py`) sits on `ModelConfig.lora` (None: no adapters). Each
 targeted projection (`TARGET_MODULES`: the decoder's attention and MLP projections) is a `LoraDense`: the base
 `kernel` [in, out] (and `bias`) where `nn.Dense` keeps them, plus `lora_a` [in, r] (uniform ±1/sqrt(in)) and
 `lora_b` [r, out] (zeros), so a fresh adapter computes exactly the base function. With `scan_layers` the adapters
@@ -20,58 +20,15 @@ HF param map, the trainable-parameter split (`train/trainable.py`), the merge an
 
 from __future__ import annotations
 
-import dataclasses
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-# The projections LoRA may adapt: the decoder's attention and SwiGLU MLP (the HF/PEFT names).
-TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from jaxwebrl.models.lora_config import LoraConfig
+
 ADAPTER_LEAVES = ("lora_a", "lora_b")
-
-
-@dataclasses.dataclass(frozen=True)
-class LoraConfig:
-    """rank r >= 1, alpha (the update is scaled by alpha / r), target_modules (names in TARGET_MODULES),
-    base_dtype: storage dtype of the frozen base weights; adapter_dtype: the adapters' (the model's param_dtype)."""
-
-    rank: int
-    alpha: float = 16.0
-    target_modules: tuple[str, ...] = TARGET_MODULES
-    base_dtype: str = "bfloat16"
-    adapter_dtype: str = "float32"
-
-    def __post_init__(self):
-        object.__setattr__(self, "target_modules", tuple(self.target_modules))
-        problem = config_problem(self.rank, self.target_modules)
-        if problem:
-            raise ValueError(problem)
-
-    @property
-    def scale(self) -> float:
-        return float(self.alpha) / float(self.rank)
-
-
-def parse_targets(targets) -> tuple[str, ...]:
-    """'q_proj,v_proj' or a sequence of names -> a tuple of names (empty entries dropped)."""
-    if isinstance(targets, str):
-        targets = targets.split(",")
-    return tuple(t.strip() for t in targets if t and t.strip())
-
-
-def config_problem(rank, target_modules) -> str | None:
-    """One line saying what is wrong with a LoRA rank / target list (None: it can run)."""
-    if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or rank <= 0:
-        return f"model.lora.rank={rank!r}: must be an int >= 1 (e.g. 8), or None for no LoRA"
-    targets = parse_targets(target_modules)
-    unknown = [t for t in targets if t not in TARGET_MODULES]
-    if unknown or not targets:
-        return (f"model.lora.target_modules={','.join(targets)!r}: {unknown or 'nothing'} matches no module; "
-                f"the known projections are {','.join(TARGET_MODULES)}")
-    return None
 
 
 class LoraDense(nn.Module):

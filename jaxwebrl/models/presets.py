@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from jaxwebrl.models.config import ModelConfig, from_hf_dict, tiny_config
 from jaxwebrl.models.families import get_family, published_presets
-from jaxwebrl.models.lora import LoraConfig, parse_targets
+from jaxwebrl.models.lora_config import LoraConfig, parse_targets
 from jaxwebrl.parallel.partition import param_shardings
 
 

@@ -25,6 +25,7 @@ from jaxwebrl.rollout.transport import TransportClient
 from jaxwebrl.rollout.wire import decode_message, encode_message
 
 GENERATE_OP = "generate"
+JUDGE_OP = "judge"   # a verdict of the engine judge (rollout/engine_judge.py; rollout/verdict_decoding.py)
 # What a policy server may report per request (reply["timing"]): seconds queued before its batch started, spent
 # rendering prompts (chat template, screenshots read by reference, image processor), and in the sampler (prefill +
 # decode of the whole batch, compilation included); the batch's size, and 1.0 when that batch compiled.

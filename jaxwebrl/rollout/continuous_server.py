@@ -28,8 +28,8 @@ import queue
 import time
 
 from jaxwebrl.models.continuous_batching import ContinuousBatcher
+from jaxwebrl.rollout.client import JUDGE_OP
 from jaxwebrl.rollout.policy_server import PolicyServer, _setting, _settle
-from jaxwebrl.rollout.verdict_decoding import JUDGE_OP
 from jaxwebrl.rollout.wire import RequestRefused
 
 log = logging.getLogger(__name__)

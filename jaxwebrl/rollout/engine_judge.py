@@ -32,9 +32,9 @@ from jaxwebrl.env.tasks.webgym.judge import (ENGINE_PROBE, MAX_SCREENSHOTS, SYST
                                              rubric_text, screenshots_shown)
 from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
 from jaxwebrl.errors import one_line
-from jaxwebrl.rollout.serving import read_published
+from jaxwebrl.rollout.client import JUDGE_OP
+from jaxwebrl.rollout.published import read_published
 from jaxwebrl.rollout.transport import TransportClient
-from jaxwebrl.rollout.verdict_decoding import JUDGE_OP
 from jaxwebrl.rollout.wire import TransportAuthError, TransportError, TransportRequestRefused, TransportTimeout
 
 

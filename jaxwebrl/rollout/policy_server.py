@@ -44,7 +44,8 @@ from jaxwebrl.parallel.partition import cast_floating
 from jaxwebrl.rollout.action_grammar import action_constraint
 from jaxwebrl.rollout.admission import Admission
 from jaxwebrl.rollout.busy_clock import BusyClock
-from jaxwebrl.rollout.verdict_decoding import JUDGE_OP, VerdictGrammars, check_judge_request
+from jaxwebrl.rollout.client import JUDGE_OP
+from jaxwebrl.rollout.verdict_decoding import VerdictGrammars, check_judge_request
 from jaxwebrl.rollout.wire import RequestRefused
 
 log = logging.getLogger(__name__)

@@ -15,27 +15,22 @@ Joining a running service from another node: `service.publish(WORKDIR, fingerpri
 WORKDIR/transport.json ({"address", "server_key", "fingerprint", "worker_ids"}: public; the fingerprint is what a
 joining host must agree on, `rollout.spec.run_fingerprint`; worker_ids [first, end) the ids of the run's own
 workers, which a joining host's must not repeat) and WORKDIR/transport.token (the shared token, mode 0600);
-`read_published(WORKDIR)` reads them back (launch/rollout.py --workdir=WORKDIR refuses a host whose own fingerprint
+`published.read_published(WORKDIR)` reads them back (launch/rollout.py --workdir=WORKDIR refuses a host whose own fingerprint
 differs).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import socket
-import stat
 
 import zmq
 
-from jaxwebrl.files import write_file_atomically
 from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.policy_server import PolicyServer
+from jaxwebrl.rollout.published import write_published
 from jaxwebrl.rollout.transport import TransportServer, new_token
 from jaxwebrl.rollout.vllm_server import VllmPolicyServer
 
-TRANSPORT_FILE = "transport.json"
-TOKEN_FILE = "transport.token"
 MIN_HANDLER_THREADS = 1024   # the least the transport may start; it starts one only when a request needs it
 
 
@@ -85,11 +80,8 @@ class PolicyService:
         host = address.rpartition("//")[2].rpartition(":")[0]
         if host in ("0.0.0.0", "[::]", "*"):
             address = address.replace(host, socket.getfqdn(), 1)
-        _write_private(os.path.join(workdir, TOKEN_FILE), self.token + "\n")
-        _write_private(os.path.join(workdir, TRANSPORT_FILE),
-                       json.dumps({"address": address, "server_key": self.server_key, "fingerprint": fingerprint,
-                                   "worker_ids": None if worker_ids is None else [worker_ids.start, worker_ids.stop]},
-                                  indent=2) + "\n")
+        write_published(workdir, address=address, token=self.token, server_key=self.server_key,
+                        fingerprint=fingerprint, worker_ids=worker_ids)
         return address
 
     @property
@@ -120,40 +112,3 @@ class PolicyService:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def read_published(workdir: str) -> dict:
-    """{"address", "token", "server_key", "fingerprint", "worker_ids"} a run published in WORKDIR
-    (`PolicyService.publish`; worker_ids a range, or None from a run that published none); ValueError (one
-    line naming the file and the fix) when a file is missing, unreadable, malformed or the token file is not
-    private."""
-    files = {name: os.path.join(workdir, name) for name in (TRANSPORT_FILE, TOKEN_FILE)}
-    try:
-        with open(files[TRANSPORT_FILE], encoding="utf-8") as f:
-            published = json.load(f)
-        mode = os.stat(files[TOKEN_FILE]).st_mode
-        with open(files[TOKEN_FILE], encoding="utf-8") as f:
-            token = f.read().strip()
-    except OSError as err:
-        raise ValueError(f"{err.filename}: {err.strerror}: start the training run first (it publishes its policy "
-                         f"server there), or give --server and the token") from None
-    except ValueError as err:
-        raise ValueError(f"{files[TRANSPORT_FILE]}: not valid JSON ({err}): the run rewrites it when it starts")
-    if not isinstance(published, dict) or not str(published.get("address", "")).startswith("tcp://"):
-        raise ValueError(f"{files[TRANSPORT_FILE]}: no tcp:// 'address' in it: the run rewrites it when it starts")
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ValueError(f"{files[TOKEN_FILE]}: readable by others (mode {stat.S_IMODE(mode):o}): "
-                         f"chmod 600 {files[TOKEN_FILE]}")
-    if not token:
-        raise ValueError(f"{files[TOKEN_FILE]}: empty: the run rewrites it when it starts")
-    ids = published.get("worker_ids")
-    if ids is not None and not (isinstance(ids, list) and len(ids) == 2 and all(type(i) is int for i in ids)):
-        raise ValueError(f"{files[TRANSPORT_FILE]}: 'worker_ids' is {ids!r}, not [first, end]: the run rewrites it "
-                         "when it starts")
-    return {"address": published["address"], "token": token, "server_key": published.get("server_key"),
-            "fingerprint": published.get("fingerprint"), "worker_ids": None if ids is None else range(*ids)}
-
-
-def _write_private(path: str, text: str) -> None:
-    """Write `text` to `path` atomically (temp file + rename), readable by its owner only (0600)."""
-    write_file_atomically(path, [text.encode("utf-8")], fsync=False)

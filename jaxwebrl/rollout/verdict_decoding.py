@@ -31,7 +31,6 @@ from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.sampler import SamplingParams
 from jaxwebrl.rollout.wire import RequestRefused
 
-JUDGE_OP = "judge"
 MAX_FACTS = 64        # rubric facts a judge request may carry (WebGym's hard tasks have 7 or more)
 MIN_STATES = 256      # verdict automata are padded to a power of two states, at least this many
 

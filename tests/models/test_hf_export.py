@@ -11,7 +11,8 @@ from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from jaxwebrl.checkpoint.policies import recipe_policy
-from jaxwebrl.models import load_pretrained, save_pretrained, tiny_policy
+from jaxwebrl.models.hf_io import load_pretrained, save_pretrained
+from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.models.safetensors_io import SafetensorsFile
 from jaxwebrl.parallel import mesh as mesh_lib
 from tests.models import hf_reference as ref

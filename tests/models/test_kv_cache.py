@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwebrl.models import init_cache, tiny_policy
+from jaxwebrl.models.kv_cache import init_cache
+from jaxwebrl.models.policy import tiny_policy
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwebrl.models import init_params, tiny_config, tiny_policy
+from jaxwebrl.models.config import tiny_config
+from jaxwebrl.models.policy import init_params, tiny_policy
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from jaxwebrl.models import load_pretrained
+from jaxwebrl.models.hf_io import load_pretrained
 from tests.models import hf_reference as ref
 
 TOL = 1e-4

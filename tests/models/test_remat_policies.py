@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwebrl.models import init_params, tiny_config
+from jaxwebrl.models.config import tiny_config
+from jaxwebrl.models.policy import init_params
 from jaxwebrl.models import vision_layout
 from jaxwebrl.models.attention import causal_mask
 from jaxwebrl.models.decoder import DecoderLayer

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxwebrl.models import load_pretrained, save_pretrained
+from jaxwebrl.models.hf_io import load_pretrained, save_pretrained
 from jaxwebrl.models.stacking import stack, unstack
 from jaxwebrl.models.policy import Policy
 from jaxwebrl.models.sampler import Sampler, SamplingParams

@@ -86,6 +86,18 @@ PARENT = textwrap.dedent("""
 """)
 
 
+def test_a_worker_process_plays_without_importing_jax(tmp_path):
+    """A worker process needs the env, the tokenizer and the transport, not the model stack: JAX's import was most
+    of a worker's start (bench/process_cost.py), paid again by every worker a pool starts or restarts."""
+    spec = toy_spec(tmp_path)
+    with WorkerPool(spec, num_workers=1, grace_s=10) as pool:
+        wait_for(lambda: len(read_stats(spec["stats_dir"])) == 1, 120, "the worker to finish a group")
+        with open(f"/proc/{pool.pids[0]}/maps") as f:
+            libraries = {line.split()[-1] for line in f if line.rstrip().endswith(".so")}
+    assert any("libzmq" in path or "_tensorstore" in path for path in libraries), sorted(libraries)[:20]
+    assert not [path for path in libraries if "jaxlib" in path or "/jax" in path], sorted(libraries)
+
+
 def test_workers_die_with_a_crashed_parent(tmp_path):
     spec = toy_spec(tmp_path)
     parent = subprocess.Popen([sys.executable, "-c", PARENT, json.dumps(spec)], stdout=subprocess.PIPE, text=True,

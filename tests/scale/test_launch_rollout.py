@@ -14,8 +14,9 @@ import pytest
 
 from configs.constT10 import get_config
 from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.rollout.published import read_published
 from jaxwebrl.rollout.scripted import ScriptedBackend, toy_oracle_responder
-from jaxwebrl.rollout.serving import PolicyService, read_published
+from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.spec import run_fingerprint
 from jaxwebrl.rollout.transport import TransportServer, new_token
 from jaxwebrl.buffer.from_config import open_or_create

@@ -13,6 +13,7 @@ from flax import traverse_util
 from configs.grpo import get_config
 from jaxwebrl.checkpoint.policies import recipe_policy
 from jaxwebrl.models import lora, presets
+from jaxwebrl.models.lora_config import LoraConfig
 from jaxwebrl.models.config import tiny_config
 from jaxwebrl.models.processor import tiny_processor
 from jaxwebrl.models.policy import Policy, init_params, init_params_shapes, merged_policy
@@ -26,7 +27,7 @@ from jaxwebrl.train.update import Updater
 from tests.train.conftest import assert_on_partition_rules, play_toy
 from tests.train.test_trainer import RecordingSink, toy_config
 
-F32_LORA = lora.LoraConfig(rank=4, alpha=8.0, base_dtype="float32")
+F32_LORA = LoraConfig(rank=4, alpha=8.0, base_dtype="float32")
 
 
 def _image_batch(config, seed=3):
