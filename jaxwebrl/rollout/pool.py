@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import multiprocessing
 import os
 import re
@@ -51,6 +52,10 @@ from jaxwebrl.rollout.worker_process import EXIT_FATAL, worker_process_main
 log = logging.getLogger(__name__)
 
 LEFTOVER_EXIT_S = 10.0   # how long close() waits for SIGKILLed browser processes to exit
+# How often a live worker's descendants are recorded: each record walks every process of the machine (psutil reads
+# /proc/*/stat), and at every poll (0.2 s) for two workers that was ~4% of a core for the whole run; browsers live
+# for many polls, and a worker that dies is recorded once more before its leftovers are killed.
+DESCENDANTS_EVERY_S = 1.0
 REPORTS_DIR_PREFIX = "jaxwebrl-pool-"  # + owner pid + "-" + random
 
 
@@ -81,6 +86,7 @@ class WorkerPool:
         self._backoff = [0.0] * self.num_workers
         self._next_start = [0.0] * self.num_workers
         self._descendants: dict[int, dict[int, float]] = {}  # worker pid -> {descendant pid: create_time}
+        self._recorded_at: dict[int, float] = {}              # worker pid -> when its descendants were recorded
         self.restarts = 0
         self.fatal: dict[int, str] = {}
         self._lock = threading.Lock()
@@ -187,7 +193,8 @@ class WorkerPool:
                 self._start_worker(worker_id)
             return
         if proc.is_alive():
-            self._record_descendants(proc.pid)
+            if time.monotonic() - self._recorded_at.get(proc.pid, -math.inf) >= DESCENDANTS_EVERY_S:
+                self._record_descendants(proc.pid)
             return
         code = proc.exitcode
         self._kill_leftovers(proc.pid)
@@ -211,6 +218,7 @@ class WorkerPool:
                     worker_id, proc.pid, code, lived, self._backoff[worker_id])
 
     def _record_descendants(self, pid: int) -> None:
+        self._recorded_at[pid] = time.monotonic()
         known = self._descendants.setdefault(pid, {})
         try:
             for child in psutil.Process(pid).children(recursive=True):
@@ -224,6 +232,7 @@ class WorkerPool:
         a browser was still alive when close() returned, and its profile was deleted under it)."""
         self._record_descendants(pid)
         killed = []
+        self._recorded_at.pop(pid, None)
         for target, created in self._descendants.pop(pid, {}).items():
             try:
                 process = psutil.Process(target)

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from jaxwebrl.buffer.ring import RingBuffer
+from jaxwebrl.rollout import pool as pool_module
 from jaxwebrl.rollout.pool import WorkerPool, read_stats
 from jaxwebrl.rollout.worker_process import EXIT_FATAL, WORKER_EXIT_S, serve_worker, worker_process_main
 from jaxwebrl.rollout.transport import TransportServer, new_token
@@ -96,6 +97,17 @@ def test_a_worker_process_plays_without_importing_jax(tmp_path):
             libraries = {line.split()[-1] for line in f if line.rstrip().endswith(".so")}
     assert any("libzmq" in path or "_tensorstore" in path for path in libraries), sorted(libraries)[:20]
     assert not [path for path in libraries if "jaxlib" in path or "/jax" in path], sorted(libraries)
+
+
+def test_a_live_workers_descendants_are_recorded_once_a_second_not_at_every_poll(tmp_path, monkeypatch):
+    scans = []
+    children = psutil.Process.children
+    monkeypatch.setattr(psutil.Process, "children", lambda self, **kw: scans.append(self.pid) or children(self, **kw))
+    with WorkerPool(toy_spec(tmp_path), num_workers=1, grace_s=10, poll_s=0.02) as pool:
+        wait_for(lambda: scans, 60, "the first record of the worker's descendants")
+        time.sleep(3.0)   # 150 polls
+        during = scans.count(pool.pids[0])
+    assert 2 <= during <= 3 / pool_module.DESCENDANTS_EVERY_S + 2, during
 
 
 def test_workers_die_with_a_crashed_parent(tmp_path):
