@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 from jaxwebrl.buffer.ring import RingBuffer
@@ -89,7 +90,7 @@ def serve_worker(spec: dict[str, Any], worker_id: int, incarnation: int = 0, rep
         line = one_line(exc, limit=1000)
         log.error("worker %d %s: %s", worker_id, what, line, exc_info=traceback)
         write_report(report_path, line)
-        close_quietly(worker, client)
+        close_within(WORKER_EXIT_S, worker, client)
         os._exit(code)
 
     try:
@@ -141,6 +142,16 @@ def write_report(path: str | None, line: str) -> None:
         write_file_atomically(path, [line.encode()], fsync=False)
     except OSError:  # the report is a courtesy: the exit code still tells the pool
         pass
+
+
+def close_within(seconds: float, worker, client) -> None:
+    """`close_quietly` on a daemon thread, waited for at most `seconds`: a worker that stops for good exits with its
+    own code soon even when an env's close hangs (a wedged browser; EnvHost waits step_timeout_s for each env)."""
+    closer = threading.Thread(target=close_quietly, args=(worker, client), name="worker-close", daemon=True)
+    closer.start()
+    closer.join(seconds)
+    if closer.is_alive():
+        log.warning("closing the worker's envs took over %g s: exiting without them", seconds)
 
 
 def close_quietly(worker, client) -> None:

@@ -1,5 +1,6 @@
 """A test extension: the env "hangs_in_step" writes $JAXWEBRL_TEST_HANG_MARKER at its first step, then hangs in it
-(as a wedged browser call would), so a worker told to stop finds its env thread busy for step_timeout_s."""
+(as a wedged browser call would), so a worker told to stop finds its env thread busy for step_timeout_s; the env
+"hangs_in_close" plays and hangs when it is closed (as a browser that will not quit)."""
 
 import os
 import time
@@ -28,4 +29,15 @@ class HangsInStepEnv:
         pass
 
 
+class HangsInCloseEnv(HangsInStepEnv):
+    task_id = "hangs_in_close"
+
+    def step(self, action):
+        raise AssertionError("not reached: the policy server refuses the worker first")
+
+    def close(self) -> None:
+        time.sleep(3600)
+
+
 register_env("hangs_in_step", HangsInStepEnv, action_texts=("click(500, 500)",), takes_max_steps=False)
+register_env("hangs_in_close", HangsInCloseEnv, action_texts=("click(500, 500)",), takes_max_steps=False)

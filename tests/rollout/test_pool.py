@@ -175,6 +175,25 @@ def test_a_worker_with_a_wrong_token_is_refused_and_stops(tmp_path):
         assert server.requests_refused >= 1 and server.requests_served == 0
 
 
+def test_a_worker_stopping_for_good_exits_with_its_code_even_when_an_env_will_not_close(tmp_path):
+    """A refused token stops the worker for good; its env's close hangs (a browser that will not quit), and
+    EnvHost would wait step_timeout_s (here 300 s) for it: the worker still exits EXIT_FATAL within WORKER_EXIT_S."""
+    with TransportServer(lambda request: {}, token=new_token()) as server:
+        spec = toy_spec(tmp_path, kind="remote", address=server.address, token="wrong-token")
+        spec["worker"].update(tasks=["hangs_in_close"], step_timeout_s=300.0)
+        spec["extensions"] = ["tests.rollout.hang_plugin"]
+        proc = multiprocessing.get_context("spawn").Process(
+            target=worker_process_main, args=(json.dumps(spec), 0, 0, os.getpid()), daemon=True)
+        proc.start()
+        try:
+            proc.join(timeout=60 + WORKER_EXIT_S)
+            assert not proc.is_alive(), f"the refused worker still runs {60 + WORKER_EXIT_S} s after it started"
+            assert proc.exitcode == EXIT_FATAL, proc.exitcode
+        finally:
+            if proc.is_alive():
+                proc.kill()
+
+
 def test_bad_specs_fail_in_the_parent():
     with pytest.raises(ValueError, match="lacks 'policy'"):
         WorkerPool({"worker": {}, "buffer": {"path": "x"}}, 1)
