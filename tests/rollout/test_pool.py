@@ -175,16 +175,23 @@ def test_a_worker_with_a_wrong_token_is_refused_and_stops(tmp_path):
         assert server.requests_refused >= 1 and server.requests_served == 0
 
 
+def start_hanging_worker(spec: dict, task: str):
+    """A worker process (no pool) of `spec` on `task`, an env of tests/rollout/hang_plugin.py, whose EnvHost would
+    wait 300 s (step_timeout_s) for a hung env."""
+    spec["worker"].update(tasks=[task], step_timeout_s=300.0)
+    spec["extensions"] = ["tests.rollout.hang_plugin"]
+    proc = multiprocessing.get_context("spawn").Process(
+        target=worker_process_main, args=(json.dumps(spec), 0, 0, os.getpid()), daemon=True)
+    proc.start()
+    return proc
+
+
 def test_a_worker_stopping_for_good_exits_with_its_code_even_when_an_env_will_not_close(tmp_path):
     """A refused token stops the worker for good; its env's close hangs (a browser that will not quit), and
     EnvHost would wait step_timeout_s (here 300 s) for it: the worker still exits EXIT_FATAL within WORKER_EXIT_S."""
     with TransportServer(lambda request: {}, token=new_token()) as server:
         spec = toy_spec(tmp_path, kind="remote", address=server.address, token="wrong-token")
-        spec["worker"].update(tasks=["hangs_in_close"], step_timeout_s=300.0)
-        spec["extensions"] = ["tests.rollout.hang_plugin"]
-        proc = multiprocessing.get_context("spawn").Process(
-            target=worker_process_main, args=(json.dumps(spec), 0, 0, os.getpid()), daemon=True)
-        proc.start()
+        proc = start_hanging_worker(spec, "hangs_in_close")
         try:
             proc.join(timeout=60 + WORKER_EXIT_S)
             assert not proc.is_alive(), f"the refused worker still runs {60 + WORKER_EXIT_S} s after it started"
@@ -361,11 +368,7 @@ def test_a_worker_told_to_stop_while_its_env_hangs_is_gone_within_its_exit_bound
     marker = tmp_path / "in_step"
     monkeypatch.setenv("JAXWEBRL_TEST_HANG_MARKER", str(marker))
     spec = toy_spec(tmp_path, kind="scripted", responder="random", texts=["click(500, 500)"])
-    spec["worker"].update(tasks=["hangs_in_step"], step_timeout_s=300.0)
-    spec["extensions"] = ["tests.rollout.hang_plugin"]
-    proc = multiprocessing.get_context("spawn").Process(
-        target=worker_process_main, args=(json.dumps(spec), 0, 0, os.getpid()), daemon=True)
-    proc.start()
+    proc = start_hanging_worker(spec, "hangs_in_step")
     try:
         wait_for(marker.exists, 120, "the worker's env to hang in its first step")
         os.kill(proc.pid, signal.SIGTERM)
