@@ -8,7 +8,8 @@ JSON spec, serving until it is told to stop, its failure reported in one line.
 Exit codes: EXIT_FATAL (a bad configuration, a refused token, a buffer that keeps refusing episodes, a task whose
 own page or spec fails before its first step, a first step longer than the buffer's rows: restarting cannot help) and EXIT_CRASH (anything else: the pool
 restarts it unless it keeps failing the same way). Either way the error goes to the report file as one line first,
-for the pool to quote; only an unexpected error is logged with its traceback.
+for the pool to quote; only an unexpected error is logged with its traceback. Its envs are closed for at most
+WORKER_EXIT_S before it exits with that code, as after SIGTERM.
 """
 
 from __future__ import annotations
