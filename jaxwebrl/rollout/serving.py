@@ -11,12 +11,11 @@ training run or an evaluation builds, starts and stops.
 `PolicyService(handler, ...)` serves any other handler (the scripted backend of tests and diagnostics).
 `curve=True` encrypts the transport with CurveZMQ (a fresh server key pair; `server_key` is its public half).
 
-Joining a running service from another node: `service.publish(WORKDIR, fingerprint, worker_ids)` writes
-WORKDIR/transport.json ({"address", "server_key", "fingerprint", "worker_ids"}: public; the fingerprint is what a
-joining host must agree on, `rollout.spec.run_fingerprint`; worker_ids [first, end) the ids of the run's own
-workers, which a joining host's must not repeat) and WORKDIR/transport.token (the shared token, mode 0600);
-`published.read_published(WORKDIR)` reads them back (launch/rollout.py --workdir=WORKDIR refuses a host whose own fingerprint
-differs).
+Joining a running service from another node: `service.publish(WORKDIR, fingerprint, worker_ids)` writes the
+address (a wildcard bind named by this host's name), public key and token there (`rollout/published.py`: the
+fingerprint is what a joining host must agree on, `rollout.spec.run_fingerprint`; worker_ids [first, end) the ids of
+the run's own workers, which a joining host's must not repeat); launch/rollout.py --workdir=WORKDIR reads them back
+and refuses a host whose own fingerprint differs.
 """
 
 from __future__ import annotations
