@@ -1,11 +1,11 @@
 """LoRA on the text decoder's named projections: y = x W (+ b) + (alpha / rank) (x A) B, the base W frozen.
 
-`LoraConfig(rank, alpha, target_modules, base_dtype)` (`models/lora_config.py`) sits on `ModelConfig.lora` (None: no adapters). Each
-targeted projection (`TARGET_MODULES`: the decoder's attention and MLP projections) is a `LoraDense`: the base
-`kernel` [in, out] (and `bias`) where `nn.Dense` keeps them, plus `lora_a` [in, r] (uniform ±1/sqrt(in)) and
-`lora_b` [r, out] (zeros), so a fresh adapter computes exactly the base function. With `scan_layers` the adapters
-are stacked like every layer leaf ([L, in, r], [L, r, out]). The base weights are held in `base_dtype`; the
-adapters in the model's `param_dtype`.
+`LoraConfig(rank, alpha, target_modules, base_dtype)` (`models/lora_config.py`) sits on `ModelConfig.lora` (None:
+no adapters). Each targeted projection (`TARGET_MODULES`: the decoder's attention and MLP projections) is a
+`LoraDense`: the base `kernel` [in, out] (and `bias`) where `nn.Dense` keeps them, plus `lora_a` [in, r] (uniform
+±1/sqrt(in)) and `lora_b` [r, out] (zeros), so a fresh adapter computes exactly the base function. With
+`scan_layers` the adapters are stacked like every layer leaf ([L, in, r], [L, r, out]). The base weights are held
+in `base_dtype`; the adapters in the model's `param_dtype`.
 
 `merge_params(params, lora)` folds every adapter into its kernel (W + (alpha / r) A B, in fp32, stored in the
 kernel's dtype) and drops the adapter leaves: the tree of the same model without LoRA (the policy server's and the
