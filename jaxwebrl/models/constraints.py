@@ -10,25 +10,23 @@ Builders:
   action grammar's responses, `jaxwebrl.env.agent.action_space.response_texts`).
 - `from_regex(pattern, token_strings, end)`: any token sequence whose text fully matches `pattern` (Python `re`
   syntax: literals, classes, `.`, groups, `|`, `?`, `*`, `+`, `{m,n}`), then the end token. The pattern is
-  compiled to a character DFA, and a token is allowed in a state when its whole text walks the DFA without
-  leaving the states from which a match can still be completed. E.g. well-formed actions for the tiny policy:
+  compiled to a character DFA (`jaxwebrl.models.char_dfa`), and a token is allowed in a state when its whole
+  text walks the DFA without leaving the states from which a match can still be completed (all tokens walked at
+  once, character class by character class). E.g. well-formed actions for the tiny policy:
   `from_regex(r'click\\((\\d{1,3}), (\\d{1,3})\\)|go_back\\(\\)', strings, im_end)`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Sequence
 
 import numpy as np
 
-try:  # Python 3.11+
-    import re._constants as sre_constants
-    import re._parser as sre_parse
-except ImportError:  # pragma: no cover - older Pythons
-    import sre_constants  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+from jaxwebrl.models.char_dfa import CharDFA, VocabularyWalker
+
+# A token automaton's edges, one entry a state: (tokens int64 [n], next state int64 [n]).
+Edges = list[tuple[np.ndarray, np.ndarray]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +70,9 @@ class TokenConstraint:
                     terminal.append(False)
                 node = children[node][int(token)]
             terminal[node] = True
-        transitions = [dict(kids) for kids in children]
-        return _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end)
+        edges = [(np.fromiter(kids, np.int64, len(kids)), np.fromiter(kids.values(), np.int64, len(kids)))
+                 for kids in children]
+        return _with_end_state(edges, terminal, vocab_size, end_token_id, after_end)
 
     @classmethod
     def from_texts(cls, tokenizer, texts: Sequence[str], vocab_size: int) -> "TokenConstraint":
@@ -89,32 +88,33 @@ class TokenConstraint:
         `token_strings[v]` is token v's text (None for tokens that may never appear, e.g. special tokens);
         build it with `[tokenizer.decode([v]) for v in range(V)]`, mapping special tokens to None.
         """
-        dfa = _CharDFA.compile(pattern)
+        dfa = CharDFA.compile(pattern)
         vocab_size = len(token_strings)
+        walker = VocabularyWalker(dfa, token_strings, skip=(end_token_id,))
         index = {dfa.start: 0}  # DFA state -> automaton state, over the states token walks can reach
-        transitions: list[dict[int, int]] = [{}]
+        walks: list[tuple[np.ndarray, np.ndarray]] = [None]   # each automaton state's (tokens, end DFA states)
         frontier = [dfa.start]
         while frontier:
             state = frontier.pop()
-            for token, text in enumerate(token_strings):
-                if not text or token == end_token_id:
-                    continue
-                end = dfa.walk(state, text)
-                if end is None:
-                    continue
+            tokens, ends = walker.walk(state)
+            distinct, first = np.unique(ends, return_index=True)
+            for end in distinct[np.argsort(first)].tolist():   # numbered in the order tokens first reach them
                 if end not in index:
-                    index[end] = len(transitions)
-                    transitions.append({})
+                    index[end] = len(walks)
+                    walks.append(None)
                     frontier.append(end)
-                transitions[index[state]][token] = index[end]
+            walks[index[state]] = (tokens, ends)
         accepting = dfa.accepting
-        terminal = [False] * len(transitions)
+        terminal = [False] * len(walks)
         for state, i in index.items():
             terminal[i] = state in accepting
-        transitions, terminal, start = _prune(transitions, terminal, 0)
+        lookup = np.zeros(max(index) + 1, np.int64)
+        lookup[list(index)] = list(index.values())
+        edges = [(tokens, lookup[ends]) for tokens, ends in walks]
+        edges, terminal, start = _prune(edges, terminal, 0)
         if start is None:
             raise ValueError(f"no token sequence of this vocabulary spells a match of {pattern!r}")
-        return _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end, start)
+        return _with_end_state(edges, terminal, vocab_size, end_token_id, after_end, start)
 
     def padded(self, num_states: int) -> "TokenConstraint":
         """The same automaton with unreachable states appended up to `num_states` (copies of the last state), so
@@ -189,188 +189,42 @@ class TokenConstraint:
         return np.where(admitted[:, None], free, np.asarray(loss_mask) > 0).astype(np.int32)
 
 
-def _prune(transitions: list[dict[int, int]], terminal: list[bool], start: int):
-    """Drops states from which no terminal state is reachable (and edges into them); renumbers from 0."""
-    alive = {i for i, t in enumerate(terminal) if t}
-    changed = True
-    while changed:
-        changed = False
-        for i, edges in enumerate(transitions):
-            if i not in alive and any(j in alive for j in edges.values()):
-                alive.add(i)
-                changed = True
-    if start not in alive:
+def _prune(edges: Edges, terminal: list[bool], start: int) -> tuple[Edges, list[bool], int | None]:
+    """Drops states from which no terminal state is reachable (and edges into them); renumbers from 0 in the old
+    order. The start's new number, None when it is dropped."""
+    before: list[list[int]] = [[] for _ in edges]   # each state's predecessors
+    for i, (_, nxt) in enumerate(edges):
+        for j in np.unique(nxt).tolist():
+            before[j].append(i)
+    alive = [i for i, t in enumerate(terminal) if t]
+    seen = set(alive)
+    while alive:
+        for i in before[alive.pop()]:
+            if i not in seen:
+                seen.add(i)
+                alive.append(i)
+    if start not in seen:
         return [], [], None
-    order = sorted(alive)
-    renumber = {old: new for new, old in enumerate(order)}
-    pruned = [{tok: renumber[j] for tok, j in transitions[i].items() if j in alive} for i in order]
-    return pruned, [terminal[i] for i in order], renumber[start]
+    order = sorted(seen)
+    renumber = np.full(len(edges), -1, np.int64)
+    renumber[order] = np.arange(len(order))
+    pruned = []
+    for i in order:
+        tokens, nxt = edges[i]
+        kept = renumber[nxt] >= 0
+        pruned.append((tokens[kept], renumber[nxt[kept]]))
+    return pruned, [terminal[i] for i in order], int(renumber[start])
 
 
-def _with_end_state(transitions, terminal, vocab_size, end_token_id, after_end, start: int = 0) -> TokenConstraint:
-    """Tables for `transitions` plus a final state entered by `end_token_id` from terminal states."""
-    done_state = len(transitions)
+def _with_end_state(edges: Edges, terminal, vocab_size, end_token_id, after_end, start: int = 0) -> TokenConstraint:
+    """Tables for `edges` plus a final state entered by `end_token_id` from terminal states."""
+    done_state = len(edges)
     allowed = np.zeros((done_state + 1, vocab_size), bool)
     next_state = np.full((done_state + 1, vocab_size), done_state, np.int32)
-    for node, edges in enumerate(transitions):
-        for token, child in edges.items():
-            allowed[node, token] = True
-            next_state[node, token] = child
+    for node, (tokens, nxt) in enumerate(edges):
+        allowed[node, tokens] = True
+        next_state[node, tokens] = nxt
         if terminal[node]:
             allowed[node, end_token_id] = True
     allowed[done_state, list(after_end) if after_end is not None else [end_token_id]] = True
     return TokenConstraint(allowed, next_state, start)
-
-
-class _CharDFA:
-    """A character DFA built from a regex by Thompson's construction and the subset construction (lazily)."""
-
-    def __init__(self, nfa_edges, nfa_eps, nfa_start, nfa_accept):
-        self._edges = nfa_edges  # state -> list of (predicate, next)
-        self._eps = nfa_eps  # state -> list of next
-        self._accept = nfa_accept
-        self._states: dict[frozenset, int] = {}
-        self._sets: list[frozenset] = []
-        self._step: dict[tuple[int, str], int | None] = {}
-        self.start = self._intern(self._closure({nfa_start}))
-
-    @classmethod
-    def compile(cls, pattern: str) -> "_CharDFA":
-        builder = _NFABuilder()
-        start, accept = builder.build(sre_parse.parse(pattern))
-        return cls(builder.edges, builder.eps, start, accept)
-
-    def _closure(self, states) -> frozenset:
-        stack, seen = list(states), set(states)
-        while stack:
-            for nxt in self._eps.get(stack.pop(), ()):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append(nxt)
-        return frozenset(seen)
-
-    def _intern(self, nfa_set: frozenset) -> int:
-        if nfa_set not in self._states:
-            self._states[nfa_set] = len(self._sets)
-            self._sets.append(nfa_set)
-        return self._states[nfa_set]
-
-    def step(self, state: int, char: str) -> int | None:
-        key = (state, char)
-        if key not in self._step:
-            moved = {nxt for s in self._sets[state] for pred, nxt in self._edges.get(s, ()) if pred(char)}
-            self._step[key] = self._intern(self._closure(moved)) if moved else None
-        return self._step[key]
-
-    def walk(self, state: int, text: str) -> int | None:
-        for char in text:
-            state = self.step(state, char)
-            if state is None:
-                return None
-        return state
-
-    @property
-    def accepting(self) -> set[int]:
-        return {i for i, s in enumerate(self._sets) if self._accept in s}
-
-
-class _NFABuilder:
-    """Thompson NFA from a `re` parse tree; edges carry character predicates."""
-
-    def __init__(self):
-        self.edges: dict[int, list] = {}
-        self.eps: dict[int, list[int]] = {}
-        self.count = 0
-
-    def _new(self) -> int:
-        self.count += 1
-        return self.count - 1
-
-    def _eps(self, a: int, b: int) -> None:
-        self.eps.setdefault(a, []).append(b)
-
-    def _char(self, pred) -> tuple[int, int]:
-        a, b = self._new(), self._new()
-        self.edges.setdefault(a, []).append((pred, b))
-        return a, b
-
-    def build(self, tree) -> tuple[int, int]:
-        start = end = self._new()
-        for op, arg in tree:
-            a, b = self._node(op, arg)
-            self._eps(end, a)
-            end = b
-        return start, end
-
-    def _node(self, op, arg) -> tuple[int, int]:
-        c = sre_constants
-        if op is c.LITERAL:
-            return self._char(lambda ch, code=arg: ord(ch) == code)
-        if op is c.NOT_LITERAL:
-            return self._char(lambda ch, code=arg: ord(ch) != code)
-        if op is c.ANY:
-            return self._char(lambda ch: ch != "\n")
-        if op is c.IN:
-            return self._char(_class_predicate(arg))
-        if op is c.SUBPATTERN:
-            return self.build(arg[-1])
-        if op is c.BRANCH:
-            start, end = self._new(), self._new()
-            for alternative in arg[1]:
-                a, b = self.build(alternative)
-                self._eps(start, a)
-                self._eps(b, end)
-            return start, end
-        if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT)):
-            low, high, sub = arg
-            start = end = self._new()
-            for _ in range(low):
-                a, b = self.build(sub)
-                self._eps(end, a)
-                end = b
-            if high == c.MAXREPEAT:
-                a, b = self.build(sub)
-                self._eps(end, a)
-                self._eps(b, a)
-                loop_end = self._new()
-                self._eps(end, loop_end)
-                self._eps(b, loop_end)
-                return start, loop_end
-            final = self._new()
-            self._eps(end, final)
-            for _ in range(high - low):
-                a, b = self.build(sub)
-                self._eps(end, a)
-                self._eps(b, final)
-                end = b
-            return start, final
-        if op is c.AT:
-            a = self._new()
-            return a, a  # anchors: the whole text is matched anyway
-        raise ValueError(f"regex feature {op} is not supported in constraints (use literals, classes, groups, "
-                         "alternation and repetition)")
-
-
-def _class_predicate(items):
-    c = sre_constants
-    categories = {
-        c.CATEGORY_DIGIT: str.isdigit, c.CATEGORY_NOT_DIGIT: lambda ch: not ch.isdigit(),
-        c.CATEGORY_SPACE: str.isspace, c.CATEGORY_NOT_SPACE: lambda ch: not ch.isspace(),
-        c.CATEGORY_WORD: lambda ch: ch.isalnum() or ch == "_",
-        c.CATEGORY_NOT_WORD: lambda ch: not (ch.isalnum() or ch == "_"),
-    }
-    negate = any(op is c.NEGATE for op, _ in items)
-    tests = []
-    for op, arg in items:
-        if op is c.LITERAL:
-            tests.append(lambda ch, code=arg: ord(ch) == code)
-        elif op is c.RANGE:
-            tests.append(lambda ch, lo=arg[0], hi=arg[1]: lo <= ord(ch) <= hi)
-        elif op is c.CATEGORY:
-            tests.append(categories[arg])
-        elif op is not c.NEGATE:
-            raise ValueError(f"character-class item {op} is not supported in constraints")
-    return lambda ch: any(t(ch) for t in tests) != negate
-
-
-_ = re  # the `re` syntax is what from_regex accepts

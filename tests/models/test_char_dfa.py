@@ -1,0 +1,86 @@
+"""`TokenConstraint.from_regex` against the `regex` library's partial matching: in every state the automaton reaches,
+a token is allowed exactly when the text so far followed by the token's text can still grow into a full match, and
+the end token exactly when the text is one; and its walker computes a DFA transition once per character class,
+never per character (jaxwebrl/models/char_dfa.py)."""
+
+import re
+
+import numpy as np
+import pytest
+import regex
+
+from jaxwebrl.env.agent.action_space import MemoryGrammar, response_regex
+from jaxwebrl.env.tasks.webgym.judge import verdict_regex
+from jaxwebrl.models import char_dfa
+from jaxwebrl.models.char_dfa import CharDFA, VocabularyWalker
+from jaxwebrl.models.constraints import TokenConstraint
+from jaxwebrl.models.tokenizer import tiny_tokenizer
+
+# tokens of several characters and characters only some tests tell apart: non-ASCII letters, CJK, digits past a
+# range, whitespace of three kinds, the characters a negated class excludes
+EXTRA_TOKENS = ["é", "日本", "日", "a\nb", "\t", "Ωx", "12é", "  ", "x_y", "q", "z9", "\"", "c(", "é日"]
+PATTERNS = {
+    "actions": r'click\((\d{1,3}), (\d{1,3})\)|go_back\(\)|type\("[^"\n]{0,6}"\)',
+    "memory": response_regex(["click(1, 2)", "click(10, 20)", "go_back()"], MemoryGrammar(max_keys=2)),
+    "verdict": verdict_regex(3, True, True),
+    "categories": r'\w+ \S?\s*[^a-c]{2}.x\W?',
+    "unicode": r'(ab|a)*c[é日]+(q|[^q\n])?',
+}
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    tokenizer = tiny_tokenizer()
+    return tokenizer.token_strings() + EXTRA_TOKENS, tokenizer.token_to_id("<|im_end|>")
+
+
+def _texts_of_states(constraint: TokenConstraint, strings, end: int) -> dict[int, str]:
+    """A text that leads from the initial state to each reachable state (breadth first), the end state left out."""
+    texts, frontier = {constraint.initial_state: ""}, [constraint.initial_state]
+    while frontier:
+        state = frontier.pop(0)
+        for token in np.flatnonzero(constraint.allowed[state]).tolist():
+            nxt = int(constraint.next_state[state, token])
+            if token != end and nxt not in texts:
+                texts[nxt] = texts[state] + strings[token]
+                frontier.append(nxt)
+    return texts
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_each_state_allows_exactly_the_tokens_a_match_can_still_follow(vocabulary, name):
+    strings, end = vocabulary
+    pattern = PATTERNS[name]
+    constraint = TokenConstraint.from_regex(pattern, strings, end)
+    texts = _texts_of_states(constraint, strings, end)
+    assert len(texts) == len(constraint.allowed) - 1   # every state but the end state is reached
+    compiled = regex.compile(pattern)
+    for state, text in texts.items():
+        expected = np.array([bool(s) and v != end and compiled.fullmatch(text + s, partial=True) is not None
+                             for v, s in enumerate(strings)])
+        expected[end] = re.fullmatch(pattern, text) is not None
+        wrong = np.flatnonzero(constraint.allowed[state] != expected)
+        assert not wrong.size, (name, repr(text), [(strings[v], bool(expected[v])) for v in wrong[:8]])
+
+
+def test_the_walker_steps_the_dfa_once_per_character_class_not_per_character(vocabulary, monkeypatch):
+    strings, end = vocabulary
+    steps: list[tuple[int, str]] = []
+    step = CharDFA.step
+    monkeypatch.setattr(CharDFA, "step", lambda self, state, char: steps.append((state, char)) or step(self, state, char))
+    dfa = CharDFA.compile(PATTERNS["memory"])
+    walker = VocabularyWalker(dfa, strings, skip=(end,))
+    seen, frontier = {dfa.start}, [dfa.start]
+    while frontier:
+        for nxt in set(walker.walk(frontier.pop())[1].tolist()) - seen:
+            seen.add(nxt)
+            frontier.append(nxt)
+    chars = set("".join(s for s in strings if s))
+    stepped = {char for _, char in steps}
+    assert len(steps) == len(set(steps))          # no transition computed twice
+    # the letters and digits the regex names one by one are their own classes; every other character is one of a
+    # few classes ("[a-z0-9]" and "[1-2]" tell them apart), so far fewer characters are ever stepped than the
+    # vocabulary holds
+    assert stepped < chars and len(stepped) < len(chars) / 2, (len(stepped), len(chars))
+    classes, representatives = char_dfa._character_classes(dfa, sorted(chars))
+    assert stepped <= set(representatives)
