@@ -1,9 +1,13 @@
 """`TokenConstraint.from_regex` against the `regex` library's partial matching: in every state the automaton reaches,
 a token is allowed exactly when the text so far followed by the token's text can still grow into a full match, and
-the end token exactly when the text is one; and its walker computes a DFA transition once per character class,
-never per character (jaxwebrl/models/char_dfa.py)."""
+the end token exactly when the text is one; its walker computes a DFA transition once per character class, never
+per character (jaxwebrl/models/char_dfa.py); and bench/grammar_cost.py builds one over the real Qwen vocabulary."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,6 +19,8 @@ from jaxwebrl.models import char_dfa
 from jaxwebrl.models.char_dfa import CharDFA, VocabularyWalker
 from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.tokenizer import tiny_tokenizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # tokens of several characters and characters only some tests tell apart: non-ASCII letters, CJK, digits past a
 # range, whitespace of three kinds, the characters a negated class excludes
@@ -84,3 +90,17 @@ def test_the_walker_steps_the_dfa_once_per_character_class_not_per_character(voc
     assert stepped < chars and len(stepped) < len(chars) / 2, (len(stepped), len(chars))
     classes, representatives = char_dfa._character_classes(dfa, sorted(chars))
     assert stepped <= set(representatives)
+
+
+def test_the_grammar_cost_bench_builds_a_verdict_over_the_qwen_vocabulary():
+    pytest.importorskip("dashscope", reason="the Qwen vocabulary's rank file: pip install -e '.[qwen]'")
+    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "grammar_cost.py"), f"--arm=now:{REPO}",
+                           "--grammars=verdict:1", "--runs=1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    run, = report["runs"]["verdict:1"]["now"]
+    assert run["vocab"] == 151936 and run["states"] == 102 and run["cpu_s"] > 0
+    assert report["same_tables_in_every_arm"] == {"verdict:1": True}
+    bad = subprocess.run([sys.executable, os.path.join(REPO, "bench", "grammar_cost.py"), f"--arm=now:{REPO}",
+                          "--grammars=verdict:x"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "unknown grammars ['verdict:x']" in bad.stderr
