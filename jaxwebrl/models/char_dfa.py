@@ -94,7 +94,7 @@ class VocabularyWalker:
         self._ids = np.asarray([v for v, text in enumerate(token_strings) if text and v not in skipped], np.int64)
         texts = [token_strings[v] for v in self._ids]
         self._lengths = np.asarray([len(t) for t in texts], np.int64)
-        self._offsets = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
+        self._offsets = np.cumsum(self._lengths) - self._lengths   # [n]: where each token's text starts
         codes = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), np.uint32)
         distinct, inverse = np.unique(codes, return_inverse=True)
         classes, self._representatives = _character_classes(dfa, [chr(c) for c in distinct])

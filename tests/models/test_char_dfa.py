@@ -69,6 +69,12 @@ def test_each_state_allows_exactly_the_tokens_a_match_can_still_follow(vocabular
         assert not wrong.size, (name, repr(text), [(strings[v], bool(expected[v])) for v in wrong[:8]])
 
 
+def test_a_vocabulary_that_cannot_spell_a_match_is_one_clear_error():
+    for strings in ([None] * 4, ["", None], [None] * 256 + ["x"]):   # no token at all, or none that fits
+        with pytest.raises(ValueError, match="no token sequence of this vocabulary spells a match of 'é\\+'"):
+            TokenConstraint.from_regex("é+", strings, 0)
+
+
 def test_the_walker_steps_the_dfa_once_per_character_class_not_per_character(vocabulary, monkeypatch):
     strings, end = vocabulary
     steps: list[tuple[int, str]] = []
