@@ -19,8 +19,9 @@ forced has log-prob 0: it carries no gradient. Greedy decoding (temperature 0, e
 distribution; its `logprobs` are the model's own (constraint applied, temperature 1) for inspection.
 
 Constrained decoding: a `TokenConstraint` (jaxwebrl/models/constraints.py) is a token-level automaton
-(`allowed [S, V]`, `next_state [S, V]`): at each step a row may only sample tokens its state allows. It is
-built from a vocabulary mask, a finite set of token sequences, or a regex over the text (well-formed actions).
+(`allowed [S, V]`, `next_state [S, V]`, on the device in its compact form over K token columns): at each step a row
+may only sample tokens its state allows. It is built from a vocabulary mask, a finite set of token sequences, or a
+regex over the text (well-formed actions).
 The tokens every response must start with (`forced_prefix`: states admitting one token, e.g. the 25 tokens of
 `Memory: {}\nAction: click(` of the tiny action grammar) are prefilled with the prompt instead of decoded one
 at a time, and recorded exactly as decoding would: log-prob 0, the prefill's version.
@@ -46,6 +47,9 @@ from jaxwebrl.parallel import partition
 from jaxwebrl.parallel.buckets import bucket
 from jaxwebrl.parallel.mesh import batch_divisor
 
+# A constraint's device tables have at least this many token columns (a power of two): the verdict grammars of
+# every fact count (~160 distinct tokens over Qwen's vocabulary) share one table shape, so one compiled decode.
+MIN_TABLE_COLUMNS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +179,8 @@ class Sampler:
 
     # ------------------------------------------------------------------ jitted pieces
     def _allowed(self, tables, constraint_state):
-        return None if tables is None else tables[0][constraint_state]
+        """[B, V] bool: the tokens each row's constraint state allows (a row of the compact table, per column)."""
+        return None if tables is None else jnp.take(tables[0][constraint_state], tables[2], axis=1)
 
     def _advance(self, state: DecodeState, logits, version, stop_ids, tables, sampling: SamplingParams) -> DecodeState:
         """Samples the token at `state.step` for every unfinished row and records it."""
@@ -196,7 +201,7 @@ class Sampler:
         done = state.done | (live & stop) | (step + 1 >= sampling.max_new_tokens)
         next_state = state.constraint_state
         if tables is not None:
-            next_state = jnp.where(live, tables[1][state.constraint_state, token], state.constraint_state)
+            next_state = jnp.where(live, tables[1][state.constraint_state, tables[2][token]], state.constraint_state)
         return DecodeState(
             cache=state.cache,
             tokens=put(state.tokens, token),
@@ -282,16 +287,17 @@ class Sampler:
         return params, int(version)
 
     def _tables_of(self, constraint: TokenConstraint | None):
-        """(allowed [S, V] bool, next_state [S, V] int32) on the device for `constraint` (kept: a server passes the
-        same few again and again), or None."""
+        """(allowed [S, K] bool, next_state [S, K] int32, column [V] int32) on the device for `constraint`, its
+        compact form (`TokenConstraint.compact`: a verdict grammar's tables over Qwen's vocabulary take ~0.6 MB, not
+        ~194 MB), kept (a server passes the same few again and again); or None."""
         if constraint is None:
             return None
         if id(constraint) not in self._tables:
             if constraint.allowed.shape[1] != self.config.text.vocab_size:
                 raise ValueError(f"constraint covers {constraint.allowed.shape[1]} tokens but the model's vocabulary "
                                  f"has {self.config.text.vocab_size}")
-            self._tables[id(constraint)] = (constraint, (jnp.asarray(constraint.allowed),
-                                                         jnp.asarray(constraint.next_state)))
+            compact = constraint.compact(min_columns=MIN_TABLE_COLUMNS)
+            self._tables[id(constraint)] = (constraint, tuple(jnp.asarray(table) for table in compact))
         return self._tables[id(constraint)][1]
 
     def _forced_prefix(self, sampling: SamplingParams, constraint: TokenConstraint | None) -> tuple[np.ndarray, int]:

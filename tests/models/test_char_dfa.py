@@ -110,3 +110,19 @@ def test_the_grammar_cost_bench_builds_a_verdict_over_the_qwen_vocabulary():
     bad = subprocess.run([sys.executable, os.path.join(REPO, "bench", "grammar_cost.py"), f"--arm=now:{REPO}",
                           "--grammars=verdict:x"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "unknown grammars ['verdict:x']" in bad.stderr
+
+
+def test_a_verdict_over_the_qwen_vocabulary_compacts_to_256_columns_exactly():
+    """~160 of Qwen's 151,936 ids can appear in a verdict: the device tables `TokenConstraint.compact` makes are
+    [S, 256] and a [V] column map (under 1 MB, the dense pair ~194 MB), and they say what the dense tables say."""
+    pytest.importorskip("dashscope", reason="the Qwen vocabulary's rank file: pip install -e '.[qwen]'")
+    from jaxwebrl.models.qwen_vocab import QWEN_EMBEDDING_ROWS, qwen_tokenizer   # deferred: the optional extra
+    tokenizer = qwen_tokenizer()
+    constraint = TokenConstraint.from_regex(verdict_regex(7, True, True), tokenizer.token_strings(QWEN_EMBEDDING_ROWS),
+                                            tokenizer.eos_token_id)
+    allowed, next_state, column = constraint.compact(min_columns=256)
+    assert allowed.shape == next_state.shape == (len(constraint.allowed), 256) and column.shape == (151936,)
+    np.testing.assert_array_equal(allowed[:, column], constraint.allowed)
+    np.testing.assert_array_equal(np.where(constraint.allowed, next_state[:, column], 0),
+                                  np.where(constraint.allowed, constraint.next_state, 0))
+    assert 100 < len(np.unique(column)) < 256 and not allowed[:, 0].any()   # column 0: the tokens nothing allows

@@ -5,6 +5,7 @@ All model checks share one batch shape so the whole file compiles few programs: 
 irrelevant to earlier positions, so one compiled forward serves the argmax loop and teacher forcing alike).
 """
 
+import json
 import re
 
 import jax
@@ -14,6 +15,7 @@ import pytest
 
 from jaxwebrl.models.policy import tiny_policy
 from jaxwebrl.models.sampler import Sampler, SamplingParams, TokenConstraint, sample_logits, sampling_logits
+from jaxwebrl.rollout.verdict_decoding import VerdictGrammars
 
 N = 10  # max new tokens
 CHUNK = 4
@@ -238,6 +240,24 @@ def test_constrained_decoding_emits_only_well_formed_actions(policy, prompts):
         assert r.finish_reason == "stop_token" and r.tokens[-1] == end
         assert re.fullmatch(ACTION_PATTERN, tokenizer.decode(r.tokens[:-1]))
         assert (r.logprobs <= 0).all() and (r.logprobs == 0).any()  # forced characters carry log 1
+
+
+def test_verdict_grammars_of_any_fact_count_decode_on_one_compiled_program(policy, sampler, prompts):
+    """The engine judge's grammars (1 and 7 facts) reach the device in compact form, [256 states, 256 columns]
+    each (the tiny vocabulary's 270 tokens, Qwen's 151,936 alike), so the second compiles nothing; every verdict
+    parses with its fact count."""
+    grammars = VerdictGrammars(policy.processor, policy.config.text.vocab_size)
+    tokenizer = policy.processor.tokenizer
+    compiled = []
+    for facts in (1, 7):
+        constraint, sampling = grammars.decoding(facts, reference=True, check_blocked=True)
+        assert [t.shape for t in sampler._tables_of(constraint)] == [(256, 256), (256, 256), (270,)]
+        results = sampler.generate((policy.params, 0), prompts, sampling, seed=0, constraint=constraint)
+        compiled.append(sampler.trace_counts["decode"])
+        for r in results:
+            verdict = json.loads(tokenizer.decode(r.tokens[:-1]))
+            assert r.finish_reason == "stop_token" and len(verdict["facts"]) == facts
+    assert compiled[1] == compiled[0]
 
 
 def test_forced_prefix_is_prefilled_exactly_as_decoding_it(policy, prompts):
