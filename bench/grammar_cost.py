@@ -8,7 +8,9 @@ An arm is NAME:PYTHONPATH (its tree first); a grammar is `verdict:<facts>` or `l
 1, 3 and 7 facts, and the action grammar). Each round builds every grammar once in each arm, arms alternating,
 each in a fresh process (the tokenizer's token strings are made before the clock starts): its CPU seconds (the
 process's own, `time.process_time`) and wall seconds around `TokenConstraint.from_regex`, the automaton's states,
-and a SHA-256 of its tables, so the arms are seen to build the same automaton. Needs the `qwen` extra (dashscope's
+a SHA-256 of its tables, so the arms are seen to build the same automaton, the tokens some state allows, and the
+bytes of the tables a sampler puts on the device: dense [S, V] bool + int32, or, in a tree that has it, the compact
+form (`TokenConstraint.compact`, with the CPU seconds it takes). Needs the `qwen` extra (dashscope's
 rank file). Prints JSON: every run, and each grammar's median CPU seconds per arm.
 """
 
@@ -32,6 +34,10 @@ _RUNS = flags.DEFINE_integer("runs", 2, "builds of every grammar in every arm")
 BUILD = """
 import hashlib, json, sys, time
 from jaxwebrl.models.constraints import TokenConstraint
+try:
+    from jaxwebrl.models.sampler import MIN_TABLE_COLUMNS
+except ImportError:   # a tree from before the compact tables
+    MIN_TABLE_COLUMNS = None
 from jaxwebrl.models.qwen_vocab import QWEN_EMBEDDING_ROWS, qwen_tokenizer
 tokenizer = qwen_tokenizer()
 strings = tokenizer.token_strings(QWEN_EMBEDDING_ROWS)
@@ -49,8 +55,16 @@ cpu, wall = time.process_time(), time.perf_counter()
 constraint = TokenConstraint.from_regex(pattern, strings, tokenizer.eos_token_id)
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
 digest = hashlib.sha256(constraint.allowed.tobytes() + constraint.next_state.tobytes()).hexdigest()[:16]
-print(json.dumps({"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "states": len(constraint.allowed),
-                  "vocab": constraint.allowed.shape[1], "tables_sha256": digest}))
+record = {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "states": len(constraint.allowed),
+          "vocab": constraint.allowed.shape[1], "tables_sha256": digest,
+          "active_tokens": int(constraint.allowed.any(axis=0).sum()),
+          "dense_table_bytes": constraint.allowed.nbytes + constraint.next_state.nbytes}
+if hasattr(constraint, "compact"):   # a tree whose sampler puts the compact form on the device
+    cpu = time.process_time()
+    compact = constraint.compact(min_columns=MIN_TABLE_COLUMNS)
+    record.update(compact_cpu_s=round(time.process_time() - cpu, 3), compact_columns=compact[0].shape[1],
+                  compact_table_bytes=sum(table.nbytes for table in compact))
+print(json.dumps(record))
 """
 
 
