@@ -288,7 +288,7 @@ class Sampler:
 
     def _tables_of(self, constraint: TokenConstraint | None):
         """(allowed [S, K] bool, next_state [S, K] int32, column [V] int32) on the device for `constraint`, its
-        compact form (`TokenConstraint.compact`: a verdict grammar's tables over Qwen's vocabulary take ~0.6 MB, not
+        compact form (`TokenConstraint.compact`: a verdict grammar's tables over Qwen's vocabulary take < 1 MB, not
         ~194 MB), kept (a server passes the same few again and again); or None."""
         if constraint is None:
             return None
