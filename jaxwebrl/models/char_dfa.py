@@ -8,8 +8,9 @@
 
 The walker never walks a character on its own: characters the regex cannot tell apart (the same answer from every
 character test of the NFA) share one class, so a DFA transition is computed once for a (state, class), and all
-tokens advance one character a numpy step. Over Qwen's 151,936 tokens a verdict or a free-memory action grammar
-is built in seconds, where walking each token's text in Python took minutes (`bench/grammar_cost.py`).
+tokens advance one character a numpy step. Over Qwen's 151,936 tokens a verdict grammar is built in under a
+second and the long recipe's free-memory action grammar in a few, where walking each token's text in Python took
+10-20 s and ~100 s (`bench/grammar_cost.py`, docs/env.md).
 """
 
 from __future__ import annotations
