@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwebrl.models import kv_cache
+from jaxwebrl.models.constraints import TokenConstraint
 from jaxwebrl.models.sampler import DecodeState, SampledSequence, Sampler, SamplingParams, row_keys, sequence_of
 
 
@@ -47,13 +48,14 @@ class ContinuousBatcher:
     Args:
       sampler: a one-device `Sampler` (its module, constraint, decode_chunk, prompt_multiple and decode_block).
       sampling: the sampling of every row (one compiled setting; a server keeps one batcher a setting).
+      constraint: the automaton every row decodes under (None: the sampler's own; a judge's verdict grammar).
       slots: rows decoded together (the policy server's max_batch).
       capacity: cache slots a row (None: grown to the widest admitted prompt + max_new_tokens).
       decode_text: tokens -> text, needed only for `sampling.stop_strings`.
     """
 
     def __init__(self, sampler: Sampler, sampling: SamplingParams, slots: int, *, capacity: int | None = None,
-                 decode_text: Callable[[np.ndarray], str] | None = None):
+                 decode_text: Callable[[np.ndarray], str] | None = None, constraint: TokenConstraint | None = None):
         if sampler.mesh is not None:
             raise ValueError("continuous batching runs the sampler on one device (as the policy server does): "
                              "build the Sampler with mesh=None")
@@ -65,8 +67,9 @@ class ContinuousBatcher:
         self.decode_text = decode_text
         self._static = dataclasses.replace(sampling, stop_token_ids=(), stop_strings=())   # stop ids are traced
         self._stop_ids = jnp.asarray(sampling.stop_token_ids or (-1,), jnp.int32)
-        self._prefix, self._prefix_state = sampler._forced_prefix(sampling, sampler.constraint)
-        self._tables = sampler._tables_of(sampler.constraint)   # the sampler's own constraint, on the device
+        constraint = sampler.constraint if constraint is None else constraint
+        self._prefix, self._prefix_state = sampler._forced_prefix(sampling, constraint)
+        self._tables = sampler._tables_of(constraint)   # on the device
         self._occupants: list[tuple[Hashable, np.ndarray] | None] = [None] * self.slots   # (tag, prompt ids)
         self._stopped: dict[int, int] = {}   # slot -> tokens kept, for rows a stop string ended
         self._state: DecodeState | None = None

@@ -6,11 +6,14 @@ weight swaps between decode chunks, pause/resume, admission of groups), served f
 `decode_chunk` tokens, rows that stopped are answered at once and leave, and queued requests are prefilled into
 the free slots and decode on beside the others. A request that arrives while others decode waits at most one
 chunk for a free slot, not a whole generation. `server_deadline_ms` has no role here (admission happens at every
-boundary). It serves no engine-judge verdicts (their grammar is another constraint): a judge request is refused.
+boundary).
 
 Requests of one (max_new_tokens, temperature, top_p) setting share the slots; the oldest waiting request picks the
 setting: a request of another setting stops admissions until the slots drain, then the slots switch to it (one
-batcher a setting, its programs compiled once). `pause()` admits nothing new; rows in flight decode to their end.
+batcher a setting, its programs compiled once). An engine-judge verdict is a setting of its own, as in the static
+server: (facts, reference, check_blocked), decoded greedily under that verdict grammar (rollout/verdict_decoding.py),
+so verdicts decode beside each other, never beside policy rows, and a verdict waits for the slots to drain.
+`pause()` admits nothing new; rows in flight decode to their end.
 Reply timing: `queue_s` until admission, `encode_s` the request's own, `compute_s` from admission to its answer,
 `batch_size` the rows decoding after its admission, `compiled` whether a program was traced meanwhile. Stats count
 one batch per admission. `close()` fails the requests waiting or in flight at once ("policy server closed").
@@ -30,19 +33,12 @@ import time
 from jaxwebrl.models.continuous_batching import ContinuousBatcher
 from jaxwebrl.rollout.client import JUDGE_OP
 from jaxwebrl.rollout.policy_server import PolicyServer, _setting, _settle
-from jaxwebrl.rollout.wire import RequestRefused
 
 log = logging.getLogger(__name__)
 
 
 class ContinuousPolicyServer(PolicyServer):
     """`PolicyServer` whose batching thread runs continuous batching (see the module docstring)."""
-
-    def handle(self, request: dict) -> dict:
-        if request.get("op") == JUDGE_OP:   # the slots decode under the policy's constraint only
-            raise RequestRefused("continuous batching serves no verdicts: judge on the run's engine with "
-                                 "rollout.continuous_batching=False")
-        return super().handle(request)
 
     def _serve(self) -> None:
         self._batchers: dict[tuple, ContinuousBatcher] = {}
@@ -80,7 +76,8 @@ class ContinuousPolicyServer(PolicyServer):
         if self._active is not None and self._active != setting:
             self._batchers[self._active].release()
         if setting not in self._batchers:
-            self._batchers[setting] = ContinuousBatcher(self._sampler, self._sampling(setting), self.max_batch)
+            sampling, constraint = self._decoding(setting)   # a verdict's grammar, or the policy's (None)
+            self._batchers[setting] = ContinuousBatcher(self._sampler, sampling, self.max_batch, constraint=constraint)
         self._active = setting
         return self._batchers[setting]
 
@@ -133,10 +130,11 @@ class ContinuousPolicyServer(PolicyServer):
             self._fail_all(in_flight, exc, [])
             return
         now, traces = time.monotonic(), self._traces()
+        reply_of = self._verdict_reply if self._active[0] == JUDGE_OP else self._reply   # the slots' one setting
         replies = []
         for tag, result in finished:
             future, compute_from, timing, traces_then = in_flight.pop(tag)
-            reply = dict(self._reply(result), timing=dict(timing, compute_s=now - compute_from,
+            reply = dict(reply_of(result), timing=dict(timing, compute_s=now - compute_from,
                                                           compiled=traces > traces_then))
             _settle(future, result=reply)
             replies.append(reply)

@@ -254,9 +254,6 @@ def _check_engine_judge(c) -> None:
         _fail("env.judge.backend", "engine", f"the judge on the run's engine needs rollout.engine='jax' (the "
                                              f"{c.rollout.engine!r} engine serves no verdicts): set it, or judge "
                                              f"with env.judge.backend=chat")
-    if c.rollout.get("continuous_batching", False):
-        _fail("env.judge.backend", "engine", "the judge on the run's engine needs the static-batch policy server: set "
-                                             "rollout.continuous_batching=False, or judge with env.judge.backend=chat")
     shot = 3 * e.screenshot_width * e.screenshot_height
     fits = (DEFAULT_MAX_MESSAGE_BYTES - MESSAGE_HEADROOM) // shot
     if e.judge.max_screenshots > fits:

@@ -1,12 +1,14 @@
 """The engine judge on a real PolicyServer with the tiny Qwen3-VL, over the authenticated transport: its verdict
 always parses (grammar-constrained, greedy: the same answer twice), criteria make the reward as for the chat judge,
 a verdict is no policy token and no admitted group; a timeout, a dead server and a refused request are
-JudgeFailures naming their cause; make_judge, the worker's link and the doctor's probe reach it."""
+JudgeFailures naming their cause; make_judge, the worker's link and the doctor's probe reach it; a continuous-batching
+server judges as the static one does."""
 
 import concurrent.futures
 import json
 import re
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -24,7 +26,6 @@ from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.serving import PolicyService
 from jaxwebrl.rollout.transport import TransportServer
 from jaxwebrl.rollout.verdict_decoding import VerdictGrammars
-from jaxwebrl.rollout.wire import RequestRefused
 
 
 @pytest.fixture(scope="module")
@@ -157,15 +158,52 @@ def test_make_judge_and_a_workers_link_build_it_and_the_doctor_probes_a_running_
                                            num_clients=300)   # past the floor (MIN_HANDLER_THREADS)
     assert run_service.transport._num_threads == 300 * (2 + 3)   # a thread for each verdict a worker has in flight
     run_service.close()
-    continuous = ContinuousPolicyServer(service.server.policy, service.server.buffer)
-    with pytest.raises(RequestRefused, match="continuous batching serves no verdicts"):
-        continuous.handle(judge_payload(request(), (2,)))
-    continuous.close()
     service.publish(str(tmp_path))
     assert probe_main([f"--run={tmp_path}", "--timeout_s=120"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["backend"] == "engine" and report["address"] == service.address
     assert service.token not in json.dumps(report)
+
+
+def test_continuous_batching_judges_as_the_static_server_does(service):
+    """Policy requests and verdicts of two fact counts, all queued at once before a continuous server of two slots
+    admits any: each verdict is decoded under its own grammar once the slots have drained of the other settings,
+    and every reply equals the static server's to the same request (greedy verdicts; seeded policy rows)."""
+    buffer = service.server.buffer
+    shot = buffer.screenshots.put(np.full((48, 64, 3), 90, np.uint8))
+    generate = [{"op": "generate", "image_refs": np.array([shot]), "max_new_tokens": 12, "seed": 7 + i,
+                 "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": f"go {i}"}]}]}
+                for i in range(2)]
+    verdicts = [judge_payload(request(), (2,)), judge_payload(request(facts=("a", "b", "c"), reference=None), (1, 2))]
+    asked = [generate[0], verdicts[0], verdicts[1], generate[1]]   # in this order: the slots switch setting 3 times
+    expected = [service.server.handle(dict(r)) for r in asked]
+    continuous = ContinuousPolicyServer(service.server.policy, buffer, max_batch=2, decode_chunk=8)
+    replies = [None] * len(asked)
+    try:
+        continuous.pause()
+
+        def ask(i):
+            replies[i] = continuous.handle(dict(asked[i]))
+
+        threads = []
+        for i in range(len(asked)):   # queued in order
+            threads.append(threading.Thread(target=ask, args=(i,)))
+            threads[-1].start()
+            time.sleep(0.2)
+        continuous.resume()
+        for t in threads:
+            t.join(timeout=300)
+        stats = continuous.stats()
+    finally:
+        continuous.close()
+    for i in (1, 2):
+        assert replies[i]["text"] == expected[i]["text"] and replies[i]["num_tokens"] == expected[i]["num_tokens"]
+        assert "loss_mask" not in replies[i] and replies[i]["version"] == 0
+    assert re.fullmatch(verdict_regex(3, False), replies[2]["text"]), replies[2]["text"]
+    for i in (0, 3):
+        np.testing.assert_array_equal(replies[i]["input_ids"], expected[i]["input_ids"])
+    assert (stats["judge_requests"], stats["requests"]) == (2, 2)
+    assert stats["judge_tokens"] == expected[1]["num_tokens"] + expected[2]["num_tokens"]
 
 
 def test_a_grammar_being_built_holds_up_no_verdict_of_a_grammar_already_built(service, monkeypatch):
