@@ -37,10 +37,12 @@ summary, dynamics and wall times, with the warm start's params digest, the steps
 instances and commit). With --resume, a run that OUT does not hold is taken from its record when all of those but
 the commit match, and trained again (with a line saying why) when they do not: a fresh machine with the same warm
 start (a deterministic SFT regenerates it bit for bit; the digest checks that it did) picks up where the last one
-stopped, and the records are small enough to commit. A record inside the checkout is refused (before any run, and
-at every save) while jaxwebrl/ or bench/ have uncommitted changes. Every start of a run's training is kept in its
-workdir (`starts.json`: commit, updates already done); a start on a workdir that holds updates continues from its
-checkpoint, and the run's `resumed` (in its record and per seed) counts those starts.
+stopped, and the records are small enough to commit. A run being trained keeps its newest checkpoint beside its
+future record (DIR/<recipe>/seed<s>.unfinished/, bench/run_records.py), and with --resume a fresh machine goes on
+from that copy (commit it to carry a run across machines). A record inside the checkout is refused (before any run,
+and at every save) while jaxwebrl/ or bench/ have uncommitted changes. Every start of a run's training is kept in
+its workdir (`starts.json`: commit, updates already done); a start on a workdir that holds updates, or on a copy,
+continues from its checkpoint, and the run's `resumed` (in its record and per seed) counts those starts.
 
 `paired_differences`: per pair of arms, d_s = a_s − b_s paired by seed number (every arm's seed s starts from the
 one warm start and plays the same eval instances with the same sampling seeds) for success, steps of failures,
@@ -55,12 +57,11 @@ arms stay comparable when the machine's load changes; each arm's wall time is re
 from __future__ import annotations
 
 import argparse
-import hashlib
+import contextlib
 import importlib
 import json
 import os
 import subprocess
-import sys
 
 from jaxwebrl.env.registry import check_env_spec, env_specs, task_horizon
 from jaxwebrl.plan.validation import apply_overrides
@@ -68,7 +69,8 @@ from jaxwebrl.plan.validation import apply_overrides
 from lab_table import interval, signed, verdict
 from learning_run import (ROOT, check_instances, check_seeds, curve, eval_cmd, eval_summary, recipe_name, run,
                           seed_runs, train_cmd)
-from provenance import browser_version, cpu_model, require_clean_tree
+from provenance import browser_version, cpu_model
+from run_records import STARTS, RunRecords, with_dynamics
 from seed_stats import arm_differences, pool_evals, run_dynamics, seed_summary
 
 RECIPES = ("constT10", "grpo", "raftpp")
@@ -132,9 +134,12 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
             return recorded
     trained = walls is None
     if trained:
+        restore = records.carried_start(recipe, seed, workdir) if records is not None and args.resume else None
         note_start(workdir)
-        train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
-                                override=args.override))
+        override = [*args.override, f"--config.checkpoint.restore_from={restore}"] if restore else args.override
+        with records.carrying(recipe, seed, workdir) if records is not None else contextlib.nullcontext():
+            train_s = run(train_cmd(config, workdir, init_params=sft, max_steps=args.steps, seed=seed,
+                                    override=override))
         eval_args = argparse.Namespace(config=config, eval_seeds=args.eval_seeds,
                                        eval_workers=args.eval_workers, override=args.override)
         walls = {"train_s": train_s, "eval_s": run(eval_cmd(eval_args, workdir, eval_dir))}
@@ -150,80 +155,10 @@ def train_and_eval(recipe: str, seed: int | None, workdir: str, eval_dir: str, s
     return result
 
 
-class RunRecords:
-    """Finished runs as small JSON files, DIR/<recipe>/seed<s>.json, keyed by what makes two runs the same
-    experiment: the warm start's params digest, --steps, --variant, the overrides and the held-out instances.
-    Records inside the checkout are refused, before any run and at every save, while jaxwebrl/ or bench/ have
-    uncommitted changes (a record names the commit its run was trained at)."""
-
-    def __init__(self, root: str, sft: str, recipes: list[str], args, repo: str = ROOT):
-        self.root, self.repo = os.path.abspath(root), repo
-        self.commit()
-        self.key = {"warm_start_sha256": warm_start_digest(sft, recipes[0], args), "steps": args.steps,
-                    "variant": args.variant, "overrides": list(args.override), "eval_seeds": args.eval_seeds}
-
-    def path(self, recipe: str, seed: int | None) -> str:
-        return os.path.join(self.root, recipe, f"seed{'' if seed is None else seed}.json")
-
-    def load(self, recipe: str, seed: int | None) -> dict | None:
-        """The recorded run, or None (with a line saying why, when a record exists but is of another experiment)."""
-        path = self.path(recipe, seed)
-        if not os.path.isfile(path):
-            return None
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-        differ = sorted(k for k, v in self.key.items() if record.get(k) != v)
-        if differ:
-            print(f"ablation: {path} is another experiment ({', '.join(differ)} differ): training that run again",
-                  file=sys.stderr, flush=True)
-            return None
-        print(f"ablation: {recipe} seed {seed} from its record {path} (commit {record.get('commit')})",
-              file=sys.stderr, flush=True)
-        return with_dynamics(record["run"])
-
-    def commit(self) -> str:
-        """The checkout's commit; SystemExit when the records are inside it and its code has uncommitted changes."""
-        return require_clean_tree("ablation", "was trained at", self.root, self.repo)
-
-    def save(self, recipe: str, seed: int | None, run_result: dict) -> None:
-        """Write the record atomically (a killed bench leaves the old one or none, never half a file)."""
-        path = self.path(recipe, seed)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        record = {**self.key, "commit": self.commit(), "run": run_result}
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-        os.replace(path + ".tmp", path)
-
-
-def warm_start_digest(sft: str, recipe: str, args) -> str:
-    """sha256 over the warm start's params (every leaf's path, dtype, shape and bytes, in path order): two SFT
-    runs that produced the same weights give the same digest, wherever and however they were saved."""
-    import jax   # deferred heavy dependency: only --record loads the warm start
-    import numpy as np
-
-    from jaxwebrl.checkpoint.policies import load_policy   # (the same: it imports the model code)
-
-    config = apply_overrides(importlib.import_module(f"configs.{recipe}").get_config(args.variant), args.override)
-    try:
-        policy, _ = load_policy(config, sft)
-    except FileNotFoundError as err:
-        raise SystemExit(f"ablation: --record keys its records by the warm start's params, and {err}") from None
-    digest = hashlib.sha256()
-    for path, leaf in sorted(jax.tree_util.tree_flatten_with_path(policy.params)[0],
-                             key=lambda item: jax.tree_util.keystr(item[0])):
-        value = np.asarray(leaf)
-        digest.update(f"{jax.tree_util.keystr(path)}|{value.dtype}|{value.shape}|".encode())
-        digest.update(np.ascontiguousarray(value).tobytes())
-    return digest.hexdigest()
-
-
 def git_commit() -> str | None:
     """The checkout's commit (short), or None outside a git checkout."""
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return proc.stdout.strip() or None
-
-
-STARTS = "starts.json"   # in a run's workdir: every start of its training, {"commit", "from_update", "browser", "cpu"}
 
 
 def run_starts(workdir: str) -> list[dict]:
@@ -315,11 +250,6 @@ def paired_differences(arms: dict) -> dict:
                     rows[measure]["verdict"] = verdict(rows[measure], sign, sesoi)
             out[f"{a} - {b}"] = rows
     return out
-
-
-def with_dynamics(run_result: dict) -> dict:
-    """A recorded run with its dynamics derived from its curve by today's code (`seed_stats.run_dynamics`)."""
-    return {**run_result, "dynamics": run_dynamics(run_result["curve"])}
 
 
 def recorded_arms(root: str) -> dict:

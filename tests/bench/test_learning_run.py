@@ -8,7 +8,6 @@ import sys
 
 import pytest
 from learning_run import check_instances, seed_runs, train_cmd
-from seed_stats import run_dynamics
 
 from configs import base
 from jaxwebrl.buffer.ring import RingBuffer
@@ -179,95 +178,6 @@ def test_the_ablation_json_holds_per_seed_records_split_differences_and_the_vari
     assert paired["success"]["seeds"] == [0, 1] and paired["success"]["mean"] == pytest.approx(10.0)
     assert paired["success"]["ci95"] == pytest.approx(0.0, abs=1e-9) and paired["success"]["verdict"] == "held"
     assert paired["mean_steps_failure"]["verdict"] == "not held"   # equal failures: the 0.5-step effect ruled out
-
-
-def test_records_carry_finished_runs_to_a_fresh_out_and_only_for_the_same_experiment(tmp_path, capsys):
-    """--record (issue 26: the runs outlive the machine): finished runs written as small JSON records, keyed by the
-    warm start's params digest, and a fresh --out with --resume takes them back without training (the warm start
-    here has no task to train on: it is a random policy saved as a params checkpoint). A record of another warm start
-    or another --steps is not used, and says why."""
-    import argparse
-
-    import jax
-    from ablation import RunRecords, warm_start_digest
-
-    from configs.grpo import get_config
-    from jaxwebrl.checkpoint.layout import save_params
-    from jaxwebrl.checkpoint.policies import recipe_policy
-
-    params = recipe_policy(get_config("long")).params
-    save_params(params, str(tmp_path / "sft"), {"source": "test"})
-    save_params(params, str(tmp_path / "sft_copy"), {"source": "test, saved again"})
-    save_params(jax.tree.map(lambda x: x + 1e-3, params), str(tmp_path / "sft_other"), {"source": "test"})
-    args = argparse.Namespace(steps=2, variant="long", override=[], eval_seeds=20)
-    digest = warm_start_digest(str(tmp_path / "sft"), "grpo", args)
-    assert digest == warm_start_digest(str(tmp_path / "sft_copy"), "grpo", args) != \
-        warm_start_digest(str(tmp_path / "sft_other"), "grpo", args)
-
-    records = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft"), ["grpo"], args)
-    run = {"seed": 0, "eval": {"success": 0.5}, "curve": [{"step": 1}], "train_s": 3.0}
-    records.save("grpo", 0, run)
-    record = json.loads((tmp_path / "rec" / "grpo" / "seed0.json").read_text())
-    assert record["warm_start_sha256"] == digest and record["steps"] == 2 and record["run"] == run
-    loaded = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft_copy"), ["grpo"], args).load("grpo", 0)
-    assert loaded == {**run, "dynamics": run_dynamics(run["curve"])}   # the dynamics derived by today's code
-    assert records.load("grpo", 1) is None
-    other = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft_other"), ["grpo"], args)
-    longer = RunRecords(str(tmp_path / "rec"), str(tmp_path / "sft"), ["grpo"], argparse.Namespace(**{**vars(args),
-                                                                                                     "steps": 3}))
-    capsys.readouterr()
-    assert other.load("grpo", 0) is None and longer.load("grpo", 0) is None
-    err = capsys.readouterr().err
-    assert "(warm_start_sha256 differ)" in err and "(steps differ)" in err
-
-    # a record inside a checkout whose jaxwebrl/ or bench/ has uncommitted changes: refused before any run and at save
-    repo = tmp_path / "checkout"
-    (repo / "bench").mkdir(parents=True)
-
-    def git(*args):
-        subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args], check=True,
-                       capture_output=True)
-    git("init", "-q")
-    (repo / "bench" / "x.py").write_text("one\n")
-    with pytest.raises(SystemExit, match="ablation: uncommitted changes under jaxwebrl/ or bench/ .*commit them"):
-        RunRecords(str(repo / "docs" / "runs"), str(tmp_path / "sft"), ["grpo"], args, repo=str(repo))
-    git("add", "-A")
-    git("commit", "-qm", "one")
-    inside = RunRecords(str(repo / "docs" / "runs"), str(tmp_path / "sft"), ["grpo"], args, repo=str(repo))
-    (repo / "bench" / "x.py").write_text("two\n")
-    with pytest.raises(SystemExit, match="uncommitted changes"):
-        inside.save("grpo", 0, run)
-    assert not (repo / "docs" / "runs" / "grpo" / "seed0.json").exists()
-
-    # wired through the script: runs finished in one --out are recorded (seed 0 was started twice, the second time
-    # on a workdir holding 1 update: one resume), and a fresh --out is summarised from them
-    from ablation import note_start
-    for seed, rate in enumerate([0.6, 0.5]):
-        workdir = tmp_path / "arms" / "grpo" / f"rl_seed{seed}"
-        workdir.mkdir(parents=True)
-        rows = [{"step": step, "time": 10.0 * step, "rollout/success_rate": 0.5} for step in (1, 2)]
-        if seed == 0:
-            note_start(str(workdir))
-            (workdir / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
-            note_start(str(workdir))
-        (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        write_eval(tmp_path / "arms" / "grpo" / f"eval_seed{seed}", rate)
-    write_eval(tmp_path / "sft_eval", 0.4)
-    common = [f"--sft={tmp_path / 'sft'}", "--variant=long", "--recipes=grpo", "--steps=2", "--seeds=2", "--resume",
-              f"--sft_eval={tmp_path / 'sft_eval'}", f"--record={tmp_path / 'rec2'}"]
-    proc = bench("ablation.py", *common, f"--out={tmp_path / 'arms'}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert sorted(os.listdir(tmp_path / "rec2" / "grpo")) == ["seed0.json", "seed1.json"]
-    proc = bench("ablation.py", *common, f"--out={tmp_path / 'fresh'}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stderr.count("from its record") == 2 and "launch/train.py" not in proc.stderr
-    first, again = (json.loads((tmp_path / d / "ablation.json").read_text())["arms"]["grpo"] for d in ("arms", "fresh"))
-    assert again["seeds"] == first["seeds"] and [s["success"] for s in again["seeds"]] == [0.6, 0.5]
-    assert [s["resumed"] for s in again["seeds"]] == [1, 0]
-    record = json.loads((tmp_path / "rec2" / "grpo" / "seed0.json").read_text())
-    assert record["run"]["resumed"] == 1 and [s["from_update"] for s in record["run"]["starts"]] == [0, 1]
-    from provenance import browser_version, cpu_model   # each start names the browser and CPU it ran on
-    assert {(s["browser"], s["cpu"]) for s in record["run"]["starts"]} == {(browser_version(), cpu_model())}
 
 
 # the launch tests' small toy settings (one update is a few dozen episodes), one rollout worker
