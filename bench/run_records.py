@@ -4,7 +4,7 @@ newest checkpoint beside it, both meant to be committed (bench/ablation.py --rec
     records = RunRecords("docs/results/paper_regime/power2/runs", sft, ["constT10", "grpo"], args)
     records.load("grpo", 4)                     # the finished run's result, or None
     restore = records.carried_start("grpo", 4, workdir)   # an unfinished run's checkpoint, copied into workdir
-    with records.carrying("grpo", 4, workdir):  # while it trains: its newest checkpoint kept as RECORD/grpo/seed4.unfinished
+    with records.carrying("grpo", 4, workdir):  # while it trains: its newest checkpoint as RECORD/grpo/seed4.unfinished
         ...
     records.save("grpo", 4, result)             # finished: the record, and the unfinished copy is dropped
 
@@ -104,7 +104,8 @@ class RunRecords:
             return held
         step, staging = steps[-1], target + ".staging"
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(os.path.join(workdir, "checkpoints", str(step)), os.path.join(staging, "checkpoints", str(step)))
+        shutil.copytree(os.path.join(workdir, "checkpoints", str(step)),
+                        os.path.join(staging, "checkpoints", str(step)))
         copy_metrics(workdir, staging, step)
         if os.path.isfile(os.path.join(workdir, STARTS)):
             shutil.copy(os.path.join(workdir, STARTS), os.path.join(staging, STARTS))
