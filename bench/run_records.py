@@ -94,10 +94,11 @@ class RunRecords:
             shutil.rmtree(folder, ignore_errors=True)
 
     def keep_unfinished(self, recipe: str, seed: int | None, workdir: str) -> int | None:
-        """Copy the run's newest checkpoint, its metrics up to that step and its starts to the unfinished copy, unless
-        the copy already holds that step. The copy is swapped in whole (a killed bench leaves the old copy or the new
-        one). Returns the step the copy holds (None: the run has saved none yet)."""
-        steps = checkpoint_steps(os.path.join(workdir, "checkpoints"))
+        """Copy the run's newest checkpoint whose metrics are logged, its metrics up to that step and its starts to
+        the unfinished copy, unless the copy already holds that step. The copy is swapped in whole (a killed bench
+        leaves the old copy or the new one). Returns the step the copy holds (None: the run has saved none yet)."""
+        logged = max((point["step"] for point in metric_records(workdir)), default=0)
+        steps = [s for s in checkpoint_steps(os.path.join(workdir, "checkpoints")) if s <= logged]
         target = self.unfinished(recipe, seed)
         held = carried_step(target)
         if not steps or (held is not None and held >= steps[-1]):
@@ -188,23 +189,26 @@ def carried_step(folder: str) -> int | None:
         return int(json.load(f)["step"])
 
 
-def copy_metrics(source: str, target: str, step: int) -> None:
-    """SOURCE/metrics.jsonl's records up to train step `step` as TARGET/metrics.jsonl (a half-written last line left
-    out): the curve a checkpoint at `step` goes on from."""
-    lines = []
-    path = os.path.join(source, "metrics.jsonl")
+def metric_records(workdir: str) -> list[dict]:
+    """WORKDIR/metrics.jsonl's records, oldest first, a half-written last line left out ([] where there is none)."""
+    records = []
+    path = os.path.join(workdir, "metrics.jsonl")
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
-                    record = json.loads(line)
+                    records.append(json.loads(line))
                 except json.JSONDecodeError:
                     break
-                if record.get("step", 0) <= step:
-                    lines.append(line if line.endswith("\n") else line + "\n")
+    return records
+
+
+def copy_metrics(source: str, target: str, step: int) -> None:
+    """SOURCE/metrics.jsonl's records up to train step `step` as TARGET/metrics.jsonl: the curve a checkpoint at
+    `step` goes on from."""
     os.makedirs(target, exist_ok=True)
     with open(os.path.join(target, "metrics.jsonl"), "w", encoding="utf-8") as f:
-        f.writelines(lines)
+        f.writelines(json.dumps(record) + "\n" for record in metric_records(source) if record.get("step", 0) <= step)
 
 
 def with_dynamics(run_result: dict) -> dict:

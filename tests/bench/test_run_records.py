@@ -121,28 +121,29 @@ def test_an_unfinished_run_is_carried_to_a_fresh_machine_and_its_training_goes_o
     note_start(str(workdir))
     checkpointer = Checkpointer(str(workdir / "checkpoints"), async_save=False)
 
-    def update(step):   # a train step's outputs: its params, a metrics line and a checkpoint
+    def save(step):   # a train step's checkpoint (the trainer logs its metrics line first)
         stepped = jax.tree.map(lambda x: x + step, params)
         checkpointer.save(step, params=stepped, opt_state=optimizer.init(stepped), rng=jax.random.key(step),
                           meta={"policy_version": step, "buffer_cursor": None, "consumed_episode_ids": []})
-        with open(workdir / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, "time": float(step), "rollout/success_rate": 0.5}) + "\n")
         return stepped
 
-    def carried_becomes(step):
-        deadline = time.monotonic() + 60
-        while carried_step(records.unfinished("grpo", 0)) != step:
-            assert time.monotonic() < deadline, f"no copy of step {step}"
-            time.sleep(0.05)
+    def log(step):
+        with open(workdir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, "time": float(step), "rollout/success_rate": 0.5}) + "\n")
 
-    with records.carrying("grpo", 0, str(workdir), every_s=0.05):
-        update(1)
-        update(2)
-        carried_becomes(2)
-        last = update(3)
-        carried_becomes(3)
-        with open(workdir / "metrics.jsonl", "a", encoding="utf-8") as f:   # step 4 logged, not yet checkpointed
-            f.write(json.dumps({"step": 4, "time": 4.0, "rollout/success_rate": 0.5}) + "\n")
+    with records.carrying("grpo", 0, str(workdir), every_s=0.05):   # the thread keeps the newest step
+        for step in (1, 2):
+            log(step)
+            save(step)
+        deadline = time.monotonic() + 60
+        while carried_step(records.unfinished("grpo", 0)) != 2:
+            assert time.monotonic() < deadline, "no copy of step 2"
+            time.sleep(0.05)
+    last = save(3)
+    assert records.keep_unfinished("grpo", 0, str(workdir)) == 2   # step 3 not logged yet: its curve would lack it
+    log(3)
+    log(4)   # step 4 logged, not yet saved
+    assert records.keep_unfinished("grpo", 0, str(workdir)) == 3
     checkpointer.close()
     copy = tmp_path / "rec" / "grpo" / "seed0.unfinished"
     assert sorted(os.listdir(copy / "checkpoints")) == ["3"]   # the newest only

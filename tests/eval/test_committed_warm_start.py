@@ -14,14 +14,14 @@ TRAP = ("--config.env.tasks=chain/easy-cue?layout=fixed&trap=2,chain/medium-cue?
         "chain/hard-cue?layout=fixed&trap=2")
 
 
-def _ablation(monkeypatch):
+def _run_records(monkeypatch):
     monkeypatch.syspath_prepend(os.path.join(REPO, "bench"))   # bench/ scripts import each other by module name
-    return importlib.import_module("ablation")
+    return importlib.import_module("run_records")
 
 
 def test_the_committed_warm_start_is_the_one_the_study_names(monkeypatch):
     args = argparse.Namespace(variant="long", override=[TRAP])
-    digest = _ablation(monkeypatch).warm_start_digest(os.path.join(STUDY, "warm_start"), "constT10", args)
+    digest = _run_records(monkeypatch).warm_start_digest(os.path.join(STUDY, "warm_start"), "constT10", args)
     with open(os.path.join(REPO, "docs", "learning.md"), encoding="utf-8") as f:
         named = re.search(r"The restart \(.*?digest \(`([0-9a-f]{8})…`\)", f.read(), re.S).group(1)
     assert digest.startswith(named), (digest, named)
