@@ -28,7 +28,9 @@ import shutil
 import sys
 import threading
 
+from jaxwebrl.errors import WorkdirError
 from jaxwebrl.plan.validation import apply_overrides
+from jaxwebrl.train.metrics import read_jsonl
 
 from learning_run import ROOT
 from provenance import require_clean_tree
@@ -90,14 +92,14 @@ class RunRecords:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
         os.replace(path + ".tmp", path)
-        for folder in (self.unfinished(recipe, seed), self.unfinished(recipe, seed) + ".old"):
-            shutil.rmtree(folder, ignore_errors=True)
+        for suffix in ("", ".old", ".staging"):   # the copy, and what a killed copy left
+            shutil.rmtree(self.unfinished(recipe, seed) + suffix, ignore_errors=True)
 
     def keep_unfinished(self, recipe: str, seed: int | None, workdir: str) -> int | None:
         """Copy the run's newest checkpoint whose metrics are logged, its metrics up to that step and its starts to
         the unfinished copy, unless the copy already holds that step. The copy is swapped in whole (a killed bench
         leaves the old copy or the new one). Returns the step the copy holds (None: the run has saved none yet)."""
-        logged = max((point["step"] for point in metric_records(workdir)), default=0)
+        logged = max((record["step"] for _, record in metric_lines(workdir)), default=0)
         steps = [s for s in checkpoint_steps(os.path.join(workdir, "checkpoints")) if s <= logged]
         target = self.unfinished(recipe, seed)
         held = carried_step(target)
@@ -107,9 +109,7 @@ class RunRecords:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(os.path.join(workdir, "checkpoints", str(step)),
                         os.path.join(staging, "checkpoints", str(step)))
-        copy_metrics(workdir, staging, step)
-        if os.path.isfile(os.path.join(workdir, STARTS)):
-            shutil.copy(os.path.join(workdir, STARTS), os.path.join(staging, STARTS))
+        copy_progress(workdir, staging, step)
         with open(os.path.join(staging, "carried.json"), "w", encoding="utf-8") as f:
             json.dump({**self.key, "commit": self.commit(), "step": step}, f, indent=1)
         if os.path.isdir(target):
@@ -129,7 +129,7 @@ class RunRecords:
             while not stop.wait(every_s):
                 try:
                     self.keep_unfinished(recipe, seed, workdir)
-                except (OSError, SystemExit) as err:   # SystemExit: the checkout's code changed meanwhile
+                except (OSError, WorkdirError, SystemExit) as err:   # SystemExit: the checkout's code changed
                     print(f"ablation: {recipe} seed {seed}: its unfinished copy not kept this time ({err})",
                           file=sys.stderr, flush=True)
 
@@ -161,9 +161,7 @@ class RunRecords:
             return None
         os.makedirs(workdir, exist_ok=True)
         shutil.copytree(os.path.join(source, "checkpoints"), restore)
-        copy_metrics(source, workdir, carried["step"])
-        if os.path.isfile(os.path.join(source, STARTS)):
-            shutil.copy(os.path.join(source, STARTS), os.path.join(workdir, STARTS))
+        copy_progress(source, workdir, carried["step"])
         print(f"ablation: {recipe} seed {seed} goes on from its unfinished copy {source} at update {carried['step']} "
               f"(commit {carried['commit']})", file=sys.stderr, flush=True)
         return restore
@@ -189,26 +187,20 @@ def carried_step(folder: str) -> int | None:
         return int(json.load(f)["step"])
 
 
-def metric_records(workdir: str) -> list[dict]:
-    """WORKDIR/metrics.jsonl's records, oldest first, a half-written last line left out ([] where there is none)."""
-    records = []
+def metric_lines(workdir: str) -> list[tuple[str, dict]]:
+    """(line, record) of WORKDIR/metrics.jsonl's complete records (`metrics.read_jsonl`; [] where there is none)."""
     path = os.path.join(workdir, "metrics.jsonl")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break
-    return records
+    return read_jsonl(path) if os.path.isfile(path) else []
 
 
-def copy_metrics(source: str, target: str, step: int) -> None:
-    """SOURCE/metrics.jsonl's records up to train step `step` as TARGET/metrics.jsonl: the curve a checkpoint at
-    `step` goes on from."""
+def copy_progress(source: str, target: str, step: int) -> None:
+    """SOURCE's metrics records up to train step `step` (the curve a checkpoint at `step` goes on from) and its
+    starts, into TARGET."""
     os.makedirs(target, exist_ok=True)
     with open(os.path.join(target, "metrics.jsonl"), "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record) + "\n" for record in metric_records(source) if record.get("step", 0) <= step)
+        f.writelines(line for line, record in metric_lines(source) if record["step"] <= step)
+    if os.path.isfile(os.path.join(source, STARTS)):
+        shutil.copy(os.path.join(source, STARTS), os.path.join(target, STARTS))
 
 
 def with_dynamics(run_result: dict) -> dict:
