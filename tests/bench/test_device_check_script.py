@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from jaxwebrl.plan.accelerators import SERVER_DECODE_VARIANT, TRAIN_PARTS
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Stands in for python3: a script's arguments are parsed by its own parser, then it stops and prints them as the
@@ -54,3 +56,8 @@ def test_every_part_of_the_device_check_is_given_arguments_its_script_accepts(tm
     assert {a["rows"] for a in train.values()} == {None}   # old and new paths: the fit's rows
     chips = {part["args"].get("chip") for part in got.values() if part["program"].endswith("device_check.py")}
     assert chips == ({"h200"} if args else {None})   # the tiny CPU run predicts with an H200's numbers
+    # the parts the fleet model reads (jaxwebrl/plan/accelerators.py): every train part with screenshots, the
+    # decode variant the policy server runs, the prefill
+    screenshot = {name for name, a in train.items() if not a["no_images"]}
+    assert screenshot == set(TRAIN_PARTS) & set(got) and {"decode", "prefill"} <= set(got)
+    assert SERVER_DECODE_VARIANT in got["decode"]["args"]["decode_variants"].split(",")

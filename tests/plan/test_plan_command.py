@@ -162,6 +162,56 @@ def test_accelerator_timing_reproduces_its_report():
     assert gpus.chips == 8 and gpus.train_s_per_token > timing.train_s_per_token   # 8.7% MFU measured vs roofline
 
 
+# bench/device_check.sh --tiny's own output (CPU, at 77c384e): the layout the next device run writes, with its
+# parts (train_new, train_old, ..., decode's variants, prefill) where the 30 Nov run had train_step and decode alone
+DEVICE_CHECK_TINY = os.path.join(REPO, "tests", "data", "device_check_tiny_cpu.json")
+
+
+def _gpu_timing(tmp_path, device: dict) -> AcceleratorTiming:
+    """The h200x8 timing on the committed AOT report beside `device` as the H200's device check."""
+    from jaxwebrl.plan.accelerators import GPU_CHECKS
+
+    (tmp_path / "compile").mkdir(exist_ok=True)
+    shutil.copy(os.path.join(RESULTS, "compile", "qwen3vl_8b_v5p-8.jsonl"), tmp_path / "compile")
+    check = tmp_path / GPU_CHECKS["h200"]
+    check.parent.mkdir(parents=True, exist_ok=True)
+    check.write_text(json.dumps(device))
+    return AcceleratorTiming.from_results(str(tmp_path), "h200x8")
+
+
+def test_the_gpu_timing_reads_the_device_checks_current_layout(tmp_path):
+    """The fastest train part with screenshots a token (never the text-only rows, here made the fastest), the
+    server's decode variant (not the part's top level, the last variant run), the measured prefill, each scaled to
+    8B as the 30 Nov layout is; without a prefill part, the quarter rule; without a measured train step, one line."""
+    from jaxwebrl.plan.accelerators import SERVER_DECODE_VARIANT
+
+    with open(DEVICE_CHECK_TINY, encoding="utf-8") as f:
+        device = json.load(f)
+    device["train_new_text"]["measured_step_s"] = device["train_new"]["measured_step_s"] / 10
+    device["decode"]["measured_step_s"] *= 2          # a top level that is not the server's variant
+    timing = _gpu_timing(tmp_path, device)
+    with open(os.path.join(RESULTS, "compile", "qwen3vl_8b_v5p-8.jsonl"), encoding="utf-8") as f:
+        aot = {r["program"]: r for r in map(json.loads, f)}
+    screenshot_parts = [device[k] for k in ("train_new", "train_old", "train_new_full_remat")]
+    step = min(screenshot_parts, key=lambda r: r["measured_step_s"] / (r["rows"] * r["seq_len"]))
+    per_token = lambda r, n: r["model_flops"] / (r["rows"] * r[n])   # noqa: E731
+    one_gpu = (step["measured_step_s"] / (step["rows"] * step["seq_len"])
+               * (aot["train_step"]["model_flops"] / aot["train_step"]["seq_len"]) / per_token(step, "seq_len"))
+    assert timing.train_s_per_token == pytest.approx(one_gpu / 8, rel=1e-12)
+    prefill = device["prefill"]
+    assert timing.prefill_s_per_token == pytest.approx(
+        prefill["measured_step_s"] / (prefill["rows"] * prefill["prompt_len"])
+        * per_token(aot["prefill"], "prompt_len") / per_token(prefill, "prompt_len"), rel=1e-12)
+    assert timing.decode_weights_s == pytest.approx(
+        device["decode"]["variants"][SERVER_DECODE_VARIANT]["measured_step_s"] * timing.params / step["params"])
+    del device["prefill"]
+    assert _gpu_timing(tmp_path, device).prefill_s_per_token == pytest.approx(one_gpu / 4, rel=1e-12)
+    for name in ("train_new", "train_old", "train_new_full_remat"):
+        device[name] = {"program": name, "error": "timed out"}
+    with pytest.raises(ValueError, match="no measured train step"):
+        _gpu_timing(tmp_path, device)
+
+
 def test_the_paper_regime_model_runs_and_keeps_its_rules():
     from jaxwebrl.plan.calibration import MachineCalibration
     from jaxwebrl.plan.planning import Workload, accelerator_params, compare
