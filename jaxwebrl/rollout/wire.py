@@ -143,7 +143,8 @@ def decode_message(frames: list) -> tuple[dict, dict]:
 
 
 def _checked_spec(spec: Any, index: int) -> tuple[np.dtype, tuple[int, ...]]:
-    if not isinstance(spec, dict) or spec.get("dtype") not in _WIRE_DTYPES or not isinstance(spec.get("shape"), list):
+    if (not isinstance(spec, dict) or not isinstance(spec.get("dtype"), str) or spec["dtype"] not in _WIRE_DTYPES
+            or not isinstance(spec.get("shape"), list)):
         raise TransportError(f"array spec {index} {short_text(spec)} is not {{'dtype': one of {sorted(_WIRE_DTYPES)}, "
                              "'shape': [int, ...]}")
     shape = spec["shape"]

@@ -76,6 +76,14 @@ def test_a_malformed_message_gets_an_error_reply_and_the_server_goes_on(frames):
         assert server.alive
 
 
+@pytest.mark.parametrize("frames", list(KILLERS.values()), ids=list(KILLERS))
+def test_decode_message_refuses_every_malformed_message_as_a_transport_error(frames):
+    """What a client decodes goes through no server's catch-all: a reply whose array spec names a list or dict as its
+    dtype raised TypeError ('unhashable type'), which a worker does not handle as a policy server failure."""
+    with pytest.raises(TransportError):
+        wire.decode_message(frames)
+
+
 def test_a_message_over_the_size_limit_as_a_whole_is_refused():
     token = new_token()
     with TransportServer(echo, token=token, max_message_bytes=1 * MiB) as server, \
