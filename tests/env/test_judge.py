@@ -98,6 +98,17 @@ def test_the_ground_truth_judges_the_answer():
         judge.judge(request(reference_answer=None))
 
 
+def test_a_regex_ground_truth_keeps_its_upper_case_escapes_under_ignorecase():
+    """A case-insensitive regex is matched with IGNORECASE, its pattern as written: lower-cased, \\S would become \\s
+    (a right answer scored 0) and \\Z the bad escape \\z (a crash, no verdict)."""
+    judge = GroundTruthJudge()
+    word = {"answer": r"^\S+$", "mode": "regex"}
+    assert judge.judge(request("4.20", ground_truth=word)).reward == 1.0
+    assert judge.judge(request("4 20", ground_truth=word)).reward == 0.0
+    assert judge.judge(request("4.20", ground_truth={"answer": r"4\.20\Z", "mode": "regex"})).reward == 1.0
+    assert judge.judge(request("RED MUG", ground_truth={"answer": r"^red\s\D+$", "mode": "regex"})).reward == 1.0
+
+
 @pytest.mark.parametrize("endpoint", [[(200, verdict(), 0.0)]], indirect=True)
 def test_a_met_rubric_is_reward_one_and_the_request_is_what_webgym_sends(endpoint, monkeypatch):
     monkeypatch.setenv("TEST_JUDGE_KEY", KEY)

@@ -243,8 +243,9 @@ def normalise_text(text: str, case_sensitive: bool) -> str:
 
 
 def text_matches(value: str, target: str, mode: str, case_sensitive: bool) -> bool:
-    """Whether `value` matches `target` under `mode` (exact, contains, regex), both normalised first."""
-    value, target = normalise_text(value, case_sensitive), normalise_text(target, case_sensitive)
+    """Whether `value` matches `target` under `mode` (exact, contains, regex), both normalised first (a regex keeps
+    its case: IGNORECASE does the rest, where lower-casing would turn \\S into \\s and \\Z into a bad escape)."""
+    value, target = normalise_text(value, case_sensitive), normalise_text(target, case_sensitive or mode == "regex")
     if mode == "exact":
         return value == target
     if mode == "contains":
