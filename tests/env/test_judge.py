@@ -202,6 +202,50 @@ def test_a_dead_server_and_a_missing_key_are_judge_failures(monkeypatch):
     assert failure_cause(str(info.value)) == "no_api_key"
 
 
+@pytest.mark.parametrize("status", [301, 302, 303])
+def test_a_redirecting_endpoint_is_a_judge_failure_and_the_key_never_follows_the_redirect(status, monkeypatch):
+    """An endpoint that answers a redirect to another origin gets no second request: urllib would follow it as a GET
+    carrying the Authorization header (the key) to wherever Location points; the failure names the new place."""
+    seen = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append(dict(self.headers))
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_POST = do_GET
+
+    class Redirect(Elsewhere):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(status)
+            self.send_header("Location", f"http://127.0.0.1:{other.server_address[1]}/v1/chat/completions")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    other, redirecting = (http.server.ThreadingHTTPServer(("127.0.0.1", 0), h) for h in (Elsewhere, Redirect))
+    for server in (other, redirecting):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    judge = ChatJudge(base_url=f"http://127.0.0.1:{redirecting.server_address[1]}/v1", model="m",
+                      api_key_env="TEST_JUDGE_KEY", backoff_s=0.01)
+    try:
+        with pytest.raises(JudgeFailure, match=rf"HTTP {status} \(redirected to http://127.0.0.1:"
+                                               rf"{other.server_address[1]}/v1/chat/completions: set env.judge.url"
+                                               rf" to the endpoint itself\) after 1 attempt") as info:
+            judge.judge(request())
+    finally:
+        for server in (other, redirecting):
+            server.shutdown()
+            server.server_close()
+    assert seen == [] and KEY not in str(info.value) and failure_cause(str(info.value)) == f"http_{status}"
+
+
 def read_request(conn: socket.socket) -> bytes:
     """One HTTP request read whole from `conn`: its head, then the Content-Length bytes of its body."""
     data = b""

@@ -7,7 +7,8 @@ shuts each down through a second descriptor of the connection taken when it open
 takes the first one over (the socket object first opened is detached, and shutting it down would do nothing): so the
 deadline holds through the TLS handshake and every read after it.
 Proxies from the environment are honoured as by `urllib.request.urlopen`; an HTTP error status raises
-`urllib.error.HTTPError` as there.
+`urllib.error.HTTPError` as there, and so does a redirect: it is never followed (urllib would follow a POST's 301-303
+as a GET that carries the request's headers, its Authorization included, to wherever Location points).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class DeadlinePassed(TimeoutError):
 def post_within(url: str, data: bytes, headers: dict[str, str], timeout_s: float) -> bytes:
     """The body of the answer to POST `data` to `url`, all of it received within `timeout_s` seconds of the call."""
     deadline = _Deadline(timeout_s)
-    opener = urllib.request.build_opener(_WatchedHTTP(deadline), _WatchedHTTPS(deadline))
+    opener = urllib.request.build_opener(_WatchedHTTP(deadline), _WatchedHTTPS(deadline), _NoRedirect)
     try:
         with opener.open(urllib.request.Request(url, data, headers), timeout=timeout_s) as response:
             body = response.read()
@@ -101,6 +102,11 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)   # wakes a read blocked on it in another thread
     except OSError:
         pass   # already closed
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None   # urllib then raises the redirect as an HTTPError
 
 
 class _WatchedHTTP(urllib.request.HTTPHandler):

@@ -185,8 +185,10 @@ class ChatJudge:
                 return raw, rubric_criteria(raw, request, self.model, self.check_blocked)
             except DeadlinePassed as err:
                 raise AttemptFailed(str(err)) from err
-            except urllib.error.HTTPError as err:
-                raise AttemptFailed(f"HTTP {err.code}", retry=err.code in RETRIED_STATUS) from err
+            except urllib.error.HTTPError as err:   # a redirect too: never followed (deadline_http.py)
+                moved = (f" (redirected to {err.headers.get('Location')}: set env.judge.url to the endpoint itself)"
+                         if 300 <= err.code < 400 else "")
+                raise AttemptFailed(f"HTTP {err.code}{moved}", retry=err.code in RETRIED_STATUS) from err
             except (TimeoutError, OSError) as err:   # URLError is an OSError; a read timeout a TimeoutError
                 reason = getattr(err, "reason", err)
                 if isinstance(reason, ssl.SSLCertVerificationError):   # every attempt would fail alike
