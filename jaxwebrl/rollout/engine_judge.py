@@ -9,11 +9,12 @@ same weights as the policy, greedily, its verdict decoded under the verdict gram
 A rollout worker's judge settings get its pool spec's policy connection (`link_engine_judge`: address, token, server
 key; in memory only, never written). A request carries the rubric prompt (`judge.SYSTEM`, `judge.rubric_text`) and
 the pixels of the episode's last `max_screenshots` screenshots (a verdict is no episode step: the server does not
-read them from the ring buffer). A timeout (`timeout_s` bounds each attempt), a lost connection or a server error
-(each retried with exponential backoff), and a refused request are a `JudgeFailure` naming the cause; a verdict that
-flags a blocked page is a `BlockedPage`: env failures, the episode dropped and counted, never scored 0. Each judging
-thread has its own connection (a transport client carries one request at a time), so `env.judge.concurrency`
-verdicts are in flight at once. Importing this module registers the backend with `make_judge`.
+read them from the ring buffer). A timeout (`timeout_s` bounds each attempt), a lost connection, a server error or
+a verdict off the schema (malformed; each retried with exponential backoff), and a refused request are a
+`JudgeFailure` naming the cause; a verdict that flags a blocked page is a `BlockedPage`: env failures, the episode
+dropped and counted, never scored 0. Each judging thread has its own connection (a transport client carries one
+request at a time), so `env.judge.concurrency` verdicts are in flight at once. Importing this module registers the
+backend with `make_judge`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from jaxwebrl.env.tasks.webgym.judge import (ENGINE_PROBE, MAX_SCREENSHOTS, SYSTEM, AttemptFailed, JudgeRequest,
-                                             Verdict, register_judge_backend, retrying, rubric_criteria,
-                                             rubric_text, screenshots_shown)
+                                             MalformedVerdict, Verdict, register_judge_backend, retrying,
+                                             rubric_criteria, rubric_text, screenshots_shown)
 from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
 from jaxwebrl.errors import one_line
 from jaxwebrl.rollout.client import JUDGE_OP
@@ -70,8 +71,7 @@ class EngineJudge:
     def judge(self, request: JudgeRequest) -> Verdict:
         t0 = time.perf_counter()
         shown = screenshots_shown(request, self.max_screenshots)
-        raw = self._ask(judge_payload(request, shown, self.check_blocked), request)
-        criteria = rubric_criteria(raw, request, self.backend, self.check_blocked)
+        raw, criteria = self._ask(judge_payload(request, shown, self.check_blocked), request)
         return Verdict(criteria, raw, self.backend, time.perf_counter() - t0, shown)
 
     def _client(self) -> TransportClient:
@@ -84,9 +84,10 @@ class EngineJudge:
                 self._clients.append(client)
         return client
 
-    def _ask(self, payload: dict, request: JudgeRequest) -> str:
-        """The verdict's text; retries a timeout, a lost connection and a server error, not a refusal."""
-        def attempt() -> str:
+    def _ask(self, payload: dict, request: JudgeRequest) -> tuple[str, tuple[tuple[str, bool], ...]]:
+        """The verdict's text and its criteria; retries a timeout, a lost connection, a server error and a verdict
+        off the schema, not a refusal or a blocked page."""
+        def attempt() -> tuple[str, tuple[tuple[str, bool], ...]]:
             try:
                 reply = self._client().request(payload, timeout_s=self.timeout_s)
             except TransportTimeout as err:
@@ -98,7 +99,10 @@ class EngineJudge:
                 raise AttemptFailed(f"policy server error ({one_line(err, 300)})") from err
             if not isinstance(reply.get("text"), str):
                 raise AttemptFailed("malformed reply (no verdict text: is that a jaxwebrl policy server?)")
-            return reply["text"]
+            try:
+                return reply["text"], rubric_criteria(reply["text"], request, self.backend, self.check_blocked)
+            except MalformedVerdict as err:
+                raise AttemptFailed(str(err)) from err
 
         return retrying(attempt, self.retries, self.backoff_s, f"judge engine on {request.task_id}", self.address)
 

@@ -24,7 +24,7 @@ from jaxwebrl.rollout.continuous_server import ContinuousPolicyServer
 from jaxwebrl.rollout.engine_judge import EngineJudge, judge_payload, link_engine_judge, main as probe_main
 from jaxwebrl.rollout.policy_server import PolicyServer
 from jaxwebrl.rollout.serving import PolicyService
-from jaxwebrl.rollout.transport import TransportServer
+from jaxwebrl.rollout.transport import TransportServer, new_token
 from jaxwebrl.rollout.verdict_decoding import VerdictGrammars
 
 
@@ -235,3 +235,29 @@ def test_a_grammar_being_built_holds_up_no_verdict_of_a_grammar_already_built(se
     for thread in new:
         thread.join(timeout=60)
     assert len(builds) == 1 and grammars.decoding(2, True, True)[1].max_new_tokens >= 256
+
+
+def test_an_off_schema_verdict_is_retried_and_then_a_judge_failure_naming_the_judge_and_its_attempts():
+    """A reply off the verdict schema (here blocked true under check_blocked=False) is malformed: retried like a
+    server error, and once the attempts are spent a JudgeFailure naming the judge, the task and the attempts (never
+    scored, never a blocked page). A real transport server answers from a script (the last answer repeats)."""
+    token, asked = new_token(), []
+    off = '{"blocked":true,"answer_supported":true,"facts":[true],"reference_matched":true}'
+    script = [off, off.replace('"blocked":true', '"blocked":false')]
+
+    def handler(payload):
+        asked.append(payload["facts"])
+        return {"text": script[min(len(asked), len(script)) - 1]}
+
+    transport = TransportServer(handler, token=token).start()
+    judge = EngineJudge(transport.address, token=token, timeout_s=30.0, retries=1, backoff_s=0.01, check_blocked=False)
+    try:
+        assert judge.judge(request()).reward == 1.0 and len(asked) == 2   # the second answer is a verdict
+        script[1:] = []
+        with pytest.raises(JudgeFailure, match=r"judge engine on shop-1: malformed verdict .* after 2 attempt\(s\) "
+                                               r"at tcp://") as info:
+            judge.judge(request())
+        assert len(asked) == 4 and failure_cause(str(info.value)) == "malformed"
+    finally:
+        judge.close()
+        transport.close()
