@@ -17,7 +17,7 @@ from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.registry import env_specs, make_env
 from jaxwebrl.env.tasks.webgym.judge import (ChatJudge, GroundTruthJudge, JudgeFailure, JudgePool, JudgeRequest,
                                              MalformedVerdict, make_judge, rubric_criteria, verdict_schema)
-from jaxwebrl.env.tasks.webgym.judge_probe import check_judge
+from jaxwebrl.env.tasks.webgym.judge_probe import check_judge, failure_fix
 from jaxwebrl.env.tasks.webgym.verdicts import failure_cause
 from jaxwebrl.rollout.spec import worker_spec
 from jaxwebrl.train.config_validation import ConfigError, validate
@@ -34,7 +34,8 @@ def request(answer="4.20", **kw):
 
 class Endpoint:
     """An OpenAI-compatible /v1/chat/completions on 127.0.0.1 that answers from a script of (status, content,
-    delay) entries, one per request (the last repeats); records every request body and its headers."""
+    delay) entries, one per request (the last repeats; a dict content is the whole message); records every request
+    body and its headers."""
 
     def __init__(self, script):
         self.script, self.bodies, self.headers, self.in_flight, self.max_in_flight = list(script), [], [], 0, 0
@@ -55,7 +56,8 @@ class Endpoint:
                 time.sleep(delay)
                 with lock:
                     endpoint.in_flight -= 1
-                payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+                message = content if isinstance(content, dict) else {"role": "assistant", "content": content}
+                payload = json.dumps({"choices": [{"message": message}]}).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Length", str(len(payload)))
@@ -141,6 +143,8 @@ def test_criterion_a_stops_at_the_first_fact_not_met(endpoint, monkeypatch):
     ([(200, verdict(facts=(True,)), 0.0), (200, verdict(), 0.0)], None, 2, None),        # retried, then judged
     ([(200, verdict(facts=(True,)), 0.0)], r"malformed verdict .*with 3 facts after 3 attempt\(s\)", 3, "malformed"),
     ([(200, verdict(blocked=True), 0.0)], "blocked page", 1, "blocked"),
+    ([(200, {"role": "assistant", "content": None, "refusal": "I can't judge this."}, 0.0)],   # OpenAI's refusal
+     r"declined to judge \(refusal \"I can't judge this.\"\) after 3 attempt\(s\)", 3, "refusal"),
     ([(200, verdict(), 2.0)], r"timed out \(.*timeout_s=0.3\) after 3 attempt\(s\)", 3, "timeout"),
 ], indirect=["endpoint"])
 def test_every_judge_failure_is_an_env_failure_naming_its_cause_and_never_the_key(endpoint, cause, attempts, metric,
@@ -154,6 +158,7 @@ def test_every_judge_failure_is_an_env_failure_naming_its_cause_and_never_the_ke
             judge.judge(request())
         assert isinstance(info.value, EnvFailure) and KEY not in str(info.value)
         assert failure_cause(str(info.value)) == metric   # its judge/failures/<cause> in metrics.jsonl
+        assert metric != "refusal" or "use another env.judge.model" in failure_fix(str(info.value), {})
     assert len(endpoint.bodies) == attempts and KEY not in caplog.text
 
 

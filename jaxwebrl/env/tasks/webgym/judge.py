@@ -181,8 +181,11 @@ class ChatJudge:
 
         def attempt():
             try:   # connect, headers and body within timeout_s, however slowly they trickle in
-                raw = json.loads(post_within(url, data, headers, self.timeout_s))["choices"][0]["message"]["content"]
-                return raw, rubric_criteria(raw, request, self.model, self.check_blocked)
+                message = json.loads(post_within(url, data, headers, self.timeout_s))["choices"][0]["message"]
+                if message["content"] is None and message.get("refusal"):   # OpenAI's refusal: no content to parse
+                    raise AttemptFailed(f"declined to judge (refusal {json.dumps(str(message['refusal'])[:200])})")
+                return message["content"], rubric_criteria(message["content"], request, self.model,
+                                                           self.check_blocked)
             except DeadlinePassed as err:
                 raise AttemptFailed(str(err)) from err
             except urllib.error.HTTPError as err:   # a redirect too: never followed (deadline_http.py)

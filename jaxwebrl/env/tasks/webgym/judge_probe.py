@@ -60,6 +60,8 @@ def failure_fix(cause: str, settings: Mapping[str, Any]) -> str:
                               f"(vLLM: {VLLM_STRUCTURED})"),
         ("malformed response", "the endpoint does not answer OpenAI chat completions: point env.judge.url at one "
                                "(it ends in /v1)"),
+        ("declined to judge", "the judge model refuses to judge (its refusal is quoted): use another "
+                              "env.judge.model"),
         ("policy server error", "the run's policy server failed the verdict: see the run's log"),
         ("refused (", "the run's policy server refused the judge: the same jaxwebrl version and the run's own "
                       "WORKDIR/transport.token"),

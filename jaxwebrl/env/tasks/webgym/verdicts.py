@@ -23,7 +23,7 @@ JUDGE_RAW_CHARS = 2000   # the judge's raw answer kept with the episode is cut t
 _CAUSES = (("timed out", "timeout"), ("malformed", "malformed"), ("blocked page", "blocked"),
            ("unreachable", "unreachable"), ("API key is not set", "no_api_key"),
            ("needs a ground_truth", "no_ground_truth"), ("policy server error", "engine_error"),
-           ("refused (", "refused"), ("TLS certificate not verified", "tls"))
+           ("refused (", "refused"), ("TLS certificate not verified", "tls"), ("declined to judge", "refusal"))
 
 
 def verdict_info(verdict: Verdict, request: JudgeRequest, first_step: int) -> dict:
@@ -46,7 +46,7 @@ def request_of(record: dict, screenshots: tuple = ()) -> JudgeRequest:
 def failure_cause(message: str) -> str:
     """The cause of a judge failure from its message: timeout, http_<status>, malformed, blocked, unreachable,
     no_api_key, no_ground_truth, engine_error, refused (the engine judge's policy server), tls (an HTTPS certificate not
-    verified), or other. The marker that comes first decides (a malformed verdict's message quotes the verdict, whose
+    verified), refusal (the chat judge's model declined to judge), or other. The marker that comes first decides (a malformed verdict's message quotes the verdict, whose
     words may be any marker)."""
     http = re.search(r"\bHTTP (\d{3})\b", message)
     return first_marked(message, _CAUSES + (((http.group(0), f"http_{http.group(1)}"),) if http else ()), "other")
