@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from jaxwebrl.rl import aggregation
 from jaxwebrl.rl import kl as kl_lib
-from jaxwebrl.rl.losses import get_loss
+from jaxwebrl.rl.losses import get_loss, loss_default, loss_kwarg_names
 
 
 def kl_loss(logprobs, base_logprobs, loss_mask, *, estimator="k3", agg_mode="token-mean", agg_normalizer=None,
@@ -30,15 +30,24 @@ def kl_loss(logprobs, base_logprobs, loss_mask, *, estimator="k3", agg_mode="tok
 
 def actor_objective(name, logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, *, loss_kwargs=(),
                     ref_logprobs=None, kl_coef=0.0, kl_estimator="k3"):
-    """Registered loss + `kl_coef` × KL to `ref_logprobs` [B, T] (train.kl_loss_coef)."""
-    loss, stats = get_loss(name)(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask,
-                                 **dict(loss_kwargs))
+    """Registered loss + `kl_coef` × KL to `ref_logprobs` [B, T] (train.kl_loss_coef), the KL aggregated like the
+    loss (its agg_mode and agg_normalizer, as veRL's use_kl_loss)."""
+    loss_kwargs = dict(loss_kwargs)
+    loss, stats = get_loss(name)(logprobs, prox_logprobs, behave_logprobs, advantages, loss_mask, **loss_kwargs)
     stats = dict(stats, policy_loss=stats["loss"])
     if kl_coef:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs [B, T] (the reference policy's)")
-        kl_value, kl_stats = kl_loss(logprobs, ref_logprobs, loss_mask, estimator=kl_estimator)
+        kl_value, kl_stats = kl_loss(logprobs, ref_logprobs, loss_mask, estimator=kl_estimator,
+                                     **_aggregation(name, loss_kwargs))
         loss = loss + kl_coef * kl_value
         stats.update(kl_stats)
     stats["loss"] = jax.lax.stop_gradient(loss)
     return loss, stats
+
+
+def _aggregation(name, loss_kwargs: dict) -> dict:
+    """The agg_mode / agg_normalizer loss `name` runs with under `loss_kwargs` ({}: it takes none, token-mean)."""
+    accepted = loss_kwarg_names(name)
+    return {key: loss_kwargs.get(key, loss_default(name, key)) for key in ("agg_mode", "agg_normalizer")
+            if key in accepted}

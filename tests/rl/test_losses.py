@@ -318,6 +318,25 @@ def test_kl_and_combined_objective():
         regularizers.actor_objective("ppo", lp, lp, lp, zeros, mask, kl_coef=0.5)
 
 
+@pytest.mark.parametrize("name, loss_kwargs, mode, normalizer", [
+    ("gspo", (), "seq-mean-token-mean", None),                                   # the recipe's own mode
+    ("drgrpo", (("agg_normalizer", 64.0),), "seq-mean-token-sum-norm", 64.0),
+    ("ppo", (("agg_mode", "seq-mean-token-mean"),), "seq-mean-token-mean", None),  # actor.agg_mode override
+    ("ppo", (), "token-mean", None)])
+def test_kl_loss_term_aggregates_like_the_loss_it_is_added_to(name, loss_kwargs, mode, normalizer):
+    """Rows of 1 and 4 policy tokens: the KL term is aggregated with the loss's agg_mode / agg_normalizer (veRL's
+    use_kl_loss), not always by token mean (which weighs the long row 4x in a sequence-mean loss)."""
+    lp = np.array([[-1.0, -2.0, -0.5, -1.5], [-0.2, -3.0, -3.0, -3.0]], np.float32)
+    ref_lp = np.array([[-1.5, -1.0, -0.7, -1.0], [-1.2, -3.0, -3.0, -3.0]], np.float32)
+    mask = np.array([[1, 1, 1, 1], [1, 0, 0, 0]], np.float32)
+    zeros = np.zeros_like(lp)
+    total, stats = regularizers.actor_objective(name, lp, lp, lp, zeros, mask, loss_kwargs=loss_kwargs,
+                                                ref_logprobs=ref_lp, kl_coef=1.0, kl_estimator="k1")
+    expected = aggregation.aggregate(np.where(mask > 0, lp - ref_lp, 0.0), mask, mode, normalizer=normalizer)
+    np.testing.assert_allclose(float(stats["kl"]), float(expected), rtol=1e-6)
+    np.testing.assert_allclose(float(total), float(expected), rtol=1e-6)   # zero advantages: the KL term alone
+
+
 @pytest.mark.parametrize("name", ["gspo", "gspo_token", "ppo"])
 def test_repacking_two_sequences_into_one_row_with_segment_ids(name):
     lp, prox, behave, adv, mask = _random_batch(7, batch=2, time=5, spread=0.05)
