@@ -3,8 +3,8 @@
 Layout (`layout.py`): `WORKDIR/checkpoints/<step>/{state, meta, digests}`. `state` is a pytree (params, opt_state,
 rng key data); `meta` is JSON: step, policy version, buffer cursor and whatever the trainer needs to continue exactly
 where it stopped (no pickle); `digests` is JSON: each leaf's digest (`digests.py`; Orbax checksums no array data),
-reduced on the devices over every shard of every process, written with the step (Orbax commits a step's items
-together) by process 0. Retention
+reduced on the devices over every shard of every process, and the meta's, written with the step (Orbax commits a
+step's items together) by process 0. Retention
 keeps the last `keep` steps plus the best one by `best_metric`; saves are asynchronous (the trainer keeps training
 while the previous step is written).
 
@@ -31,7 +31,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from jaxwebrl.checkpoint.digests import leaf_digests
+from jaxwebrl.checkpoint.digests import leaf_digests, meta_digest
 from jaxwebrl.checkpoint.layout import ITEMS, check_restored, digest_items, state_tree
 from jaxwebrl.errors import CheckpointError, one_line
 
@@ -110,10 +110,12 @@ class Checkpointer:
         if metrics is not None and self.best_metric in metrics and np.isfinite(metrics[self.best_metric]):
             best = {self.best_metric: float(metrics[self.best_metric])}
         digests = leaf_digests(state)   # on every process (a reduction over all their devices), before any donation
+        meta = {**meta, "step": int(step)}
+        digests["meta"] = meta_digest(meta)
         self._saving = int(step)
         try:
             self._manager.save(step, args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave({**meta, "step": int(step)}),
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta),
                 digests=ocp.args.JsonSave(digests)), metrics=best, force=True)
         except Exception as err:  # noqa: BLE001 - any write failure becomes one CheckpointError line
             raise self._failed(step, err) from None

@@ -3,6 +3,8 @@ array would restore silently.
 
     digests = leaf_digests(state)          # at save, on every process, before the arrays may be donated: JSON-able
     check_digests(restored, digests)       # at restore: DigestMismatch naming the first leaf that differs
+    digests["meta"] = meta_digest(meta)    # the step's JSON meta too: a flipped bit in a digit still parses
+    check_meta(restored_meta, digests)     # at restore: DigestMismatch when it differs (none saved: not checked)
 
 The digest ("fmix32-sum2") is computed on the devices that hold each leaf, by one jitted call for the whole tree:
 each element's bits become a uint32 word w (a 2- or 1-byte dtype widened, an 8-byte one split in two words), and
@@ -24,6 +26,9 @@ A checkpoint saved with "crc32" digests (process 0's shards, `crc32_digests.py`)
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
 
 import jax
 import jax.numpy as jnp
@@ -150,6 +155,20 @@ def check_digests(tree, digests: dict) -> None:
                          if got != list(saved[name]["digest"])), None)
     if mismatch is not None:
         raise DigestMismatch(f"{mismatch}: damaged on disk")
+
+
+def meta_digest(meta: dict) -> str:
+    """SHA-256 (hex) of a step's JSON meta, as sorted JSON (what a JSON round trip leaves unchanged)."""
+    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+
+
+def check_meta(meta: dict, digests: dict) -> None:
+    """Raises DigestMismatch when `meta` differs from the meta `digests` recorded (a step saved before meta digests
+    existed records none: not checked)."""
+    saved = digests.get("meta")
+    if saved is not None and meta_digest(meta) != saved:
+        raise DigestMismatch(f"its meta differs from what was saved (sha256 {meta_digest(meta)[:16]}, saved "
+                             f"{str(saved)[:16]}): damaged on disk")
 
 
 def _hex(digest) -> str:

@@ -6,8 +6,9 @@ A training checkpoint (written by `Checkpointer`, a run's `WORKDIR/checkpoints/`
                            model's {"params", "opt_state"}) in a critic PPO run; a run without a critic reads
                            checkpoints without one, as before
     <dir>/<step>/meta      JSON: step, policy_version, buffer_cursor, consumed_episode_ids (no pickle)
-    <dir>/<step>/digests   JSON: the digest of every leaf of `state` (digests.py; "crc32" ones before it),
-                           checked at restore; a step saved before digests existed has none and restores unchecked
+    <dir>/<step>/digests   JSON: the digest of every leaf of `state` (digests.py; "crc32" ones before it) and,
+                           since it exists, of `meta`, checked at restore; a step saved before digests existed has
+                           none and restores unchecked
 
 A standalone params checkpoint (written by `save_params`: launch/sft.py, launch/export.py --params_out):
 
@@ -33,7 +34,7 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from jaxwebrl.checkpoint.digests import check_digests
+from jaxwebrl.checkpoint.digests import check_digests, check_meta
 from jaxwebrl.errors import one_line
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,11 @@ def digest_items(step_dir: str) -> dict:
 
 
 def check_restored(restored) -> None:
-    """DigestMismatch (naming the leaf) when a restored step's `state` (whole or partial) differs from the digests
-    it was saved with; nothing to check when `digest_items` read none."""
+    """DigestMismatch (naming the leaf, or the meta) when a restored step's `state` (whole or partial) or `meta`
+    differs from the digests it was saved with; nothing to check when `digest_items` read none."""
     if DIGESTS_ITEM in restored.keys():
         check_digests(restored["state"], restored[DIGESTS_ITEM])
+        check_meta(restored["meta"], restored[DIGESTS_ITEM])
 
 
 def checkpoint_steps(checkpoint_dir: str) -> list[int]:

@@ -53,8 +53,9 @@ def restore(directory, mesh=None, **kw):
 def test_resume_falls_back_to_the_newest_readable_checkpoint_naming_the_broken_ones(tmp_path, caplog):
     save_steps(tmp_path / "ck", [1, 2, 3, 4])
     (tmp_path / "ck" / "4" / "meta" / "metadata").write_text('{"step": 4, "policy_')     # cut mid-write
-    meta = tmp_path / "ck" / "3" / "meta" / "metadata"
+    meta, digests = (tmp_path / "ck" / "3" / item / "metadata" for item in ("meta", "digests"))   # an older meta
     meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "buffer_cursor"}))
+    digests.write_text(json.dumps({k: v for k, v in json.loads(digests.read_text()).items() if k != "meta"}))
     with caplog.at_level(logging.WARNING, logger="jaxwebrl.checkpoint.checkpointer"):
         params, _, _, got = restore(tmp_path / "ck", required_meta=("policy_version", "buffer_cursor"))
     assert got["step"] == 2
@@ -111,6 +112,24 @@ def test_a_bit_flip_inside_a_saved_array_makes_resume_fall_back_naming_the_leaf(
     _flip_a_byte_in_the_largest_array_file(tmp_path / "ck" / "1")
     with pytest.raises(CheckpointError, match=r"step 2: .*\['params'\]\['w'\].*step 1: .*\['params'\]\['w'\]"):
         restore(tmp_path / "ck", set_aside=False)
+
+
+def test_a_bit_flip_inside_a_saved_meta_makes_resume_fall_back_naming_it(tmp_path, caplog):
+    """The meta is JSON: a flipped bit in a digit (the buffer cursor's 2 -> 3) still parses, and restored silently
+    as another resume point (episodes read twice or lost). Its digest, saved with the step, makes that step
+    damaged: resume takes the step before, and eval / export / warm start refuse it too."""
+    save_steps(tmp_path / "ck", [1, 2])
+    meta = tmp_path / "ck" / "2" / "meta" / "metadata"
+    text = meta.read_text()
+    assert '"next": 2' in text
+    meta.write_text(text.replace('"next": 2', '"next": 3'))   # 0x32 -> 0x33: one bit
+    with caplog.at_level(logging.WARNING, logger="jaxwebrl.checkpoint.checkpointer"):
+        params, _, _, got = restore(tmp_path / "ck", set_aside=False)
+    assert got["step"] == 1 and got["buffer_cursor"] == {"next": 1, "pending": []}
+    np.testing.assert_array_equal(np.asarray(params["w"]), np.asarray(state(1)[0]["w"]))
+    assert any("checkpoint of step 2" in r.getMessage() and "meta differs from what was saved" in r.getMessage()
+               for r in caplog.records), caplog.text
+    assert restore_params(str(tmp_path / "ck"), state()[0])[1]["step"] == 1
 
 
 def test_a_checkpoint_saved_with_crc32_digests_is_still_checked(tmp_path, caplog):
