@@ -5,7 +5,8 @@
      data stream exactly once. Newer unreadable checkpoints are skipped with a log line and set aside
      (`Checkpointer.restore_newest_readable`); none readable at all is a `CheckpointError`.
   2. `checkpoint.restore_from` (another run's checkpoints/ dir): its newest params, optimizer state, RNG, step and
-     version; the data stream starts afresh (that run's buffer is not this one's).
+     version; the data stream starts afresh (that run's buffer is not this one's). No checkpoint there is a
+     `CheckpointError`.
   3. `model.init_params` (a params checkpoint such as launch/sft.py writes, or a training checkpoint): the warm-start
      weights, at step 0, version 0, with a fresh optimizer and RNG.
   4. The recipe's initial weights (`model.name`, `model.preset`, `model.checkpoint`), at step 0; HF weights
@@ -75,12 +76,13 @@ def restore_or_init(config, checkpointer: Checkpointer, *, params, opt_state, rn
                                                      required_meta=RESUME_META[:2], set_aside=False, critic=critic)
         finally:
             other.close()
-        if restored is not None:
-            params, opt_state, rng, meta, *value_model = restored
-            log.info("started from %s step %d (policy version %d)", other.directory, meta["step"],
-                     meta["policy_version"])
-            return Start(params, opt_state, rng, int(meta["step"]), int(meta["policy_version"]), None, [],
-                         "restore_from", *value_model)
+        if restored is None:   # a workdir, or an empty dir: never a silent fresh start at step 0
+            raise CheckpointError(f"checkpoint.restore_from={config.checkpoint.restore_from!r} holds no checkpoint "
+                                  f"(<step>/state): give another run's checkpoints/ dir (WORKDIR/checkpoints)")
+        params, opt_state, rng, meta, *value_model = restored
+        log.info("started from %s step %d (policy version %d)", other.directory, meta["step"], meta["policy_version"])
+        return Start(params, opt_state, rng, int(meta["step"]), int(meta["policy_version"]), None, [],
+                     "restore_from", *value_model)
     warm = warm_start_params(config, params)                                            # 3.
     if warm is not None:
         log.info("warm start from %s (step 0, fresh optimizer)", config.model.init_params)
