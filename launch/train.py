@@ -34,7 +34,7 @@ def main(argv) -> int:
         from jaxwebrl.train.dry_run import plan  # deferred (heavy): the policy's shapes need JAX
 
         with cli.run_errors(_WORKDIR.value):
-            print(plan(config, _WORKDIR.value))
+            print(plan(config, _WORKDIR.value, allow_config_change=_ALLOW_CHANGE.value))
         return 0
     from jaxwebrl.eval.probe import SuccessProbe  # deferred, as the supervisor: JAX starts once the config is good
     from jaxwebrl.train.supervisor import run  # deferred: JAX and the trainer start once the config is known good

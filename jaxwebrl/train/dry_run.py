@@ -18,13 +18,15 @@ from jaxwebrl.env.registry import env_specs, needs_browser
 from jaxwebrl.train import run_config
 
 
-def plan(config, workdir: str) -> str:
+def plan(config, workdir: str, *, allow_config_change: bool = False) -> str:
     """One line: new run or resume (and the config changes a resume would meet), the policy's parameter count,
-    the buffer, the workers and the update. Raises ConfigChanged as the run itself would."""
+    the buffer, the workers and the update. Raises ConfigChanged as the run itself would (`allow_config_change`:
+    launch/train.py's --allow_config_change)."""
     checkpoints = os.path.join(workdir, "checkpoints")
     steps = sorted(int(d) for d in os.listdir(checkpoints) if d.isdigit()) if os.path.isdir(checkpoints) else []
     saved = run_config.load(workdir) if os.path.isdir(workdir) else None
     changes = run_config.diff(saved, run_config.as_dict(config)) if saved is not None else []
+    run_config.guarded_changes(changes, workdir, allow_change=allow_config_change)
     start = f"resume {workdir} from step {steps[-1]}" if steps else f"start a new run in {workdir}"
     if changes:
         start += f" (config changes: {run_config.describe(changes)})"

@@ -59,17 +59,23 @@ def load(workdir: str) -> dict | None:
     return read_record(os.path.join(workdir, CONFIG_FILE), "restore it or delete it (the next run writes its own)")
 
 
+def guarded_changes(changes, workdir: str, *, allow_change: bool) -> list[tuple[str, object, object]]:
+    """The `changes` to keys outside FREE_TO_CHANGE; ConfigChanged naming them unless `allow_change`."""
+    guarded = [c for c in changes if not c[0].startswith(FREE_TO_CHANGE)]
+    if guarded and not allow_change:
+        raise ConfigChanged(f"workdir {workdir} was started with a different config: {describe(guarded)}; rerun "
+                            f"with the same overrides, pass --allow_config_change to resume with these changes "
+                            f"(recorded in {CHANGES_FILE}), or use a new --workdir")
+    return guarded
+
+
 def record(config, workdir: str, *, allow_change: bool = False) -> list[tuple[str, object, object]]:
     """Write WORKDIR/config.json; on a resume, first compare with the saved one: a change to a key outside
     FREE_TO_CHANGE raises ConfigChanged unless `allow_change`. Returns the changes (appended to config_changes.jsonl)."""
     new = as_dict(config)
     old = load(workdir)
     changes = diff(old, new) if old is not None else []
-    guarded = [c for c in changes if not c[0].startswith(FREE_TO_CHANGE)]
-    if guarded and not allow_change:
-        raise ConfigChanged(f"workdir {workdir} was started with a different config: {describe(guarded)}; rerun "
-                            f"with the same overrides, pass --allow_config_change to resume with these changes "
-                            f"(recorded in {CHANGES_FILE}), or use a new --workdir")
+    guarded = guarded_changes(changes, workdir, allow_change=allow_change)
     if changes:
         entry = {"time": time.time(), "changes": {k: [o, n] for k, o, n in changes},
                  "allowed_by": "--allow_config_change" if guarded else "free to change"}
