@@ -158,8 +158,9 @@ def check_digests(tree, digests: dict) -> None:
 
 
 def meta_digest(meta: dict) -> str:
-    """SHA-256 (hex) of a step's JSON meta, as sorted JSON (what a JSON round trip leaves unchanged)."""
-    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+    """SHA-256 (hex) of a step's JSON meta, as sorted JSON after a JSON round trip (so the meta as saved, with its
+    tuples and any non-string keys, digests as the meta read back does)."""
+    return hashlib.sha256(json.dumps(json.loads(json.dumps(meta)), sort_keys=True).encode()).hexdigest()
 
 
 def check_meta(meta: dict, digests: dict) -> None:

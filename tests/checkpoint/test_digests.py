@@ -130,3 +130,11 @@ def test_the_cost_script_prints_both_paths_per_mb(monkeypatch, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["algorithm"] == digests.DIGEST_ALGORITHM and report["mb"] == 4.0
     assert report["device_digest_ms_per_mb"]["best"] > 0 and report["crc32_ms_per_mb"]["best"] > 0
+
+
+def test_a_meta_digests_as_it_reads_back_whatever_json_changes_in_it():
+    """A meta with a tuple, integer keys (out of string order) and a NaN digests as its JSON round trip does: what
+    `check_meta` compares at restore is the meta read back."""
+    meta = {"step": 3, "cursor": (4, 7), "read_again": {2: 1, 10: 3}, "loss": float("nan")}
+    assert digests.meta_digest(meta) == digests.meta_digest(json.loads(json.dumps(meta)))
+    assert digests.meta_digest(meta) != digests.meta_digest({**meta, "step": 4})
