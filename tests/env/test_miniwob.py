@@ -92,6 +92,19 @@ def test_invalid_actions_are_counted_and_the_horizon_truncates(browser):
         env.step("click(1, 1)")
 
 
+def test_a_page_the_agent_went_back_to_is_never_judged_and_the_task_page_returns(browser):
+    """A worker's MiniWoB++ envs share a browser: `go_back` from click-dialog loaded the click-test page played
+    before, where clicking its START cover and button won the click-dialog episode (reward 1.0)."""
+    played_before, env = MiniWobEnv("click-test", browser=browser), MiniWobEnv("click-dialog", browser=browser)
+    played_before.reset(0)
+    first = env.reset(0)
+    res = env.step(format_action(Action("go_back")))
+    assert browser.current_url() == first.url and res.observation.url == first.url
+    assert "left the task page" in res.info["action_error"] and not res.done and res.reward == 0.0
+    assert (res.observation.screenshot == first.screenshot).all()   # the same instance, restarted
+    assert env.run_js("return [core.EP_TIMER !== null, core.getUtterance()];") == [True, first.goal]
+
+
 def test_answer_ends_the_episode_and_keys_edit_text(browser):
     env = MiniWobEnv("enter-text", browser=browser)
     env.reset(4)

@@ -124,6 +124,7 @@ class MiniWobEnv(LocalPageEnv):
 
     def _start_episode(self, browser: Browser, seed: int) -> str:
         """Load the page once per browser, then reset by the page's own JS (same seed -> same instance)."""
+        self._seed = seed
         self._open_local_page(browser, html_dir(), f"miniwob/{self.task}.html")
         ready, utterance = browser.run_js(_START_JS, str(seed), MAX_EPISODE_TIME_MS)
         deadline = time.monotonic() + self.ready_timeout_s
@@ -135,12 +136,18 @@ class MiniWobEnv(LocalPageEnv):
         return utterance
 
     def _judge(self, action: Action, last_step: bool) -> tuple[float, bool, dict]:
-        """The page's verdict (one JS call that also returns the URL for the allowlist check)."""
+        """The page's verdict (one JS call that also returns the URL for the allowlist check). Another page of the
+        folder (a `go_back` to the task a shared browser played before, a `navigate`) is never judged: the task page
+        returns with its instance restarted."""
         done, raw_reward, reason, href = self.browser.run_js(_STATE_JS)
         info: dict = {}
         blocked = self.browser.enforce_allowlist(href)
         if blocked:
             info.update(navigation_blocked=blocked, action_error=blocked_message(blocked))
+        elif href.split("#")[0] != self._url:
+            done = False
+            self._start_episode(self.browser, self._seed)
+            info.update(action_error=f"the action left the task page for {href}; returned to it (the task restarts)")
         raw_reward = float(raw_reward) if done else 0.0
         wins = raw_reward >= 1.0 if self.reward_mode == "strict" else raw_reward > 0
         reward = raw_reward if self.reward_mode == "raw" else float(wins)
