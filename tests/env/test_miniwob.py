@@ -123,6 +123,18 @@ def test_answer_ends_the_episode_and_keys_edit_text(browser):
     assert any('"keys": ["ctrl", "a"]' in t for t in texts)
 
 
+def test_a_key_whose_capital_is_two_letters_is_typed_not_an_env_crash(browser):
+    """key("ß"): "ß".upper() is "SS", and ord() of it raised TypeError out of env.step (an env failure)."""
+    env = MiniWobEnv("enter-text", browser=browser)
+    env.reset(4)
+    x, y = env.element_point("#tt")
+    env.step(format_action(Action("click", x=x, y=y)))
+    for key in ("ß", "é", "ﬁ"):
+        res = env.step(format_action(Action("key", keys=(key,))))
+        assert res.info["action_error"] is None and not res.done
+    assert env.run_js("return document.getElementById('tt').value;") == "ßéﬁ"
+
+
 def test_make_env_dispatch_and_splits():
     assert horizon("click-test") == SPLITS["easy"][0] and horizon("book-flight") == SPLITS["hard"][0]
     assert horizon("not-in-a-split") == 10

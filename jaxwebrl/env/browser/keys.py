@@ -39,9 +39,9 @@ def _key_event(name: str) -> tuple[str, str, int, str] | None:
         return named
     if len(name) == 1:
         ch = name
-        if ch.isalpha():
+        if ch.isascii() and ch.isalpha():   # a US-keyboard key; other letters ("ß", "é") only type themselves
             return ch, f"Key{ch.upper()}", ord(ch.upper()), ch
-        if ch.isdigit():
+        if ch.isascii() and ch.isdigit():
             return ch, f"Digit{ch}", ord(ch), ch
         return ch, "", 0, ch
     if name.lower().startswith("f") and name[1:].isdigit() and 1 <= int(name[1:]) <= 12:
