@@ -4,6 +4,7 @@ the navigation allowlist (agent navigate and page-initiated), file:// tasks (spe
 import json
 import os
 import re
+import socket
 import time
 
 import pytest
@@ -170,6 +171,21 @@ def test_navigation_outside_allowlist_is_refused(site, outside, browser):
     assert outside[1] == [], "a request outside the allowlist reached the network"
     env.step(format_action(Action("wait", seconds=0.0)))
     assert browser.driver.window_handles == [browser.driver.current_window_handle]  # agents see one tab
+
+
+def test_the_agents_navigate_to_an_allowed_page_that_does_not_load_is_an_action_error(site, browser):
+    """Like a link to it: the agent's mistake is fed back and the episode goes on, never an env-failed episode
+    (a PageFault that blamed the task's server and dropped the episode unscored)."""
+    with socket.socket() as s:   # a port nothing listens on, inside the task's allowlist
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/index.html"
+    env = _env(site, browser, {"type": "js", "expression": "false"}, allowlist=["http://127.0.0.1:*/*"])
+    env.reset(0)
+    res = env.step(format_action(Action("navigate", text=dead)))
+    assert res.info["action_error"].startswith(f"navigation to {dead!r} failed: the page did not load (")
+    assert "net::ERR_" in res.info["action_error"] and not res.done and browser.alive
+    res = env.step(format_action(Action("navigate", text=f"{site[1]}/page2.html")))
+    assert res.info["action_error"] is None and res.observation.url.endswith("/page2.html")
 
 
 def test_allowed_new_tab_opens_in_the_task_tab(site, browser):

@@ -13,7 +13,7 @@ import time
 
 from jaxwebrl.env.agent.actions import Action, to_viewport
 from jaxwebrl.env.browser.allowlist import blocked_message
-from jaxwebrl.env.browser.navigation import NavigationBlocked
+from jaxwebrl.env.browser.navigation import NavigationBlocked, PageNotLoaded
 
 
 def perform(browser, action: Action, area: tuple[int, int, int, int], check_url: bool = True) -> dict:
@@ -60,6 +60,8 @@ def perform(browser, action: Action, area: tuple[int, int, int, int], check_url:
             browser.navigate(action.text or "")
         except NavigationBlocked as exc:
             error = str(exc)
+        except PageNotLoaded as exc:   # the agent's URL, as a link to it would: Chromium's error page shows
+            error = f"navigation to {action.text!r} failed: the page did not load ({exc.reason})"
     else:
         raise ValueError(f"Browser.perform cannot execute a {kind!r} action")
     if kind in ("click", "type", "key", "scroll"):

@@ -38,6 +38,15 @@ class NavigationBlocked(ValueError):
     """A navigation target is outside the task's allowlist (a task-level refusal, not an EnvFailure)."""
 
 
+class PageNotLoaded(PageFault):
+    """The page navigated to did not load (a network error; `reason` is Chromium's): the task's fault when it is
+    the start page, the agent's (an action error, browser_actions.py) when its own `navigate` went there."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
+
+
 class NavigationPolicy:
     """Allowlist enforcement and single-tab semantics (see the module docstring)."""
 
@@ -65,7 +74,10 @@ class NavigationPolicy:
             self._guard("navigate", self.driver.get, url)
         except PageFault as exc:
             reason = str(exc).partition(": ")[2].removesuffix(" (the page did not load)")
-            raise PageFault(f"the page {url} did not load ({reason}); start its server or fix the URL") from exc
+            message = f"the page {url} did not load ({reason}); start its server or fix the URL"
+            if self.broken:   # the tab crashed or the memory bound killed the browser: not the URL's doing
+                raise PageFault(message) from exc
+            raise PageNotLoaded(message, reason) from exc
         self.enforce_allowlist()
 
     def enforce_allowlist(self, url: str | None = None) -> str | None:
