@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from jaxwebrl.env.agent.actions import (
     Action,
     format_action,
+    format_call,
     from_viewport,
     parse_action,
     strip_think,
@@ -36,6 +37,13 @@ def test_format_then_parse_round_trips(action):
     text = format_action(action)
     assert text.startswith("<tool_call>") and text.endswith("</tool_call>")
     assert parse_action(text) == action
+
+
+@pytest.mark.parametrize("action", VALID, ids=lambda a: a.kind)
+def test_call_text_then_parse_round_trips(action):
+    """What the "call" action style prompts for and demonstrations write: `key("ctrl", "a")` was refused as
+    "too many arguments"."""
+    assert parse_action(format_call(action)) == action
 
 
 @pytest.mark.parametrize(

@@ -264,9 +264,9 @@ def _from_function_call(body: str, call: re.Match, raw: str) -> Action:
                 positional = positional[1:]
         slot = {"type": "text", "answer": "text", "navigate": "url", "key": "keys", "scroll": "direction",
                 "wait": "time", "click": None, "go_back": None}[kind]
-        if positional and slot:
+        if positional and slot:   # key("ctrl", "a"): every positional is a key
             fields.setdefault(slot, positional[0] if slot != "keys" or len(positional) == 1 else positional)
-            positional = positional[1:]
+            positional = [] if slot == "keys" else positional[1:]
         if kind == "scroll" and positional:
             fields.setdefault("amount", positional[0])
             positional = positional[1:]
