@@ -39,10 +39,13 @@ def test_format_then_parse_round_trips(action):
     assert parse_action(text) == action
 
 
-@pytest.mark.parametrize("action", VALID, ids=lambda a: a.kind)
+BRACED = [Action("type", text="{}"), Action("answer", text='set it to {} or {"a": 1}')]
+
+
+@pytest.mark.parametrize("action", VALID + BRACED, ids=lambda a: a.kind)
 def test_call_text_then_parse_round_trips(action):
     """What the "call" action style prompts for and demonstrations write: `key("ctrl", "a")` was refused as
-    "too many arguments"."""
+    "too many arguments", and `type(text="{}")` as a JSON object without "action" (the `{}` in its text)."""
     assert parse_action(format_call(action)) == action
 
 

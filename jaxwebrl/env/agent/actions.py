@@ -153,10 +153,13 @@ def parse_action(text: str) -> Action:
             if payload is None:
                 return invalid("<tool_call> does not contain a JSON object", raw)
             return _from_json(payload, raw)
-        payload = _first_json_object(body)
-        if payload is not None:
-            return _from_json(payload, raw)
-        call = _FUNC_CALL.search(body)
+        found, call = _first_json_span(body), _FUNC_CALL.search(body)
+        if call and found is not None and call.start() < found[1]:   # a JSON object inside the call's own text
+            end = _matching_paren(body, call.end() - 1)                # (`type(text="{}")`) is an argument
+            if end is None or found[1] < end:
+                found = None
+        if found is not None:
+            return _from_json(found[0], raw)
         if call:
             return _from_function_call(body, call, raw)
         return invalid("no action found: emit one action as <tool_call>{...}</tool_call>", raw)
@@ -165,7 +168,13 @@ def parse_action(text: str) -> Action:
 
 
 def _first_json_object(text: str) -> dict | None:
-    """The first balanced `{...}` in text (by where it starts) that decodes to a JSON object, or None.
+    """The first balanced `{...}` in text (by where it starts) that decodes to a JSON object, or None."""
+    found = _first_json_span(text)
+    return None if found is None else found[0]
+
+
+def _first_json_span(text: str) -> tuple[dict, int] | None:
+    """(object, where it starts) of the first balanced `{...}` in text that decodes to a JSON object, or None.
 
     Linear in len(text): two passes pair the braces (one skipping braces inside JSON strings, one counting every
     brace, so neither a `}` inside a typed text nor a stray quote in prose hides the object), then only balanced
@@ -175,7 +184,7 @@ def _first_json_object(text: str) -> dict | None:
     for start, end in spans:
         value = _decode_json(text[start:end])
         if isinstance(value, dict):
-            return value
+            return value, start
     return None
 
 
