@@ -91,7 +91,7 @@ class VisionLanguageModel(nn.Module):
             raise ValueError(f"input_ids must be [B, T], got shape {input_ids.shape}")
         mask = jnp.ones(input_ids.shape, bool) if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
         embeds = self.language_model.embed(input_ids)
-        deepstack, slots = (), None
+        deepstack, slots, rope_ids = (), None, input_ids
         grid = rope_grid = None
         if pixel_values is not None or image_features is not None:
             if image_grid_thw is None:
@@ -103,12 +103,14 @@ class VisionLanguageModel(nn.Module):
                 check_image_tokens(input_ids, grid, c)
                 slots = batch_order_image_slots(input_ids, c.image_token_id)
             else:
-                check_image_tokens(input_ids, occurrence_grid_of(image_index, grid), c)
                 slots, rope_grid = gathered_image_slots(input_ids, image_index, grid, c)
+                # image tokens no image fills (sampled by the policy) are text, as the sampler decoded them
+                rope_ids = jnp.where((input_ids == c.image_token_id) & (slots < 0), -1, input_ids)
+                check_image_tokens(rope_ids, rope_grid, c)
             embeds = scatter_image_features(slots, image_embeds, embeds)
         if position_ids is None:
             position_ids, _ = get_rope_index(
-                input_ids,
+                rope_ids,
                 rope_grid,
                 mask,
                 image_token_id=c.image_token_id,
@@ -144,16 +146,18 @@ def gathered_image_slots(input_ids: jax.Array, image_index: jax.Array, grid: np.
     input_ids [B, T] int; image_index [B, K] int32 (row b's k-th image run shows distinct image image_index[b, k],
     -1: none); grid [U, 3] concrete, the distinct images' patch grids (the tower's output holds image u's
     t*h*w / merge^2 features from `first_feature[u]` on). Returns (slots [B, T] int32: the feature row of every
-    image token, -1 elsewhere; occurrence grid [B*K, 3] int32: the grid of every image run in batch-major order,
-    the runs first, for the rope index).
+    image token, -1 elsewhere and on a run no image fills (-1, or past the K-th: image tokens the policy sampled);
+    occurrence grid [B*K, 3] int32: the grid of every image run in batch-major order, the runs first, for the rope
+    index).
     """
     image_index = jnp.asarray(image_index, jnp.int32)
     merged = grid.prod(-1) // config.vision.spatial_merge_size**2
     first_feature = jnp.asarray(np.cumsum(merged) - merged, jnp.int32)                # [U]
     is_image = input_ids == config.image_token_id
     run_start = is_image & ~jnp.pad(is_image[:, :-1], ((0, 0), (1, 0)))
-    run = jnp.clip(jnp.cumsum(run_start, axis=1) - 1, 0, image_index.shape[1] - 1)   # k of each token's run
-    image = jnp.take_along_axis(image_index, run, axis=1)                             # [B, T] distinct image
+    run = jnp.cumsum(run_start, axis=1) - 1                                           # k of each token's run
+    image = jnp.where(run < image_index.shape[1], jnp.take_along_axis(
+        image_index, jnp.clip(run, 0, image_index.shape[1] - 1), axis=1), -1)        # [B, T] distinct image
     steps = jnp.arange(input_ids.shape[1], dtype=jnp.int32)
     within = steps - jax.lax.cummax(jnp.where(run_start, steps, -1), axis=1)          # offset inside the run
     slots = jnp.where(is_image & (image >= 0), first_feature[jnp.maximum(image, 0)] + within, -1)

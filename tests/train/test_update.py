@@ -344,3 +344,31 @@ def test_on_a_mesh_each_length_group_is_whole_batch_shards_and_splits_over_the_c
         assert len(splits[0].groups) > 1
         assert all(rows % divisor == 0 for split in splits for rows, _ in split.groups), [s.groups for s in splits]
         assert _per_chip_flops(updater, params, splits[0]) < whole / 5
+
+
+def test_a_sampled_image_pad_token_is_replayed_as_the_text_token_the_sampler_decoded(policy):
+    """A policy may sample `<|image_pad|>` (here a grammar puts it between the choices): the sampler decodes it as a
+    text token (its embedding, the next text position). The trainer's replay shows images by `image_index`, and a
+    run of image tokens that no image of the row fills is that same text: it neither takes an image's features
+    nor an image's rope grid (which would shift every later row's image positions in the minibatch)."""
+    sharp = _sharpened(policy)
+    processor, tokenizer = sharp.processor, sharp.processor.tokenizer
+    image = np.random.default_rng(0).integers(0, 256, (56, 56, 3), dtype=np.uint8)
+    prompts = [processor.encode("<|vision_start|><|image_pad|><|vision_end|>click OK", [image]),
+               processor.encode("<|im_start|>user\ngo<|im_end|>\n<|im_start|>assistant\n"),
+               processor.encode("<|vision_start|><|image_pad|><|vision_end|>next", [image[:, ::-1]])]
+    pad, end = processor.image_token_id, tokenizer.token_to_id("<|im_end|>")
+    a, b = tokenizer.encode("a")[0], tokenizer.encode("b")[0]
+    responses = [[x, pad, y, pad, pad, z] for x in (a, b) for y in (a, b) for z in (a, b)]
+    grammar = TokenConstraint.from_token_sequences(responses, sharp.config.text.vocab_size, end)
+    sampler = Sampler(sharp.module, sharp.config, pad_token_id=tokenizer.pad_token_id, decode_chunk=4,
+                      prompt_multiple=32, constraint=grammar)
+    results = sampler.generate((sharp.params, 0), prompts, SamplingParams(max_new_tokens=12, stop_token_ids=(end,)),
+                               seed=5)
+    assert all(r.tokens.tolist()[:-1] in responses for r in results)
+    batch = _sampled_batch(prompts, results, n_minibatches=1, constraint=grammar)
+    settings = UpdateSettings(n_minibatches=1, n_epochs=1)
+    updater = Updater(sharp.module, settings, OptimizerConfig(lr=1e-3, total_steps=1), allowed_table=grammar.allowed)
+    recomputed = updater.proximal_logprobs(sharp.params, batch)
+    policy_tokens = batch.loss_mask.astype(bool)
+    np.testing.assert_allclose(recomputed[policy_tokens], batch.behave_logprobs[policy_tokens], atol=1e-5, rtol=0)
