@@ -47,18 +47,31 @@ def worker_fields(config) -> dict:
 
 
 def worker_spec(config, *, buffer_path: str, address: str, token: str, stats_dir: str | None,
-                server_key: str | None = None) -> dict:
+                server_key: str | None = None, committed: int = 0) -> dict:
     """The JSON spec of the rollout worker pool for this config (`jaxwebrl.rollout.pool`); `server_key`: the
-    policy server's CurveZMQ public key when its transport encrypts."""
+    policy server's CurveZMQ public key when its transport encrypts; `committed`: the episodes the run's buffer
+    already holds (a restarted run), which `restart_seed` mixes into the workers' seed."""
     policy = {"kind": "remote", "address": address, "token": token}
     if server_key is not None:
         policy["server_key"] = server_key
-    return {"worker": worker_fields(config),
+    fields = worker_fields(config)
+    fields["seed"] = restart_seed(config.seed, committed)
+    return {"worker": fields,
             "policy": policy,
             "buffer": {"path": buffer_path},
             "stats_dir": stats_dir,
             "placement": placement(config),
             "extensions": list(extension_names(config.get("extensions")))}
+
+
+def restart_seed(seed: int, committed: int) -> int:
+    """The workers' seed for a run whose buffer holds `committed` episodes: `seed` on a fresh buffer; after a
+    restart, one mixed with `committed` (in [0, 2**31)), so the new pool draws new task instances and sampling seeds
+    instead of replaying the run's first ones (its worker processes start at incarnation 0 again)."""
+    if not committed:
+        return int(seed)
+    digest = hashlib.sha256(f"{int(seed)}|{int(committed)}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 def run_fingerprint(config) -> dict:

@@ -198,11 +198,12 @@ def _run(config, workdir: str, stop: threading.Event, primary: bool, greedy_prob
             service.publish(workdir, run_fingerprint(config), range(config.rollout.num_workers))   # pool_for's ids
             spec = worker_spec(config, buffer_path=run_buffer.path_for(config, workdir), address=service.address,
                                token=service.token, stats_dir=os.path.join(workdir, "rollout_stats"),
-                               server_key=service.server_key)
+                               server_key=service.server_key, committed=buffer.latest_cursor()["next"])
             pool = pool_for(config, spec).start()   # local processes or Ray actors, by rollout.launcher
             cleanup.callback(pool.close)
-            log.info("%d rollout workers started (%s launcher, env.tasks=%s); waiting for their first episodes",
-                     config.rollout.num_workers, config.rollout.launcher, config.env.tasks)
+            log.info("%d rollout workers started (%s launcher, seed %d, env.tasks=%s); waiting for their first "
+                     "episodes", config.rollout.num_workers, config.rollout.launcher, spec["worker"]["seed"],
+                     config.env.tasks)
 
         def should_stop() -> bool:
             """Every process stops at the same point: when any of them has a signal, `stop` or a failed pool."""

@@ -3,6 +3,7 @@ no episode trained twice, and no process left behind."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,7 @@ def test_killed_worker_replaced_and_killed_trainer_resumes_exactly_once(tmp_path
             proc.kill()
     assert_gone(workers)  # its workers die with it
     restored = max(checkpoint_steps(workdir))
+    first_run = proc.stdout.read()
 
     final = restored + 1
     proc = start(workdir, *TOY, *SMALL, f"--config.train.max_steps={final}")
@@ -113,6 +115,9 @@ def test_killed_worker_replaced_and_killed_trainer_resumes_exactly_once(tmp_path
     ids = [i for t in trained for i in t["episode_ids"]]
     assert len(ids) == len(set(ids)), "an episode was trained twice"
     assert max(checkpoint_steps(workdir)) == final
+    # the restarted pool's workers (incarnation 0 again) get a new seed: they do not replay the run's first instances
+    seeds = [int(re.search(r"rollout workers started \(.*?seed (\d+)", run).group(1)) for run in (first_run, out)]
+    assert seeds[0] == 0 and seeds[1] != seeds[0], seeds   # the recipe's seed on the fresh buffer, then another
     exposed = [f"{root}/{name}" for root, dirs, files in os.walk(workdir) for name in dirs + files
                if os.stat(os.path.join(root, name)).st_mode & 0o077]
     assert not exposed, f"run files readable by others: {exposed[:5]}"   # 0600 files, 0700 directories

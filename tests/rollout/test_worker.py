@@ -290,3 +290,16 @@ def test_worker_in_the_web_latency_regime_waits_on_every_env_call(tmp_path):
     episodes, _ = buffer.read(group_size=2)
     assert len(episodes) == 2 and all(e.reward == 1.0 for e in episodes)   # the task is unchanged
     assert worker.stats.env_s >= 2 * 4 * 0.05
+
+
+def test_a_restarted_runs_workers_get_a_new_seed_and_a_fresh_run_keeps_its_own():
+    """`worker_spec`'s seed: the recipe's own on a fresh buffer; mixed with the episodes committed when the run
+    restarts (a new one each restart), so the new pool's workers, at incarnation 0 again, do not replay the run's
+    first task instances (tests/launch/test_train_run.py shows it on a killed and resumed run)."""
+    from jaxwebrl.rollout.spec import worker_spec
+
+    config = get_config()
+    seeds = [worker_spec(config, buffer_path="b", address="tcp://x:1", token="t", stats_dir=None,
+                         committed=committed)["worker"]["seed"] for committed in (0, 120, 480)]
+    assert seeds[0] == config.seed == worker_fields(config)["seed"]
+    assert len(set(seeds)) == 3 and all(0 <= seed < 2**31 for seed in seeds)
