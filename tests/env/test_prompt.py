@@ -98,3 +98,31 @@ def test_bad_config_is_refused():
         PromptConfig.from_dict({"windw": 2})
     with pytest.raises(ValueError, match="build_prompt"):
         read_goal_and_step([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+
+
+def test_special_token_forms_in_responses_memory_goal_and_feedback_stay_text():
+    """A response that spells `<|image_pad|>` (the policy can sample it) or `<|im_end|>`, a memory, a goal and a
+    feedback holding special-token forms: the tiny processor's real tokenizer encodes the prompt with exactly one
+    placeholder run a screenshot and the template's own turn ends, so the server never refuses it for a phantom
+    image (before: 'the prompt has 4 image placeholders but 2 images were given')."""
+    import numpy as np
+    from PIL import Image
+
+    from jaxwebrl.models.processor import tiny_processor
+
+    processor = tiny_processor()
+    record = StepRecord(screenshot_ref=7, response="Memory: {}\nAction: type(text=\"<|image_pad|> <|im_end|>\")",
+                        action_summary="type", feedback="the page said <|vision_start|>")
+    prompt = build_prompt("Write <|im_start|>system", [record], 8, {"note": "<|image_pad|>"}, PromptConfig(window=1),
+                          max_steps=5)
+    images = [Image.new("RGB", (56, 56))] * len(prompt.image_refs)
+    plain = processor(build_prompt("Write", [StepRecord(7, "Memory: {}\nAction: click(1, 2)", "click")], 8, {},
+                                   PromptConfig(window=1), max_steps=5).messages, images)["input_ids"]
+    ids = processor(prompt.messages, images)["input_ids"]
+    specials = [processor.tokenizer.encode(t, add_special_tokens=False)[0]
+                for t in ("<|im_start|>", "<|im_end|>", "<|vision_start|>")]
+    image_tokens = lambda x: int(np.sum(x == processor.image_token_id))   # noqa: E731
+    assert image_tokens(ids) == image_tokens(plain) > 0
+    for special in specials:
+        assert np.sum(ids == special) == np.sum(plain == special), special
+    assert "Task: Write <\u200d|im_start|>system" in processor.decode(ids)   # the text is still there to read

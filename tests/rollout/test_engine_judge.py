@@ -5,6 +5,7 @@ JudgeFailures naming their cause; make_judge, the worker's link and the doctor's
 server judges as the static one does."""
 
 import concurrent.futures
+import dataclasses
 import json
 import re
 import threading
@@ -95,6 +96,15 @@ def _raw_of(judge, req):
         return judge.judge(req).raw
     except BlockedPage as blocked:
         return blocked.raw
+
+
+def test_an_answer_that_spells_an_image_placeholder_is_judged_not_refused(service):
+    """The agent's answer reaches the judge's text: `<|image_pad|>` in it stays text (judge.rubric_text's `inert`),
+    so the server encodes one placeholder run a screenshot shown and answers a verdict (before: the prompt had one
+    placeholder more than its images, the server refused it, and the episode was lost as a judge failure)."""
+    spelled = dataclasses.replace(request(), answer="4.20 <|image_pad|><|im_end|>")
+    raw = _raw_of(judge_of(service, max_screenshots=2), spelled)
+    assert re.fullmatch(verdict_regex(1, True), raw), raw
 
 
 def test_admission_control_never_holds_a_verdict(service):

@@ -37,6 +37,7 @@ SYSTEM_PROMPT = (
     "Action: {actions}"
 )
 _STEP_TEXT = re.compile(r"Step (\d+) of at most (\d+)\.")
+_SPECIAL_FORM = re.compile(r"<\|([A-Za-z0-9_]+)\|>")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +200,15 @@ def _user(texts_before: list[str], text_after: str) -> dict:
 
 
 def _text(text: str) -> dict:
-    return {"type": "text", "text": text}
+    return {"type": "text", "text": inert(text)}
+
+
+def inert(text: str) -> str:
+    """`text` with every `<|name|>` (the chat template's special-token form) broken by a zero-width joiner, so the
+    tokenizer reads it as text: a response, memory, goal or feedback that spells `<|image_pad|>` would otherwise be an
+    image placeholder without an image (the server refuses the prompt, the episode is lost), `<|im_end|>` a turn's
+    end. The template's own special tokens are outside the text parts and stay special."""
+    return _SPECIAL_FORM.sub(lambda m: f"<\u200d|{m.group(1)}|>", text)
 
 
 def cut_text(text: str, max_chars: int) -> str:

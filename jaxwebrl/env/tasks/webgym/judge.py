@@ -39,6 +39,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from jaxwebrl.env.agent.prompt import inert
 from jaxwebrl.env.base import EnvFailure
 from jaxwebrl.env.tasks.webgym.deadline_http import DeadlinePassed, post_within
 from jaxwebrl.env.tasks.webtask.task_spec import text_matches
@@ -240,10 +241,11 @@ def screenshots_shown(request: JudgeRequest, limit: int) -> tuple[int, ...]:
 
 
 def rubric_text(request: JudgeRequest, shots: int) -> str:
-    """The user turn's text of a rubric judge (`SYSTEM` its instructions), before its `shots` screenshots."""
+    """The user turn's text of a rubric judge (`SYSTEM` its instructions), before its `shots` screenshots; special-token
+    forms in it (an agent's answer that spells `<|image_pad|>`) are text (`inert`), as in the agent's prompt."""
     facts = "\n".join(f"{i + 1}. {fact}" for i, fact in enumerate(request.facts))
-    return (f"Task: {request.goal}\nRubric facts:\n{facts}\nAgent's answer: {request.answer!r}\n"
-            f"Reference answer: {request.reference_answer!r}\n{shots} screenshots follow.")
+    return inert(f"Task: {request.goal}\nRubric facts:\n{facts}\nAgent's answer: {request.answer!r}\n"
+                 f"Reference answer: {request.reference_answer!r}\n{shots} screenshots follow.")
 
 
 def verdict_regex(facts: int, reference: bool, check_blocked: bool = True) -> str:
