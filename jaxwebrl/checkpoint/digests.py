@@ -167,9 +167,12 @@ def check_meta(meta: dict, digests: dict) -> None:
     """Raises DigestMismatch when `meta` differs from the meta `digests` recorded (a step saved before meta digests
     existed records none: not checked)."""
     saved = digests.get("meta")
-    if saved is not None and meta_digest(meta) != saved:
-        raise DigestMismatch(f"its meta differs from what was saved (sha256 {meta_digest(meta)[:16]}, saved "
-                             f"{str(saved)[:16]}): damaged on disk")
+    if saved is None:
+        return
+    read = meta_digest(meta)
+    if read != saved:
+        raise DigestMismatch(f"its meta differs from what was saved (sha256 {read[:16]}, saved {str(saved)[:16]}): "
+                             "damaged on disk")
 
 
 def _hex(digest) -> str:

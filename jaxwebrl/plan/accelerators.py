@@ -111,10 +111,10 @@ class AcceleratorTiming:
         prefill_s, prefill_source = one_gpu / 4, "a quarter of one GPU's train time a token (not measured)"
         if "measured_step_s" in device.get("prefill", {}):
             prefill, aot_prefill = device["prefill"], aot["prefill"]
-            per_token = prefill["rows"] * prefill["prompt_len"]
+            prompt_tokens = prefill["rows"] * prefill["prompt_len"]
             scale = (aot_prefill["model_flops"] / (aot_prefill["rows"] * aot_prefill["prompt_len"])
-                     / (prefill["model_flops"] / per_token))
-            prefill_s = prefill["measured_step_s"] / per_token * scale
+                     / (prefill["model_flops"] / prompt_tokens))
+            prefill_s = prefill["measured_step_s"] / prompt_tokens * scale
             prefill_source = (f"{prefill['measured_step_s']:.3f} s for {prefill['rows']} x {prefill['prompt_len']} "
                               f"prompt tokens, x {scale:.2f} (model FLOPs a prompt token, 8B / measured)")
         return cls(

@@ -46,8 +46,8 @@ def request_of(record: dict, screenshots: tuple = ()) -> JudgeRequest:
 def failure_cause(message: str) -> str:
     """The cause of a judge failure from its message: timeout, http_<status>, malformed, blocked, unreachable,
     no_api_key, no_ground_truth, engine_error, refused (the engine judge's policy server), tls (an HTTPS certificate not
-    verified), refusal (the chat judge's model declined to judge), or other. The marker that comes first decides (a malformed verdict's message quotes the verdict, whose
-    words may be any marker)."""
+    verified), refusal (the chat judge's model declined to judge), or other. The marker that comes first decides (a
+    malformed verdict's message quotes the verdict, whose words may be any marker)."""
     http = re.search(r"\bHTTP (\d{3})\b", message)
     return first_marked(message, _CAUSES + (((http.group(0), f"http_{http.group(1)}"),) if http else ()), "other")
 
